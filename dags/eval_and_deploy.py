@@ -1,0 +1,87 @@
+"""
+### eval_and_deploy
+
+Decides whether a new checkpoint replaces the champion.
+
+Candidate and champion answer the held-out test questions (never in training
+data: checked against the dataset before scoring). The gate passes only a
+candidate whose accuracy gain is at least `min_gain` with McNemar's exact
+p-value below `alpha`. Metrics and the decision go to MLflow. A passing
+candidate is registered as a new model version and handed to the deployer
+(the embedded default moves the `champion` alias); a failing one leaves the
+champion in place, with the reason recorded.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from ctpipe.assets import CHECKPOINT
+from ctpipe.config import settings
+
+_gate = settings().gate
+
+with DAG(
+    dag_id="eval_and_deploy",
+    schedule=[CHECKPOINT],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["ctpipe", "eval", "deploy"],
+    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=30)},
+    doc_md=__doc__,
+    params={
+        "checkpoint": Param(
+            "", type="string", title="Checkpoint run directory",
+            description="Empty: the checkpoint that triggered this run.",
+        ),
+        "alpha": Param(_gate.alpha, type="number", exclusiveMinimum=0, exclusiveMaximum=1, title="Significance level"),
+        "min_gain": Param(_gate.min_gain, type="number", minimum=-1, maximum=1, title="Minimum accuracy gain"),
+    },
+):
+
+    @task
+    def evaluate(params=None, triggering_asset_events=None, run_id=None) -> dict:
+        from ctpipe.pipeline import PipelineError, evaluate_candidate, publish_checkpoint
+
+        if params["checkpoint"]:
+            candidate = publish_checkpoint(f"{params['checkpoint'].rstrip('/')}/job.json")
+        else:
+            events = (triggering_asset_events or {}).get(CHECKPOINT) or []
+            if not events:
+                raise PipelineError("no checkpoint: trigger with the `checkpoint` param or from a checkpoint asset event")
+            candidate = dict(events[-1].extra)
+        return evaluate_candidate(settings(), candidate, f"eval {run_id}", params["alpha"], params["min_gain"])
+
+    @task.branch
+    def gate(result: dict) -> str:
+        return "register" if result["passed"] else "keep_champion"
+
+    @task
+    def register(result: dict) -> str:
+        from ctpipe.pipeline import register_candidate
+
+        return register_candidate(settings(), result)
+
+    @task
+    def deploy(version: str) -> dict:
+        # The canary seam: the deployer decides whether the version reaches full traffic.
+        from dataclasses import asdict
+
+        from ctpipe.deploy import deployer_for
+
+        return asdict(deployer_for(settings()).roll_out(version))
+
+    @task
+    def keep_champion(result: dict) -> dict:
+        from ctpipe.registry import Registry
+
+        print(f"champion v{result['champion_version']} stays: {result['reason']}")
+        Registry(settings()).client.set_tag(result["mlflow_run_id"], "ctpipe.outcome", "champion kept")
+        return {"champion_version": result["champion_version"], "reason": result["reason"]}
+
+    result = evaluate()
+    registered = register(result)
+    gate(result) >> [registered, keep_champion(result)]
+    deploy(registered)

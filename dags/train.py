@@ -1,0 +1,78 @@
+"""
+### train
+
+Trains a candidate from the champion (or a chosen base) with GRPO or DPO as a
+Ray job, when a new training dataset is published or when triggered by hand.
+
+The `train` task is deferrable: it submits the job to the Ray cluster's Jobs
+API (a local head is started when none is configured) and frees its worker
+slot while a trigger follows the job; the task log shows step, loss and
+reward as training goes. Marking the task failed stops the Ray job. Each DAG
+run trains in its own run directory, and a retry resumes from its latest
+complete checkpoint. The finished checkpoint is announced on the
+`ctpipe_checkpoint` asset for `eval_and_deploy`.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, Param, task
+
+from ctpipe.airflow.operators.ray_jobs import RayJobOperator
+from ctpipe.assets import CHECKPOINT, TRAINING_DATASET
+from ctpipe.config import ALGORITHMS, settings
+
+_train = settings().train
+
+with DAG(
+    dag_id="train",
+    schedule=[TRAINING_DATASET],
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["ctpipe", "training"],
+    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=30)},
+    doc_md=__doc__,
+    params={
+        "algorithm": Param(_train.algorithm, type="string", enum=list(ALGORITHMS), title="Algorithm"),
+        "base_checkpoint": Param(
+            "", type="string", title="Base checkpoint",
+            description="Registry version number or model directory; empty: the current champion.",
+        ),
+        "dataset_version": Param(
+            "", type="string", title="Dataset version",
+            description="Empty: the version that triggered this run, else the latest published.",
+        ),
+        "max_steps": Param(_train.max_steps, type="integer", minimum=1, maximum=100_000, title="Max steps"),
+        "learning_rate": Param(
+            _train.learning_rate, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate"
+        ),
+        "seed": Param(_train.seed, type="integer", minimum=0, title="Seed"),
+    },
+):
+
+    @task
+    def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
+        from ctpipe.pipeline import prepare_training
+
+        events = (triggering_asset_events or {}).get(TRAINING_DATASET) or []
+        triggered_by = dict(events[-1].extra) if events else None
+        return prepare_training(settings(), dict(params), triggered_by, run_id)
+
+    @task(outlets=[CHECKPOINT])
+    def publish(job: dict, outlet_events=None) -> dict:
+        from ctpipe.pipeline import publish_checkpoint
+
+        extra = publish_checkpoint(job["spec_path"])
+        outlet_events[CHECKPOINT].extra = extra
+        return extra
+
+    job = prepare()
+    run = RayJobOperator(
+        task_id="train",
+        entrypoint="{{ ti.xcom_pull(task_ids='prepare')['entrypoint'] }}",
+        runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}},
+        poll_interval=_train.poll_interval_s,
+        job_timeout=pendulum.duration(seconds=_train.timeout_s),
+    )
+    job >> run >> publish(job)

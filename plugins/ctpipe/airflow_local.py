@@ -1,0 +1,178 @@
+"""The embedded Airflow: ``airflow standalone`` on SQLite, and a small client of its REST API v2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from ctpipe.config import PROJECT_ROOT, Settings
+
+USER = "admin"
+DAG_IDS = ("trace_to_dataset", "train", "eval_and_deploy")
+
+
+def airflow_env(s: Settings) -> dict[str, str]:
+    """Environment for every Airflow process of the embedded install."""
+    url = f"http://127.0.0.1:{s.airflow_port}"
+    return {
+        "AIRFLOW_HOME": str(s.airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+        "AIRFLOW__API__PORT": str(s.airflow_port),
+        "AIRFLOW__API__BASE_URL": url,
+        # Two cores: more concurrent task processes only thrash.
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        "CTPIPE_HOME": str(s.home),
+        "TOKENIZERS_PARALLELISM": "false",
+        "NO_PROXY": "*",
+    }
+
+
+class AirflowClient:
+    """Just the REST calls the pipeline's command line needs, authenticated as the local admin."""
+
+    def __init__(self, base_url: str, password_file: Path):
+        self.base = base_url.rstrip("/")
+        self.password_file = password_file
+        self.session = requests.Session()
+        self._token: str | None = None
+
+    def login(self) -> None:
+        password = json.loads(self.password_file.read_text())[USER]
+        r = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": password}, timeout=30)
+        r.raise_for_status()
+        self._token = r.json()["access_token"]
+        self.session.headers["Authorization"] = f"Bearer {self._token}"
+
+    @retry(
+        retry=retry_if_exception_type(requests.ConnectionError),
+        wait=wait_exponential(max=10),
+        stop=stop_after_attempt(5),
+        reraise=True,
+    )
+    def call(self, method: str, path: str, **kwargs) -> Any:
+        if self._token is None:
+            self.login()
+        r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
+        if r.status_code == 401:
+            self.login()
+            r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
+        if not r.ok:
+            raise RuntimeError(f"{method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
+        return r.json() if r.content else None
+
+    def healthy(self) -> bool:
+        try:
+            h = requests.get(f"{self.base}/api/v2/monitor/health", timeout=5).json()
+        except (requests.RequestException, ValueError):
+            return False
+        parts = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        return all((h.get(p) or {}).get("status") == "healthy" for p in parts)
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict:
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{requests.utils.quote(run_id, safe='')}")
+
+    def dag_runs(self, dag_id: str, limit: int = 25) -> list[dict]:
+        return self.call("GET", f"/dags/{dag_id}/dagRuns", params={"order_by": "-run_after", "limit": limit})["dag_runs"]
+
+    def upstream_events(self, dag_id: str, run_id: str) -> list[dict]:
+        rid = requests.utils.quote(run_id, safe="")
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{rid}/upstreamAssetEvents")["asset_events"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        rid = requests.utils.quote(run_id, safe="")
+        return self.call("GET", f"/dags/{dag_id}/dagRuns/{rid}/taskInstances")["task_instances"]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        rid = requests.utils.quote(run_id, safe="")
+        entry = self.call(
+            "GET", f"/dags/{dag_id}/dagRuns/{rid}/taskInstances/{task_id}/xcomEntries/return_value",
+            params={"deserialize": "true", "stringify": "false"},
+        )
+        return entry["value"]
+
+
+class LocalAirflow:
+    """``airflow standalone`` for one ctpipe home: started once, left running for the UI."""
+
+    def __init__(self, s: Settings):
+        self.s = s
+        self.home = s.airflow_home
+        self.url = f"http://127.0.0.1:{s.airflow_port}"
+        self.pid_file = self.home / "standalone.pid"
+        self.log_file = self.home / "standalone.log"
+        self.client = AirflowClient(self.url, self.home / "simple_auth_manager_passwords.json.generated")
+
+    def running_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def start(self) -> None:
+        if self.running_pid() is not None:
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                [airflow, "standalone"],
+                env=os.environ | airflow_env(self.s),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # outlives this command, so the UI stays up
+            )
+        self.pid_file.write_text(str(proc.pid))
+
+    def wait_ready(self, timeout_s: float = 600) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.client.healthy():
+            if self.running_pid() is None:
+                raise RuntimeError(f"airflow standalone exited; see {self.log_file}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Airflow at {self.url} not healthy after {timeout_s:.0f}s; see {self.log_file}")
+            time.sleep(2)
+        for dag_id in DAG_IDS:  # parsed and registered by the dag processor
+            while True:
+                try:
+                    self.client.call("GET", f"/dags/{dag_id}")
+                    break
+                except RuntimeError:
+                    if time.monotonic() > deadline:
+                        errors = self.client.call("GET", "/importErrors")
+                        raise TimeoutError(f"DAG {dag_id} never appeared; import errors: {errors}") from None
+                    time.sleep(2)
+            self.client.call("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+
+    def stop(self) -> bool:
+        pid = self.running_pid()
+        if pid is None:
+            return False
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(60):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.5)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True

@@ -1,0 +1,115 @@
+"""``ctpipe``: run the continuous-training loop on this machine, or parts of it.
+
+    ctpipe cycle [--cycles N]        one (or N) full cycles through Airflow; leaves Airflow and Ray up
+    ctpipe up                        start Airflow (UI) and the local Ray head
+    ctpipe down                      stop them
+    ctpipe build-base                build (or find) the cached base model
+    ctpipe materialize --start T --end T
+                                     build the dataset version of an interval without Airflow
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from datetime import datetime
+
+from pydantic import ValidationError
+
+
+def _settings():
+    from ctpipe.config import Settings
+
+    return Settings()
+
+
+def _aware(text: str) -> datetime:
+    t = datetime.fromisoformat(text)
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
+    return t
+
+
+def cmd_cycle(args) -> int:
+    from ctpipe.cycle import format_summary, run_cycle
+
+    s = _settings()
+    for _ in range(args.cycles):
+        print(format_summary(run_cycle(s, timeout_s=args.timeout)), flush=True)
+    return 0
+
+
+def cmd_up(args) -> int:
+    from ctpipe import raycluster
+    from ctpipe.airflow_local import LocalAirflow
+
+    s = _settings()
+    af = LocalAirflow(s)
+    af.start()
+    print(f"Ray dashboard {raycluster.ensure_local_head(s)}")
+    af.wait_ready()
+    print(f"Airflow UI {af.url} (user admin, password in {af.client.password_file})")
+    return 0
+
+
+def cmd_down(args) -> int:
+    from ctpipe import raycluster
+    from ctpipe.airflow_local import LocalAirflow
+
+    s = _settings()
+    print("Airflow stopped" if LocalAirflow(s).stop() else "Airflow was not running")
+    if s.ray_address is None:
+        raycluster.stop_local_head()
+        print("Ray stopped")
+    return 0
+
+
+def cmd_build_base(args) -> int:
+    from ctpipe.tinymodel import ensure_base_model
+
+    s = _settings()
+    path = ensure_base_model(s.base_model, s.task, s.models_dir)
+    print(path)
+    print((path / "build.json").read_text())
+    return 0
+
+
+def cmd_materialize(args) -> int:
+    from ctpipe.pipeline import materialize_interval
+
+    extra = materialize_interval(_settings(), args.start, args.end)
+    print(json.dumps(extra, indent=2) if extra else "no traces in this interval")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ctpipe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("cycle", help="run full continuous-training cycles through Airflow")
+    p.add_argument("--cycles", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for each DAG run")
+    p.set_defaults(fn=cmd_cycle)
+    sub.add_parser("up", help="start Airflow and Ray").set_defaults(fn=cmd_up)
+    sub.add_parser("down", help="stop Airflow and Ray").set_defaults(fn=cmd_down)
+    sub.add_parser("build-base", help="build the base model").set_defaults(fn=cmd_build_base)
+    p = sub.add_parser("materialize", help="build a dataset version without Airflow")
+    p.add_argument("--start", type=_aware, required=True)
+    p.add_argument("--end", type=_aware, required=True)
+    p.set_defaults(fn=cmd_materialize)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args)
+    except ValidationError as e:
+        print(f"ctpipe: invalid configuration: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - a user-facing command reports the cause, not a traceback
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            raise
+        print(f"ctpipe {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

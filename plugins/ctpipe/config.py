@@ -1,0 +1,179 @@
+"""Typed configuration: every default of the pipeline lives here, once.
+
+Values come from the environment (``CTPIPE_*``; nested fields use ``__``, e.g.
+``CTPIPE_GATE__ALPHA=0.01``) so that the CLI, Airflow tasks and Ray jobs, which
+run in different processes, all read the same settings. Unknown keys fail.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Algorithm = Literal["grpo", "dpo"]
+# The source checkout: dags/, jobs/ and plugins/ (which holds this package) sit side by side.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ALGORITHMS: tuple[str, ...] = ("grpo", "dpo")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskConfig(_Section):
+    """The verifiable task the embedded model learns: "What is A plus B?"."""
+
+    operand_max: int = Field(99, ge=9, description="A and B are drawn from 0..operand_max.")
+    dev_size: int = Field(500, ge=50, description="Held-out questions for choosing settings.")
+    test_size: int = Field(500, ge=50, description="Held-out questions the eval gate scores.")
+    split_seed: int = Field(20261122, description="Seed that picks which questions are held out.")
+
+
+class BaseModelRecipe(_Section):
+    """How the tiny base model is built; its hash names the cached build."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    head_dim: int = Field(32, ge=32, description="vLLM's CPU backend rejects head_dim < 32.")
+    intermediate_size: int = 256
+    max_position_embeddings: int = 64
+    seed: int = 0
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    max_steps: int = 3000
+    eval_every: int = 10
+    eval_questions: int = 500
+    # Aim inside the issue's 15-60% band with a margin, so the test split lands in it too.
+    target_accuracy: tuple[float, float] = (0.22, 0.55)
+
+    @model_validator(mode="after")
+    def _range(self) -> BaseModelRecipe:
+        lo, hi = self.target_accuracy
+        if not 0.0 <= lo < hi <= 1.0:
+            raise ValueError(f"target_accuracy must satisfy 0 <= lo < hi <= 1, got {self.target_accuracy}")
+        return self
+
+
+class TrafficConfig(_Section):
+    """Simulated production traffic answered by the serving champion."""
+
+    prompts: int = Field(192, ge=1, description="Distinct questions asked per simulated batch.")
+    answers_per_prompt: int = Field(4, ge=1, description="Users ask popular questions more than once.")
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(8, ge=4)
+    feedback_rate: float = Field(0.7, ge=0, le=1, description="Share of answers that get a thumb.")
+    feedback_noise: float = Field(0.1, ge=0, le=0.5, description="Chance a thumb contradicts correctness.")
+    fault_rate: float = Field(0.01, ge=0, le=0.5, description="Share of records written malformed, as real logs are.")
+
+
+class RewardConfig(_Section):
+    """How ``final_reward`` combines the signals of a trace (weights renormalize over present signals)."""
+
+    verifiable_weight: float = Field(0.8, ge=0)
+    feedback_weight: float = Field(0.2, ge=0)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> RewardConfig:
+        if self.verifiable_weight + self.feedback_weight <= 0:
+            raise ValueError("at least one reward weight must be positive")
+        return self
+
+
+class DatasetConfig(_Section):
+    dpo_min_margin: float = Field(0.5, gt=0, description="Smallest reward gap between chosen and rejected.")
+    dpo_max_pairs_per_prompt: int = Field(2, ge=1)
+
+
+class TrainConfig(_Section):
+    """Defaults of the train DAG's trigger form and of the training job."""
+
+    algorithm: Algorithm = "grpo"
+    max_steps: int = Field(40, ge=1, le=100_000)
+    learning_rate: float = Field(5e-4, gt=0, le=1)
+    seed: int = Field(0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    grpo_num_generations: int = Field(8, ge=2)
+    grpo_beta: float = Field(0.0, ge=0)
+    grpo_temperature: float = Field(1.0, gt=0)
+    dpo_beta: float = Field(0.1, gt=0)
+    max_completion_length: int = Field(8, ge=4)
+    save_steps: int = Field(20, ge=1)
+    torch_threads: int = Field(2, ge=1)
+    poll_interval_s: float = Field(5.0, gt=0)
+    timeout_s: int = Field(3600, ge=60)
+
+
+class GateConfig(_Section):
+    """The eval gate: a candidate replaces the champion only if it is significantly better."""
+
+    alpha: float = Field(0.05, gt=0, lt=1, description="Largest McNemar p-value that counts as a gain.")
+    min_gain: float = Field(0.0, ge=-1, le=1, description="Smallest accuracy gain (candidate - champion).")
+    max_new_tokens: int = Field(8, ge=4)
+
+
+class Settings(BaseSettings):
+    """Process-wide settings of one ctpipe installation."""
+
+    model_config = SettingsConfigDict(env_prefix="CTPIPE_", env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    home: Path = Field(Path.home() / ".ctpipe", description="Where traces, datasets, runs and registries live.")
+    model_name: str = Field("ctpipe-arith", description="Registered model name in MLflow.")
+    mlflow_tracking_uri: str | None = Field(None, description="None: a local SQLite store under home.")
+    ray_address: str | None = Field(None, description="Ray dashboard URL; None: start a local head.")
+    ray_python: str | None = Field(None, description="Python for Ray job entrypoints; None: this interpreter.")
+    jobs_dir: Path = Field(PROJECT_ROOT / "jobs", description="Where the Ray job entrypoints live on the Ray nodes.")
+    ray_port: int = 6380
+    ray_dashboard_port: int = 8265
+    airflow_port: int = 8080
+    trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
+
+    task: TaskConfig = TaskConfig()
+    base_model: BaseModelRecipe = BaseModelRecipe()
+    traffic: TrafficConfig = TrafficConfig()
+    reward: RewardConfig = RewardConfig()
+    dataset: DatasetConfig = DatasetConfig()
+    train: TrainConfig = TrainConfig()
+    gate: GateConfig = GateConfig()
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.home / "traces"
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.home / "datasets"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    @property
+    def ray_dashboard_url(self) -> str:
+        return self.ray_address or f"http://127.0.0.1:{self.ray_dashboard_port}"
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"sqlite:///{self.home / 'mlflow' / 'mlflow.db'}"
+
+    @property
+    def artifact_root(self) -> Path:
+        return self.home / "mlflow" / "artifacts"
+
+
+@cache
+def settings() -> Settings:
+    """The settings of this process (read once from the environment)."""
+    return Settings()

@@ -1,0 +1,223 @@
+"""The work behind each DAG task, as plain functions (testable without a scheduler).
+
+DAG files stay thin: they wire these functions to Airflow tasks and assets.
+Every failure a user can cause raises :class:`PipelineError` with a message
+naming the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ctpipe import arith, datasets
+from ctpipe.config import ALGORITHMS, Settings
+from ctpipe.jobspec import METRICS_FILE, JobSpec
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(RuntimeError):
+    """A failure with a message meant for the user (no traceback needed)."""
+
+
+# ---------------------------------------------------------------- trace_to_dataset
+
+
+def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict | None:
+    """Publish the interval's dataset version; None when no trace arrived in it."""
+    manifest = datasets.materialize(
+        s.traces_dir, s.datasets_dir, start, end, task=s.task, reward=s.reward, dataset=s.dataset
+    )
+    if manifest is None:
+        log.info("no traces between %s and %s", start.isoformat(), end.isoformat())
+        return None
+    c = manifest.counts
+    log.info(
+        "dataset %s: %d traces in -> %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs",
+        manifest.version, c["traces_in"], c["traces"], c["quarantined"], manifest.quarantine_reasons,
+        c["grpo_prompts"], c["dpo_pairs"],
+    )
+    return manifest.asset_extra()
+
+
+# ---------------------------------------------------------------- train
+
+
+def run_dir_for(s: Settings, dag_run_id: str) -> Path:
+    """One directory per DAG run; every try of the run shares it (so a retry resumes)."""
+    return s.runs_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", dag_run_id)
+
+
+def _base_checkpoint(s: Settings, value: str) -> tuple[str, str]:
+    from ctpipe.registry import Registry
+
+    registry = Registry(s)
+    if not value:
+        champ = registry.champion()
+        if champ is None:
+            raise PipelineError(f"base_checkpoint is empty and model {s.model_name!r} has no champion yet")
+        return str(champ.path), champ.version
+    if value.isdigit():
+        try:
+            v = registry.get(value)
+        except LookupError as e:
+            raise PipelineError(f"base_checkpoint={value!r}: {e}") from None
+        return str(v.path), v.version
+    if not (Path(value) / "config.json").exists():
+        raise PipelineError(f"base_checkpoint={value!r} is neither a registry version nor a model directory")
+    return value, "path"
+
+
+def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | None, dag_run_id: str) -> dict:
+    """Resolve the run's inputs and write its job spec; returns what the Ray job needs."""
+    algorithm = params.get("algorithm")
+    if algorithm not in ALGORITHMS:
+        raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
+    wanted = params.get("dataset_version") or (triggered_by or {}).get("version") or ""
+    try:
+        manifest = datasets.resolve(s.datasets_dir, wanted)
+    except datasets.DatasetNotFound as e:
+        raise PipelineError(f"dataset_version={wanted!r}: {e}") from None
+    table = "grpo" if algorithm == "grpo" else "dpo"
+    if manifest.files[table]["rows"] == 0:
+        raise PipelineError(f"dataset_version={manifest.version!r} has no {table} rows to train {algorithm} on")
+    base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
+    run_dir = run_dir_for(s, dag_run_id)
+    try:
+        spec = JobSpec(
+            algorithm=algorithm,
+            base_checkpoint=base,
+            base_version=base_version,
+            dataset_uri=manifest.uri,
+            dataset_version=manifest.version,
+            run_dir=str(run_dir),
+            max_steps=params["max_steps"],
+            learning_rate=params["learning_rate"],
+            seed=params["seed"],
+            train=s.train,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise PipelineError(f"{'.'.join(map(str, err['loc']))}={err.get('input')!r}: {err['msg']}") from None
+    path = spec.write()
+    python = s.ray_python or sys.executable
+    return {
+        "spec_path": str(path),
+        "run_dir": str(run_dir),
+        "entrypoint": f"{python} {s.jobs_dir / 'train_trl.py'} --spec {path}",
+        "algorithm": algorithm,
+        "dataset_version": manifest.version,
+        "base_version": base_version,
+    }
+
+
+def publish_checkpoint(spec_path: str) -> dict:
+    """Check the run's checkpoint is whole and loadable; the checkpoint asset's extra."""
+    from transformers import AutoConfig
+
+    spec = JobSpec.read(spec_path)
+    ckpt = spec.checkpoint_dir
+    if not (ckpt / "config.json").exists():
+        raise PipelineError(f"run {spec.run_dir} finished without a checkpoint at {ckpt}")
+    AutoConfig.from_pretrained(ckpt)  # fails loudly on a damaged directory
+    metrics = json.loads((Path(spec.run_dir) / METRICS_FILE).read_text())
+    return {
+        "checkpoint": str(ckpt),
+        "run_dir": spec.run_dir,
+        "algorithm": spec.algorithm,
+        "base_version": spec.base_version,
+        "dataset_version": spec.dataset_version,
+        "dataset_uri": spec.dataset_uri,
+        "steps": metrics["steps"],
+        "first": metrics["first"],
+        "last": metrics["last"],
+    }
+
+
+# ---------------------------------------------------------------- eval_and_deploy
+
+
+def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float, min_gain: float) -> dict:
+    """Score candidate and champion on the untouched test split; log everything to MLflow."""
+    from ctpipe import evaluation, generation
+    from ctpipe.registry import Registry
+
+    gate_cfg = s.gate.model_copy(update={"alpha": alpha, "min_gain": min_gain})
+    ckpt = Path(candidate.get("checkpoint") or "")
+    if not (ckpt / "config.json").exists():
+        raise PipelineError(f"checkpoint={str(ckpt)!r} does not exist or is not a model directory")
+    test = arith.splits(s.task).test
+    dataset_dir = Path(candidate["dataset_uri"])
+    manifest = datasets.Manifest.load(dataset_dir)
+    evaluation.check_disjoint(
+        evaluation.training_prompts(dataset_dir, manifest.files), [q.prompt for q in test]
+    )
+    registry = Registry(s)
+    champion = registry.champion()
+    if champion is None:
+        raise PipelineError(f"model {s.model_name!r} has no champion to compare against")
+    flags = {}
+    for name, path in (("champion", champion.path), ("candidate", ckpt)):
+        model, tok = generation.load(path)
+        flags[name] = generation.correct_flags(model, tok, test, gate_cfg.max_new_tokens)
+    cmp = evaluation.compare(flags["champion"], flags["candidate"])
+    decision = evaluation.gate(cmp, gate_cfg)
+    log.info(
+        "champion v%s %.3f %s vs candidate %.3f %s: gain %+.3f (95%% CI %+.3f..%+.3f), McNemar p=%.3g -> %s (%s)",
+        champion.version, cmp.champion_accuracy, _ci(cmp.champion_ci), cmp.candidate_accuracy, _ci(cmp.candidate_ci),
+        cmp.gain, *cmp.gain_ci, cmp.p_value, "PASS" if decision.passed else "FAIL", decision.reason,
+    )
+    run = registry.start_run(run_name, tags={"ctpipe.kind": "eval", "ctpipe.decision": "pass" if decision.passed else "fail"})
+    rid = run.info.run_id
+    for k, v in {
+        "candidate_checkpoint": str(ckpt),
+        "algorithm": candidate.get("algorithm"),
+        "dataset_version": candidate.get("dataset_version"),
+        "champion_version": champion.version,
+        "base_version": candidate.get("base_version"),
+        "alpha": gate_cfg.alpha,
+        "min_gain": gate_cfg.min_gain,
+        "test_questions": cmp.n,
+    }.items():
+        registry.client.log_param(rid, k, v)
+    for k in ("champion_accuracy", "candidate_accuracy", "gain", "p_value"):
+        registry.client.log_metric(rid, k, getattr(cmp, k))
+    registry.client.set_tag(rid, "ctpipe.reason", decision.reason)
+    registry.client.set_terminated(rid)
+    return {
+        "passed": decision.passed,
+        "reason": decision.reason,
+        "comparison": cmp.as_dict(),
+        "champion_version": champion.version,
+        "mlflow_run_id": rid,
+        "candidate": candidate,
+    }
+
+
+def _ci(ci: tuple[float, float]) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def register_candidate(s: Settings, result: dict) -> str:
+    """Register a passing candidate as a new model version (not yet serving)."""
+    from ctpipe.registry import Registry
+
+    cand = result["candidate"]
+    return Registry(s).register(
+        result["mlflow_run_id"],
+        Path(cand["checkpoint"]),
+        tags={
+            "origin": cand.get("algorithm", ""),
+            "dataset_version": cand.get("dataset_version", ""),
+            "parent_version": str(result["champion_version"]),
+            "test_accuracy": f"{result['comparison']['candidate_accuracy']:.4f}",
+        },
+    )

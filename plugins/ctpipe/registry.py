@@ -1,0 +1,123 @@
+"""The model registry: MLflow model versions, the ``champion`` alias, and eval records.
+
+A local SQLite store under ``<home>/mlflow`` by default; ``CTPIPE_MLFLOW_TRACKING_URI``
+points it at a tracking server. Checkpoints are logged as run artifacts and a
+model version points at them, so the registry alone can restore any version.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from ctpipe.config import Settings
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+EXPERIMENT = "ctpipe"
+
+
+@dataclass(frozen=True)
+class Version:
+    version: str
+    path: Path
+    tags: dict
+
+
+class Registry:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.name = settings.model_name
+
+    @cached_property
+    def client(self):
+        import mlflow
+        from mlflow import MlflowClient
+
+        # mlflow.* helpers read the process-wide URI; set it so they agree with the client.
+        mlflow.set_tracking_uri(self.settings.tracking_uri)
+        mlflow.set_registry_uri(self.settings.tracking_uri)
+        if self.settings.mlflow_tracking_uri is None:
+            (self.settings.home / "mlflow").mkdir(parents=True, exist_ok=True)
+        return MlflowClient(self.settings.tracking_uri, self.settings.tracking_uri)
+
+    def experiment_id(self) -> str:
+        exp = self.client.get_experiment_by_name(EXPERIMENT)
+        if exp is not None:
+            return exp.experiment_id
+        location = None
+        if self.settings.mlflow_tracking_uri is None:
+            location = self.settings.artifact_root.as_uri()
+        try:
+            return self.client.create_experiment(EXPERIMENT, artifact_location=location)
+        except Exception:  # a concurrent task created it first
+            return self.client.get_experiment_by_name(EXPERIMENT).experiment_id
+
+    def start_run(self, run_name: str, tags: dict | None = None):
+        return self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags or {})
+
+    def register(self, run_id: str, checkpoint: Path, tags: dict[str, str]) -> str:
+        """Log ``checkpoint`` under ``run_id`` and register it as a new model version."""
+        from mlflow.exceptions import MlflowException
+
+        self.client.log_artifacts(run_id, str(checkpoint), artifact_path="checkpoint")
+        try:
+            self.client.create_registered_model(self.name)
+        except MlflowException as e:
+            if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
+                raise
+        source = f"{self.client.get_run(run_id).info.artifact_uri}/checkpoint"
+        mv = self.client.create_model_version(self.name, source=source, run_id=run_id, tags=tags)
+        log.info("registered %s version %s from %s", self.name, mv.version, source)
+        return str(mv.version)
+
+    def champion(self) -> Version | None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            mv = self.client.get_model_version_by_alias(self.name, CHAMPION)
+        except MlflowException:
+            return None
+        return self.get(str(mv.version))
+
+    def set_champion(self, version: str) -> None:
+        self.client.set_registered_model_alias(self.name, CHAMPION, version)
+
+    def get(self, version: str) -> Version:
+        """A version with a local copy of its checkpoint (downloaded once, atomically)."""
+        from mlflow.artifacts import download_artifacts
+        from mlflow.exceptions import MlflowException
+
+        try:
+            mv = self.client.get_model_version(self.name, version)
+        except MlflowException as e:
+            raise LookupError(f"model {self.name!r} has no version {version!r}") from e
+        local = self.settings.models_dir / "registry" / self.name / str(version)
+        if not (local / "config.json").exists():
+            tmp = local.parent / f".tmp-{version}-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            download_artifacts(artifact_uri=mv.source, dst_path=str(tmp), tracking_uri=self.settings.tracking_uri)
+            inner = tmp / "checkpoint"
+            try:
+                os.rename(inner if inner.is_dir() else tmp, local)
+            except OSError:
+                pass  # another process placed the same files first
+            shutil.rmtree(tmp, ignore_errors=True)
+        return Version(version=str(mv.version), path=local, tags=dict(mv.tags))
+
+    def ensure_champion(self, base_checkpoint: Path) -> Version:
+        """The champion; on a fresh registry, the base model becomes version 1 and champion."""
+        current = self.champion()
+        if current is not None:
+            return current
+        run = self.start_run("bootstrap-base-model", tags={"ctpipe.kind": "bootstrap"})
+        version = self.register(run.info.run_id, base_checkpoint, tags={"origin": "base", "checkpoint": str(base_checkpoint)})
+        self.client.set_terminated(run.info.run_id)
+        self.set_champion(version)
+        return self.get(version)

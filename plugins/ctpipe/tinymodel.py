@@ -1,0 +1,187 @@
+"""The embedded default's base model, built here, deterministically, with no download.
+
+A character-level tokenizer and a small Llama are pre-trained with plain SFT on
+the arithmetic task until held-out accuracy enters the recipe's target range,
+so that reinforcement learning has signal to work with. The result is cached
+under ``<home>/models/base-<hash>``; the hash covers the recipe and the task,
+so the model is rebuilt only when either changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import string
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ctpipe import arith
+from ctpipe.config import BaseModelRecipe, TaskConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
+
+# Bump when the build code changes in a way the recipe does not capture.
+BUILD_VERSION = 1
+
+PAD, UNK, BOS = "<pad>", "<unk>", "<bos>"
+USER, ASSISTANT, SYSTEM, END = "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"
+SPECIAL_TOKENS = (PAD, UNK, BOS, USER, ASSISTANT, SYSTEM, END)
+CHARS = string.printable[:95]  # digits, letters, punctuation, space
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% if m['role'] == 'system' %}" + SYSTEM + "{{ m['content'] }}"
+    "{% elif m['role'] == 'user' %}" + USER + "{{ m['content'] }}"
+    "{% elif m['role'] == 'assistant' %}" + ASSISTANT + "{{ m['content'] }}" + END + "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
+)
+
+
+def recipe_hash(recipe: BaseModelRecipe, task: TaskConfig) -> str:
+    blob = json.dumps(
+        {"v": BUILD_VERSION, "recipe": recipe.model_dump(mode="json"), "task": task.model_dump(mode="json")},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer with a chat template (TRL and vLLM both need one)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate((*SPECIAL_TOKENS, *CHARS))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=PAD,
+        unk_token=UNK,
+        bos_token=BOS,
+        eos_token=END,
+        additional_special_tokens=[USER, ASSISTANT, SYSTEM],
+        padding_side="left",
+        model_max_length=256,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def render_prompt(tokenizer, question: str) -> str:
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def build_model(recipe: BaseModelRecipe, tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_heads,
+        head_dim=recipe.head_dim,
+        max_position_embeddings=recipe.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def _sft_batch(tokenizer, questions: list[arith.Question]):
+    """Tokens of prompt+answer, with the loss only on the answer and its end token."""
+    import torch
+
+    prompts = [render_prompt(tokenizer, q.prompt) for q in questions]
+    full = [p + q.answer + END for p, q in zip(prompts, questions)]
+    enc = tokenizer(full, return_tensors="pt", padding=True, add_special_tokens=False)
+    labels = enc["input_ids"].clone()
+    labels[enc["attention_mask"] == 0] = -100
+    for i, p in enumerate(prompts):
+        n_prompt = len(tokenizer(p, add_special_tokens=False)["input_ids"])
+        pad = int((enc["attention_mask"][i] == 0).sum())
+        labels[i, : pad + n_prompt] = -100
+    return enc["input_ids"], enc["attention_mask"], labels
+
+
+def pretrain(recipe: BaseModelRecipe, task: TaskConfig, out_dir: Path) -> dict:
+    """SFT from scratch until dev accuracy enters the target range; save to ``out_dir``."""
+    import torch
+
+    from ctpipe.generation import accuracy
+
+    torch.manual_seed(recipe.seed)
+    # One thread keeps the float reduction order, and so the weights, the same on every machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tokenizer = build_tokenizer()
+        model = build_model(recipe, tokenizer)
+        opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
+        rng = random.Random(recipe.seed)
+        dev = list(arith.splits(task).dev[: recipe.eval_questions])
+        lo, hi = recipe.target_accuracy
+        acc, t0 = 0.0, time.monotonic()
+        for step in range(1, recipe.max_steps + 1):
+            model.train()
+            ids, mask, labels = _sft_batch(tokenizer, list(arith.sample_train(task, recipe.batch_size, rng)))
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if step % recipe.eval_every == 0:
+                acc = accuracy(model, tokenizer, dev, max_new_tokens=8)
+                log.info("base model step %d loss %.4f dev accuracy %.3f", step, loss.item(), acc)
+                if lo <= acc <= hi:
+                    break
+        else:
+            raise RuntimeError(
+                f"base model never reached dev accuracy in {recipe.target_accuracy} within "
+                f"max_steps={recipe.max_steps} (last {acc:.3f}); change the base_model recipe"
+            )
+    finally:
+        torch.set_num_threads(threads)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    info = {"steps": step, "dev_accuracy": acc, "seconds": round(time.monotonic() - t0, 1)}
+    (out_dir / "build.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def ensure_base_model(recipe: BaseModelRecipe, task: TaskConfig, models_dir: Path) -> Path:
+    """The cached base model directory, built first if the recipe is new."""
+    final = models_dir / f"base-{recipe_hash(recipe, task)}"
+    if (final / "build.json").exists():
+        return final
+    models_dir.mkdir(parents=True, exist_ok=True)
+    tmp = models_dir / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    (tmp / "recipe.json").write_text(
+        json.dumps({"recipe": recipe.model_dump(mode="json"), "task": task.model_dump(mode="json")}, indent=2)
+    )
+    info = pretrain(recipe, task, tmp)
+    log.info("built base model %s: %s", final.name, info)
+    try:
+        os.rename(tmp, final)  # atomic: readers see a whole model or none
+    except OSError:
+        # Another process built it first; theirs is identical.
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

@@ -1,0 +1,64 @@
+"""Shared fixtures: an isolated ctpipe home per test session, and the base model built once."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from ctpipe.config import Settings
+from ctpipe.traces import partition_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def settings(tmp_path, monkeypatch) -> Settings:
+    monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))
+    return Settings()
+
+
+@pytest.fixture(scope="session")
+def base_model(tmp_path_factory) -> Path:
+    """The default recipe's base model, built once per session into a shared cache."""
+    from ctpipe.tinymodel import ensure_base_model
+
+    cache = Path(os.environ.get("CTPIPE_TEST_MODEL_CACHE", tmp_path_factory.mktemp("models")))
+    s = Settings(home=cache)
+    return ensure_base_model(s.base_model, s.task, s.models_dir)
+
+
+T0 = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
+
+
+def trace(i: int, prompt: str = "What is 2 plus 3?", completion: str = "5", *, at: datetime | None = None, **over) -> dict:
+    start = at or T0 + timedelta(seconds=i)
+    rec = {
+        "trace_id": f"t{i}",
+        "start_time": start.isoformat(),
+        "end_time": (start + timedelta(milliseconds=40)).isoformat(),
+        "model": {"name": "m", "version": "1"},
+        "messages": [{"role": "user", "content": prompt}],
+        "completion": completion,
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        "feedback": {"thumb": None, "rating": None},
+        "latency_ms": 40.0,
+    }
+    rec.update(over)
+    return rec
+
+
+def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: datetime = T0) -> Path:
+    d = partition_dir(root, at)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / name
+    path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
+    return path

@@ -1,0 +1,136 @@
+import json
+from datetime import timedelta
+
+import pyarrow.parquet as pq
+import pytest
+
+from ctpipe import arith, datasets
+from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+from tests.conftest import T0, trace, write_traces
+
+HOUR = timedelta(hours=1)
+
+
+def run(s, start=T0, end=T0 + HOUR, **kw):
+    return datasets.materialize(
+        s.traces_dir, s.datasets_dir, start, end,
+        task=kw.get("task", s.task), reward=kw.get("reward", s.reward), dataset=kw.get("dataset", s.dataset),
+    )
+
+
+def held_out_prompt():
+    return arith.splits(TaskConfig()).test[0].prompt
+
+
+@pytest.fixture
+def mixed(settings):
+    lines = [
+        trace(1, completion="5", feedback={"thumb": "up", "rating": None}),
+        trace(2, completion="6", feedback={"thumb": "down", "rating": None}),
+        trace(3, completion="5"),
+        '{"trace_id": "broken", ',
+        trace(4, completion=""),
+        trace(5, latency_ms=float("nan")),
+        {k: v for k, v in trace(6).items() if k != "model"},
+        trace(1, completion="something else"),  # same id, different content
+        trace(7, prompt=held_out_prompt(), completion="1"),
+        trace(8, prompt="Tell me a joke", completion="no", feedback={"thumb": "up", "rating": None}),
+    ]
+    write_traces(settings.traces_dir, lines)
+    return settings
+
+
+def test_every_trace_lands_in_the_dataset_or_in_quarantine(mixed):
+    m = run(mixed)
+    assert m.counts["traces_in"] == 10
+    assert m.counts["traces"] + m.counts["quarantined"] == 10
+    assert m.quarantine_reasons == {
+        "duplicate_trace_id": 1, "held_out_prompt": 1, "invalid_field": 1,
+        "invalid_json": 1, "missing_field": 1, "non_finite_number": 1,
+    }
+    q = pq.read_table(m.path / "quarantine.parquet").to_pylist()
+    assert {r["source_line"] for r in q} == {4, 5, 6, 7, 8, 9}
+    assert all(r["raw"] and r["source_file"].endswith("part-a.jsonl") for r in q)
+
+
+def test_rewards_combine_correctness_and_feedback(mixed):
+    rows = {r["trace_id"]: r for r in pq.read_table(run(mixed).path / "traces.parquet").to_pylist()}
+    assert rows["t1"]["final_reward"] == 1.0  # right and liked
+    assert rows["t2"]["final_reward"] == 0.0  # wrong and disliked
+    assert rows["t3"]["final_reward"] == 1.0  # right, no feedback: weights renormalize
+    assert rows["t8"]["verifiable_reward"] is None and rows["t8"]["final_reward"] == 1.0
+
+
+def test_grpo_and_dpo_tables_use_trl_conversational_columns(mixed):
+    m = run(mixed)
+    grpo = pq.read_table(m.path / "grpo.parquet").to_pylist()
+    assert grpo == [{"prompt": [{"role": "user", "content": "What is 2 plus 3?"}], "answer": "5"}]
+    dpo = pq.read_table(m.path / "dpo.parquet").to_pylist()
+    assert len(dpo) == 1
+    assert dpo[0]["chosen"] == [{"role": "assistant", "content": "5"}]
+    assert dpo[0]["rejected"] == [{"role": "assistant", "content": "6"}]
+    assert dpo[0]["chosen_reward"] - dpo[0]["rejected_reward"] >= mixed.dataset.dpo_min_margin
+
+
+def test_rerunning_an_interval_gives_the_same_version_untouched(mixed):
+    first = run(mixed)
+    stamp = (first.path / "manifest.json").stat().st_mtime_ns
+    again = run(mixed)
+    assert again.version == first.version
+    assert (first.path / "manifest.json").stat().st_mtime_ns == stamp
+    assert not [p for p in mixed.datasets_dir.iterdir() if p.name.startswith(".tmp")]
+    assert datasets.resolve(mixed.datasets_dir, "").version == first.version
+
+
+def test_a_config_change_makes_a_new_version(mixed):
+    a = run(mixed)
+    b = run(mixed, reward=RewardConfig(verifiable_weight=1.0, feedback_weight=0.0))
+    assert a.version != b.version
+
+
+def test_interval_membership_follows_timestamps(settings):
+    lines = [trace(1, at=T0 + timedelta(minutes=10)), "not json", trace(2, at=T0 + timedelta(minutes=50))]
+    write_traces(settings.traces_dir, lines)
+    first = run(settings, T0, T0 + timedelta(minutes=30))
+    second = run(settings, T0 + timedelta(minutes=30), T0 + HOUR)
+    # The unreadable line belongs with the line before it.
+    assert (first.counts["traces"], first.counts["quarantined"]) == (1, 1)
+    assert (second.counts["traces"], second.counts["quarantined"]) == (1, 0)
+
+
+def test_empty_interval_publishes_nothing(settings):
+    assert run(settings) is None
+    with pytest.raises(datasets.DatasetNotFound, match="no dataset has been published"):
+        datasets.resolve(settings.datasets_dir, "")
+
+
+def test_missing_version_is_named(settings):
+    with pytest.raises(datasets.DatasetNotFound, match="'nope'"):
+        datasets.resolve(settings.datasets_dir, "nope")
+
+
+def test_interval_must_be_ordered(settings):
+    with pytest.raises(ValueError, match="not after start"):
+        run(settings, T0 + HOUR, T0)
+
+
+def test_dpo_pairs_best_vs_worst_with_margin():
+    group = [
+        {"trace_id": "a", "final_reward": 1.0, "completion": "5"},
+        {"trace_id": "b", "final_reward": 0.9, "completion": "5 "},
+        {"trace_id": "c", "final_reward": 0.0, "completion": "7"},
+        {"trace_id": "d", "final_reward": 0.5, "completion": "8"},
+        {"trace_id": "e", "final_reward": None, "completion": "9"},
+    ]
+    pairs = datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=0.3, dpo_max_pairs_per_prompt=2))
+    assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "d")]
+    assert datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=1.5)) == []
+    assert datasets.dpo_pairs(group[:1], DatasetConfig()) == []
+
+
+def test_manifest_records_hashes_and_counts(mixed):
+    m = run(mixed)
+    on_disk = json.loads((m.path / "manifest.json").read_text())
+    assert on_disk["files"]["traces"]["rows"] == m.counts["traces"]
+    assert len(on_disk["files"]["dpo"]["sha256"]) == 64
+    assert m.asset_extra()["rows"]["grpo_prompts"] == 1

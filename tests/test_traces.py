@@ -1,0 +1,49 @@
+import json
+
+import pytest
+
+from ctpipe.traces import InvalidTrace, parse_line
+from tests.conftest import trace
+
+
+def reason(line: str) -> str:
+    with pytest.raises(InvalidTrace) as e:
+        parse_line(line)
+    return e.value.reason
+
+
+def test_valid_record_parses():
+    rec = parse_line(json.dumps(trace(1, feedback={"thumb": "up", "rating": 4.5})))
+    assert rec.prompt == "What is 2 plus 3?" and rec.feedback.thumb == "up"
+
+
+def test_unknown_fields_are_ignored():
+    assert parse_line(json.dumps(trace(1) | {"new_field": 1})).trace_id == "t1"
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ('{"trace_id": "t1", ', "invalid_json"),
+        ("[1, 2]", "not_an_object"),
+        (json.dumps({k: v for k, v in trace(1).items() if k != "trace_id"}), "missing_field"),
+        (json.dumps(trace(1, usage={"prompt_tokens": "10", "completion_tokens": 2, "total_tokens": 12})), "invalid_field"),
+        (json.dumps(trace(1, completion="")), "invalid_field"),
+        (json.dumps(trace(1, completion="   ")), "invalid_field"),
+        (json.dumps(trace(1, latency_ms=float("nan"))), "non_finite_number"),
+        (json.dumps(trace(1, latency_ms=float("inf"))), "non_finite_number"),
+        (json.dumps(trace(1, start_time="yesterday")), "invalid_field"),
+        (json.dumps(trace(1, start_time="2026-11-22T10:00:00")), "invalid_field"),  # no timezone
+        (json.dumps(trace(1, messages=[{"role": "assistant", "content": "hi"}])), "invalid_field"),
+        (json.dumps(trace(1, feedback={"thumb": "sideways"})), "invalid_field"),
+        (json.dumps(trace(1, end_time="2026-11-22T09:00:00+00:00")), "invalid_field"),
+    ],
+)
+def test_bad_records_are_rejected_with_a_reason(line, expected):
+    assert reason(line) == expected
+
+
+def test_the_detail_names_the_field():
+    with pytest.raises(InvalidTrace) as e:
+        parse_line(json.dumps(trace(1, usage={"prompt_tokens": "x", "completion_tokens": 2, "total_tokens": 12})))
+    assert "usage.prompt_tokens" in e.value.detail
