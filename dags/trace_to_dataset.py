@@ -17,7 +17,7 @@ Re-running an interval finds the same version instead of writing a new one.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ctpipe.assets import TRAINING_DATASET
@@ -25,7 +25,8 @@ from ctpipe.config import settings
 
 with DAG(
     dag_id="trace_to_dataset",
-    schedule=settings().trace_schedule or None,
+    # A data-interval timetable: each run covers [previous tick, this tick), not a zero-length instant.
+    schedule=CronDataIntervalTimetable(settings().trace_schedule, timezone="UTC") if settings().trace_schedule else None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -15,6 +15,8 @@ complete checkpoint. The finished checkpoint is announced on the
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pendulum
 from airflow.sdk import DAG, Param, task
 
@@ -73,6 +75,6 @@ with DAG(
         entrypoint="{{ ti.xcom_pull(task_ids='prepare')['entrypoint'] }}",
         runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}},
         poll_interval=_train.poll_interval_s,
-        job_timeout=pendulum.duration(seconds=_train.timeout_s),
+        job_timeout=timedelta(seconds=_train.timeout_s),
     )
     job >> run >> publish(job)

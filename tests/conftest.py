@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# Airflow reads its home at import time: keep tests away from the user's installation.
+os.environ.setdefault("AIRFLOW_HOME", str(Path(__import__("tempfile").mkdtemp(prefix="ctpipe-airflow-"))))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
 from ctpipe.config import Settings
 from ctpipe.traces import partition_dir
 
@@ -62,3 +67,15 @@ def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: dateti
     path = d / name
     path.write_text("".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_url(tmp_path_factory) -> str:
+    """A real local Ray head (left running; `.ci/run` stops Ray when the suite ends)."""
+    from ctpipe.raycluster import ensure_local_head
+
+    url = os.environ.get("CTPIPE_TEST_RAY_URL")
+    if url:
+        return url
+    s = Settings(home=tmp_path_factory.mktemp("ray"), ray_port=free_port(), ray_dashboard_port=free_port())
+    return ensure_local_head(s)

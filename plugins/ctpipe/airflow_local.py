@@ -25,6 +25,9 @@ def airflow_env(s: Settings) -> dict[str, str]:
     url = f"http://127.0.0.1:{s.airflow_port}"
     return {
         "AIRFLOW_HOME": str(s.airflow_home),
+        # Scheduler, API server, DAG processor and triggerer all write to one SQLite file: wait for
+        # the lock rather than fail after pysqlite's default 5 s (the file is also put in WAL mode).
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{s.airflow_home / 'airflow.db'}?timeout=60",
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -36,10 +39,25 @@ def airflow_env(s: Settings) -> dict[str, str]:
         # Two cores: more concurrent task processes only thrash.
         "AIRFLOW__CORE__PARALLELISM": "4",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+        # standalone runs its components as `airflow ...` subprocesses: this venv's bin must come first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "CTPIPE_HOME": str(s.home),
         "TOKENIZERS_PARALLELISM": "false",
         "NO_PROXY": "*",
     }
+
+
+class ServerError(RuntimeError):
+    """An HTTP 5xx: usually a transient database lock on SQLite, so it is retried."""
+
+
+def init_sqlite(path: Path) -> None:
+    """Create the metadata database in WAL mode, which lets readers and one writer work at once."""
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode=WAL")
 
 
 class AirflowClient:
@@ -59,9 +77,9 @@ class AirflowClient:
         self.session.headers["Authorization"] = f"Bearer {self._token}"
 
     @retry(
-        retry=retry_if_exception_type(requests.ConnectionError),
+        retry=retry_if_exception_type((requests.ConnectionError, ServerError)),
         wait=wait_exponential(max=10),
-        stop=stop_after_attempt(5),
+        stop=stop_after_attempt(6),
         reraise=True,
     )
     def call(self, method: str, path: str, **kwargs) -> Any:
@@ -71,6 +89,8 @@ class AirflowClient:
         if r.status_code == 401:
             self.login()
             r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
+        if r.status_code >= 500:
+            raise ServerError(f"{method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
         if not r.ok:
             raise RuntimeError(f"{method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
         return r.json() if r.content else None
@@ -128,7 +148,7 @@ class LocalAirflow:
     def start(self) -> None:
         if self.running_pid() is not None:
             return
-        self.home.mkdir(parents=True, exist_ok=True)
+        init_sqlite(self.home / "airflow.db")
         airflow = str(Path(sys.executable).with_name("airflow"))
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(

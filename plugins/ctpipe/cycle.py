@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from ctpipe import raycluster, tinymodel, traffic
-from ctpipe.airflow_local import LocalAirflow
+from ctpipe.airflow_local import LocalAirflow, ServerError
 from ctpipe.config import Settings
 from ctpipe.registry import Registry
 
@@ -61,7 +61,11 @@ def _find_run(af: LocalAirflow, dag_id: str, match, timeout_s: float) -> dict:
             rid = run["dag_run_id"]
             if rid in checked or run["run_type"] != "asset_triggered":
                 continue
-            events = af.client.upstream_events(dag_id, rid)
+            try:
+                events = af.client.upstream_events(dag_id, rid)
+            except ServerError:
+                # Airflow 3.3 answers 500 for a run that has not started yet (start_date is None); ask again later.
+                continue
             if any(match(e.get("extra") or {}) for e in events):
                 return run
             checked.add(rid)

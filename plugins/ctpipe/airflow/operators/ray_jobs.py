@@ -88,7 +88,8 @@ class RayJobOperator(BaseOperator):
         self.defer(
             trigger=RayJobTrigger(self.hook.dashboard_url, sid, poll_interval=self.poll_interval),
             method_name="execute_complete",
-            timeout=self.job_timeout,
+            # The supervisor serializes the deferral: a plain timedelta, not a pendulum Duration.
+            timeout=timedelta(seconds=self.job_timeout.total_seconds()),
         )
 
     def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:

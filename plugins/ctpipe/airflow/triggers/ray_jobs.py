@@ -30,6 +30,7 @@ class RayJobTrigger(BaseTrigger):
     :param poll_interval: seconds between status polls.
     :param log_offset: characters of the job log already reported (kept across triggerer restarts).
     :param request_timeout: seconds allowed for each HTTP request.
+    :param max_attempts: tries per request before the trigger gives up on an unreachable dashboard.
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class RayJobTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         log_offset: int = 0,
         request_timeout: float = 30.0,
+        max_attempts: int = 6,
     ):
         super().__init__()
         self.dashboard_url = dashboard_url.rstrip("/")
@@ -46,6 +48,7 @@ class RayJobTrigger(BaseTrigger):
         self.poll_interval = poll_interval
         self.log_offset = log_offset
         self.request_timeout = request_timeout
+        self.max_attempts = max_attempts
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -56,6 +59,7 @@ class RayJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "log_offset": self.log_offset,
                 "request_timeout": self.request_timeout,
+                "max_attempts": self.max_attempts,
             },
         )
 
@@ -63,7 +67,7 @@ class RayJobTrigger(BaseTrigger):
         async for attempt in AsyncRetrying(
             retry=retry_if_exception_type(_TRANSIENT),
             wait=wait_exponential(multiplier=1, max=20),
-            stop=stop_after_attempt(6),
+            stop=stop_after_attempt(self.max_attempts),
             reraise=True,
         ):
             with attempt:

@@ -1,0 +1,45 @@
+"""User-caused failures of the DAG tasks end with a message naming the field and value."""
+
+import pytest
+
+from ctpipe.pipeline import PipelineError, prepare_training
+from tests.conftest import trace, write_traces
+
+PARAMS = {"algorithm": "grpo", "base_checkpoint": "", "dataset_version": "", "max_steps": 5, "learning_rate": 1e-3, "seed": 0}
+
+
+def test_unknown_algorithm_is_named(settings):
+    with pytest.raises(PipelineError, match="algorithm='ppo' is not supported; choose one of grpo, dpo"):
+        prepare_training(settings, PARAMS | {"algorithm": "ppo"}, None, "manual__1")
+
+
+def test_missing_dataset_version_is_named(settings):
+    with pytest.raises(PipelineError, match="dataset_version='v-missing'"):
+        prepare_training(settings, PARAMS | {"dataset_version": "v-missing"}, None, "manual__1")
+
+
+def test_no_dataset_at_all(settings):
+    with pytest.raises(PipelineError, match="no dataset has been published"):
+        prepare_training(settings, PARAMS, None, "manual__1")
+
+
+def test_dataset_without_pairs_cannot_train_dpo(settings):
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+    from datetime import timedelta
+
+    write_traces(settings.traces_dir, [trace(1)])
+    extra = materialize_interval(settings, T0, T0 + timedelta(hours=1))
+    with pytest.raises(PipelineError, match="has no dpo rows"):
+        prepare_training(settings, PARAMS | {"algorithm": "dpo"}, extra, "manual__1")
+
+
+def test_bad_base_checkpoint_is_named(settings):
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+    from datetime import timedelta
+
+    write_traces(settings.traces_dir, [trace(1)])
+    extra = materialize_interval(settings, T0, T0 + timedelta(hours=1))
+    with pytest.raises(PipelineError, match="base_checkpoint='/nowhere'"):
+        prepare_training(settings, PARAMS | {"base_checkpoint": "/nowhere"}, extra, "manual__1")
