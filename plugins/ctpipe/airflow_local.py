@@ -76,17 +76,11 @@ class AirflowClient:
         self._token = r.json()["access_token"]
         self.session.headers["Authorization"] = f"Bearer {self._token}"
 
-    @retry(
-        retry=retry_if_exception_type((requests.ConnectionError, ServerError)),
-        wait=wait_exponential(max=10),
-        stop=stop_after_attempt(6),
-        reraise=True,
-    )
-    def call(self, method: str, path: str, **kwargs) -> Any:
+    def call_once(self, method: str, path: str, **kwargs) -> Any:
         if self._token is None:
             self.login()
         r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
-        if r.status_code == 401:
+        if r.status_code == 401:  # the token expired
             self.login()
             r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
         if r.status_code >= 500:
@@ -94,6 +88,15 @@ class AirflowClient:
         if not r.ok:
             raise RuntimeError(f"{method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
         return r.json() if r.content else None
+
+    @retry(
+        retry=retry_if_exception_type((requests.ConnectionError, ServerError)),
+        wait=wait_exponential(max=10),
+        stop=stop_after_attempt(6),
+        reraise=True,
+    )
+    def call(self, method: str, path: str, **kwargs) -> Any:
+        return self.call_once(method, path, **kwargs)
 
     def healthy(self) -> bool:
         try:
@@ -111,7 +114,8 @@ class AirflowClient:
 
     def upstream_events(self, dag_id: str, run_id: str) -> list[dict]:
         rid = requests.utils.quote(run_id, safe="")
-        return self.call("GET", f"/dags/{dag_id}/dagRuns/{rid}/upstreamAssetEvents")["asset_events"]
+        # No retry: the caller polls, and Airflow 3.3 answers 500 here until the run has started.
+        return self.call_once("GET", f"/dags/{dag_id}/dagRuns/{rid}/upstreamAssetEvents")["asset_events"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         rid = requests.utils.quote(run_id, safe="")

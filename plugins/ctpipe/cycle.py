@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from ctpipe import raycluster, tinymodel, traffic
@@ -102,37 +102,42 @@ def run_cycle(s: Settings, timeout_s: float = 1800) -> dict[str, Any]:
 
     start, end = report.start, report.end + timedelta(milliseconds=1)
     run_id = f"cycle{cycle_no}__{start:%Y%m%dT%H%M%S}"
-    af.client.call(
-        "POST", "/dags/trace_to_dataset/dagRuns",
-        json={
-            "dag_run_id": run_id,
-            "logical_date": start.isoformat(),
-            "data_interval_start": start.isoformat(),
-            "data_interval_end": end.isoformat(),
-            "conf": {},
-            "note": f"ctpipe cycle {cycle_no}",
-        },
-    )
+    try:
+        af.client.call(
+            "POST", "/dags/trace_to_dataset/dagRuns",
+            json={
+                "dag_run_id": run_id,
+                "logical_date": start.isoformat(),
+                "data_interval_start": start.isoformat(),
+                "data_interval_end": end.isoformat(),
+                "conf": {},
+                "note": f"ctpipe cycle {cycle_no}",
+            },
+        )
+    except RuntimeError as e:
+        if "HTTP 409" not in str(e):  # 409: a retried request that had already gone through
+            raise
     _say(f"triggered trace_to_dataset {run_id}")
-    _wait_run(af, "trace_to_dataset", run_id, timeout_s)
+    t2d = _wait_run(af, "trace_to_dataset", run_id, timeout_s)
     data = af.client.xcom("trace_to_dataset", run_id, "materialize")
     _say(f"dataset {data['version']}: {data['rows']}")
 
     train = _find_run(af, "train", lambda x: x.get("version") == data["version"], timeout_s)
     _say(f"train run {train['dag_run_id']} (follow it at {af.url}/dags/train/runs/{train['dag_run_id']})")
-    _wait_run(af, "train", train["dag_run_id"], timeout_s)
+    train = _wait_run(af, "train", train["dag_run_id"], timeout_s)
     ckpt = af.client.xcom("train", train["dag_run_id"], "publish")
     job = af.client.xcom("train", train["dag_run_id"], "train")
 
     ev = _find_run(af, "eval_and_deploy", lambda x: x.get("run_dir") == ckpt["run_dir"], timeout_s)
     _say(f"eval_and_deploy run {ev['dag_run_id']}")
-    _wait_run(af, "eval_and_deploy", ev["dag_run_id"], timeout_s)
+    ev = _wait_run(af, "eval_and_deploy", ev["dag_run_id"], timeout_s)
     result = af.client.xcom("eval_and_deploy", ev["dag_run_id"], "evaluate")
     new_champion = Registry(s).champion()
 
     summary = {
         "cycle": cycle_no,
         "wall_s": round(time.monotonic() - t0, 1),
+        "stages": {r["dag_id"]: _seconds(r) for r in (t2d, train, ev)},
         "traffic": {"traces": report.traces, "malformed": report.faulty, "sampled_accuracy": report.accuracy},
         "dataset": data,
         "training": {
@@ -153,6 +158,11 @@ def run_cycle(s: Settings, timeout_s: float = 1800) -> dict[str, Any]:
     return summary
 
 
+def _seconds(run: dict) -> float:
+    start, end = (datetime.fromisoformat(run[k]) for k in ("start_date", "end_date"))
+    return round((end - start).total_seconds(), 1)
+
+
 def format_summary(x: dict) -> str:
     d, t, e = x["dataset"], x["training"], x["eval"]
     c = e["comparison"]
@@ -165,6 +175,7 @@ def format_summary(x: dict) -> str:
     lines = [
         "",
         f"=== ctpipe cycle {x['cycle']} finished in {x['wall_s']:.0f} s ===",
+        "stages           " + ", ".join(f"{dag} {sec:.0f} s" for dag, sec in x["stages"].items()),
         f"traces in        {d['traces_in']}  (simulated malformed: {x['traffic']['malformed']})",
         f"rows out         {d['rows']['traces']} traces, {d['rows']['grpo_prompts']} GRPO prompts, {d['rows']['dpo_pairs']} DPO pairs",
         f"quarantined      {d['quarantined']}",

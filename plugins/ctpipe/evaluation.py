@@ -65,7 +65,8 @@ class Comparison:
     p_value: float
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        # Lists, not tuples: the dict travels through XCom and JSON.
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 def compare(champion: Sequence[bool], candidate: Sequence[bool]) -> Comparison:

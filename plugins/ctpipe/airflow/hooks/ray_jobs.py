@@ -9,11 +9,18 @@ import logging
 from functools import cached_property
 from typing import Any
 
+from tenacity import retry, retry_if_exception, stop_after_delay, wait_fixed
+
 log = logging.getLogger(__name__)
 
 
 class JobAlreadyExists(RuntimeError):
     pass
+
+
+def _agent_not_ready(e: BaseException) -> bool:
+    # A head that has just started answers 500 "No available agent" until its job agent registers.
+    return isinstance(e, RuntimeError) and "No available agent" in str(e)
 
 
 class RayJobsHook:
@@ -32,6 +39,7 @@ class RayJobsHook:
 
         return JobSubmissionClient(self.dashboard_url)
 
+    @retry(retry=retry_if_exception(_agent_not_ready), wait=wait_fixed(2), stop=stop_after_delay(120), reraise=True)
     def submit(
         self,
         *,

@@ -1,0 +1,81 @@
+"""Two full cycles through the real Airflow scheduler, Ray Jobs API, TRL and MLflow."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture
+def stack(tmp_path, monkeypatch, base_model, ray_url):
+    from ctpipe.airflow_local import LocalAirflow
+    from ctpipe.config import Settings
+
+    monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CTPIPE_AIRFLOW_PORT", str(free_port()))
+    monkeypatch.setenv("CTPIPE_RAY_ADDRESS", ray_url)
+    monkeypatch.setenv("CTPIPE_TRACE_SCHEDULE", "")  # only the cycle's own runs, no hourly extras
+    s = Settings()
+    shutil.copytree(base_model, s.models_dir / base_model.name)  # same recipe: skip the rebuild
+    yield s
+    LocalAirflow(s).stop()
+
+
+def test_two_cycles_end_to_end(stack):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ctpipe import datasets
+    from ctpipe.airflow_local import LocalAirflow
+    from ctpipe.cycle import format_summary, run_cycle
+    from ctpipe.registry import CHAMPION, Registry
+
+    s = stack
+    first = run_cycle(s, timeout_s=900)
+    print(format_summary(first))
+
+    # Dataset: nothing lost, malformed traffic quarantined with reasons.
+    d = first["dataset"]
+    assert d["traces_in"] == first["traffic"]["traces"]
+    assert d["rows"]["traces"] + d["quarantined"] == d["traces_in"]
+    assert d["quarantined"] >= first["traffic"]["malformed"]
+    assert d["rows"]["grpo_prompts"] > 0
+    manifest = datasets.resolve(s.datasets_dir, d["version"])
+    reasons = set(pq.read_table(manifest.path / "quarantine.parquet").column("reason").to_pylist())
+    assert reasons and reasons <= {"invalid_json", "missing_field", "invalid_field", "non_finite_number"}
+
+    # Training: a checkpoint that loads and differs from its base.
+    t = first["training"]
+    assert t["steps"] == s.train.max_steps and t["first"]["loss"] is not None
+    model = AutoModelForCausalLM.from_pretrained(next(stack.runs_dir.glob("*/checkpoint")))
+    base = AutoModelForCausalLM.from_pretrained(Registry(s).get("1").path)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base.parameters()))
+
+    # Registry: the gate's decision is reflected in the champion alias and in MLflow.
+    e = first["eval"]
+    registry = Registry(s)
+    champion = registry.champion()
+    assert champion.version == ("2" if e["passed"] else "1") == first["champion_after"]
+    eval_run = registry.client.get_run(e["mlflow_run_id"])
+    assert eval_run.data.tags["ctpipe.decision"] == ("pass" if e["passed"] else "fail")
+    assert eval_run.data.metrics["candidate_accuracy"] == e["comparison"]["candidate_accuracy"]
+    assert e["comparison"]["n"] == s.task.test_size
+    assert registry.client.get_registered_model(s.model_name).aliases[CHAMPION] == champion.version
+
+    # The trigger form refuses an out-of-range param (validated by Airflow, not by us).
+    with pytest.raises(RuntimeError, match="HTTP 400"):
+        LocalAirflow(s).client.call("POST", "/dags/train/dagRuns", json={"logical_date": None, "conf": {"max_steps": 0}})
+
+    # The next cycle runs on traffic answered by the new champion.
+    second = run_cycle(s, timeout_s=900)
+    print(format_summary(second))
+    assert second["cycle"] == 2
+    served = pq.read_table(datasets.resolve(s.datasets_dir, second["dataset"]["version"]).path / "traces.parquet")
+    assert set(served.column("model_version").to_pylist()) == {first["champion_after"]}
+    assert len(list(stack.runs_dir.glob("*/checkpoint"))) == 2
