@@ -14,9 +14,10 @@ champion in place, with the reason recorded.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, Param, task
 
+from ctpipe.airflow.errors import fail_fast
+from ctpipe.airflow.dag_args import common
 from ctpipe.assets import CHECKPOINT
 from ctpipe.config import settings
 
@@ -25,12 +26,7 @@ _gate = settings().gate
 with DAG(
     dag_id="eval_and_deploy",
     schedule=[CHECKPOINT],
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["ctpipe", "eval", "deploy"],
-    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=30)},
-    doc_md=__doc__,
+    **common("eval", "deploy", retries=1, doc_md=__doc__),
     params={
         "checkpoint": Param(
             "", type="string", title="Checkpoint run directory",
@@ -43,16 +39,18 @@ with DAG(
 
     @task
     def evaluate(params=None, triggering_asset_events=None, run_id=None) -> dict:
-        from ctpipe.pipeline import PipelineError, evaluate_candidate, publish_checkpoint
+        from ctpipe.errors import PipelineError
+        from ctpipe.pipeline import evaluate_candidate, publish_checkpoint
 
-        if params["checkpoint"]:
-            candidate = publish_checkpoint(f"{params['checkpoint'].rstrip('/')}/job.json")
-        else:
-            events = (triggering_asset_events or {}).get(CHECKPOINT) or []
-            if not events:
-                raise PipelineError("no checkpoint: trigger with the `checkpoint` param or from a checkpoint asset event")
-            candidate = dict(events[-1].extra)
-        return evaluate_candidate(settings(), candidate, f"eval {run_id}", params["alpha"], params["min_gain"])
+        with fail_fast():
+            if params["checkpoint"]:
+                candidate = publish_checkpoint(f"{params['checkpoint'].rstrip('/')}/job.json")
+            else:
+                events = (triggering_asset_events or {}).get(CHECKPOINT) or []
+                if not events:
+                    raise PipelineError("no checkpoint: set the `checkpoint` param or trigger from a checkpoint event")
+                candidate = dict(events[-1].extra)
+            return evaluate_candidate(settings(), candidate, f"eval {run_id}", params["alpha"], params["min_gain"])
 
     @task.branch
     def gate(result: dict) -> str:

@@ -16,10 +16,10 @@ Re-running an interval finds the same version instead of writing a new one.
 
 from __future__ import annotations
 
-import pendulum
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
 from airflow.sdk.exceptions import AirflowSkipException
 
+from ctpipe.airflow.dag_args import common
 from ctpipe.assets import TRAINING_DATASET
 from ctpipe.config import settings
 
@@ -27,12 +27,7 @@ with DAG(
     dag_id="trace_to_dataset",
     # A data-interval timetable: each run covers [previous tick, this tick), not a zero-length instant.
     schedule=CronDataIntervalTimetable(settings().trace_schedule, timezone="UTC") if settings().trace_schedule else None,
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["ctpipe", "data"],
-    default_args={"retries": 2, "retry_delay": pendulum.duration(seconds=30)},
-    doc_md=__doc__,
+    **common("data", retries=2, doc_md=__doc__),
 ):
 
     @task(outlets=[TRAINING_DATASET])

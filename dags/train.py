@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
 from airflow.sdk import DAG, Param, task
 
+from ctpipe.airflow.errors import fail_fast
 from ctpipe.airflow.operators.ray_jobs import RayJobOperator
+from ctpipe.airflow.dag_args import common
 from ctpipe.assets import CHECKPOINT, TRAINING_DATASET
 from ctpipe.config import ALGORITHMS, settings
 
@@ -29,12 +30,7 @@ _train = settings().train
 with DAG(
     dag_id="train",
     schedule=[TRAINING_DATASET],
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
-    max_active_runs=1,
-    tags=["ctpipe", "training"],
-    default_args={"retries": 1, "retry_delay": pendulum.duration(seconds=30)},
-    doc_md=__doc__,
+    **common("training", retries=1, doc_md=__doc__),
     params={
         "algorithm": Param(_train.algorithm, type="string", enum=list(ALGORITHMS), title="Algorithm"),
         "base_checkpoint": Param(
@@ -59,13 +55,15 @@ with DAG(
 
         events = (triggering_asset_events or {}).get(TRAINING_DATASET) or []
         triggered_by = dict(events[-1].extra) if events else None
-        return prepare_training(settings(), dict(params), triggered_by, run_id)
+        with fail_fast():
+            return prepare_training(settings(), dict(params), triggered_by, run_id)
 
     @task(outlets=[CHECKPOINT])
     def publish(job: dict, outlet_events=None) -> dict:
         from ctpipe.pipeline import publish_checkpoint
 
-        extra = publish_checkpoint(job["spec_path"])
+        with fail_fast():
+            extra = publish_checkpoint(job["spec_path"])
         outlet_events[CHECKPOINT].extra = extra
         return extra
 

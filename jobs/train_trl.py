@@ -79,7 +79,7 @@ def main(spec_path: str) -> int:
         output_dir=str(run_dir / "trainer"),
         max_steps=spec.max_steps,
         learning_rate=spec.learning_rate,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=0,
         seed=spec.seed,
         data_seed=spec.seed,

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ctpipe.pipeline import PipelineError, prepare_training
+from ctpipe.errors import PipelineError
+from ctpipe.pipeline import prepare_training
 from tests.conftest import trace, write_traces
 
 PARAMS = {"algorithm": "grpo", "base_checkpoint": "", "dataset_version": "", "max_steps": 5, "learning_rate": 1e-3, "seed": 0}

@@ -94,8 +94,9 @@ class TrainConfig(_Section):
 
     algorithm: Algorithm = "grpo"
     max_steps: int = Field(40, ge=1, le=100_000)
-    learning_rate: float = Field(5e-4, gt=0, le=1)
+    learning_rate: float = Field(5e-5, gt=0, le=1)
     seed: int = Field(0, ge=0)
+    lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
     batch_size: int = Field(32, ge=1)
     grpo_num_generations: int = Field(8, ge=2)
     grpo_beta: float = Field(0.0, ge=0)

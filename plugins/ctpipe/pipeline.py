@@ -19,13 +19,10 @@ from pydantic import ValidationError
 
 from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
+from ctpipe.errors import PipelineError
 from ctpipe.jobspec import METRICS_FILE, JobSpec
 
 log = logging.getLogger(__name__)
-
-
-class PipelineError(RuntimeError):
-    """A failure with a message meant for the user (no traceback needed)."""
 
 
 # ---------------------------------------------------------------- trace_to_dataset
@@ -157,9 +154,10 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     test = arith.splits(s.task).test
     dataset_dir = Path(candidate["dataset_uri"])
     manifest = datasets.Manifest.load(dataset_dir)
-    evaluation.check_disjoint(
-        evaluation.training_prompts(dataset_dir, manifest.files), [q.prompt for q in test]
-    )
+    try:
+        evaluation.check_disjoint(evaluation.training_prompts(dataset_dir, manifest.files), [q.prompt for q in test])
+    except evaluation.ContaminationError as e:
+        raise PipelineError(f"dataset_version={manifest.version!r}: {e}") from None
     registry = Registry(s)
     champion = registry.champion()
     if champion is None:

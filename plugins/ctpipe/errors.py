@@ -1,0 +1,5 @@
+"""Errors meant for users: the message names the field and the value; no traceback is needed."""
+
+
+class PipelineError(RuntimeError):
+    """A failure caused by input or configuration, not by a bug or a flaky dependency."""
