@@ -77,5 +77,8 @@ def ray_url(tmp_path_factory) -> str:
     url = os.environ.get("CTPIPE_TEST_RAY_URL")
     if url:
         return url
-    s = Settings(home=tmp_path_factory.mktemp("ray"), ray_port=free_port(), ray_dashboard_port=free_port())
+    s = Settings(
+        home=tmp_path_factory.mktemp("ray"),
+        ray_port=free_port(), ray_dashboard_port=free_port(), ray_agent_port=free_port(),
+    )
     return ensure_local_head(s)

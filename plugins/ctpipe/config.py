@@ -130,6 +130,7 @@ class Settings(BaseSettings):
     jobs_dir: Path = Field(PROJECT_ROOT / "jobs", description="Where the Ray job entrypoints live on the Ray nodes.")
     ray_port: int = 6380
     ray_dashboard_port: int = 8265
+    ray_agent_port: int = Field(52365, description="Dashboard agent port; two heads on one machine need different ones.")
     airflow_port: int = 8080
     trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
 

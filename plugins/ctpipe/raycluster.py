@@ -48,6 +48,7 @@ def ensure_local_head(settings: Settings, timeout_s: float = 180) -> str:
             f"--port={settings.ray_port}",
             f"--dashboard-port={settings.ray_dashboard_port}",
             "--dashboard-host=127.0.0.1",
+            f"--dashboard-agent-listen-port={settings.ray_agent_port}",
             "--include-dashboard=true",
             f"--num-cpus={os.cpu_count() or 2}",
             "--disable-usage-stats",
