@@ -13,7 +13,6 @@ import pytest
 # Airflow reads its home at import time: keep tests away from the user's installation.
 os.environ.setdefault("AIRFLOW_HOME", str(Path(__import__("tempfile").mkdtemp(prefix="ctpipe-airflow-"))))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 
 from ctpipe.config import Settings
 from ctpipe.traces import partition_dir

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -20,10 +21,22 @@ USER = "admin"
 DAG_IDS = ("trace_to_dataset", "train", "eval_and_deploy")
 
 
+def _jwt_secret(airflow_home: Path) -> str:
+    """One signing key for all components: tasks' execution-API tokens must verify in the API server."""
+    path = airflow_home / "jwt_secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
 def airflow_env(s: Settings) -> dict[str, str]:
     """Environment for every Airflow process of the embedded install."""
     url = f"http://127.0.0.1:{s.airflow_port}"
     return {
+        "AIRFLOW__API_AUTH__JWT_SECRET": _jwt_secret(s.airflow_home),
         "AIRFLOW_HOME": str(s.airflow_home),
         # Scheduler, API server, DAG processor and triggerer all write to one SQLite file: wait for
         # the lock rather than fail after pysqlite's default 5 s (the file is also put in WAL mode).
