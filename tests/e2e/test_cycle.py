@@ -66,7 +66,7 @@ def test_two_cycles_end_to_end(stack):
     assert eval_run.data.tags["ctpipe.decision"] == ("pass" if e["passed"] else "fail")
     assert eval_run.data.metrics["candidate_accuracy"] == e["comparison"]["candidate_accuracy"]
     assert e["comparison"]["n"] == s.task.test_size
-    assert registry.client.get_registered_model(s.model_name).aliases[CHAMPION] == champion.version
+    assert str(registry.client.get_registered_model(s.model_name).aliases[CHAMPION]) == champion.version
 
     # The trigger form refuses an out-of-range param (validated by Airflow, not by us).
     with pytest.raises(RuntimeError, match="HTTP 400"):
