@@ -99,7 +99,7 @@ def main(spec_path: str) -> int:
 
         args = GRPOConfig(
             **common,
-            per_device_train_batch_size=cfg.batch_size,
+            per_device_train_batch_size=cfg.grpo_batch_size,
             num_generations=cfg.grpo_num_generations,
             max_completion_length=cfg.max_completion_length,
             temperature=cfg.grpo_temperature,
@@ -113,7 +113,7 @@ def main(spec_path: str) -> int:
     else:
         from trl import DPOConfig, DPOTrainer
 
-        args = DPOConfig(**common, per_device_train_batch_size=cfg.batch_size, beta=cfg.dpo_beta, max_length=64)
+        args = DPOConfig(**common, per_device_train_batch_size=cfg.dpo_batch_size, beta=cfg.dpo_beta, max_length=cfg.dpo_max_length)
         ref = AutoModelForCausalLM.from_pretrained(spec.base_checkpoint)
         trainer = DPOTrainer(
             model=model, ref_model=ref, args=args,

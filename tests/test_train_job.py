@@ -35,7 +35,7 @@ def run_job(settings: Settings, base_model, dataset, algorithm: str, run: str, s
         algorithm=algorithm, base_checkpoint=str(base_model), base_version="1",
         dataset_uri=dataset["uri"], dataset_version=dataset["version"], run_dir=str(settings.runs_dir / run),
         max_steps=steps, learning_rate=1e-3, seed=0,
-        train=settings.train.model_copy(update={"batch_size": 8, "grpo_num_generations": 4, "save_steps": save_steps}),
+        train=settings.train.model_copy(update={"grpo_batch_size": 8, "dpo_batch_size": 8, "grpo_num_generations": 4, "save_steps": save_steps}),
     )
     out = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(spec.write())],
