@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -15,6 +17,8 @@ os.environ.setdefault("AIRFLOW_HOME", str(Path(__import__("tempfile").mkdtemp(pr
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from ctpipe.config import Settings
+from ctpipe.pipeline import materialize_interval
+from ctpipe.jobspec import JobSpec, parse_progress
 from ctpipe.traces import partition_dir
 
 
@@ -40,6 +44,7 @@ def base_model(tmp_path_factory) -> Path:
     return ensure_base_model(s.base_model, s.task, s.models_dir)
 
 
+ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
 
 
@@ -81,3 +86,38 @@ def ray_url(tmp_path_factory) -> str:
         ray_port=free_port(), ray_dashboard_port=free_port(), ray_agent_port=free_port(),
     )
     return ensure_local_head(s)
+
+
+@pytest.fixture
+def training_dataset(settings):
+    """A published dataset of 24 addition questions, each with a right and a wrong answer."""
+    lines = []
+    for i in range(24):
+        a, b = i, 30 + i
+        lines += [
+            trace(2 * i, f"What is {a} plus {b}?", str(a + b), feedback={"thumb": "up", "rating": None}),
+            trace(2 * i + 1, f"What is {a} plus {b}?", str(a + b + 1), feedback={"thumb": "down", "rating": None}),
+        ]
+    write_traces(settings.traces_dir, lines)
+    return materialize_interval(settings, T0, T0 + timedelta(hours=1))
+
+
+def run_job(
+    settings: Settings, base_model, dataset, algorithm: str, run: str, steps: int,
+    save_steps: int = 50, learning_rate: float = 1e-3,
+):
+    """Run jobs/train_trl.py as the Ray job would (a subprocess); the spec and its progress records."""
+    spec = JobSpec(
+        algorithm=algorithm, base_checkpoint=str(base_model), base_version="1",
+        dataset_uri=dataset["uri"], dataset_version=dataset["version"], run_dir=str(settings.runs_dir / run),
+        max_steps=steps, learning_rate=learning_rate, seed=0,
+        train=settings.train.model_copy(
+            update={"grpo_batch_size": 8, "dpo_batch_size": 8, "grpo_num_generations": 4, "save_steps": save_steps}
+        ),
+    )
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(spec.write())],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return spec, [p for p in map(parse_progress, out.stdout.splitlines()) if p]

@@ -1,0 +1,26 @@
+"""The eval gate keeps the champion when a candidate is worse: here, DPO at a learning rate that collapses the model."""
+
+import pytest
+
+from ctpipe.pipeline import evaluate_candidate
+from ctpipe.registry import Registry
+from tests.conftest import run_job
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_an_over_optimized_candidate_is_refused(settings, base_model, training_dataset):
+    registry = Registry(settings)
+    champion = registry.ensure_champion(base_model)
+    spec, _ = run_job(settings, base_model, training_dataset, "dpo", "collapse", steps=30, learning_rate=3e-2)
+    candidate = {
+        "checkpoint": str(spec.checkpoint_dir), "dataset_uri": training_dataset["uri"],
+        "dataset_version": training_dataset["version"], "algorithm": "dpo", "base_version": champion.version,
+    }
+    result = evaluate_candidate(settings, candidate, "eval collapse", alpha=0.05, min_gain=0.0)
+    cmp = result["comparison"]
+    assert cmp["candidate_accuracy"] < cmp["champion_accuracy"]
+    assert result["passed"] is False and "not above" in result["reason"]
+    assert registry.champion().version == champion.version
+    run = registry.client.get_run(result["mlflow_run_id"])
+    assert run.data.tags["ctpipe.decision"] == "fail" and run.data.tags["ctpipe.reason"] == result["reason"]
