@@ -2,7 +2,7 @@
 
     ctpipe cycle [--cycles N]        one (or N) full cycles through Airflow; leaves Airflow and Ray up
     ctpipe up                        start Airflow (UI) and the local Ray head
-    ctpipe down                      stop them
+    ctpipe down                      stop them (`ray stop`: every Ray process on this machine)
     ctpipe build-base                build (or find) the cached base model
     ctpipe materialize --start T --end T
                                      build the dataset version of an interval without Airflow

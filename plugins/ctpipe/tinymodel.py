@@ -105,8 +105,6 @@ def build_model(recipe: BaseModelRecipe, tokenizer):
 
 def _sft_batch(tokenizer, questions: list[arith.Question]):
     """Tokens of prompt+answer, with the loss only on the answer and its end token."""
-    import torch
-
     prompts = [render_prompt(tokenizer, q.prompt) for q in questions]
     full = [p + q.answer + END for p, q in zip(prompts, questions)]
     enc = tokenizer(full, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -21,7 +21,6 @@ A record (fields not listed here are ignored)::
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -148,6 +147,3 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             if line.strip():
                 yield n, line.rstrip("\n")
 
-
-def is_finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)
