@@ -9,6 +9,8 @@ the dataset version and the run directory. The job:
 
 * resumes from the newest complete Trainer checkpoint in ``<run_dir>/trainer``
   when one exists (a retry of the same run), instead of starting over;
+* on SIGTERM (a spot reclaim notice, ``ray job stop``), finishes the current step,
+  saves a checkpoint and exits with code 143, so a resubmission loses at most one step;
 * prints ``CTPIPE_PROGRESS {...}`` lines (step, loss, reward) for Airflow;
 * writes the final model to ``<run_dir>/checkpoint`` atomically (temporary
   directory, then rename) and a summary to ``<run_dir>/metrics.json``.
@@ -23,8 +25,11 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
+
+PREEMPTED_EXIT = 128 + signal.SIGTERM
 
 
 def latest_complete_checkpoint(trainer_dir: Path) -> Path | None:
@@ -62,6 +67,24 @@ def main(spec_path: str) -> int:
     data = Dataset.from_parquet(str(Path(spec.dataset_uri) / manifest.files[table]["path"]))
     tokenizer = AutoTokenizer.from_pretrained(spec.base_checkpoint)
     history: list[dict] = []
+
+    class SaveOnSigterm(TrainerCallback):
+        """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""
+
+        def __init__(self):
+            self.requested = False
+            signal.signal(signal.SIGTERM, self._request)
+
+        def _request(self, signum, frame):
+            self.requested = True
+            print("SIGTERM received: saving a checkpoint at the end of this step", flush=True)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.requested:
+                control.should_save = True
+                control.should_training_stop = True
+
+    preemption = SaveOnSigterm()
 
     class Progress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -108,7 +131,7 @@ def main(spec_path: str) -> int:
         )
         trainer = GRPOTrainer(
             model=model, reward_funcs=correctness_reward, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress()],
+            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption],
         )
     else:
         from trl import DPOConfig, DPOTrainer
@@ -117,7 +140,7 @@ def main(spec_path: str) -> int:
         ref = AutoModelForCausalLM.from_pretrained(spec.base_checkpoint)
         trainer = DPOTrainer(
             model=model, ref_model=ref, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress()],
+            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption],
         )
 
     trainer.remove_callback(PrinterCallback)  # our Progress lines replace its raw dicts
@@ -125,6 +148,10 @@ def main(spec_path: str) -> int:
     if resume:
         print(f"resuming from {resume}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if preemption.requested:
+        saved = latest_complete_checkpoint(run_dir / "trainer")
+        print(f"preempted at step {trainer.state.global_step}; checkpoint {saved}", flush=True)
+        return PREEMPTED_EXIT
 
     final = spec.checkpoint_dir
     tmp = run_dir / f".tmp-{final.name}-{os.getpid()}"

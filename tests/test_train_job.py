@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ctpipe.jobspec import parse_progress
 from tests.conftest import run_job
 
 pytestmark = pytest.mark.timeout(600)
@@ -39,3 +40,43 @@ def test_a_retry_resumes_from_the_latest_complete_checkpoint(settings, base_mode
     metrics = json.loads((Path(again.run_dir) / "metrics.json").read_text())
     assert metrics["resumed_from"].endswith("checkpoint-4")
     assert [p["step"] for p in progress if "loss" in p] == [5, 6]
+
+
+def test_sigterm_saves_at_the_current_step_and_the_resubmission_finishes(settings, base_model, training_dataset):
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from ctpipe.jobspec import JobSpec
+    from tests.conftest import ROOT
+
+    spec = JobSpec(
+        algorithm="dpo", base_checkpoint=str(base_model), base_version="1",
+        dataset_uri=training_dataset["uri"], dataset_version=training_dataset["version"],
+        run_dir=str(settings.runs_dir / "preempted"), max_steps=60, learning_rate=1e-4, seed=0,
+        train=settings.train.model_copy(update={"dpo_batch_size": 8, "save_steps": 1000}),  # no periodic saves
+    )
+    cmd = [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(spec.write())]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        rec = parse_progress(line)
+        if rec and rec.get("step", 0) >= 5:
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(timeout=300) == 128 + signal.SIGTERM
+    done = re.search(r"preempted at step (\d+); checkpoint .*checkpoint-(\d+)", "".join(lines))
+    assert done, lines[-5:]
+    stopped_at, saved = int(done.group(1)), int(done.group(2))
+    assert saved == stopped_at >= 5  # nothing trained was lost
+    assert (Path(spec.run_dir) / "trainer" / f"checkpoint-{saved}" / "trainer_state.json").exists()
+    assert not spec.checkpoint_dir.exists()  # an interrupted run publishes no final model
+
+    again = subprocess.run(cmd, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
+    assert metrics["resumed_from"].endswith(f"checkpoint-{saved}") and metrics["steps"] == 60
+    assert (spec.checkpoint_dir / "config.json").exists()
