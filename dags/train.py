@@ -74,5 +74,7 @@ with DAG(
         runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}},
         poll_interval=_train.poll_interval_s,
         job_timeout=timedelta(seconds=_train.timeout_s),
+        max_preemptions=_train.max_preemptions,
+        preemption_backoff=timedelta(seconds=_train.preemption_backoff_s),
     )
     job >> run >> publish(job)

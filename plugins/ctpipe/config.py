@@ -110,6 +110,8 @@ class TrainConfig(_Section):
     save_steps: int = Field(20, ge=1)
     torch_threads: int = Field(2, ge=1)
     poll_interval_s: float = Field(5.0, gt=0)
+    max_preemptions: int = Field(3, ge=0, description="Resubmissions after spot preemption, each resuming.")
+    preemption_backoff_s: float = Field(30.0, ge=0, description="Wait before the first resubmission; doubles.")
     timeout_s: int = Field(3600, ge=60)
 
 

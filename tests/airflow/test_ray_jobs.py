@@ -7,6 +7,7 @@ import logging
 import shlex
 import sys
 import time
+from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -103,3 +104,49 @@ def test_operator_defers_and_a_restarted_worker_reattaches(ray_url):
     assert second.value.trigger.submission_id == sid
     (event,) = collect(second.value.trigger)
     assert op.execute_complete({}, event)["submission_id"] == sid
+
+
+def _drive(op: RayJobOperator, context: dict, first: TaskDeferred) -> dict:
+    """Play the triggerer's part: run each trigger and hand its event to the method Airflow would call."""
+    deferred = first
+    while True:
+        (event,) = collect(deferred.trigger)
+        method = getattr(op, deferred.method_name)
+        try:
+            return method(context, event, **(deferred.kwargs or {}))
+        except TaskDeferred as again:
+            deferred = again
+
+
+def test_a_preempted_job_is_resubmitted_and_a_real_error_is_not(ray_url, tmp_path):
+    marker = tmp_path / "preempted-once"
+    # Exits as if SIGTERM-preempted the first time, then succeeds (as a resumed job would).
+    flaky = py(f"import os, sys; p={str(marker)!r}; sys.exit(0) if os.path.exists(p) else (open(p, 'w').close(), sys.exit(143))")
+    ti = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
+    op = RayJobOperator(
+        task_id="train", entrypoint=flaky, dashboard_url=ray_url, poll_interval=0.5,
+        max_preemptions=2, preemption_backoff=timedelta(seconds=0.1),
+    )
+    with pytest.raises(TaskDeferred) as first:
+        op.execute({"ti": ti})
+    result = _drive(op, {"ti": ti}, first.value)
+    assert result["preemptions"] == 1 and result["submission_id"].endswith("-resubmit1")
+
+    broken = RayJobOperator(task_id="train", entrypoint=py("raise SystemExit(3)"), dashboard_url=ray_url, poll_interval=0.5)
+    ti2 = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
+    with pytest.raises(TaskDeferred) as first:
+        broken.execute({"ti": ti2})
+    with pytest.raises(AirflowException, match="ended FAILED: "):
+        _drive(broken, {"ti": ti2}, first.value)
+
+
+def test_preemptions_are_bounded(ray_url):
+    always = RayJobOperator(
+        task_id="train", entrypoint=py("raise SystemExit(143)"), dashboard_url=ray_url, poll_interval=0.5,
+        max_preemptions=1, preemption_backoff=timedelta(seconds=0.1),
+    )
+    ti = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
+    with pytest.raises(TaskDeferred) as first:
+        always.execute({"ti": ti})
+    with pytest.raises(AirflowException, match="after 1 resubmissions"):
+        _drive(always, {"ti": ti}, first.value)

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import Any
 
+from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from ctpipe.airflow.hooks.ray_jobs import JobAlreadyExists, RayJobsHook
 from ctpipe.airflow.triggers.ray_jobs import RayJobTrigger
+from ctpipe.preemption import backoff_seconds, is_preemption
 
 
 def submission_id_for(dag_id: str, task_id: str, run_id: str, try_number: int) -> str:
@@ -34,6 +36,9 @@ class RayJobOperator(BaseOperator):
     :param entrypoint_num_cpus: CPUs reserved for the entrypoint process.
     :param poll_interval: seconds between status checks while deferred.
     :param job_timeout: the longest the job may run before the task fails.
+    :param max_preemptions: resubmissions allowed when the job is preempted (SIGTERM/SIGKILL exit, lost
+        node); the entrypoint is expected to resume from its own checkpoints. Other failures fail the task.
+    :param preemption_backoff: wait before the first resubmission; doubles with each further one.
     """
 
     template_fields: Sequence[str] = ("entrypoint", "runtime_env")
@@ -48,6 +53,8 @@ class RayJobOperator(BaseOperator):
         entrypoint_num_cpus: float | None = None,
         poll_interval: float = 5.0,
         job_timeout: timedelta = timedelta(hours=6),
+        max_preemptions: int = 3,
+        preemption_backoff: timedelta = timedelta(seconds=30),
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -57,6 +64,8 @@ class RayJobOperator(BaseOperator):
         self.entrypoint_num_cpus = entrypoint_num_cpus
         self.poll_interval = poll_interval
         self.job_timeout = job_timeout
+        self.max_preemptions = max_preemptions
+        self.preemption_backoff = preemption_backoff
         self._submitted: str | None = None
 
     @cached_property
@@ -70,8 +79,13 @@ class RayJobOperator(BaseOperator):
         return RayJobsHook(url)
 
     def execute(self, context) -> None:
+        self._submit_and_defer(context, preemptions=0)
+
+    def _submit_and_defer(self, context, preemptions: int) -> None:
         ti = context["ti"]
         sid = submission_id_for(ti.dag_id, ti.task_id, ti.run_id, ti.try_number)
+        if preemptions:
+            sid = f"{sid}-resubmit{preemptions}"
         try:
             self.hook.submit(
                 submission_id=sid,
@@ -88,20 +102,37 @@ class RayJobOperator(BaseOperator):
         self.defer(
             trigger=RayJobTrigger(self.hook.dashboard_url, sid, poll_interval=self.poll_interval),
             method_name="execute_complete",
+            kwargs={"preemptions": preemptions},
             # The supervisor serializes the deferral: a plain timedelta, not a pendulum Duration.
             timeout=timedelta(seconds=self.job_timeout.total_seconds()),
         )
 
-    def execute_complete(self, context, event: dict[str, Any]) -> dict[str, Any]:
+    def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
         sid, status = event["submission_id"], event["status"]
         if status == "SUCCEEDED":
             self.log.info("Ray job %s succeeded", sid)
-            return {"submission_id": sid, "dashboard_url": self.hook.dashboard_url}
+            return {"submission_id": sid, "dashboard_url": self.hook.dashboard_url, "preemptions": preemptions}
+        if is_preemption(event) and preemptions < self.max_preemptions:
+            wait = backoff_seconds(preemptions + 1, self.preemption_backoff.total_seconds())
+            self.log.warning(
+                "Ray job %s was preempted (%s, exit code %s); resubmitting in %.0fs (%d of %d)",
+                sid, event.get("error_type") or "signal", event.get("driver_exit_code"),
+                wait, preemptions + 1, self.max_preemptions,
+            )
+            self.defer(
+                trigger=DateTimeTrigger(moment=datetime.now(timezone.utc) + timedelta(seconds=wait)),
+                method_name="resubmit",
+                kwargs={"preemptions": preemptions + 1},
+            )
         tail = event.get("log_tail") or ""
+        why = f" after {preemptions} resubmissions" if preemptions else ""
         raise AirflowException(
-            f"Ray job {sid} ended {status}: {event.get('message') or 'no message'}"
+            f"Ray job {sid} ended {status}{why}: {event.get('message') or 'no message'}"
             + (f"\n--- last lines of the job log ---\n{tail}" if tail else "")
         )
+
+    def resubmit(self, context, event: Any = None, preemptions: int = 1) -> None:
+        self._submit_and_defer(context, preemptions)
 
     def on_kill(self) -> None:
         # Runs when the task is killed before it deferred; once deferred, the trigger's on_kill stops the job.

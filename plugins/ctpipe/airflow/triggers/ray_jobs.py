@@ -117,6 +117,7 @@ class RayJobTrigger(BaseTrigger):
                             "submission_id": self.submission_id,
                             "message": info.get("message") or "",
                             "error_type": info.get("error_type"),
+                            "driver_exit_code": info.get("driver_exit_code"),
                             "log_tail": "\n".join(logs.splitlines()[-30:]),
                         }
                     )
