@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM
@@ -53,6 +54,7 @@ def main(spec_path: str) -> int:
 
     from ctpipe.datasets import Manifest
     from ctpipe.jobspec import METRICS_FILE, JobSpec, progress_line
+    from ctpipe.preemption import young_daly_interval
 
     spec = JobSpec.read(spec_path)
     cfg = spec.train
@@ -85,6 +87,30 @@ def main(spec_path: str) -> int:
                 control.should_training_stop = True
 
     preemption = SaveOnSigterm()
+
+    class SavePeriodAdvice(TrainerCallback):
+        """Time each checkpoint and log the goodput-optimal save period for the configured preemption rate."""
+
+        def __init__(self):
+            self.step_end: float | None = None
+            self.step_s: float | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            now = time.monotonic()
+            if self.step_end is not None:
+                self.step_s = now - self.step_end
+            self.step_end = now
+
+        def on_save(self, args, state, control, **kwargs):
+            cost = time.monotonic() - (self.step_end or time.monotonic())
+            period = young_daly_interval(max(cost, 1e-3), cfg.mean_time_between_preemptions_s)
+            steps = f" (about {period / self.step_s:.0f} steps)" if self.step_s else ""
+            print(
+                f"checkpoint at step {state.global_step} took {cost:.2f}s; with a preemption every "
+                f"{cfg.mean_time_between_preemptions_s:.0f}s the goodput-optimal save period is {period:.0f}s{steps}, "
+                f"configured: every {cfg.save_steps} steps",
+                flush=True,
+            )
 
     class Progress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -131,7 +157,7 @@ def main(spec_path: str) -> int:
         )
         trainer = GRPOTrainer(
             model=model, reward_funcs=correctness_reward, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption],
+            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption, SavePeriodAdvice()],
         )
     else:
         from trl import DPOConfig, DPOTrainer
@@ -140,7 +166,7 @@ def main(spec_path: str) -> int:
         ref = AutoModelForCausalLM.from_pretrained(spec.base_checkpoint)
         trainer = DPOTrainer(
             model=model, ref_model=ref, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption],
+            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption, SavePeriodAdvice()],
         )
 
     trainer.remove_callback(PrinterCallback)  # our Progress lines replace its raw dicts

@@ -72,6 +72,7 @@ def test_sigterm_saves_at_the_current_step_and_the_resubmission_finishes(setting
     assert done, lines[-5:]
     stopped_at, saved = int(done.group(1)), int(done.group(2))
     assert saved == stopped_at >= 5  # nothing trained was lost
+    assert "goodput-optimal save period" in "".join(lines)
     assert (Path(spec.run_dir) / "trainer" / f"checkpoint-{saved}" / "trainer_state.json").exists()
     assert not spec.checkpoint_dir.exists()  # an interrupted run publishes no final model
 

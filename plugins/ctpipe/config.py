@@ -108,6 +108,9 @@ class TrainConfig(_Section):
     dpo_max_length: int = Field(64, ge=16, description="Prompt + answer tokens kept per DPO example.")
     max_completion_length: int = Field(8, ge=4)
     save_steps: int = Field(20, ge=1)
+    mean_time_between_preemptions_s: float = Field(
+        3600.0, gt=0, description="Observed spot preemption interval; feeds the logged Young/Daly save period."
+    )
     torch_threads: int = Field(2, ge=1)
     poll_interval_s: float = Field(5.0, gt=0)
     max_preemptions: int = Field(3, ge=0, description="Resubmissions after spot preemption, each resuming.")
