@@ -62,9 +62,15 @@ class Registry:
         return self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags or {})
 
     def register(self, run_id: str, checkpoint: Path, tags: dict[str, str]) -> str:
-        """Log ``checkpoint`` under ``run_id`` and register it as a new model version."""
+        """Log ``checkpoint`` under ``run_id`` and register it as a new model version.
+
+        Idempotent per run: a retried task finds the version it registered before.
+        """
         from mlflow.exceptions import MlflowException
 
+        for mv in self.client.search_model_versions(f"name='{self.name}' and run_id='{run_id}'"):
+            log.info("run %s already registered %s version %s", run_id, self.name, mv.version)
+            return str(mv.version)
         self.client.log_artifacts(run_id, str(checkpoint), artifact_path="checkpoint")
         try:
             self.client.create_registered_model(self.name)

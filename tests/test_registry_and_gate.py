@@ -1,4 +1,4 @@
-"""The eval gate keeps the champion when a candidate is worse: here, DPO at a learning rate that collapses the model."""
+"""The registry and the eval gate: refusing a collapsed candidate, registering once per eval run."""
 
 import pytest
 
@@ -24,3 +24,13 @@ def test_an_over_optimized_candidate_is_refused(settings, base_model, training_d
     assert registry.champion().version == champion.version
     run = registry.client.get_run(result["mlflow_run_id"])
     assert run.data.tags["ctpipe.decision"] == "fail" and run.data.tags["ctpipe.reason"] == result["reason"]
+
+
+def test_registering_is_idempotent_per_run(settings, base_model):
+    registry = Registry(settings)
+    first = registry.ensure_champion(base_model)
+    run = registry.start_run("eval retry")
+    v = registry.register(run.info.run_id, base_model, tags={"origin": "test"})
+    assert registry.register(run.info.run_id, base_model, tags={"origin": "test"}) == v
+    assert v != first.version
+    assert len(registry.client.search_model_versions(f"name='{settings.model_name}'")) == 2
