@@ -43,7 +43,9 @@ def unique(name: str) -> str:
 
 
 def test_serialize_round_trip():
-    t = RayJobTrigger("http://127.0.0.1:1/", "job-1", poll_interval=2.5, log_offset=17, request_timeout=9, max_attempts=3)
+    t = RayJobTrigger(
+        "http://127.0.0.1:1/", "job-1", poll_interval=2.5, log_offset=17, request_timeout=9, max_attempts=3, deadline=1e9
+    )
     path, kwargs = t.serialize()
     assert path == "ctpipe.airflow.triggers.ray_jobs.RayJobTrigger"
     again = RayJobTrigger(**kwargs)
@@ -150,3 +152,16 @@ def test_preemptions_are_bounded(ray_url):
         always.execute({"ti": ti})
     with pytest.raises(AirflowException, match="after 1 resubmissions"):
         _drive(always, {"ti": ti}, first.value)
+
+
+def test_a_job_past_its_deadline_is_stopped_not_orphaned(ray_url):
+    hook = RayJobsHook(ray_url)
+    sid = hook.submit(submission_id=unique("deadline"), entrypoint=py("time.sleep(120)"))
+    (event,) = collect(RayJobTrigger(ray_url, sid, poll_interval=0.5, deadline=time.time() + 2))
+    assert event["status"] == "TIMEOUT"
+    deadline = time.monotonic() + 60
+    while hook.status(sid) not in {"STOPPED", "FAILED"} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert hook.status(sid) == "STOPPED"
+    with pytest.raises(AirflowException, match="ended TIMEOUT"):
+        RayJobOperator(task_id="t", entrypoint="unused", dashboard_url=ray_url).execute_complete({}, event)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
@@ -99,19 +100,21 @@ class RayJobOperator(BaseOperator):
             self.log.info("Ray job %s already exists; attaching to it", sid)
         self._submitted = sid
         self.log.info("Ray dashboard: %s", self.hook.job_url(sid))
+        deadline = time.time() + self.job_timeout.total_seconds()
         self.defer(
-            trigger=RayJobTrigger(self.hook.dashboard_url, sid, poll_interval=self.poll_interval),
+            trigger=RayJobTrigger(self.hook.dashboard_url, sid, poll_interval=self.poll_interval, deadline=deadline),
             method_name="execute_complete",
             kwargs={"preemptions": preemptions},
-            # The supervisor serializes the deferral: a plain timedelta, not a pendulum Duration.
-            timeout=timedelta(seconds=self.job_timeout.total_seconds()),
+            # A safety net only: the trigger stops the job at its deadline and reports TIMEOUT first.
+            # (The supervisor serializes this: a plain timedelta, not a pendulum Duration.)
+            timeout=timedelta(seconds=self.job_timeout.total_seconds() + 10 * self.poll_interval + 60),
         )
 
     def execute_complete(self, context, event: dict[str, Any], preemptions: int = 0) -> dict[str, Any]:
         sid, status = event["submission_id"], event["status"]
         if status == "SUCCEEDED":
             self.log.info("Ray job %s succeeded", sid)
-            return {"submission_id": sid, "dashboard_url": self.hook.dashboard_url, "preemptions": preemptions}
+            return {"submission_id": sid, "dashboard_url": event.get("dashboard_url"), "preemptions": preemptions}
         if is_preemption(event) and preemptions < self.max_preemptions:
             wait = backoff_seconds(preemptions + 1, self.preemption_backoff.total_seconds())
             self.log.warning(

@@ -8,6 +8,7 @@ logged as they appear, so the task log shows training as it happens.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,8 @@ class RayJobTrigger(BaseTrigger):
     :param log_offset: characters of the job log already reported (kept across triggerer restarts).
     :param request_timeout: seconds allowed for each HTTP request.
     :param max_attempts: tries per request before the trigger gives up on an unreachable dashboard.
+    :param deadline: epoch seconds after which the job is stopped and the trigger reports ``TIMEOUT``
+        (done here, not by Airflow's deferral timeout, so a timed-out task leaves no job running).
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class RayJobTrigger(BaseTrigger):
         log_offset: int = 0,
         request_timeout: float = 30.0,
         max_attempts: int = 6,
+        deadline: float | None = None,
     ):
         super().__init__()
         self.dashboard_url = dashboard_url.rstrip("/")
@@ -49,6 +53,7 @@ class RayJobTrigger(BaseTrigger):
         self.log_offset = log_offset
         self.request_timeout = request_timeout
         self.max_attempts = max_attempts
+        self.deadline = deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -60,6 +65,7 @@ class RayJobTrigger(BaseTrigger):
                 "log_offset": self.log_offset,
                 "request_timeout": self.request_timeout,
                 "max_attempts": self.max_attempts,
+                "deadline": self.deadline,
             },
         )
 
@@ -77,6 +83,11 @@ class RayJobTrigger(BaseTrigger):
                     resp.raise_for_status()
                     return await resp.json(content_type=None)
         raise AssertionError("unreachable")
+
+    def _event(self, status: str, **fields: Any) -> TriggerEvent:
+        return TriggerEvent(
+            {"status": status, "submission_id": self.submission_id, "dashboard_url": self.dashboard_url} | fields
+        )
 
     def _report(self, text: str) -> None:
         for line in text.splitlines():
@@ -98,9 +109,7 @@ class RayJobTrigger(BaseTrigger):
                     info = await self._request(session, "GET", job)
                     logs = (await self._request(session, "GET", f"{job}/logs")).get("logs", "")
                 except Exception as e:  # noqa: BLE001 - the task must end with the cause, not hang
-                    yield TriggerEvent(
-                        {"status": "ERROR", "submission_id": self.submission_id, "message": f"{type(e).__name__}: {e}"}
-                    )
+                    yield self._event("ERROR", message=f"{type(e).__name__}: {e}")
                     return
                 if len(logs) < self.log_offset:  # the log restarted (a resubmitted job)
                     self.log_offset = 0
@@ -110,17 +119,19 @@ class RayJobTrigger(BaseTrigger):
                     self._report(logs[self.log_offset : end])
                     self.log_offset = end
                 status = info.get("status")
+                tail = "\n".join(logs.splitlines()[-30:])
                 if status in TERMINAL:
-                    yield TriggerEvent(
-                        {
-                            "status": status,
-                            "submission_id": self.submission_id,
-                            "message": info.get("message") or "",
-                            "error_type": info.get("error_type"),
-                            "driver_exit_code": info.get("driver_exit_code"),
-                            "log_tail": "\n".join(logs.splitlines()[-30:]),
-                        }
+                    yield self._event(
+                        status,
+                        message=info.get("message") or "",
+                        error_type=info.get("error_type"),
+                        driver_exit_code=info.get("driver_exit_code"),
+                        log_tail=tail,
                     )
+                    return
+                if self.deadline is not None and time.time() > self.deadline:
+                    await self.on_kill()
+                    yield self._event("TIMEOUT", message="the job ran past its deadline and was stopped", log_tail=tail)
                     return
                 await asyncio.sleep(self.poll_interval)
 
