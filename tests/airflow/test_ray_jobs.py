@@ -38,6 +38,13 @@ def collect(trigger: RayJobTrigger) -> list[dict]:
     return asyncio.run(go())
 
 
+def wait_until_ended(hook: RayJobsHook, sid: str, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while hook.status(sid) not in {"STOPPED", "FAILED", "SUCCEEDED"} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return hook.status(sid)
+
+
 def unique(name: str) -> str:
     return f"test-{name}-{time.time_ns()}"
 
@@ -84,10 +91,7 @@ def test_trigger_on_kill_stops_the_job(ray_url):
     hook = RayJobsHook(ray_url)
     sid = hook.submit(submission_id=unique("kill"), entrypoint=py("time.sleep(120)"))
     asyncio.run(RayJobTrigger(ray_url, sid).on_kill())
-    deadline = time.monotonic() + 60
-    while hook.status(sid) not in {"STOPPED", "FAILED"} and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert hook.status(sid) == "STOPPED"
+    assert wait_until_ended(hook, sid) == "STOPPED"
 
 
 def test_operator_defers_and_a_restarted_worker_reattaches(ray_url):
@@ -108,9 +112,12 @@ def test_operator_defers_and_a_restarted_worker_reattaches(ray_url):
     assert op.execute_complete({}, event)["submission_id"] == sid
 
 
-def _drive(op: RayJobOperator, context: dict, first: TaskDeferred) -> dict:
-    """Play the triggerer's part: run each trigger and hand its event to the method Airflow would call."""
-    deferred = first
+def run_operator(op: RayJobOperator) -> dict:
+    """Execute, then play the triggerer's part: run each trigger and hand its event to the method Airflow calls."""
+    context = {"ti": SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)}
+    with pytest.raises(TaskDeferred) as first:
+        op.execute(context)
+    deferred = first.value
     while True:
         (event,) = collect(deferred.trigger)
         method = getattr(op, deferred.method_name)
@@ -124,22 +131,16 @@ def test_a_preempted_job_is_resubmitted_and_a_real_error_is_not(ray_url, tmp_pat
     marker = tmp_path / "preempted-once"
     # Exits as if SIGTERM-preempted the first time, then succeeds (as a resumed job would).
     flaky = py(f"import os, sys; p={str(marker)!r}; sys.exit(0) if os.path.exists(p) else (open(p, 'w').close(), sys.exit(143))")
-    ti = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
     op = RayJobOperator(
         task_id="train", entrypoint=flaky, dashboard_url=ray_url, poll_interval=0.5,
         max_preemptions=2, preemption_backoff=timedelta(seconds=0.1),
     )
-    with pytest.raises(TaskDeferred) as first:
-        op.execute({"ti": ti})
-    result = _drive(op, {"ti": ti}, first.value)
+    result = run_operator(op)
     assert result["preemptions"] == 1 and result["submission_id"].endswith("-resubmit1")
 
     broken = RayJobOperator(task_id="train", entrypoint=py("raise SystemExit(3)"), dashboard_url=ray_url, poll_interval=0.5)
-    ti2 = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
-    with pytest.raises(TaskDeferred) as first:
-        broken.execute({"ti": ti2})
     with pytest.raises(AirflowException, match="ended FAILED: "):
-        _drive(broken, {"ti": ti2}, first.value)
+        run_operator(broken)
 
 
 def test_preemptions_are_bounded(ray_url):
@@ -147,11 +148,8 @@ def test_preemptions_are_bounded(ray_url):
         task_id="train", entrypoint=py("raise SystemExit(143)"), dashboard_url=ray_url, poll_interval=0.5,
         max_preemptions=1, preemption_backoff=timedelta(seconds=0.1),
     )
-    ti = SimpleNamespace(dag_id="train", task_id="train", run_id=f"manual__{time.time_ns()}", try_number=1)
-    with pytest.raises(TaskDeferred) as first:
-        always.execute({"ti": ti})
     with pytest.raises(AirflowException, match="after 1 resubmissions"):
-        _drive(always, {"ti": ti}, first.value)
+        run_operator(always)
 
 
 def test_a_job_past_its_deadline_is_stopped_not_orphaned(ray_url):
@@ -159,9 +157,6 @@ def test_a_job_past_its_deadline_is_stopped_not_orphaned(ray_url):
     sid = hook.submit(submission_id=unique("deadline"), entrypoint=py("time.sleep(120)"))
     (event,) = collect(RayJobTrigger(ray_url, sid, poll_interval=0.5, deadline=time.time() + 2))
     assert event["status"] == "TIMEOUT"
-    deadline = time.monotonic() + 60
-    while hook.status(sid) not in {"STOPPED", "FAILED"} and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert hook.status(sid) == "STOPPED"
+    assert wait_until_ended(hook, sid) == "STOPPED"
     with pytest.raises(AirflowException, match="ended TIMEOUT"):
         RayJobOperator(task_id="t", entrypoint="unused", dashboard_url=ray_url).execute_complete({}, event)
