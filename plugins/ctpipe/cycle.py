@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
+import requests
+
 from ctpipe import raycluster, tinymodel, traffic
 from ctpipe.airflow_local import LocalAirflow, ServerError
 from ctpipe.config import Settings
@@ -63,8 +65,9 @@ def _find_run(af: LocalAirflow, dag_id: str, match, timeout_s: float) -> dict:
                 continue
             try:
                 events = af.client.upstream_events(dag_id, rid)
-            except ServerError:
-                # Airflow 3.3 answers 500 for a run that has not started yet (start_date is None); ask again later.
+            except (ServerError, requests.ConnectionError):
+                # Airflow 3.3 answers 500 for a run that has not started yet (start_date is None), and a busy
+                # API server may drop the connection: ask again on the next poll.
                 continue
             if any(match(e.get("extra") or {}) for e in events):
                 return run
