@@ -39,12 +39,15 @@ with DAG(
 
     @task
     def evaluate(params=None, triggering_asset_events=None, run_id=None) -> dict:
+        from pathlib import Path
+
         from ctpipe.errors import PipelineError
+        from ctpipe.jobspec import SPEC_FILE
         from ctpipe.pipeline import evaluate_candidate, publish_checkpoint
 
         with fail_fast():
             if params["checkpoint"]:
-                candidate = publish_checkpoint(f"{params['checkpoint'].rstrip('/')}/job.json")
+                candidate = publish_checkpoint(str(Path(params["checkpoint"]) / SPEC_FILE))
             else:
                 events = (triggering_asset_events or {}).get(CHECKPOINT) or []
                 if not events:

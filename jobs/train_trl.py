@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import signal
 import sys
 import time
@@ -52,6 +50,7 @@ def main(spec_path: str) -> int:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
+    from ctpipe.atomic import atomic_dir
     from ctpipe.datasets import Manifest
     from ctpipe.jobspec import METRICS_FILE, JobSpec, progress_line
     from ctpipe.preemption import young_daly_interval
@@ -124,6 +123,7 @@ def main(spec_path: str) -> int:
             history.append(rec)
             print(progress_line(rec), flush=True)
 
+    callbacks = [Progress(), preemption, SavePeriodAdvice()]
     common = dict(
         output_dir=str(run_dir / "trainer"),
         max_steps=spec.max_steps,
@@ -157,7 +157,7 @@ def main(spec_path: str) -> int:
         )
         trainer = GRPOTrainer(
             model=model, reward_funcs=correctness_reward, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption, SavePeriodAdvice()],
+            train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
     else:
         from trl import DPOConfig, DPOTrainer
@@ -166,7 +166,7 @@ def main(spec_path: str) -> int:
         ref = AutoModelForCausalLM.from_pretrained(spec.base_checkpoint)
         trainer = DPOTrainer(
             model=model, ref_model=ref, args=args,
-            train_dataset=data, processing_class=tokenizer, callbacks=[Progress(), preemption, SavePeriodAdvice()],
+            train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
 
     trainer.remove_callback(PrinterCallback)  # our Progress lines replace its raw dicts
@@ -180,12 +180,9 @@ def main(spec_path: str) -> int:
         return PREEMPTED_EXIT
 
     final = spec.checkpoint_dir
-    tmp = run_dir / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    trainer.save_model(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
+    with atomic_dir(final, replace=True) as tmp:  # replace: a retried run overwrites its own output
+        trainer.save_model(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
 
     losses = [h for h in history if h.get("loss") is not None]
     metrics = {

@@ -18,7 +18,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from ctpipe.config import Settings
 from ctpipe.pipeline import materialize_interval
-from ctpipe.jobspec import JobSpec, parse_progress
+from ctpipe.jobspec import SPEC_FILE, JobSpec, parse_progress
 from ctpipe.traces import partition_dir
 
 
@@ -102,11 +102,11 @@ def training_dataset(settings):
     return materialize_interval(settings, T0, T0 + timedelta(hours=1))
 
 
-def run_job(
+def job_spec(
     settings: Settings, base_model, dataset, algorithm: str, run: str, steps: int,
     save_steps: int = 50, learning_rate: float = 1e-3,
-):
-    """Run jobs/train_trl.py as the Ray job would (a subprocess); the spec and its progress records."""
+) -> JobSpec:
+    """A small job spec for the tiny model (written to its run directory)."""
     spec = JobSpec(
         algorithm=algorithm, base_checkpoint=str(base_model), base_version="1",
         dataset_uri=dataset["uri"], dataset_version=dataset["version"], run_dir=str(settings.runs_dir / run),
@@ -115,9 +115,17 @@ def run_job(
             update={"grpo_batch_size": 8, "dpo_batch_size": 8, "grpo_num_generations": 4, "save_steps": save_steps}
         ),
     )
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(spec.write())],
-        capture_output=True, text=True,
-    )
+    spec.write()
+    return spec
+
+
+def job_command(spec: JobSpec) -> list[str]:
+    return [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(Path(spec.run_dir) / SPEC_FILE)]
+
+
+def run_job(*args, **kwargs):
+    """Run jobs/train_trl.py as the Ray job would (a subprocess); the spec and its progress records."""
+    spec = job_spec(*args, **kwargs)
+    out = subprocess.run(job_command(spec), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     return spec, [p for p in map(parse_progress, out.stdout.splitlines()) if p]

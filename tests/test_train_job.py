@@ -1,12 +1,15 @@
 """The TRL training job, run as the Ray job would run it (a subprocess), on the tiny model."""
 
 import json
+import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from ctpipe.jobspec import parse_progress
-from tests.conftest import run_job
+from tests.conftest import job_command, job_spec, run_job
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -43,21 +46,10 @@ def test_a_retry_resumes_from_the_latest_complete_checkpoint(settings, base_mode
 
 
 def test_sigterm_saves_at_the_current_step_and_the_resubmission_finishes(settings, base_model, training_dataset):
-    import re
-    import signal
-    import subprocess
-    import sys
-
-    from ctpipe.jobspec import JobSpec
-    from tests.conftest import ROOT
-
-    spec = JobSpec(
-        algorithm="dpo", base_checkpoint=str(base_model), base_version="1",
-        dataset_uri=training_dataset["uri"], dataset_version=training_dataset["version"],
-        run_dir=str(settings.runs_dir / "preempted"), max_steps=60, learning_rate=1e-4, seed=0,
-        train=settings.train.model_copy(update={"dpo_batch_size": 8, "save_steps": 1000}),  # no periodic saves
+    spec = job_spec(  # save_steps 1000: no periodic saves, only the one SIGTERM asks for
+        settings, base_model, training_dataset, "dpo", "preempted", steps=60, save_steps=1000, learning_rate=1e-4
     )
-    cmd = [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(spec.write())]
+    cmd = job_command(spec)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     lines = []
     for line in proc.stdout:

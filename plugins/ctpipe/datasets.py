@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ctpipe import arith
+from ctpipe.atomic import atomic_dir, atomic_write_text
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.traces import InvalidTrace, TraceRecord, files_for_interval, iter_lines, parse_line, partition_hour
 
@@ -269,49 +268,40 @@ def materialize(
     }
     assert counts["traces_in"] == counts["traces"] + counts["quarantined"], counts
 
-    datasets_dir.mkdir(parents=True, exist_ok=True)
-    tmp = datasets_dir / f".tmp-{version}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    files = {}
-    for name, data, schema in (
-        ("traces", rows, TRACES_SCHEMA),
-        ("grpo", grpo, GRPO_SCHEMA),
-        ("dpo", dpo, DPO_SCHEMA),
-        ("quarantine", quarantine, QUARANTINE_SCHEMA),
-    ):
-        path = tmp / f"{name}.parquet"
-        pq.write_table(pa.Table.from_pylist(data, schema=schema), path, compression="zstd")
-        files[name] = {"path": path.name, "rows": len(data), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    manifest = Manifest(
-        version=version,
-        uri=str(final),
-        interval=(start.isoformat(), end.isoformat()),
-        counts=counts,
-        quarantine_reasons=dict(sorted(reasons.items())),
-        reward_stats={
-            "labeled": len(rewards),
-            "mean": round(sum(rewards) / len(rewards), 6) if rewards else None,
-            "min": min(rewards, default=None),
-            "max": max(rewards, default=None),
-        },
-        files=files,
-        code_version=CODE_VERSION,
-        config=config,
-    )
-    (tmp / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=2, default=str))
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # a concurrent run published the same version first
+    with atomic_dir(final) as tmp:  # a concurrent run of the same version publishes first and wins
+        files = {}
+        for name, data, schema in (
+            ("traces", rows, TRACES_SCHEMA),
+            ("grpo", grpo, GRPO_SCHEMA),
+            ("dpo", dpo, DPO_SCHEMA),
+            ("quarantine", quarantine, QUARANTINE_SCHEMA),
+        ):
+            path = tmp / f"{name}.parquet"
+            pq.write_table(pa.Table.from_pylist(data, schema=schema), path, compression="zstd")
+            files[name] = {"path": path.name, "rows": len(data), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        manifest = Manifest(
+            version=version,
+            uri=str(final),
+            interval=(start.isoformat(), end.isoformat()),
+            counts=counts,
+            quarantine_reasons=dict(sorted(reasons.items())),
+            reward_stats={
+                "labeled": len(rewards),
+                "mean": round(sum(rewards) / len(rewards), 6) if rewards else None,
+                "min": min(rewards, default=None),
+                "max": max(rewards, default=None),
+            },
+            files=files,
+            code_version=CODE_VERSION,
+            config=config,
+        )
+        (tmp / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=2, default=str))
     _point_latest(datasets_dir, version)
     return Manifest.load(final)
 
 
 def _point_latest(datasets_dir: Path, version: str) -> None:
-    tmp = datasets_dir / f".{LATEST}.{os.getpid()}"
-    tmp.write_text(version + "\n")
-    os.replace(tmp, datasets_dir / LATEST)
+    atomic_write_text(datasets_dir / LATEST, version + "\n")
 
 
 def resolve(datasets_dir: Path, version: str | None) -> Manifest:

@@ -8,17 +8,17 @@ model version points at them, so the registry alone can restore any version.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from ctpipe.atomic import atomic_dir
 from ctpipe.config import Settings
 
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
+ARTIFACT = "checkpoint"  # the run artifact a model version points at
 EXPERIMENT = "ctpipe"
 
 
@@ -71,13 +71,13 @@ class Registry:
         for mv in self.client.search_model_versions(f"name='{self.name}' and run_id='{run_id}'"):
             log.info("run %s already registered %s version %s", run_id, self.name, mv.version)
             return str(mv.version)
-        self.client.log_artifacts(run_id, str(checkpoint), artifact_path="checkpoint")
+        self.client.log_artifacts(run_id, str(checkpoint), artifact_path=ARTIFACT)
         try:
             self.client.create_registered_model(self.name)
         except MlflowException as e:
             if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code):
                 raise
-        source = f"{self.client.get_run(run_id).info.artifact_uri}/checkpoint"
+        source = f"{self.client.get_run(run_id).info.artifact_uri}/{ARTIFACT}"
         mv = self.client.create_model_version(self.name, source=source, run_id=run_id, tags=tags)
         log.info("registered %s version %s from %s", self.name, mv.version, source)
         return str(mv.version)
@@ -104,18 +104,10 @@ class Registry:
         except MlflowException as e:
             raise LookupError(f"model {self.name!r} has no version {version!r}") from e
         local = self.settings.models_dir / "registry" / self.name / str(version)
-        if not (local / "config.json").exists():
-            tmp = local.parent / f".tmp-{version}-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            download_artifacts(artifact_uri=mv.source, dst_path=str(tmp), tracking_uri=self.settings.tracking_uri)
-            inner = tmp / "checkpoint"
-            try:
-                os.rename(inner if inner.is_dir() else tmp, local)
-            except OSError:
-                pass  # another process placed the same files first
-            shutil.rmtree(tmp, ignore_errors=True)
-        return Version(version=str(mv.version), path=local, tags=dict(mv.tags))
+        if not (local / ARTIFACT / "config.json").exists():
+            with atomic_dir(local, replace=True) as tmp:  # replace: a directory left by an older layout
+                download_artifacts(artifact_uri=mv.source, dst_path=str(tmp), tracking_uri=self.settings.tracking_uri)
+        return Version(version=str(mv.version), path=local / ARTIFACT, tags=dict(mv.tags))
 
     def ensure_champion(self, base_checkpoint: Path) -> Version:
         """The champion; on a fresh registry, the base model becomes version 1 and champion."""

@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
-import shutil
 import string
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctpipe import arith
+from ctpipe.atomic import atomic_dir
 from ctpipe.config import BaseModelRecipe, TaskConfig
 
 if TYPE_CHECKING:
@@ -168,18 +167,10 @@ def ensure_base_model(recipe: BaseModelRecipe, task: TaskConfig, models_dir: Pat
     final = models_dir / f"base-{recipe_hash(recipe, task)}"
     if (final / "build.json").exists():
         return final
-    models_dir.mkdir(parents=True, exist_ok=True)
-    tmp = models_dir / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    (tmp / "recipe.json").write_text(
-        json.dumps({"recipe": recipe.model_dump(mode="json"), "task": task.model_dump(mode="json")}, indent=2)
-    )
-    info = pretrain(recipe, task, tmp)
-    log.info("built base model %s: %s", final.name, info)
-    try:
-        os.rename(tmp, final)  # atomic: readers see a whole model or none
-    except OSError:
-        # Another process built it first; theirs is identical.
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_dir(final) as tmp:  # readers see a whole model or none; a concurrent identical build wins
+        (tmp / "recipe.json").write_text(
+            json.dumps({"recipe": recipe.model_dump(mode="json"), "task": task.model_dump(mode="json")}, indent=2)
+        )
+        info = pretrain(recipe, task, tmp)
+        log.info("built base model %s: %s", final.name, info)
     return final

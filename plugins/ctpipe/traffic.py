@@ -8,7 +8,6 @@ written malformed, as real log pipelines do, so quarantine has work to do.
 from __future__ import annotations
 
 import json
-import os
 import random
 import uuid
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ctpipe import arith
+from ctpipe.atomic import atomic_write_text
 from ctpipe.config import TaskConfig, TrafficConfig
 from ctpipe.traces import partition_dir
 
@@ -116,9 +116,7 @@ def simulate(
     for part, lines in by_partition.items():
         part.mkdir(parents=True, exist_ok=True)
         final = part / f"part-{t0:%Y%m%dT%H%M%S}-{seed}.jsonl"
-        tmp = part / f".{final.name}.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, final)  # readers only list *.jsonl, so they never see a half-written file
+        atomic_write_text(final, "\n".join(lines) + "\n")  # readers list *.jsonl, never the hidden temporary
         files.append(str(final))
     return TrafficReport(
         traces=len(asked), faulty=faulty, correct=correct,
