@@ -7,34 +7,39 @@ Usage (as a Ray job entrypoint, or by hand):
 The spec (``ctpipe.jobspec.JobSpec``) names the algorithm, the base checkpoint,
 the dataset version and the run directory. The job:
 
-* resumes from the newest complete Trainer checkpoint in ``<run_dir>/trainer``
-  when one exists (a retry of the same run), instead of starting over;
+* saves a checkpoint every ``train.save_steps`` steps into ``<run_dir>/trainer``,
+  each complete or invisible (``ctpipe.checkpoints``);
+* resumes from the newest readable checkpoint there (a retry or resubmission of the
+  same run): weights, optimizer, scheduler, RNG state and data position, so the
+  resumed run ends with the same weights as an uninterrupted one;
 * on SIGTERM (a spot reclaim notice, ``ray job stop``), finishes the current step,
   saves a checkpoint and exits with code 143, so a resubmission loses at most one step;
-* prints ``CTPIPE_PROGRESS {...}`` lines (step, loss, reward) for Airflow;
+* prints ``CTPIPE_PROGRESS {...}`` lines (step, loss, reward) for Airflow, and
+  stops with an error on a non-finite loss (a genuine failure, not retried);
 * writes the final model to ``<run_dir>/checkpoint`` atomically (temporary
   directory, then rename) and a summary to ``<run_dir>/metrics.json``.
 
 GRPO rewards an answer 1.0 when it equals the reference answer, else 0.0.
-DPO uses the base checkpoint as its fixed reference model.
+DPO uses the base checkpoint as its fixed reference model, so chained runs do not drift.
+Exit codes: 0 done, 143 preempted (checkpoint saved), 2 bad input, 1 anything else.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import time
 from pathlib import Path
 
+from ctpipe.atomic import atomic_dir
+from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
+from ctpipe.errors import PipelineError
+from ctpipe.jobspec import METRICS_FILE, JobSpec, load_job, progress_line
+
 PREEMPTED_EXIT = 128 + signal.SIGTERM
-
-
-def latest_complete_checkpoint(trainer_dir: Path) -> Path | None:
-    """Newest ``checkpoint-N`` whose ``trainer_state.json`` (written last by transformers) exists."""
-    done = [p for p in trainer_dir.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
-    return max(done, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
 def correctness_reward(completions, answer, **_) -> list[float]:
@@ -50,24 +55,26 @@ def main(spec_path: str) -> int:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
-    from ctpipe.atomic import atomic_dir
-    from ctpipe.datasets import Manifest
-    from ctpipe.jobspec import METRICS_FILE, JobSpec, progress_line
     from ctpipe.preemption import young_daly_interval
 
-    spec = JobSpec.read(spec_path)
+    spec, manifest = load_job(spec_path)
     cfg = spec.train
     torch.set_num_threads(cfg.torch_threads)
     run_dir = Path(spec.run_dir)
-    manifest = Manifest.load(Path(spec.dataset_uri))
-    table = "grpo" if spec.algorithm == "grpo" else "dpo"
-    rows = manifest.files[table]["rows"]
-    if rows == 0:
-        print(f"dataset {spec.dataset_version} has no {table} rows; nothing to train on", file=sys.stderr)
-        return 2
-    data = Dataset.from_parquet(str(Path(spec.dataset_uri) / manifest.files[table]["path"]))
+    trainer_dir = run_dir / "trainer"
+    resume = latest_resumable(trainer_dir, log=lambda m: print(m, flush=True))
+    if resume:
+        check_same_model(resume, Path(spec.base_checkpoint))
     tokenizer = AutoTokenizer.from_pretrained(spec.base_checkpoint)
-    history: list[dict] = []
+
+    if resume and step_of(resume) >= spec.max_steps:
+        # Trained to the end before an interruption during publishing: publish, don't train on.
+        print(f"{resume} is already at step {spec.max_steps}; publishing it", flush=True)
+        model = AutoModelForCausalLM.from_pretrained(str(resume))
+        log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
+        return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
+
+    data = Dataset.from_parquet(str(Path(spec.dataset_uri) / manifest.files[spec.algorithm]["path"]))
 
     class SaveOnSigterm(TrainerCallback):
         """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""
@@ -115,17 +122,14 @@ def main(spec_path: str) -> int:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:
                 return
-            rec = {"step": state.global_step, "max_steps": state.max_steps, "loss": logs.get("loss")}
-            # GRPO logs the mean reward of its samples; DPO the implicit reward margin and pair accuracy.
-            for ours, theirs in (("reward", "reward"), ("margin", "rewards/margins"), ("pair_accuracy", "rewards/accuracies")):
-                if theirs in logs:
-                    rec[ours] = logs[theirs]
-            history.append(rec)
-            print(progress_line(rec), flush=True)
+            if not math.isfinite(logs["loss"]):
+                # Diverged: resuming would diverge again, so fail instead of looking preempted.
+                raise FloatingPointError(f"loss is {logs['loss']} at step {state.global_step}; training diverged")
+            print(progress_line(progress_record(state.global_step, state.max_steps, logs)), flush=True)
 
     callbacks = [Progress(), preemption, SavePeriodAdvice()]
     common = dict(
-        output_dir=str(run_dir / "trainer"),
+        output_dir=str(trainer_dir),
         max_steps=spec.max_steps,
         learning_rate=spec.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler,
@@ -133,9 +137,10 @@ def main(spec_path: str) -> int:
         seed=spec.seed,
         data_seed=spec.seed,
         logging_steps=1,
+        logging_nan_inf_filter=False,  # the default hides a NaN loss from the divergence check
         save_strategy="steps",
         save_steps=cfg.save_steps,
-        save_total_limit=2,
+        save_total_limit=2,  # two, so a damaged newest checkpoint has one to fall back to
         use_cpu=True,
         bf16=False,
         report_to=[],
@@ -155,7 +160,7 @@ def main(spec_path: str) -> int:
             beta=cfg.grpo_beta,
             log_completions=False,
         )
-        trainer = GRPOTrainer(
+        trainer = type("Trainer", (AtomicCheckpoints, GRPOTrainer), {})(
             model=model, reward_funcs=correctness_reward, args=args,
             train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
@@ -164,37 +169,48 @@ def main(spec_path: str) -> int:
 
         args = DPOConfig(**common, per_device_train_batch_size=cfg.dpo_batch_size, beta=cfg.dpo_beta, max_length=cfg.dpo_max_length)
         ref = AutoModelForCausalLM.from_pretrained(spec.base_checkpoint)
-        trainer = DPOTrainer(
+        trainer = type("Trainer", (AtomicCheckpoints, DPOTrainer), {})(
             model=model, ref_model=ref, args=args,
             train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
 
     trainer.remove_callback(PrinterCallback)  # our Progress lines replace its raw dicts
-    resume = latest_complete_checkpoint(run_dir / "trainer")
     if resume:
         print(f"resuming from {resume}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if preemption.requested:
-        saved = latest_complete_checkpoint(run_dir / "trainer")
+        saved = latest_resumable(trainer_dir)
         print(f"preempted at step {trainer.state.global_step}; checkpoint {saved}", flush=True)
         return PREEMPTED_EXIT
+    return publish(spec, trainer.model, tokenizer, trainer.state.global_step, resume, trainer.state.log_history)
 
+
+def progress_record(step: int, max_steps: int, logs: dict) -> dict:
+    rec = {"step": step, "max_steps": max_steps, "loss": logs.get("loss")}
+    # GRPO logs the mean reward of its samples; DPO the implicit reward margin and pair accuracy.
+    for ours, theirs in (("reward", "reward"), ("margin", "rewards/margins"), ("pair_accuracy", "rewards/accuracies")):
+        if theirs in logs:
+            rec[ours] = logs[theirs]
+    return rec
+
+
+def publish(spec: JobSpec, model, tokenizer, steps: int, resumed_from: Path | None, log_history: list[dict]) -> int:
+    """Write the final model atomically and the run's metrics (history across all resumed attempts)."""
     final = spec.checkpoint_dir
     with atomic_dir(final, replace=True) as tmp:  # replace: a retried run overwrites its own output
-        trainer.save_model(str(tmp))
+        model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
-
-    losses = [h for h in history if h.get("loss") is not None]
+    history = [progress_record(h["step"], spec.max_steps, h) for h in log_history if "loss" in h]
     metrics = {
         "algorithm": spec.algorithm,
-        "steps": trainer.state.global_step,
-        "resumed_from": str(resume) if resume else None,
-        "first": losses[0] if losses else None,
-        "last": losses[-1] if losses else None,
+        "steps": steps,
+        "resumed_from": str(resumed_from) if resumed_from else None,
+        "first": history[0] if history else None,
+        "last": history[-1] if history else None,
         "history": history,
         "checkpoint": str(final),
     }
-    (run_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
     print(progress_line({"done": True, "steps": metrics["steps"], "checkpoint": str(final)}), flush=True)
     return 0
 
@@ -202,4 +218,8 @@ def main(spec_path: str) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, help="path to the run's job.json")
-    sys.exit(main(parser.parse_args().spec))
+    try:
+        sys.exit(main(parser.parse_args().spec))
+    except PipelineError as e:  # bad input: say what, and don't look like a preemption
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

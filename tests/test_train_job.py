@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -45,31 +46,135 @@ def test_a_retry_resumes_from_the_latest_complete_checkpoint(settings, base_mode
     assert [p["step"] for p in progress if "loss" in p] == [5, 6]
 
 
-def test_sigterm_saves_at_the_current_step_and_the_resubmission_finishes(settings, base_model, training_dataset):
-    spec = job_spec(  # save_steps 1000: no periodic saves, only the one SIGTERM asks for
-        settings, base_model, training_dataset, "dpo", "preempted", steps=60, save_steps=1000, learning_rate=1e-4
-    )
-    cmd = job_command(spec)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start_and_signal(spec, at_step: int, sig: int) -> tuple[int, str]:
+    """Run the job and send ``sig`` once it reports step ``at_step``; its exit code and output."""
+    proc = subprocess.Popen(job_command(spec), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
         lines.append(line)
         rec = parse_progress(line)
-        if rec and rec.get("step", 0) >= 5:
-            proc.send_signal(signal.SIGTERM)
+        if rec and rec.get("step", 0) >= at_step:
+            proc.send_signal(sig)
             break
     lines += proc.stdout.readlines()
-    assert proc.wait(timeout=300) == 128 + signal.SIGTERM
-    done = re.search(r"preempted at step (\d+); checkpoint .*checkpoint-(\d+)", "".join(lines))
-    assert done, lines[-5:]
+    return proc.wait(timeout=300), "".join(lines)
+
+
+def resume_and_finish(spec) -> dict:
+    again = subprocess.run(job_command(spec), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    return json.loads((Path(spec.run_dir) / "metrics.json").read_text())
+
+
+def assert_same_weights(a, b):
+    import torch
+
+    wa, wb = weights(a), weights(b)
+    different = [k for k in wa if not torch.equal(wa[k], wb[k])]
+    assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
+
+
+@pytest.mark.parametrize("algorithm, steps", [("dpo", 24), ("grpo", 10)])
+def test_sigterm_loses_no_step_and_the_resumed_run_ends_with_the_uninterrupted_weights(
+    settings, base_model, training_dataset, algorithm, steps
+):
+    uninterrupted, _ = run_job(settings, base_model, training_dataset, algorithm, "whole", steps=steps, save_steps=1000)
+    spec = job_spec(settings, base_model, training_dataset, algorithm, "preempted", steps=steps, save_steps=1000)
+    code, out = start_and_signal(spec, at_step=5, sig=signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, out[-2000:]
+    done = re.search(r"preempted at step (\d+); checkpoint .*checkpoint-(\d+)", out)
+    assert done, out[-2000:]
     stopped_at, saved = int(done.group(1)), int(done.group(2))
-    assert saved == stopped_at >= 5  # nothing trained was lost
-    assert "goodput-optimal save period" in "".join(lines)
-    assert (Path(spec.run_dir) / "trainer" / f"checkpoint-{saved}" / "trainer_state.json").exists()
+    assert saved == stopped_at >= 5  # the step running at SIGTERM finished and was saved: nothing lost
+    assert "goodput-optimal save period" in out
     assert not spec.checkpoint_dir.exists()  # an interrupted run publishes no final model
 
-    again = subprocess.run(cmd, capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr[-2000:]
+    metrics = resume_and_finish(spec)
+    assert metrics["resumed_from"].endswith(f"checkpoint-{saved}") and metrics["steps"] == steps
+    assert [h["step"] for h in metrics["history"]] == list(range(1, steps + 1))  # history spans both attempts
+    assert_same_weights(spec.checkpoint_dir, uninterrupted.checkpoint_dir)
+
+
+def test_sigkill_loses_at_most_the_save_period_and_resumes_to_the_same_weights(settings, base_model, training_dataset):
+    uninterrupted, _ = run_job(settings, base_model, training_dataset, "dpo", "whole", steps=20, save_steps=4)
+    spec = job_spec(settings, base_model, training_dataset, "dpo", "killed", steps=20, save_steps=4)
+    code, out = start_and_signal(spec, at_step=10, sig=signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    reached = max(p["step"] for p in map(parse_progress, out.splitlines()) if p and "step" in p)
+    metrics = resume_and_finish(spec)
+    resumed = int(metrics["resumed_from"].rsplit("-", 1)[1])
+    assert 0 <= reached - resumed <= 4
+    assert not list((Path(spec.run_dir) / "trainer").glob(".tmp-*"))
+    assert_same_weights(spec.checkpoint_dir, uninterrupted.checkpoint_dir)
+
+
+def test_a_run_trained_to_the_end_but_not_published_is_published_without_more_training(
+    settings, base_model, training_dataset
+):
+    spec, _ = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
+    published = weights(spec.checkpoint_dir)
+    shutil.rmtree(spec.checkpoint_dir)  # as if the job died between its last save and publishing
+    again, progress = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
+    assert [p for p in progress if "loss" in p] == [] and progress[-1]["done"]
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
-    assert metrics["resumed_from"].endswith(f"checkpoint-{saved}") and metrics["steps"] == 60
-    assert (spec.checkpoint_dir / "config.json").exists()
+    assert metrics["steps"] == 4 and len(metrics["history"]) == 4
+    import torch
+
+    assert all(torch.equal(published[k], v) for k, v in weights(again.checkpoint_dir).items())
+
+
+def failing_run(spec) -> subprocess.CompletedProcess:
+    out = subprocess.run(job_command(spec), capture_output=True, text=True)
+    assert out.returncode != 0
+    return out
+
+
+def test_bad_input_fails_fast_naming_what_is_wrong(settings, base_model, training_dataset, tmp_path):
+    spec = job_spec(settings, base_model, training_dataset, "dpo", "bad", steps=2)
+    spec_file = Path(spec.run_dir) / "job.json"
+
+    raw = json.loads(spec_file.read_text())
+    raw["train"]["save_step"] = 5  # a typo of save_steps
+    spec_file.write_text(json.dumps(raw))
+    out = failing_run(spec)
+    assert out.returncode == 2 and "train.save_step" in out.stderr and "Extra inputs are not permitted" in out.stderr
+
+    spec.model_copy(update={"dataset_uri": str(tmp_path / "nope"), "dataset_version": "nope"}).write()
+    out = failing_run(spec)
+    assert out.returncode == 2 and "dataset version 'nope' does not exist" in out.stderr
+
+    empty = Path(training_dataset["uri"])
+    manifest = json.loads((empty / "manifest.json").read_text())
+    manifest["files"]["dpo"]["rows"] = 0
+    (empty / "manifest.json").write_text(json.dumps(manifest))
+    spec.write()
+    out = failing_run(spec)
+    assert out.returncode == 2 and "has no dpo rows" in out.stderr
+
+
+def test_a_checkpoint_of_another_model_is_refused(settings, base_model, training_dataset, tmp_path):
+    spec, _ = run_job(settings, base_model, training_dataset, "dpo", "other", steps=2, save_steps=2)
+    ckpt = Path(spec.run_dir) / "trainer" / "checkpoint-2"
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["hidden_size"] *= 2
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    spec = job_spec(settings, base_model, training_dataset, "dpo", "other", steps=4, save_steps=2)
+    out = failing_run(spec)
+    assert out.returncode == 2 and "checkpoint-2 belongs to a different model" in out.stderr and "hidden_size" in out.stderr
+
+
+def test_a_diverging_loss_is_a_genuine_failure_not_a_preemption(settings, base_model, training_dataset, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from ctpipe.preemption import is_preemption
+
+    broken = tmp_path / "nan-base"
+    shutil.copytree(base_model, broken)
+    w = weights(broken)
+    w["model.norm.weight"] = torch.full_like(w["model.norm.weight"], float("nan"))
+    save_file(w, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    spec = job_spec(settings, broken, training_dataset, "dpo", "nan", steps=3)
+    out = failing_run(spec)
+    assert "training diverged" in out.stderr and "loss is nan at step 1" in out.stderr
+    assert not is_preemption({"status": "FAILED", "driver_exit_code": out.returncode})

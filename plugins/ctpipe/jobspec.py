@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctpipe.config import Algorithm, TrainConfig
+from ctpipe.errors import PipelineError
+
+if TYPE_CHECKING:
+    from ctpipe.datasets import Manifest
 
 PROGRESS_PREFIX = "CTPIPE_PROGRESS "
 SPEC_FILE = "job.json"
@@ -47,6 +51,31 @@ class JobSpec(BaseModel):
     @classmethod
     def read(cls, path: str | Path) -> JobSpec:
         return cls.model_validate_json(Path(path).read_text())
+
+
+def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
+    """The spec at ``path`` and its dataset's manifest; a clear error when either is unusable."""
+    from ctpipe.datasets import Manifest
+
+    try:
+        spec = JobSpec.read(path)
+    except FileNotFoundError:
+        raise PipelineError(f"job spec {path} does not exist") from None
+    except ValidationError as e:
+        raise PipelineError(f"job spec {path} is invalid: {e}") from None
+    manifest_path = Path(spec.dataset_uri) / "manifest.json"
+    if not manifest_path.is_file():
+        raise PipelineError(
+            f"dataset version {spec.dataset_version!r} does not exist: no manifest at {manifest_path}"
+        )
+    manifest = Manifest.load(Path(spec.dataset_uri))
+    table = spec.algorithm  # each algorithm trains on the table named after it
+    if manifest.files[table]["rows"] == 0:
+        raise PipelineError(f"dataset version {spec.dataset_version!r} has no {table} rows: nothing to train on")
+    for base_file in ("config.json", "model.safetensors"):
+        if not (Path(spec.base_checkpoint) / base_file).is_file():
+            raise PipelineError(f"base_checkpoint {spec.base_checkpoint} has no {base_file}")
+    return spec, manifest
 
 
 def progress_line(record: dict[str, Any]) -> str:
