@@ -39,6 +39,11 @@ class JobSpec(BaseModel):
     train: TrainConfig
 
     @property
+    def script(self) -> str:
+        """The ``jobs/`` entrypoint that runs this spec."""
+        return "train_nemo_rl.py" if self.algorithm == "grpo" and self.train.grpo_trainer == "nemo_rl" else "train_trl.py"
+
+    @property
     def checkpoint_dir(self) -> Path:
         return Path(self.run_dir) / CHECKPOINT_DIR
 

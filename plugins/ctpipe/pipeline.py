@@ -109,7 +109,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
     return {
         "spec_path": str(path),
         "run_dir": str(run_dir),
-        "entrypoint": f"{python} {s.jobs_dir / 'train_trl.py'} --spec {path}",
+        "entrypoint": f"{python} {s.jobs_dir / spec.script} --spec {path}",
         "algorithm": algorithm,
         "dataset_version": manifest.version,
         "base_version": base_version,
