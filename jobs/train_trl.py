@@ -41,6 +41,9 @@ from ctpipe.errors import PipelineError
 from ctpipe.jobspec import METRICS_FILE, JobSpec, load_job, progress_line
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM
+# The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
+# it is installed: skipping that import shortens every restart after a preemption.
+os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
 
 
 def correctness_reward(completions, answer, **_) -> list[float]:
@@ -133,6 +136,9 @@ def main(spec_path: str) -> int:
             print(progress_line(progress_record(state.global_step, state.max_steps, logs)), flush=True)
 
     callbacks = [Progress(), preemption, SavePeriodAdvice()]
+    on_gpu = torch.cuda.is_available()  # the same job runs on CPU here and on GPU nodes
+    if cfg.grpo_use_vllm and not on_gpu and spec.algorithm == "grpo":
+        raise PipelineError("train.grpo_use_vllm=true needs a GPU; this node has none")
     common = dict(
         output_dir=str(trainer_dir),
         max_steps=spec.max_steps,
@@ -146,8 +152,8 @@ def main(spec_path: str) -> int:
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=2,  # two, so a damaged newest checkpoint has one to fall back to
-        use_cpu=True,
-        bf16=False,
+        use_cpu=not on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
         report_to=[],
         disable_tqdm=True,
         dataloader_num_workers=0,
@@ -164,6 +170,8 @@ def main(spec_path: str) -> int:
             temperature=cfg.grpo_temperature,
             beta=cfg.grpo_beta,
             log_completions=False,
+            use_vllm=cfg.grpo_use_vllm,
+            **({"vllm_mode": "colocate"} if cfg.grpo_use_vllm else {}),
         )
         trainer = type("Trainer", (AtomicCheckpoints, GRPOTrainer), {})(
             model=model, reward_funcs=correctness_reward, args=args,

@@ -44,3 +44,14 @@ def test_bad_base_checkpoint_is_named(settings):
     extra = materialize_interval(settings, T0, T0 + timedelta(hours=1))
     with pytest.raises(PipelineError, match="base_checkpoint='/nowhere'"):
         prepare_training(settings, PARAMS | {"base_checkpoint": "/nowhere"}, extra, "manual__1")
+
+
+@pytest.mark.parametrize(
+    "trainer, algorithm, script",
+    [("trl", "grpo", "train_trl.py"), ("nemo_rl", "grpo", "train_nemo_rl.py"), ("nemo_rl", "dpo", "train_trl.py")],
+)
+def test_the_configured_trainer_picks_the_job_entrypoint(settings, training_dataset, base_model, trainer, algorithm, script):
+    s = settings.model_copy(update={"train": settings.train.model_copy(update={"grpo_trainer": trainer})})
+    job = prepare_training(s, PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model)}, training_dataset, "manual__1")
+    assert job["entrypoint"].split()[1].endswith(f"jobs/{script}")
+    assert job["entrypoint"].endswith(f"--spec {job['spec_path']}")

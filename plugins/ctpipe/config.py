@@ -124,6 +124,7 @@ class TrainConfig(_Section):
     grpo_num_generations: int = Field(8, ge=2)
     grpo_beta: float = Field(0.04, ge=0)
     grpo_temperature: float = Field(1.0, gt=0)
+    grpo_use_vllm: bool = Field(False, description="GPU nodes: TRL generates GRPO samples with vLLM, colocated.")
     dpo_beta: float = Field(0.1, gt=0)
     dpo_max_length: int = Field(64, ge=16, description="Prompt + answer tokens kept per DPO example.")
     max_completion_length: int = Field(8, ge=4)

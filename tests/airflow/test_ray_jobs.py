@@ -160,3 +160,39 @@ def test_a_job_past_its_deadline_is_stopped_not_orphaned(ray_url):
     assert wait_until_ended(hook, sid) == "STOPPED"
     with pytest.raises(AirflowException, match="ended TIMEOUT"):
         RayJobOperator(task_id="t", entrypoint="unused", dashboard_url=ray_url).execute_complete({}, event)
+
+
+def test_a_training_job_preempted_by_sigterm_is_resubmitted_and_resumes(
+    ray_url, settings, base_model, training_dataset
+):
+    """The real TRL job under the operator: SIGTERM mid-run, exit 143, resubmission, resume, same final weights."""
+    import json
+    import signal
+    import subprocess
+    import threading
+    from pathlib import Path
+
+    from tests.conftest import job_command, job_spec, run_job
+    from tests.test_train_job import assert_same_weights
+
+    uninterrupted, _ = run_job(settings, base_model, training_dataset, "dpo", "whole", steps=30, save_steps=3)
+    spec = job_spec(settings, base_model, training_dataset, "dpo", "spot", steps=30, save_steps=3)
+    cmd = job_command(spec)
+    trainer_dir = Path(spec.run_dir) / "trainer"
+
+    def reclaim_the_node():  # as the kubelet does on a spot notice: SIGTERM to the training process only
+        deadline = time.monotonic() + 120
+        while not (trainer_dir / "checkpoint-3").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run(["pkill", "-TERM", "-f", "^" + " ".join(cmd)], check=True)
+
+    threading.Thread(target=reclaim_the_node, daemon=True).start()
+    op = RayJobOperator(
+        task_id="train", entrypoint=" ".join(cmd), dashboard_url=ray_url, poll_interval=0.5,
+        max_preemptions=2, preemption_backoff=timedelta(seconds=0.1),
+    )
+    result = run_operator(op)
+    assert result["preemptions"] == 1
+    metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
+    assert metrics["steps"] == 30 and int(metrics["resumed_from"].rsplit("-", 1)[1]) >= 3
+    assert_same_weights(spec.checkpoint_dir, uninterrupted.checkpoint_dir)
