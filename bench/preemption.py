@@ -2,6 +2,7 @@
 
 Usage:
     python bench/preemption.py [--algorithm dpo] [--kills 3] [--preempt-every 60] [--grace 30] [--seed 0]
+                               [--python /path/to/train-venv/bin/python]
 
 On CPU with the tiny model, on a dataset of simulated traffic, it runs the same
 job (``jobs/train_trl.py``, as a Ray job would: a fresh process per attempt):
@@ -116,9 +117,9 @@ def run_attempt(cmd: list[str], preempt_after_s: float | None, sig: int, grace_s
     return a
 
 
-def run_mode(spec: JobSpec, draws: list[float], sig: int, grace_s: float) -> list[Attempt]:
+def run_mode(spec: JobSpec, draws: list[float], sig: int, grace_s: float, python: str) -> list[Attempt]:
     spec.write()
-    cmd = [sys.executable, str(PROJECT_ROOT / "jobs" / "train_trl.py"), "--spec", str(Path(spec.run_dir) / SPEC_FILE)]
+    cmd = [python, str(PROJECT_ROOT / "jobs" / "train_trl.py"), "--spec", str(Path(spec.run_dir) / SPEC_FILE)]
     attempts = []
     for i in range(len(draws) + 1):
         a = run_attempt(cmd, draws[i] if i < len(draws) else None, sig, grace_s)
@@ -153,13 +154,15 @@ def same_weights(a: Path, b: Path) -> bool:
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def main(algorithm: str, kills: int, every_s: float, grace_s: float, seed: int, train_s: float | None) -> None:
+def main(
+    algorithm: str, kills: int, every_s: float, grace_s: float, seed: int, train_s: float | None, python: str
+) -> None:
     user = Settings()
     base = ensure_base_model(user.base_model, user.task, user.models_dir)
     s = Settings(home=Path(tempfile.mkdtemp(prefix="ctpipe-bench-preemption-")))
     report = traffic.simulate(base, s.model_name, "1", s.traces_dir, s.traffic, s.task, seed=seed, now=T0)
     data = materialize_interval(s, T0, report.end + timedelta(milliseconds=1))
-    print(f"dataset {data['version']}: {data['rows']}; base {base}")
+    print(f"dataset {data['version']}: {data['rows']}; base {base}; job interpreter {python}")
 
     def spec(run: str, steps: int, save_steps: int) -> JobSpec:
         return JobSpec(
@@ -169,7 +172,7 @@ def main(algorithm: str, kills: int, every_s: float, grace_s: float, seed: int, 
             train=s.train.model_copy(update={"save_steps": save_steps, "mean_time_between_preemptions_s": every_s}),
         )
 
-    (cal,) = run_mode(spec("calibrate", 30, 10), [], signal.SIGTERM, grace_s)
+    (cal,) = run_mode(spec("calibrate", 30, 10), [], signal.SIGTERM, grace_s, python)
     step_s = useful_s([cal]) / 30
     cost = max(cal.checkpoint_costs)
     period_s = young_daly_interval(cost, every_s)
@@ -181,7 +184,7 @@ def main(algorithm: str, kills: int, every_s: float, grace_s: float, seed: int, 
         f"{steps} steps per run"
     )
 
-    (ref,) = run_mode(spec("uninterrupted", steps, save_steps), [], signal.SIGTERM, grace_s)
+    (ref,) = run_mode(spec("uninterrupted", steps, save_steps), [], signal.SIGTERM, grace_s, python)
     rng = random.Random(seed)
     draws = [every_s * rng.uniform(0.75, 1.25) for _ in range(kills)]
     print(f"uninterrupted: {useful_s([ref]):.1f}s training, {ref.wall_s:.1f}s wall (goodput {useful_s([ref]) / ref.wall_s:.3f})")
@@ -197,7 +200,7 @@ def main(algorithm: str, kills: int, every_s: float, grace_s: float, seed: int, 
     results = {}
     for name, (period, sig) in modes.items():
         sp = spec(name, steps, period)
-        attempts = run_mode(sp, draws, sig, grace_s)
+        attempts = run_mode(sp, draws, sig, grace_s, python)
         wall = sum(a.wall_s for a in attempts)
         goodput = useful_s(attempts) / wall
         equal = same_weights(sp.checkpoint_dir, ref_dir)
@@ -226,5 +229,9 @@ if __name__ == "__main__":
     p.add_argument("--grace", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL")
     p.add_argument("--train-s", type=float, default=None, help="training seconds per run; default (kills + 0.5) x preempt-every")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--python", default=sys.executable,
+        help="interpreter of the training job (what CTPIPE_RAY_PYTHON sets for Ray jobs), e.g. a train-only venv",
+    )
     a = p.parse_args()
-    main(a.algorithm, a.kills, a.preempt_every, a.grace, a.seed, a.train_s)
+    main(a.algorithm, a.kills, a.preempt_every, a.grace, a.seed, a.train_s, a.python)
