@@ -6,6 +6,8 @@
     ctpipe build-base                build (or find) the cached base model
     ctpipe materialize --start T --end T
                                      build the dataset version of an interval without Airflow
+    ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl]
+                                     print the RayJob a training run becomes on Kubernetes
 """
 
 from __future__ import annotations
@@ -84,6 +86,41 @@ def cmd_materialize(args) -> int:
     return 0
 
 
+def cmd_k8s_render(args) -> int:
+    import yaml
+
+    from ctpipe.jobspec import JobSpec
+    from ctpipe.k8s import rayjob, schema
+
+    s = _settings()
+    k = s.kubernetes.model_copy(update={"scheduler": args.scheduler})
+    # GRPO defaults to NeMo-RL on a cluster; DPO always runs TRL.
+    trainer = args.trainer or ("nemo_rl" if args.algorithm == "grpo" else "trl")
+    run_id = args.run_id
+    spec = JobSpec(
+        algorithm=args.algorithm,
+        base_checkpoint=f"{k.home_mount}/models/registry/{s.model_name}/champion/checkpoint",
+        base_version="champion",
+        dataset_uri=f"{k.home_mount}/datasets/{args.dataset_version}",
+        dataset_version=args.dataset_version,
+        run_dir=f"{k.home_mount}/runs/{run_id}",
+        max_steps=s.train.max_steps,
+        learning_rate=s.train.learning_rate,
+        seed=s.train.seed,
+        train=s.train.model_copy(update={"grpo_trainer": trainer}),
+    )
+    labels = {"ctpipe.io/dag-id": "train", "ctpipe.io/task-id": "train", "ctpipe.io/run-id": run_id, "ctpipe.io/try-number": "1"}
+    job = rayjob.render(spec, k, name=rayjob.job_name("train", "train", run_id, 1), labels=labels)
+    schema.validate(job)
+    header = (
+        f"# RayJob for a {args.algorithm} run with {trainer} ({args.scheduler} gang scheduling), as the train DAG\n"
+        f"# creates it; checked against the KubeRay CRD schema. Settings: CTPIPE_KUBERNETES__* (ctpipe/config.py).\n"
+        f"# The job reads {spec.run_dir}/job.json, which the train DAG writes on the shared volume.\n"
+    )
+    print(header + yaml.safe_dump(job, sort_keys=False), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctpipe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=_aware, required=True)
     p.add_argument("--end", type=_aware, required=True)
     p.set_defaults(fn=cmd_materialize)
+    k8s = sub.add_parser("k8s", help="Kubernetes manifests").add_subparsers(dest="k8s_command", required=True)
+    p = k8s.add_parser("render", help="print the RayJob a training run becomes")
+    p.add_argument("--algorithm", choices=["grpo", "dpo"], required=True)
+    p.add_argument("--scheduler", choices=["volcano", "kueue", "none"], required=True)
+    p.add_argument("--trainer", choices=["trl", "nemo_rl"], default=None, help="GRPO only; default nemo_rl")
+    p.add_argument("--run-id", default="manual__example", help="the DAG run the job belongs to")
+    p.add_argument("--dataset-version", default="latest")
+    p.set_defaults(fn=cmd_k8s_render)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -140,6 +140,38 @@ class TrainConfig(_Section):
     nemo_rl: NemoRLConfig = NemoRLConfig()
 
 
+class PodResources(_Section):
+    cpu: str = Field("8", description="Kubernetes quantity, e.g. 8 or 500m.")
+    memory: str = Field("64Gi", description="Kubernetes quantity, e.g. 64Gi.")
+    gpus: int = Field(0, ge=0)
+
+
+class KubernetesConfig(_Section):
+    """How a training run becomes a KubeRay RayJob on a user's cluster (``ctpipe k8s render`` prints it)."""
+
+    namespace: str = Field("ctpipe", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    service_account: str = "ctpipe-training"
+    scheduler: Literal["volcano", "kueue", "none"] = Field(
+        "volcano", description="Gang scheduler; volcano needs KubeRay started with --batch-scheduler=volcano."
+    )
+    queue: str = Field("ctpipe-training", description="Volcano Queue or Kueue LocalQueue the RayJob waits in.")
+    priority_class: str = "ctpipe-training"
+    train_image: str = Field(
+        "ghcr.io/ctpipe/ctpipe-train:0.1.0", description="Image with ctpipe[train] installed, for the TRL jobs."
+    )
+    project_dir: str = Field("/opt/ctpipe", description="Where the image holds this project (jobs/ under it).")
+    home_pvc: str = Field("ctpipe-home", description="Shared PVC mounted as CTPIPE_HOME: datasets, runs, checkpoints.")
+    home_mount: str = "/mnt/ctpipe"
+    head: PodResources = PodResources(cpu="4", memory="16Gi", gpus=0)
+    worker: PodResources = PodResources(cpu="16", memory="128Gi", gpus=1)
+    trl_workers: int = Field(1, ge=1, description="GPU worker pods for a TRL run (NeMo-RL uses train.nemo_rl.num_nodes).")
+    gpu_taint: str = Field("nvidia.com/gpu", description="Taint key of the GPU pool, tolerated by workers.")
+    worker_grace_s: int = Field(
+        100, ge=10, le=600, description="SIGTERM-to-SIGKILL grace for workers: under AWS's 120 s spot notice."
+    )
+    ttl_after_finished_s: int = Field(3600, ge=0)
+
+
 class GateConfig(_Section):
     """The eval gate: a candidate replaces the champion only if it is significantly better."""
 
@@ -172,6 +204,7 @@ class Settings(BaseSettings):
     dataset: DatasetConfig = DatasetConfig()
     train: TrainConfig = TrainConfig()
     gate: GateConfig = GateConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
 
     @property
     def traces_dir(self) -> Path:

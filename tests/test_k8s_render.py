@@ -1,0 +1,90 @@
+"""RayJobs rendered from typed config, checked against KubeRay's CRD schema (no API server runs here)."""
+
+import copy
+
+import pytest
+import yaml
+
+from ctpipe.cli import main
+from ctpipe.config import KubernetesConfig
+from ctpipe.errors import PipelineError
+from ctpipe.jobspec import JobSpec
+from ctpipe.k8s import rayjob, schema
+
+
+def rendered(capsys, *args) -> dict:
+    assert main(["k8s", "render", *args]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
+@pytest.mark.parametrize("scheduler", ["volcano", "kueue", "none"])
+def test_every_default_render_is_a_valid_rayjob(capsys, algorithm, scheduler):
+    job = rendered(capsys, "--algorithm", algorithm, "--scheduler", scheduler)
+    schema.validate(job)  # the command validated it too; this checks what was printed
+    labels, spec = job["metadata"]["labels"], job["spec"]
+    assert len(job["metadata"]["name"]) <= 47
+    assert ("volcano.sh/queue-name" in labels) == (scheduler == "volcano")
+    assert ("kueue.x-k8s.io/queue-name" in labels) == (scheduler == "kueue")
+    assert "suspend" not in spec  # Kueue owns it; Volcano needs nothing there
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] == 0
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    (workers,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert head["nodeSelector"] == {"karpenter.sh/capacity-type": "on-demand"}
+    assert workers["template"]["spec"]["nodeSelector"] == {"karpenter.sh/capacity-type": "spot"}
+    assert workers["replicas"] == workers["minReplicas"] == workers["maxReplicas"]
+    assert workers["template"]["spec"]["terminationGracePeriodSeconds"] < 120  # inside AWS's spot notice
+    gpus = workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+    if algorithm == "grpo":  # NeMo-RL by default on a cluster: its image, its actors on the workers
+        assert "jobs/train_nemo_rl.py" in spec["entrypoint"] and "entrypointNumGpus" not in spec
+        assert workers["template"]["spec"]["containers"][0]["image"].startswith("nvcr.io/nvidia/nemo-rl:")
+        assert gpus == "8"
+    else:  # TRL is one process: the entrypoint asks for the worker's GPU so it runs there
+        assert "jobs/train_trl.py" in spec["entrypoint"] and spec["entrypointNumGpus"] == 1
+        assert gpus == "1"
+
+
+def test_unknown_fields_and_bad_values_are_named(capsys):
+    job = rendered(capsys, "--algorithm", "dpo", "--scheduler", "volcano")
+    bad = copy.deepcopy(job)
+    bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicaz"] = 2
+    bad["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["imagee"] = "x"
+    bad["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] = 0  # must be a string
+    with pytest.raises(schema.InvalidManifest) as e:
+        schema.validate(bad)
+    msg = str(e.value)
+    assert "workerGroupSpecs[0]: Additional properties are not allowed ('replicaz'" in msg
+    assert "containers[0]: Additional properties are not allowed ('imagee'" in msg
+    assert "rayStartParams.num-cpus: 0 is not of type 'string'" in msg
+    bad = copy.deepcopy(job)
+    bad["apiVersion"] = "ray.io/v2"
+    with pytest.raises(schema.InvalidManifest, match="no schema for RayJob ray.io/v2"):
+        schema.validate(bad)
+
+
+def test_names_are_deterministic_per_try_and_resubmission():
+    a = rayjob.job_name("train", "train", "scheduled__2026-11-22T10:00:00+00:00", 1)
+    assert a == rayjob.job_name("train", "train", "scheduled__2026-11-22T10:00:00+00:00", 1)
+    assert a != rayjob.job_name("train", "train", "scheduled__2026-11-22T10:00:00+00:00", 2)
+    again = rayjob.job_name("train", "train", "r", 1, resubmission=1)
+    assert "-1-r1-" in again and again != rayjob.job_name("train", "train", "r", 1)
+
+
+def test_a_run_directory_off_the_shared_volume_is_refused(settings):
+    spec = JobSpec(
+        algorithm="dpo", base_checkpoint="/m", base_version="1", dataset_uri="/d", dataset_version="v",
+        run_dir="/tmp/runs/x", max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
+    )
+    with pytest.raises(PipelineError, match="not on the shared volume mounted at /mnt/ctpipe"):
+        rayjob.render(spec, KubernetesConfig(), name="ctpipe-x", labels={})
+
+
+def test_long_label_values_are_shortened_not_rejected(settings):
+    spec = JobSpec(
+        algorithm="dpo", base_checkpoint="/m", base_version="1", dataset_uri="/d", dataset_version="v",
+        run_dir="/mnt/ctpipe/runs/x", max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
+    )
+    job = rayjob.render(spec, KubernetesConfig(), name="ctpipe-x", labels={"ctpipe.io/run-id": "manual__" + "9" * 80 + "+00:00"})
+    value = job["metadata"]["labels"]["ctpipe.io/run-id"]
+    assert len(value) <= 63 and "+" not in value
+    schema.validate(job)
