@@ -47,6 +47,25 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one_and_says_why
     assert why in problem_with(tmp_path / "checkpoint-8")
 
 
+def test_sharded_weights_are_checked_shard_by_shard(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    make_checkpoint(tmp_path, 4)
+    d = make_checkpoint(tmp_path, 8)
+    (d / "model.safetensors").unlink()
+    for i in (1, 2):
+        save_file({f"w{i}": np.ones((8, 8), dtype=np.float32)}, str(d / f"model-0000{i}-of-00002.safetensors"))
+    weight_map = {"w1": "model-00001-of-00002.safetensors", "w2": "model-00002-of-00002.safetensors"}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert latest_resumable(tmp_path).name == "checkpoint-8"
+    shard = d / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    said = []
+    assert latest_resumable(tmp_path, log=said.append).name == "checkpoint-4"
+    assert "model-00002-of-00002.safetensors is truncated" in said[0]
+
+
 def test_an_interrupted_save_is_removed_and_other_names_are_ignored(tmp_path):
     make_checkpoint(tmp_path, 2)
     staging = tmp_path / ".tmp-checkpoint-4-1234" / "checkpoint-4"

@@ -21,6 +21,7 @@ from ctpipe.errors import PipelineError
 PREFIX = "checkpoint-"
 STATE_FILE = "trainer_state.json"
 WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"  # large models save their weights in shards
 # Shape-defining fields: a checkpoint whose values differ belongs to another model.
 _SHAPE_KEYS = ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -38,19 +39,33 @@ def problem_with(checkpoint: Path) -> str | None:
         return f"unreadable {STATE_FILE} ({type(e).__name__}: {e})"
     if step != step_of(checkpoint):
         return f"{STATE_FILE} says step {step}, the directory name says {step_of(checkpoint)}"
-    weights = checkpoint / WEIGHTS_FILE
-    try:
-        # A safetensors file opens with an 8-byte header length, then the header, then the tensors.
-        with weights.open("rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            json.loads(f.read(header_len))
-        size = weights.stat().st_size
-    except (OSError, ValueError) as e:
-        return f"unreadable {WEIGHTS_FILE} ({type(e).__name__}: {e})"
-    if size <= 8 + header_len:
-        return f"{WEIGHTS_FILE} is truncated ({size} bytes)"
+    why = _weights_problem(checkpoint)
+    if why:
+        return why
     if not (checkpoint / "optimizer.pt").is_file():
         return "no optimizer.pt"
+    return None
+
+
+def _weights_problem(checkpoint: Path) -> str | None:
+    """Whether every safetensors file of the checkpoint (one, or the shards its index names) is whole."""
+    index = checkpoint / INDEX_FILE
+    try:
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [WEIGHTS_FILE]
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        return f"unreadable {INDEX_FILE} ({type(e).__name__}: {e})"
+    for name in names:
+        try:
+            # A safetensors file opens with an 8-byte header length, then the JSON header, then the tensors.
+            with (checkpoint / name).open("rb") as f:
+                header_len = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(header_len))
+            size = (checkpoint / name).stat().st_size
+        except (OSError, ValueError) as e:
+            return f"unreadable {name} ({type(e).__name__}: {e})"
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        if size < 8 + header_len + end:
+            return f"{name} is truncated ({size} bytes, the header promises {8 + header_len + end})"
     return None
 
 
