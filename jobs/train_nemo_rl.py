@@ -30,7 +30,6 @@ Exit codes: 0 done, 143 preempted, 2 bad input, 1 NeMo-RL or the converter faile
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -40,8 +39,10 @@ from pathlib import Path
 
 from ctpipe.atomic import atomic_dir
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import METRICS_FILE, load_job, progress_line
-from ctpipe.nemo_rl import build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data
+from ctpipe.jobspec import finish, load_job, run_entrypoint
+from ctpipe.nemo_rl import (
+    build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
+)
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM
 
@@ -109,19 +110,8 @@ def main(spec_path: str) -> int:
         "training_info": info,
         "checkpoint": str(spec.checkpoint_dir),
     }
-    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-    print(progress_line({"done": True, "steps": metrics["steps"], "checkpoint": str(spec.checkpoint_dir)}), flush=True)
-    return 0
+    return finish(spec, metrics)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="path to the run's job.json")
-    try:
-        sys.exit(main(parser.parse_args().spec))
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except subprocess.CalledProcessError as e:
-        print(f"error: {' '.join(e.cmd)} exited with code {e.returncode}", file=sys.stderr)
-        sys.exit(1)
+    run_entrypoint(main, __doc__.splitlines()[0])

@@ -26,7 +26,6 @@ Exit codes: 0 done, 143 preempted (checkpoint saved), 2 bad input, 1 anything el
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -38,7 +37,7 @@ from pathlib import Path
 from ctpipe.atomic import atomic_dir
 from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import METRICS_FILE, JobSpec, load_job, progress_line
+from ctpipe.jobspec import JobSpec, finish, load_job, progress_line, run_entrypoint
 
 PREEMPTED_EXIT = 128 + signal.SIGTERM
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
@@ -226,16 +225,8 @@ def publish(spec: JobSpec, model, tokenizer, steps: int, resumed_from: Path | No
         "history": history,
         "checkpoint": str(final),
     }
-    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-    print(progress_line({"done": True, "steps": metrics["steps"], "checkpoint": str(final)}), flush=True)
-    return 0
+    return finish(spec, metrics)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="path to the run's job.json")
-    try:
-        sys.exit(main(parser.parse_args().spec))
-    except PipelineError as e:  # bad input: say what, and don't look like a preemption
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    run_entrypoint(main, __doc__.splitlines()[0])

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -81,6 +82,31 @@ def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
         if not (Path(spec.base_checkpoint) / base_file).is_file():
             raise PipelineError(f"base_checkpoint {spec.base_checkpoint} has no {base_file}")
     return spec, manifest
+
+
+def finish(spec: JobSpec, metrics: dict[str, Any]) -> int:
+    """Write the run's ``metrics.json`` and the final progress line Airflow waits for."""
+    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+    print(progress_line({"done": True, "steps": metrics["steps"], "checkpoint": metrics["checkpoint"]}), flush=True)
+    return 0
+
+
+def run_entrypoint(main: Callable[[str], int], description: str) -> NoReturn:
+    """``jobs/*.py --spec <job.json>``: bad input exits 2 with its message, so it never looks like a preemption."""
+    import argparse
+    import subprocess
+    import sys
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--spec", required=True, help="path to the run's job.json")
+    try:
+        sys.exit(main(parser.parse_args().spec))
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except subprocess.CalledProcessError as e:
+        print(f"error: {' '.join(map(str, e.cmd))} exited with code {e.returncode}", file=sys.stderr)
+        sys.exit(1)
 
 
 def progress_line(record: dict[str, Any]) -> str:
