@@ -5,8 +5,9 @@ Trains a candidate from the champion (or a chosen base) with GRPO or DPO as a
 Ray job, when a new training dataset is published or when triggered by hand.
 
 The `train` task is deferrable: it submits the job to the Ray cluster's Jobs
-API (a local head is started when none is configured) and frees its worker
-slot while a trigger follows the job; the task log shows step, loss and
+API (a local head is started when none is configured), or with
+`CTPIPE_LAUNCHER=kuberay` creates a KubeRay RayJob on Kubernetes, and frees its
+worker slot while a trigger follows the job; the task log shows step, loss and
 reward as training goes. Marking the task failed stops the Ray job. Each DAG
 run trains in its own run directory, and a retry resumes from its latest
 complete checkpoint. The finished checkpoint is announced on the
@@ -68,13 +69,26 @@ with DAG(
         return extra
 
     job = prepare()
-    run = RayJobOperator(
-        task_id="train",
-        entrypoint="{{ ti.xcom_pull(task_ids='prepare')['entrypoint'] }}",
-        runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}},
-        poll_interval=_train.poll_interval_s,
-        job_timeout=timedelta(seconds=_train.timeout_s),
-        max_preemptions=_train.max_preemptions,
-        preemption_backoff=timedelta(seconds=_train.preemption_backoff_s),
-    )
+    if settings().launcher == "kuberay":
+        from ctpipe.airflow.operators.kuberay import KubeRayJobOperator
+
+        run = KubeRayJobOperator(
+            task_id="train",
+            spec_path="{{ ti.xcom_pull(task_ids='prepare')['spec_path'] }}",
+            kubernetes_conn_id=settings().kubernetes.kubernetes_conn_id,
+            poll_interval=_train.poll_interval_s,
+            job_timeout=timedelta(seconds=_train.timeout_s),
+            max_preemptions=_train.max_preemptions,
+            preemption_backoff=timedelta(seconds=_train.preemption_backoff_s),
+        )
+    else:
+        run = RayJobOperator(
+            task_id="train",
+            entrypoint="{{ ti.xcom_pull(task_ids='prepare')['entrypoint'] }}",
+            runtime_env={"env_vars": {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}},
+            poll_interval=_train.poll_interval_s,
+            job_timeout=timedelta(seconds=_train.timeout_s),
+            max_preemptions=_train.max_preemptions,
+            preemption_backoff=timedelta(seconds=_train.preemption_backoff_s),
+        )
     job >> run >> publish(job)

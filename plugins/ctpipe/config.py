@@ -170,6 +170,7 @@ class KubernetesConfig(_Section):
         100, ge=10, le=600, description="SIGTERM-to-SIGKILL grace for workers: under AWS's 120 s spot notice."
     )
     ttl_after_finished_s: int = Field(3600, ge=0)
+    kubernetes_conn_id: str = Field("kubernetes_default", description="Airflow connection to the cluster's API.")
 
 
 class GateConfig(_Section):
@@ -196,6 +197,11 @@ class Settings(BaseSettings):
     ray_agent_port: int = Field(52365, description="Dashboard agent port; two heads on one machine need different ones.")
     airflow_port: int = 8080
     trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
+    launcher: Literal["ray_jobs", "kuberay"] = Field(
+        "ray_jobs",
+        description="ray_jobs: submit to a Ray cluster's Jobs API (local head by default); "
+        "kuberay: create a RayJob per run on Kubernetes (home must be the shared volume, kubernetes.home_mount).",
+    )
 
     task: TaskConfig = TaskConfig()
     base_model: BaseModelRecipe = BaseModelRecipe()

@@ -75,3 +75,15 @@ def test_trigger_form_defaults_come_from_config(dagbag):
     train = Settings().train
     assert params["algorithm"] == train.algorithm and params["max_steps"] == train.max_steps
     assert dagbag.dags["eval_and_deploy"].params["alpha"] == Settings().gate.alpha
+
+
+def test_the_train_dag_launches_kuberay_jobs_when_configured(tmp_path):
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"t = DagBag({str(ROOT / 'dags')!r}).dags['train'].get_task('train')\n"
+        "print(type(t).__name__, t.kubernetes_conn_id, t.max_preemptions)\n"
+    )
+    env = {**__import__("os").environ, "CTPIPE_LAUNCHER": "kuberay", "CTPIPE_KUBERNETES__KUBERNETES_CONN_ID": "k8s_prod"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-3:] == ["KubeRayJobOperator", "k8s_prod", "3"]
