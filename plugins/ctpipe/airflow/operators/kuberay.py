@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from ctpipe.airflow.triggers.kuberay import RBAC_HINT, RayJobStatusTrigger
 from ctpipe.k8s.rayjob import GROUP, PLURAL, VERSION, job_name, render
 from ctpipe.k8s.schema import validate
-from ctpipe.preemption import backoff_seconds, is_preemption
+from ctpipe.airflow.resubmit import defer_resubmission
+from ctpipe.preemption import is_preemption
 
 # What KubeRay and Ray write when the job's process or node went away rather than failing on its own.
 _LOST = re.compile(r"JOB_SUPERVISOR_ACTOR_DIED|Evicted|[Pp]reempt|node .*(lost|not ready|died)|NodeNotReady")
@@ -135,17 +135,8 @@ class KubeRayJobOperator(BaseOperator):
         if status == "SUCCEEDED":
             return {"rayjob": name, "namespace": event["namespace"], "preemptions": preemptions}
         if status == "FAILED" and is_preemption(as_ray_event(event)) and preemptions < self.max_preemptions:
-            wait = backoff_seconds(preemptions + 1, self.preemption_backoff.total_seconds())
-            self.log.warning(
-                "RayJob %s was preempted (%s); recreating it in %.0fs to resume (%d of %d)",
-                name, event.get("message"), wait, preemptions + 1, self.max_preemptions,
-            )
             self._delete(event["namespace"], name)
-            self.defer(
-                trigger=DateTimeTrigger(moment=datetime.now(timezone.utc) + timedelta(seconds=wait)),
-                method_name="resubmit",
-                kwargs={"preemptions": preemptions + 1},
-            )
+            defer_resubmission(self, preemptions, self.preemption_backoff, f"RayJob {name} was preempted ({event.get('message')})")
         why = f" after {preemptions} resubmissions" if preemptions else ""
         raise AirflowException(
             f"RayJob {event['namespace']}/{name} ended {status}{why}: "

@@ -5,17 +5,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from ctpipe.airflow.hooks.ray_jobs import JobAlreadyExists, RayJobsHook
 from ctpipe.airflow.triggers.ray_jobs import RayJobTrigger
-from ctpipe.preemption import backoff_seconds, is_preemption
+from ctpipe.airflow.resubmit import defer_resubmission
+from ctpipe.preemption import is_preemption
 
 
 def submission_id_for(dag_id: str, task_id: str, run_id: str, try_number: int) -> str:
@@ -116,16 +116,10 @@ class RayJobOperator(BaseOperator):
             self.log.info("Ray job %s succeeded", sid)
             return {"submission_id": sid, "dashboard_url": event.get("dashboard_url"), "preemptions": preemptions}
         if is_preemption(event) and preemptions < self.max_preemptions:
-            wait = backoff_seconds(preemptions + 1, self.preemption_backoff.total_seconds())
-            self.log.warning(
-                "Ray job %s was preempted (%s, exit code %s); resubmitting in %.0fs (%d of %d)",
-                sid, event.get("error_type") or "signal", event.get("driver_exit_code"),
-                wait, preemptions + 1, self.max_preemptions,
-            )
-            self.defer(
-                trigger=DateTimeTrigger(moment=datetime.now(timezone.utc) + timedelta(seconds=wait)),
-                method_name="resubmit",
-                kwargs={"preemptions": preemptions + 1},
+            defer_resubmission(
+                self, preemptions, self.preemption_backoff,
+                f"Ray job {sid} was preempted ({event.get('error_type') or 'signal'}, "
+                f"exit code {event.get('driver_exit_code')})",
             )
         tail = event.get("log_tail") or ""
         why = f" after {preemptions} resubmissions" if preemptions else ""
