@@ -43,8 +43,8 @@ from ctpipe.jobspec import finish, load_job, run_entrypoint
 from ctpipe.nemo_rl import (
     build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
 )
+from ctpipe.preemption import PREEMPTED_EXIT
 
-PREEMPTED_EXIT = 128 + signal.SIGTERM
 
 
 def run_forwarding_sigterm(cmd: list[str], cwd: str) -> tuple[int, bool]:

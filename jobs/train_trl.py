@@ -38,8 +38,8 @@ from ctpipe.atomic import atomic_dir
 from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
 from ctpipe.errors import PipelineError
 from ctpipe.jobspec import JobSpec, finish, load_job, progress_line, run_entrypoint
+from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 
-PREEMPTED_EXIT = 128 + signal.SIGTERM
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
 # it is installed: skipping that import shortens every restart after a preemption.
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
@@ -57,8 +57,6 @@ def main(spec_path: str) -> int:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
-
-    from ctpipe.preemption import young_daly_interval
 
     spec, manifest = load_job(spec_path)
     cfg = spec.train

@@ -6,8 +6,10 @@ import math
 import signal
 from typing import Any
 
-# 143: our job's answer to SIGTERM (it saved a checkpoint first); 137: SIGKILL with no notice.
-PREEMPTED_EXIT_CODES = frozenset({128 + signal.SIGTERM, 128 + signal.SIGKILL, -signal.SIGTERM, -signal.SIGKILL})
+# What our jobs exit with after a SIGTERM, having saved a checkpoint (or handed it to NeMo-RL).
+PREEMPTED_EXIT = 128 + signal.SIGTERM
+# 143: our job's answer to SIGTERM; 137: SIGKILL with no notice.
+PREEMPTED_EXIT_CODES = frozenset({PREEMPTED_EXIT, 128 + signal.SIGKILL, -signal.SIGTERM, -signal.SIGKILL})
 # The process running the job vanished with its node.
 NODE_LOST_ERRORS = frozenset({"JOB_SUPERVISOR_ACTOR_DIED"})
 # Killed for memory by Ray's monitor: resubmitting would only run out of memory again.
