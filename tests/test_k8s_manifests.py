@@ -38,7 +38,7 @@ def check(obj: dict) -> None:
 
 
 def test_there_are_overlays():
-    assert {"kind", "eks-volcano", "kueue"} <= set(OVERLAYS)
+    assert {"kind", "eks-volcano", "kueue", "gke"} <= set(OVERLAYS)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -80,3 +80,19 @@ def test_the_gang_queue_names_match_what_rayjobs_are_rendered_with():
     (pc,) = [o for o in render("kind") if o["kind"] == "PriorityClass"]
     assert queue["metadata"]["name"] == local["metadata"]["name"] == k.queue
     assert local["metadata"]["namespace"] == k.namespace and pc["metadata"]["name"] == k.priority_class
+
+
+@pytest.mark.parametrize(("overlay", "capacity"), [("kueue", "karpenter"), ("gke", "gke")])
+def test_the_spot_flavor_selects_the_nodes_rendered_workers_go_to(overlay, capacity, settings):
+    from ctpipe.config import KubernetesConfig
+    from ctpipe.jobspec import JobSpec
+    from ctpipe.k8s import rayjob
+
+    (flavor,) = [o for o in render(overlay) if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == "ctpipe-gpu-spot"]
+    spec = JobSpec(
+        algorithm="dpo", base_checkpoint="/m", base_version="1", dataset_uri="/d", dataset_version="v",
+        run_dir="/mnt/ctpipe/runs/x", max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
+    )
+    job = rayjob.render(spec, KubernetesConfig(capacity=capacity, scheduler="kueue"), name="ctpipe-x", labels={})
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert flavor["spec"]["nodeLabels"] == worker["nodeSelector"]

@@ -70,21 +70,54 @@ def test_names_are_deterministic_per_try_and_resubmission():
     assert "-1-r1-" in again and again != rayjob.job_name("train", "train", "r", 1)
 
 
-def test_a_run_directory_off_the_shared_volume_is_refused(settings):
-    spec = JobSpec(
+def dpo_spec(settings, run_dir: str) -> JobSpec:
+    return JobSpec(
         algorithm="dpo", base_checkpoint="/m", base_version="1", dataset_uri="/d", dataset_version="v",
-        run_dir="/tmp/runs/x", max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
+        run_dir=run_dir, max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
     )
+
+
+def test_a_run_directory_off_the_shared_volume_is_refused(settings):
+    spec = dpo_spec(settings, "/tmp/runs/x")
     with pytest.raises(PipelineError, match="not on the shared volume mounted at /mnt/ctpipe"):
         rayjob.render(spec, KubernetesConfig(), name="ctpipe-x", labels={})
 
 
 def test_long_label_values_are_shortened_not_rejected(settings):
-    spec = JobSpec(
-        algorithm="dpo", base_checkpoint="/m", base_version="1", dataset_uri="/d", dataset_version="v",
-        run_dir="/mnt/ctpipe/runs/x", max_steps=1, learning_rate=1e-4, seed=0, train=settings.train,
-    )
+    spec = dpo_spec(settings, "/mnt/ctpipe/runs/x")
     job = rayjob.render(spec, KubernetesConfig(), name="ctpipe-x", labels={"ctpipe.io/run-id": "manual__" + "9" * 80 + "+00:00"})
     value = job["metadata"]["labels"]["ctpipe.io/run-id"]
     assert len(value) <= 63 and "+" not in value
     schema.validate(job)
+
+
+def test_gke_puts_workers_on_spot_and_keeps_the_head_off_it(settings):
+    spec = dpo_spec(settings, "/mnt/ctpipe/runs/x")
+    job = rayjob.render(spec, KubernetesConfig(capacity="gke"), name="ctpipe-gke-1-0123456789", labels={})
+    schema.validate(job)
+    cluster = job["spec"]["rayClusterSpec"]
+    head, worker = cluster["headGroupSpec"]["template"]["spec"], cluster["workerGroupSpecs"][0]["template"]["spec"]
+    (term,) = head["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "cloud.google.com/gke-spot", "operator": "DoesNotExist"}]}
+    assert "nodeSelector" not in head
+    assert worker["nodeSelector"] == {"cloud.google.com/gke-spot": "true"}
+    assert {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in worker["tolerations"]
+    assert worker["terminationGracePeriodSeconds"] == 25  # GKE gives pods 25 s of its 30 s notice
+    explicit = rayjob.render(spec, KubernetesConfig(capacity="gke", worker_grace_s=20), name="ctpipe-gke-1-0123456789", labels={})
+    assert explicit["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["terminationGracePeriodSeconds"] == 20
+
+
+def test_the_training_image_holds_the_project_where_rendered_jobs_look_for_it():
+    """The Dockerfile is not built here (no container engine); its paths and pins must match the renderer."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dockerfile = (root / "k8s" / "image" / "Dockerfile").read_text()
+    assert re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1) == KubernetesConfig().project_dir
+    for source in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
+        assert all((root / p).exists() for p in source.split()), source
+    train = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
+    (ray,) = [d for d in train if d.startswith("ray")]
+    assert f"rayproject/ray:{ray.split('==')[1]}-py311" in dockerfile

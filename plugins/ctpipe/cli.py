@@ -6,7 +6,7 @@
     ctpipe build-base                build (or find) the cached base model
     ctpipe materialize --start T --end T
                                      build the dataset version of an interval without Airflow
-    ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl]
+    ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
                                      print the RayJob a training run becomes on Kubernetes
 """
 
@@ -93,7 +93,7 @@ def cmd_k8s_render(args) -> int:
     from ctpipe.k8s import rayjob, schema
 
     s = _settings()
-    k = s.kubernetes.model_copy(update={"scheduler": args.scheduler})
+    k = s.kubernetes.model_copy(update={"scheduler": args.scheduler, "capacity": args.capacity or s.kubernetes.capacity})
     # GRPO defaults to NeMo-RL on a cluster; DPO always runs TRL.
     trainer = args.trainer or ("nemo_rl" if args.algorithm == "grpo" else "trl")
     run_id = args.run_id
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algorithm", choices=["grpo", "dpo"], required=True)
     p.add_argument("--scheduler", choices=["volcano", "kueue", "none"], required=True)
     p.add_argument("--trainer", choices=["trl", "nemo_rl"], default=None, help="GRPO only; default nemo_rl")
+    p.add_argument("--capacity", choices=["karpenter", "gke"], default=None,
+                   help="how spot nodes are labelled; default CTPIPE_KUBERNETES__CAPACITY (karpenter)")
     p.add_argument("--run-id", default="manual__example", help="the DAG run the job belongs to")
     p.add_argument("--dataset-version", default="latest")
     p.set_defaults(fn=cmd_k8s_render)

@@ -166,8 +166,20 @@ class KubernetesConfig(_Section):
     worker: PodResources = PodResources(cpu="16", memory="128Gi", gpus=1)
     trl_workers: int = Field(1, ge=1, description="GPU worker pods for a TRL run (NeMo-RL uses train.nemo_rl.num_nodes).")
     gpu_taint: str = Field("nvidia.com/gpu", description="Taint key of the GPU pool, tolerated by workers.")
-    worker_grace_s: int = Field(
-        100, ge=10, le=600, description="SIGTERM-to-SIGKILL grace for workers: under AWS's 120 s spot notice."
+    capacity: Literal["karpenter", "gke"] = Field(
+        "karpenter",
+        description="How spot and on-demand nodes are told apart: karpenter.sh/capacity-type (EKS and any "
+        "Karpenter cluster) or cloud.google.com/gke-spot (GKE node pools).",
+    )
+    worker_grace_s: int | None = Field(
+        None, ge=5, le=600,
+        description="SIGTERM-to-SIGKILL grace for GPU workers; None: inside the cloud's spot notice "
+        "(100 s of AWS's 120 s, 25 s of GKE's 30 s).",
+    )
+    schedule_timeout_s: int = Field(
+        3600, ge=60,
+        description="How long the job's pods may stay unschedulable (waiting in a full queue included) "
+        "before the run fails, naming the scheduler's message.",
     )
     ttl_after_finished_s: int = Field(3600, ge=0)
     kubernetes_conn_id: str = Field("kubernetes_default", description="Airflow connection to the cluster's API.")

@@ -2,8 +2,9 @@
 
 No API server can run here, so a small HTTP server plays the part of the custom-objects
 endpoints for ``rayjobs`` (create: 201, or 409 when the name exists; get: 200 or 404;
-delete: 200 or 404; injected 429/500/403 answers) while a test moves the job's
-``status`` through KubeRay's documented transitions. The operator and trigger use the real
+delete: 200 or 404; injected 429/500/403 answers) and of the core ``pods``, ``pods/log`` and
+``events`` lists a test fills in, while the test moves the job's ``status`` through KubeRay's
+documented transitions. The operator and trigger use the real
 clients (Airflow's KubernetesHook/AsyncKubernetesHook, kubernetes, kubernetes_asyncio)
 through a real kubeconfig connection.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -39,6 +41,10 @@ class FakeApiServer:
         self.errors: list[int] = []  # answered (once each, in order) before any real handling
         self.calls: list[tuple[str, str]] = []
         self.namespaces = {"ctpipe"}
+        self.pods: list[dict] = []
+        self.events: list[dict] = []
+        self.logs: dict[str, list[str]] = {}  # pod -> "timestamp line" lines, as pods/log?timestamps=true
+        self.denied: set[str] = set()  # core resources answered with 403
 
     def _error(self):
         if self.errors:
@@ -75,11 +81,30 @@ class FakeApiServer:
     def set_status(self, name: str, **status):
         self.jobs[name]["status"] = status
 
+    def _core_list(self, kind: str, items: list[dict]):
+        async def handler(req):
+            self.calls.append(("GET", req.path))
+            if kind in self.denied:
+                return web.json_response({"kind": "Status", "code": 403, "reason": "Forbidden"}, status=403)
+            return web.json_response({"kind": f"{kind}List", "apiVersion": "v1", "metadata": {}, "items": items})
+
+        return handler
+
+    async def log(self, req):
+        self.calls.append(("GET", req.path))
+        lines = self.logs.get(req.match_info["pod"], [])
+        if "tailLines" in req.query:
+            lines = lines[-int(req.query["tailLines"]):]
+        return web.Response(text="".join(line + "\n" for line in lines))
+
     def start(self) -> int:
         app = web.Application()
         app.router.add_post(BASE, self.create)
         app.router.add_get(BASE + "/{name}", self.get)
         app.router.add_delete(BASE + "/{name}", self.delete)
+        app.router.add_get("/api/v1/namespaces/{ns}/events", self._core_list("Event", self.events))
+        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._core_list("Pod", self.pods))
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}/log", self.log)
         ready = threading.Event()
 
         def serve():
@@ -126,7 +151,8 @@ def spec_path(tmp_path, settings):
 
 def operator(spec_path, **kw) -> KubeRayJobOperator:
     path, k = spec_path
-    op = KubeRayJobOperator(task_id="train", spec_path=path, kubernetes_conn_id="k8s_test", poll_interval=0.05, **kw)
+    kw = {"kubernetes_conn_id": "k8s_test", "poll_interval": 0.05} | kw
+    op = KubeRayJobOperator(task_id="train", spec_path=path, **kw)
     op.kubernetes = k
     return op
 
@@ -186,7 +212,7 @@ def test_transient_api_errors_are_retried(api, spec_path):
     api.set_status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED")
     api.errors = [500, 429, 503]
     assert collect(d.value.trigger)["status"] == "SUCCEEDED"
-    assert [c for c in api.calls if c[0] == "GET"].__len__() == 4
+    assert len([c for c in api.calls if c == ("GET", BASE.format(ns="ctpipe") + "/" + name)]) == 4
 
 
 def test_a_preempted_job_is_recreated_and_a_genuine_failure_fails(api, spec_path):
@@ -217,6 +243,7 @@ def test_a_preempted_job_is_recreated_and_a_genuine_failure_fails(api, spec_path
                    message="The RayJob metadata is invalid")
     with pytest.raises(AirflowException, match="ended FAILED: ValidationFailed The RayJob metadata is invalid"):
         operator(spec_path).execute_complete(context(2), collect(d3.value.trigger))
+    assert broken not in api.jobs  # its story is in the task log; the job is not left behind
 
 
 def test_rbac_denial_and_a_missing_namespace_name_the_cause(api, spec_path):
@@ -250,3 +277,120 @@ def test_killing_the_task_deletes_the_job(api, spec_path):
     (name,) = api.jobs
     asyncio.run(d.value.trigger.on_kill())
     assert name not in api.jobs
+
+
+def ago(seconds: float) -> str:
+    return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name: str, *, containers=("ray-head",), scheduled: bool = True, waited_s: float = 0) -> dict:
+    condition = {"type": "PodScheduled", "status": "True" if scheduled else "False", "lastTransitionTime": ago(waited_s)}
+    if not scheduled:
+        condition |= {"reason": "Unschedulable", "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ctpipe"},
+        "spec": {"containers": [{"name": c, "image": "x"} for c in containers]},
+        "status": {"phase": "Running" if scheduled else "Pending", "conditions": [condition]},
+    }
+
+
+def event(obj: str, reason: str, message: str, *, type_="Warning", count=1, kind="Pod") -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{obj}.{reason}", "namespace": "ctpipe", "uid": f"{obj}-{reason}"},
+        "involvedObject": {"kind": kind, "name": obj, "namespace": "ctpipe"}, "reason": reason, "message": message,
+        "type": type_, "count": count, "lastTimestamp": "2026-11-22T10:00:00Z",
+    }
+
+
+def started(api, spec_path, try_number=1):
+    """The operator's RayJob and its trigger, with the RayCluster KubeRay would name."""
+    with pytest.raises(TaskDeferred) as d:
+        operator(spec_path).execute(context(try_number))
+    (name,) = [n for n in api.jobs]
+    return name, f"{name}-x7k2p", d.value.trigger
+
+
+def test_the_driver_log_and_the_pods_events_stream_into_the_task_log(api, spec_path, capfd):
+    name, cluster, trigger = started(api, spec_path)
+    submitter = f"{name}-q9z8w"
+    api.pods += [pod(f"{cluster}-head-abcde"), pod(submitter, containers=("ray-job-submitter",)), pod("other-job-head-zzzzz")]
+    api.events += [
+        event(f"{cluster}-gpu-worker-fghij", "Scheduled", "Successfully assigned ctpipe/... to ip-10-0-1-7", type_="Normal"),
+        event("other-job-head-zzzzz", "Pulled", "not ours", type_="Normal"),
+    ]
+    api.logs[submitter] = [f"2026-11-22T10:00:0{i}.5Z step {i}/4 loss={1 - i / 10}" for i in range(2)]
+    api.set_status(name, jobDeploymentStatus="Running", jobStatus="RUNNING", rayClusterName=cluster)
+
+    def more():  # new lines arrive; the old ones come back too (sinceSeconds overlaps) and are not repeated
+        api.logs[submitter] += ["2026-11-22T10:00:02Z step 2/4 loss=0.8", "2026-11-22T10:00:03.25Z step 3/4 loss=0.7"]
+        api.events.append(event(f"{cluster}-gpu-worker-fghij", "BackOff", "Back-off restarting failed container", count=2))
+
+    later(more, 0.3)
+    later(lambda: api.set_status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED", rayClusterName=cluster), 0.6)
+    capfd.readouterr()
+    assert collect(trigger)["status"] == "SUCCEEDED"
+    logged = capfd.readouterr().out  # the trigger's log, which Airflow writes into the task's log
+    assert re.findall(rf"\[{submitter}\] (step \S+ loss=\S+)", logged) == [f"step {i}/4 loss={1 - i / 10}" for i in range(4)]
+    assert f"Normal Scheduled pod/{cluster}-gpu-worker-fghij: Successfully assigned ctpipe/... to ip-10-0-1-7" in logged
+    assert f"Warning BackOff pod/{cluster}-gpu-worker-fghij: Back-off restarting failed container (x2)" in logged
+    assert logged.count("Back-off restarting") == 1 and "not ours" not in logged
+
+
+@pytest.mark.parametrize(("events", "pods", "cause"), [
+    ([("Failed", 'Failed to pull image "ghcr.io/ctpipe/ctpipe-train:0.1.0": manifest unknown', 1)], [],
+     'ImagePullFailed Warning Failed pod/{cluster}-head-abcde: Failed to pull image "ghcr.io/ctpipe/ctpipe-train:0.1.0": manifest unknown'),
+    ([("Failed", "Error: ErrImagePull", 3)], [], "ImagePullFailed Warning Failed pod/{cluster}-head-abcde: Error: ErrImagePull (x3)"),
+    ([("FailedScheduling", 'Failed to schedule pod, incompatible with nodepool "gpu-spot", daemonset overhead={"cpu":"180m"}, '
+       'no instance type has enough resources, requirements=..., resources={"nvidia.com/gpu":"16"}', 1)], [],
+     "Unschedulable no node pool has an instance type that fits the pod"),
+    ([], [False], "Unschedulable pod {cluster}-gpu-worker-0 unschedulable for"),
+])
+def test_pods_that_cannot_start_fail_the_task_naming_the_cause_and_leave_no_job(api, spec_path, events, pods, cause):
+    name, cluster, trigger = started(api, spec_path)
+    api.set_status(name, jobDeploymentStatus="Initializing", rayClusterName=cluster)
+    api.events += [event(f"{cluster}-head-abcde", reason, msg, count=n) for reason, msg, n in events]
+    api.pods += [pod(f"{cluster}-gpu-worker-0", scheduled=s, waited_s=120) for s in pods]
+    trigger.schedule_timeout = 60
+    result = collect(trigger)
+    assert result["status"] == "FAILED" and name not in api.jobs
+    with pytest.raises(AirflowException, match=re.escape(cause.format(cluster=cluster))):
+        operator(spec_path).execute_complete(context(), result)
+    assert not api.jobs  # not resubmitted: a new job would fail the same way
+
+
+def test_waiting_that_may_still_end_does_not_fail_the_job(api, spec_path):
+    name, cluster, trigger = started(api, spec_path)
+    api.set_status(name, jobDeploymentStatus="Initializing", rayClusterName=cluster)
+    api.events += [
+        event(f"{cluster}-head-abcde", "Failed", 'Failed to pull image "x": i/o timeout', count=1),  # a hiccup
+        event(f"{cluster}-head-abcde", "FailedScheduling", "Failed to schedule pod, all available instance types "
+              'exceed limits for nodepool: "gpu-spot"'),  # the pool is full for now
+    ]
+    api.pods.append(pod(f"{cluster}-gpu-worker-0", scheduled=False, waited_s=120))  # under the hour allowed
+    later(lambda: api.set_status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED"), 0.3)
+    assert collect(trigger)["status"] == "SUCCEEDED"
+
+
+def test_a_missing_connection_or_kubeconfig_is_named_and_creates_nothing(api, spec_path, tmp_path, monkeypatch):
+    with pytest.raises(AirflowException, match="connection 'nope'.*isn't defined.*CTPIPE_KUBERNETES__KUBERNETES_CONN_ID"):
+        operator(spec_path, kubernetes_conn_id="nope").execute(context())
+    monkeypatch.setenv("AIRFLOW_CONN_K8S_GONE", json.dumps(
+        {"conn_type": "kubernetes", "extra": {"kube_config_path": str(tmp_path / "no-such-kubeconfig")}}
+    ))
+    with pytest.raises(AirflowException, match="connection 'k8s_gone'.*Invalid kube-config file"):
+        operator(spec_path, kubernetes_conn_id="k8s_gone").execute(context())
+    assert not api.jobs
+    event = collect(RayJobStatusTrigger("j", "ctpipe", "nope", poll_interval=0.05))
+    assert event["status"] == "ERROR" and "'nope'" in event["message"]
+
+
+def test_create_is_retried_through_server_errors_and_progress_survives_denied_reads(api, spec_path, capfd):
+    api.errors = [503, 429]
+    name, cluster, trigger = started(api, spec_path)
+    assert [c[0] for c in api.calls].count("POST") == 3
+    api.denied = {"Event", "Pod"}  # a Role without events or pods: progress is skipped, the outcome is not
+    later(lambda: api.set_status(name, jobDeploymentStatus="Complete", jobStatus="SUCCEEDED"), 0.3)
+    capfd.readouterr()
+    assert collect(trigger)["status"] == "SUCCEEDED"
+    logged = capfd.readouterr().out
+    assert logged.count("cannot read events") == 1 and logged.count("cannot read pods") == 1

@@ -2,9 +2,10 @@
 
 Shape of the rendered job:
 
-* the Ray head on on-demand capacity (Karpenter ``karpenter.sh/capacity-type``), marked
-  ``karpenter.sh/do-not-disrupt``; GPU workers on spot, tolerating the GPU pool's taint,
-  with a SIGTERM grace period inside the cloud's reclaim notice;
+* the Ray head on on-demand capacity, marked ``karpenter.sh/do-not-disrupt``; GPU workers on
+  spot, tolerating the GPU pool's taints, with a SIGTERM grace period inside the cloud's reclaim
+  notice. Karpenter labels both kinds of node ``karpenter.sh/capacity-type``; GKE labels only
+  spot nodes (``cloud.google.com/gke-spot``), so there the head asks for nodes without it;
 * ``CTPIPE_HOME`` on a shared PVC on every pod, so datasets, run directories and
   checkpoints survive a lost node and a resubmission resumes from them;
 * gang scheduling: Volcano (queue and priority labels; KubeRay creates the PodGroup with
@@ -33,6 +34,9 @@ GROUP, VERSION, PLURAL, KIND = "ray.io", "v1", "rayjobs", "RayJob"
 MAX_NAME = 47  # KubeRay: a RayJob name leaves room for its RayCluster's suffixes
 LABEL = "ctpipe.io"
 _CAPACITY = "karpenter.sh/capacity-type"
+_GKE_SPOT = "cloud.google.com/gke-spot"
+# SIGTERM-to-SIGKILL grace that fits the cloud's spot notice (AWS 120 s; GKE 30 s, 25 s for pods).
+RECLAIM_GRACE_S = {"karpenter": 100, "gke": 25}
 
 
 def _label_value(value: str) -> str:
@@ -66,10 +70,31 @@ def _resources(r: PodResources) -> dict[str, Any]:
     return {"requests": amounts, "limits": dict(amounts)}
 
 
-def _pod(k: KubernetesConfig, image: str, resources: PodResources, *, capacity: str, gpu: bool) -> dict[str, Any]:
+def _placement(k: KubernetesConfig, spot: bool) -> dict[str, Any]:
+    """Pod spec fields that put a pod on spot (tolerating its taints) or keep it off spot."""
+    if k.capacity == "karpenter":
+        label, spot_value = _CAPACITY, "spot"
+        on_demand: dict[str, Any] = {"nodeSelector": {_CAPACITY: "on-demand"}}
+    else:
+        label, spot_value = _GKE_SPOT, "true"
+        no_spot_label = {"matchExpressions": [{"key": _GKE_SPOT, "operator": "DoesNotExist"}]}
+        on_demand = {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [no_spot_label]}}}}
+    if not spot:
+        return on_demand
+    return {
+        "nodeSelector": {label: spot_value},
+        "tolerations": [
+            {"key": k.gpu_taint, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": label, "operator": "Equal", "value": spot_value, "effect": "NoSchedule"},
+        ],
+    }
+
+
+def _pod(k: KubernetesConfig, image: str, resources: PodResources, *, gpu: bool) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "serviceAccountName": k.service_account,
-        "nodeSelector": {_CAPACITY: capacity},
+        **_placement(k, spot=gpu),
         "containers": [{
             "name": "ray-worker" if gpu else "ray-head",
             "image": image,
@@ -81,11 +106,7 @@ def _pod(k: KubernetesConfig, image: str, resources: PodResources, *, capacity: 
     }
     metadata: dict[str, Any] = {}
     if gpu:
-        spec["tolerations"] = [
-            {"key": k.gpu_taint, "operator": "Exists", "effect": "NoSchedule"},
-            {"key": _CAPACITY, "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
-        ]
-        spec["terminationGracePeriodSeconds"] = k.worker_grace_s
+        spec["terminationGracePeriodSeconds"] = k.worker_grace_s or RECLAIM_GRACE_S[k.capacity]
         # NCCL and the dataloaders share memory through /dev/shm, which defaults to 64 MiB in a pod.
         spec["volumes"].append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
         spec["containers"][0]["volumeMounts"].append({"name": "dshm", "mountPath": "/dev/shm"})
@@ -131,7 +152,7 @@ def render(spec: JobSpec, k: KubernetesConfig, *, name: str, labels: dict[str, s
             "headGroupSpec": {
                 # The head schedules; it runs no training (TRL's entrypoint asks for a GPU worker).
                 "rayStartParams": {"num-cpus": "0"},
-                "template": _pod(k, image, k.head, capacity="on-demand", gpu=False),
+                "template": _pod(k, image, k.head, gpu=False),
             },
             "workerGroupSpecs": [{
                 "groupName": "gpu",
@@ -139,7 +160,7 @@ def render(spec: JobSpec, k: KubernetesConfig, *, name: str, labels: dict[str, s
                 "minReplicas": workers,
                 "maxReplicas": workers,
                 "rayStartParams": {},
-                "template": _pod(k, image, worker, capacity="spot", gpu=True),
+                "template": _pod(k, image, worker, gpu=True),
             }],
         },
     }

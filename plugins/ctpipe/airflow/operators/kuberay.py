@@ -11,14 +11,18 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from ctpipe.airflow.triggers.kuberay import RBAC_HINT, RayJobStatusTrigger
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from ctpipe.airflow.triggers.kuberay import RBAC_HINT, RayJobStatusTrigger, transient
 from ctpipe.k8s.rayjob import GROUP, PLURAL, VERSION, job_name, render
 from ctpipe.k8s.schema import validate
 from ctpipe.airflow.resubmit import defer_resubmission
 from ctpipe.preemption import is_preemption
 
 # What KubeRay and Ray write when the job's process or node went away rather than failing on its own.
-_LOST = re.compile(r"JOB_SUPERVISOR_ACTOR_DIED|Evicted|[Pp]reempt|node .*(lost|not ready|died)|NodeNotReady")
+_LOST = re.compile(r"JOB_SUPERVISOR_ACTOR_DIED|Evicted|[Pp]reempted|node .*(lost|not ready|died)|NodeNotReady")
+# Causes the trigger found in pods and events, which a new job would meet again.
+_CANNOT_START = frozenset({"ImagePullFailed", "Unschedulable"})
 
 
 def as_ray_event(trigger_event: dict[str, Any]) -> dict[str, Any]:
@@ -30,8 +34,12 @@ def as_ray_event(trigger_event: dict[str, Any]) -> dict[str, Any]:
     False
     >>> is_preemption(as_ray_event({"status": "FAILED", "message": "Pod was Evicted: node had condition NodeNotReady"}))
     True
+    >>> is_preemption(as_ray_event({"status": "FAILED", "reason": "Unschedulable", "message": "node .* lost"}))
+    False
     """
     message = trigger_event.get("message") or ""
+    if trigger_event.get("reason") in _CANNOT_START:
+        return {"status": trigger_event.get("status"), "message": message, "driver_exit_code": None, "error_type": None}
     code = re.search(r"exit code (-?\d+)", message)
     return {
         "status": trigger_event.get("status"),
@@ -108,7 +116,7 @@ class KubeRayJobOperator(BaseOperator):
         validate(body)
         namespace = body["metadata"]["namespace"]
         try:
-            self.hook.create_custom_object(GROUP, VERSION, PLURAL, body, namespace)
+            self._create(body)
             self.log.info("created RayJob %s/%s", namespace, name)
         except ApiException as e:
             if e.status == 409:
@@ -119,11 +127,18 @@ class KubeRayJobOperator(BaseOperator):
                 raise AirflowException(f"namespace {namespace!r} does not exist (or KubeRay's CRDs are not installed)") from None
             else:
                 raise AirflowException(f"the API server refused RayJob {namespace}/{name}: HTTP {e.status} {e.body}") from None
+        except Exception as e:  # noqa: BLE001 - no connection, no kubeconfig, API unreachable after retries
+            raise AirflowException(
+                f"cannot reach the Kubernetes API through connection {self.kubernetes_conn_id!r} "
+                f"({type(e).__name__}: {e}); define it (in-cluster or kube_config_path) or set "
+                "CTPIPE_KUBERNETES__KUBERNETES_CONN_ID"
+            ) from None
         self._created = name
         self.defer(
             trigger=RayJobStatusTrigger(
                 name, namespace, self.kubernetes_conn_id, poll_interval=self.poll_interval,
                 deadline=time.time() + self.job_timeout.total_seconds(),
+                schedule_timeout=self.kubernetes.schedule_timeout_s,
             ),
             method_name="execute_complete",
             kwargs={"preemptions": preemptions},
@@ -134,8 +149,9 @@ class KubeRayJobOperator(BaseOperator):
         name, status = event["name"], event["status"]
         if status == "SUCCEEDED":
             return {"rayjob": name, "namespace": event["namespace"], "preemptions": preemptions}
+        # The driver's log and the pods' events are already in this task's log; the job itself goes.
+        self._delete(event["namespace"], name, best_effort=status == "ERROR")
         if status == "FAILED" and is_preemption(as_ray_event(event)) and preemptions < self.max_preemptions:
-            self._delete(event["namespace"], name)
             defer_resubmission(self, preemptions, self.preemption_backoff, f"RayJob {name} was preempted ({event.get('message')})")
         why = f" after {preemptions} resubmissions" if preemptions else ""
         raise AirflowException(
@@ -146,7 +162,12 @@ class KubeRayJobOperator(BaseOperator):
     def resubmit(self, context, event: Any = None, preemptions: int = 1) -> None:
         self._create_and_defer(context, preemptions)
 
-    def _delete(self, namespace: str, name: str) -> None:
+    @retry(retry=retry_if_exception(transient), stop=stop_after_attempt(5), wait=wait_exponential(0.5, max=15), reraise=True)
+    def _create(self, body: dict[str, Any]) -> None:
+        self.hook.create_custom_object(GROUP, VERSION, PLURAL, body, body["metadata"]["namespace"])
+
+    @retry(retry=retry_if_exception(transient), stop=stop_after_attempt(5), wait=wait_exponential(0.5, max=15), reraise=True)
+    def _delete_now(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         try:
@@ -154,6 +175,14 @@ class KubeRayJobOperator(BaseOperator):
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    def _delete(self, namespace: str, name: str, best_effort: bool = False) -> None:
+        try:
+            self._delete_now(namespace, name)
+        except Exception as e:  # noqa: BLE001
+            if not best_effort:
+                raise
+            self.log.error("could not delete RayJob %s/%s (%s); delete it by hand", namespace, name, e)
 
     def on_kill(self) -> None:
         # Before deferral only; once deferred, the trigger's on_kill deletes the job.
