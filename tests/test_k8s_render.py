@@ -37,7 +37,7 @@ def test_every_default_render_is_a_valid_rayjob(capsys, algorithm, scheduler):
     gpus = workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
     if algorithm == "grpo":  # NeMo-RL by default on a cluster: its image, its actors on the workers
         assert "jobs/train_nemo_rl.py" in spec["entrypoint"] and "entrypointNumGpus" not in spec
-        assert workers["template"]["spec"]["containers"][0]["image"].startswith("nvcr.io/nvidia/nemo-rl:")
+        assert workers["template"]["spec"]["containers"][0]["image"] == KubernetesConfig().nemo_rl_image
         assert gpus == "8"
     else:  # TRL is one process: the entrypoint asks for the worker's GPU so it runs there
         assert "jobs/train_trl.py" in spec["entrypoint"] and spec["entrypointNumGpus"] == 1
@@ -107,7 +107,7 @@ def test_gke_puts_workers_on_spot_and_keeps_the_head_off_it(settings):
     assert explicit["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["terminationGracePeriodSeconds"] == 20
 
 
-def test_the_training_image_holds_the_project_where_rendered_jobs_look_for_it():
+def test_the_training_images_hold_the_project_where_rendered_jobs_look_for_it(settings):
     """The Dockerfile is not built here (no container engine); its paths and pins must match the renderer."""
     import re
     import tomllib
@@ -115,9 +115,11 @@ def test_the_training_image_holds_the_project_where_rendered_jobs_look_for_it():
 
     root = Path(__file__).resolve().parents[1]
     dockerfile = (root / "k8s" / "image" / "Dockerfile").read_text()
-    assert re.search(r"^WORKDIR (\S+)$", dockerfile, re.M).group(1) == KubernetesConfig().project_dir
+    assert set(re.findall(r"^WORKDIR (\S+)$", dockerfile, re.M)) == {KubernetesConfig().project_dir}
+    assert set(re.findall(r"^FROM \S+ AS (\S+)$", dockerfile, re.M)) == {"trl", "nemo-rl"}
     for source in re.findall(r"^COPY (.+) \S+$", dockerfile, re.M):
         assert all((root / p).exists() for p in source.split()), source
     train = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
     (ray,) = [d for d in train if d.startswith("ray")]
-    assert f"rayproject/ray:{ray.split('==')[1]}-py311" in dockerfile
+    assert f"ARG RAY_BASE=rayproject/ray:{ray.split('==')[1]}-py311" in dockerfile
+    assert f"ARG NEMO_RL_BASE={settings.train.nemo_rl.image}\n" in dockerfile

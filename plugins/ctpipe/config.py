@@ -92,7 +92,10 @@ class DatasetConfig(_Section):
 class NemoRLConfig(_Section):
     """Where and how GRPO runs when ``train.grpo_trainer`` is ``nemo_rl`` (NeMo-RL's container on GPU nodes)."""
 
-    image: str = Field("nvcr.io/nvidia/nemo-rl:v0.7.0", description="The release whose config keys we write.")
+    image: str = Field(
+        "nvcr.io/nvidia/nemo-rl:v0.7.0",
+        description="The release whose config keys we write; the base of kubernetes.nemo_rl_image.",
+    )
     home: str = Field("/opt/nemo-rl", description="NeMo-RL's checkout inside the image (holds examples/).")
     num_nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
@@ -159,7 +162,12 @@ class KubernetesConfig(_Section):
     train_image: str = Field(
         "ghcr.io/ctpipe/ctpipe-train:0.1.0", description="Image with ctpipe[train] installed, for the TRL jobs."
     )
-    project_dir: str = Field("/opt/ctpipe", description="Where the image holds this project (jobs/ under it).")
+    nemo_rl_image: str = Field(
+        "ghcr.io/ctpipe/ctpipe-nemo-rl:0.1.0",
+        description="Image for NeMo-RL jobs: train.nemo_rl.image with this project added "
+        "(k8s/image/Dockerfile, target nemo-rl).",
+    )
+    project_dir: str = Field("/opt/ctpipe", description="Where the images hold this project (jobs/ under it).")
     home_pvc: str = Field("ctpipe-home", description="Shared PVC mounted as CTPIPE_HOME: datasets, runs, checkpoints.")
     home_mount: str = "/mnt/ctpipe"
     head: PodResources = PodResources(cpu="4", memory="16Gi", gpus=0)

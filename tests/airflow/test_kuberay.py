@@ -246,9 +246,12 @@ def test_a_preempted_job_is_recreated_and_a_genuine_failure_fails(api, spec_path
     assert broken not in api.jobs  # its story is in the task log; the job is not left behind
 
 
-def test_rbac_denial_and_a_missing_namespace_name_the_cause(api, spec_path):
+def test_rbac_denial_a_rejected_spec_and_a_missing_namespace_name_the_cause(api, spec_path):
     api.errors = [403]
     with pytest.raises(AirflowException, match="HTTP 403 creating RayJob .*Role ctpipe-airflow"):
+        operator(spec_path).execute(context())
+    api.errors = [422]  # the API server's own schema check (e.g. an older KubeRay CRD)
+    with pytest.raises(AirflowException, match="the API server refused RayJob ctpipe/ctpipe-train-train-1-.*HTTP 422.*injected 422"):
         operator(spec_path).execute(context())
     path, k = spec_path
     op = operator((path, k.model_copy(update={"namespace": "nope"})))

@@ -32,17 +32,18 @@ def owned_by(items: list[dict[str, Any]], job: str, path: tuple[str, ...]) -> li
     """Objects whose name (at ``path``) is the RayJob's or one KubeRay derives from it.
 
     The RayCluster is ``<job>-<5 chars>``, its pods ``<cluster>-head-…``/``<cluster>-<group>-…``,
-    the submitter Job ``<job>`` with pods ``<job>-<5 chars>``.
+    the submitter Job ``<job>`` with pods ``<job>-<5 chars>``, Volcano's PodGroup ``ray-<job>-pg``.
 
-    >>> owned_by([{"metadata": {"name": "j-abcde-head-x"}}, {"metadata": {"name": "j2-x"}}], "j", ("metadata", "name"))
-    [{'metadata': {'name': 'j-abcde-head-x'}}]
+    >>> named = [{"metadata": {"name": n}} for n in ("j-abcde-head-x", "j2-x", "ray-j-pg")]
+    >>> [o["metadata"]["name"] for o in owned_by(named, "j", ("metadata", "name"))]
+    ['j-abcde-head-x', 'ray-j-pg']
     """
     def name(obj: dict[str, Any]) -> str:
         for key in path:
             obj = obj.get(key) or {}
         return obj if isinstance(obj, str) else ""
 
-    return [o for o in items if name(o) == job or name(o).startswith(job + "-")]
+    return [o for o in items if name(o) in (job, f"ray-{job}-pg") or name(o).startswith(job + "-")]
 
 
 def describe(event: dict[str, Any]) -> str:

@@ -124,7 +124,7 @@ def render(spec: JobSpec, k: KubernetesConfig, *, name: str, labels: dict[str, s
     nemo = spec.script == "train_nemo_rl.py"
     if nemo:
         n = spec.train.nemo_rl
-        image, workers = n.image, n.num_nodes
+        image, workers = k.nemo_rl_image, n.num_nodes
         worker = k.worker.model_copy(update={"gpus": n.gpus_per_node})
         entrypoint_gpus = 0
     else:
