@@ -9,7 +9,9 @@ candidate whose accuracy gain is at least `min_gain` with McNemar's exact
 p-value below `alpha`. Metrics and the decision go to MLflow. A passing
 candidate is registered as a new model version and handed to the deployer
 (the embedded default moves the `champion` alias); a failing one leaves the
-champion in place, with the reason recorded.
+champion in place, with the reason recorded. Either way the outcome is
+announced on the `ctpipe_evaluation` asset (the Continuous training page's
+lineage).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from airflow.sdk import DAG, Param, task
 
 from ctpipe.airflow.errors import fail_fast
 from ctpipe.airflow.dag_args import common
-from ctpipe.assets import CHECKPOINT
+from ctpipe.assets import CHECKPOINT, EVALUATION
 from ctpipe.config import settings
 
 _gate = settings().gate
@@ -82,7 +84,17 @@ with DAG(
         Registry(settings()).client.set_tag(result["mlflow_run_id"], "ctpipe.outcome", "champion kept")
         return {"champion_version": result["champion_version"], "reason": result["reason"]}
 
+    @task(outlets=[EVALUATION], trigger_rule="none_failed_min_one_success")
+    def record(result: dict, ti=None, outlet_events=None) -> dict:
+        # One event per evaluation, whichever branch ran: the lineage the UI shows.
+        from ctpipe.pipeline import evaluation_record
+
+        extra = evaluation_record(result, ti.xcom_pull(task_ids="register"), ti.xcom_pull(task_ids="deploy"))
+        outlet_events[EVALUATION].extra = extra
+        return extra
+
     result = evaluate()
     registered = register(result)
-    gate(result) >> [registered, keep_champion(result)]
-    deploy(registered)
+    kept = keep_champion(result)
+    gate(result) >> [registered, kept]
+    [deploy(registered), kept] >> record(result)

@@ -60,11 +60,11 @@ with DAG(
             return prepare_training(settings(), dict(params), triggered_by, run_id)
 
     @task(outlets=[CHECKPOINT])
-    def publish(job: dict, outlet_events=None) -> dict:
+    def publish(job: dict, outlet_events=None, run_id=None) -> dict:
         from ctpipe.pipeline import publish_checkpoint
 
         with fail_fast():
-            extra = publish_checkpoint(job["spec_path"])
+            extra = publish_checkpoint(job["spec_path"]) | {"train_run_id": run_id}
         outlet_events[CHECKPOINT].extra = extra
         return extra
 

@@ -116,6 +116,21 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
     }
 
 
+CURVE_POINTS = 200  # enough for a chart; keeps the asset event's extra small on long runs
+
+
+def curve(history: list[dict]) -> dict[str, list]:
+    """Step-aligned series of every numeric metric in the history, thinned to ``CURVE_POINTS``.
+
+    >>> curve([{"step": i, "loss": 1 / i, "note": "x"} for i in range(1, 1001)])["step"][:3]
+    [1, 6, 11]
+    """
+    stride = max(1, -(-len(history) // CURVE_POINTS))
+    points = history[::stride]
+    keys = [k for k in (history[0] if history else {}) if k != "max_steps" and isinstance(history[0][k], (int, float))]
+    return {k: [p.get(k) for p in points] for k in keys}
+
+
 def publish_checkpoint(spec_path: str) -> dict:
     """Check the run's checkpoint is whole and loadable; the checkpoint asset's extra."""
     from transformers import AutoConfig
@@ -136,6 +151,7 @@ def publish_checkpoint(spec_path: str) -> dict:
         "steps": metrics["steps"],
         "first": metrics["first"],
         "last": metrics["last"],
+        "curve": curve(metrics.get("history") or []),
     }
 
 
@@ -197,6 +213,23 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         "champion_version": champion.version,
         "mlflow_run_id": rid,
         "candidate": candidate,
+    }
+
+
+def evaluation_record(result: dict, registered_version: str | None, rollout: dict | None) -> dict:
+    """The evaluation asset's extra: what was compared, what the gate and the deployer decided."""
+    cand = result["candidate"]
+    return {
+        "train_run_id": cand.get("train_run_id"),
+        "dataset_version": cand.get("dataset_version"),
+        "algorithm": cand.get("algorithm"),
+        "passed": result["passed"],
+        "reason": result["reason"],
+        "comparison": result["comparison"],
+        "champion_version": result["champion_version"],
+        "registered_version": registered_version,
+        "rollout": rollout,
+        "mlflow_run_id": result["mlflow_run_id"],
     }
 
 

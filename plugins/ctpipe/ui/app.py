@@ -1,0 +1,180 @@
+"""The FastAPI app the Airflow plugin mounts at ``/ctpipe``: the Continuous training page and its DAG-run tab.
+
+Plugin routes are not protected by Airflow, so every route here asks Airflow's auth manager
+for the user (``get_user``: the UI's cookie or a bearer token) and reads its data from the
+public REST API v2 *as that user*: the API applies the user's permissions, and parts from
+DAGs the user may not read are left out. Registry aliases come from MLflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import httpx
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from ctpipe.ui import lineage
+from ctpipe.ui.charts import line_chart
+
+MOUNT = "/ctpipe"
+ASSETS = {"dataset": "ctpipe_training_dataset", "checkpoint": "ctpipe_checkpoint", "evaluation": "ctpipe_evaluation"}
+PAGE = 100  # the API's default maximum_page_limit
+MAX_EVENTS = 1000  # per asset: the history the page reads
+
+_templates = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True)
+)
+_templates.filters["q"] = lambda s: quote(str(s), safe="")
+
+
+async def _authenticated(request: Request) -> str:
+    """The caller's token, once Airflow's auth manager has accepted it (401/403 otherwise)."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
+
+    # The same precedence as Airflow's get_user: an explicit bearer token, else the UI's cookie.
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    await resolve_user_from_token(token)
+    return token
+
+
+Token = Annotated[str, Depends(_authenticated)]
+
+
+class AirflowApi:
+    """The REST API v2 of this Airflow, called with the page viewer's own token."""
+
+    def __init__(self, base_url: str, token: str):
+        self.client = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    async def get(self, path: str, **params) -> dict[str, Any] | None:
+        r = await self.client.get(path, params=params)
+        if r.status_code in (403, 404):
+            return None
+        r.raise_for_status()
+        return r.json()
+
+    async def events(self, asset: str) -> list[dict[str, Any]]:
+        found = await self.get("/api/v2/assets", name_pattern=asset, limit=PAGE)
+        ids = [a["id"] for a in (found or {}).get("assets", []) if a["name"] == asset]
+        if not ids:
+            return []
+        out: list[dict[str, Any]] = []
+        while len(out) < MAX_EVENTS:
+            page = await self.get("/api/v2/assets/events", asset_id=ids[0], order_by="-timestamp", limit=PAGE, offset=len(out))
+            batch = (page or {}).get("asset_events", [])
+            out += batch
+            if len(batch) < PAGE:
+                break
+        return out
+
+    async def readable(self) -> set[str]:
+        dags = (lineage.DATASET_DAG, lineage.TRAIN_DAG, lineage.EVAL_DAG)
+        found = await asyncio.gather(*(self.get(f"/api/v2/dags/{d}") for d in dags))
+        return {d for d, f in zip(dags, found) if f is not None}
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+_aliases_cache: tuple[float, dict[str, list[str]]] = (0.0, {})
+
+
+def registry_aliases() -> dict[str, list[str]]:
+    """Version -> aliases of the registered model, from MLflow (cached for a few seconds)."""
+    global _aliases_cache
+    at, aliases = _aliases_cache
+    if time.monotonic() - at < 5:
+        return aliases
+    from ctpipe.config import settings
+    from ctpipe.registry import Registry
+
+    try:
+        model = Registry(settings()).client.get_registered_model(settings().model_name)
+        aliases = {}
+        for alias, version in (model.aliases or {}).items():
+            aliases.setdefault(str(version), []).append(alias)
+    except Exception:  # noqa: BLE001 - no model registered yet, or MLflow unreachable: show none
+        aliases = {}
+    _aliases_cache = (time.monotonic(), aliases)
+    return aliases
+
+
+def _base_url() -> str:
+    from airflow.configuration import conf
+
+    return (conf.get("api", "base_url", fallback="") or f"http://127.0.0.1:{conf.getint('api', 'port', fallback=8080)}").rstrip("/")
+
+
+async def load_cycles(api: AirflowApi) -> list[lineage.Cycle]:
+    (datasets, checkpoints, evaluations), readable = await asyncio.gather(
+        asyncio.gather(*(api.events(a) for a in ASSETS.values())), api.readable()
+    )
+    return lineage.assemble(datasets, checkpoints, evaluations, readable)
+
+
+def accuracy_chart(cycles: list[lineage.Cycle]) -> Any:
+    evals = [c.evaluation["extra"] for c in reversed(cycles) if c.evaluation and (c.evaluation.get("extra") or {}).get("comparison")]
+    x = list(range(1, len(evals) + 1))
+    cmp = [e["comparison"] for e in evals]
+    champion = [e["comparison"]["champion_accuracy"] for e in evals]
+    candidate = [e["comparison"]["candidate_accuracy"] for e in evals]
+    return line_chart(
+        "held-out accuracy per evaluation", x, {"champion": champion, "candidate": candidate},
+        bands={"champion": [tuple(c.get("champion_ci") or ()) or None for c in cmp],
+               "candidate": [tuple(c.get("candidate_ci") or ()) or None for c in cmp]},
+        x_label="evaluation", width=640, height=220,
+    )
+
+
+def training_charts(cycle: lineage.Cycle, large: bool = False) -> list[Any]:
+    """One chart per training metric (loss and reward differ in scale by orders of magnitude)."""
+    curve = ((cycle.checkpoint or {}).get("extra") or {}).get("curve") or {}
+    size = {"width": 360, "height": 140} if large else {"width": 180, "height": 80}
+    charts = [line_chart(k, curve["step"], {k: v}, x_label="step", **size) for k, v in curve.items() if k != "step"]
+    return charts or [line_chart("training", [], {}, **size)]
+
+
+def render(cycles: list[lineage.Cycle], *, title: str, limit: int, root: str = "", detail: bool = False) -> str:
+    """The page; ``root`` is Airflow's own path prefix, for links into its UI."""
+    return _templates.get_template("cycles.html").render(
+        title=title, cycles=cycles[:limit], total=len(cycles), limit=limit, detail=detail, root=root,
+        aliases=registry_aliases(), accuracy=accuracy_chart(cycles), training_charts=training_charts,
+    )
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="ctpipe", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def root(request: Request) -> str:
+        # Mounted at <airflow prefix>/ctpipe: Airflow's pages are one level up.
+        return request.scope.get("root_path", "").rstrip("/").removesuffix(MOUNT)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def cycles_page(request: Request, token: Token, limit: int = 50) -> str:
+        api = AirflowApi(_base_url(), token)
+        try:
+            cycles = await load_cycles(api)
+        finally:
+            await api.aclose()
+        return render(cycles, title="Continuous training", limit=max(1, min(limit, MAX_EVENTS)), root=root(request))
+
+    @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+    async def run_tab(request: Request, dag_id: str, run_id: str, token: Token) -> str:
+        api = AirflowApi(_base_url(), token)
+        try:
+            if await api.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
+                raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
+            cycles = [c for c in await load_cycles(api) if c.involves(dag_id, run_id)]
+        finally:
+            await api.aclose()
+        return render(cycles, title=f"Continuous training: {dag_id} / {run_id}", limit=10, root=root(request), detail=True)
+
+    return app
