@@ -58,6 +58,11 @@ def test_cycles_link_dataset_training_checkpoint_and_evaluation_newest_first():
     assert not promoted.involves("train", "asset_2")
 
 
+def test_a_run_state_read_with_an_old_event_is_corrected_by_the_runs_active_now():
+    assert lineage.assemble(*history(), active={"asset_3": "running"})[0].train_run["state"] == "running"
+    assert lineage.assemble(*history(), active={})[0].train_run["state"] == "ended without a checkpoint"
+
+
 def test_events_posted_by_hand_line_up_through_their_extra():
     datasets, checkpoints, evaluations = history()
     for e in datasets + checkpoints:
@@ -115,3 +120,11 @@ def test_charts_draw_lines_with_gaps_interval_bars_and_escaped_labels():
 def test_the_page_says_how_many_cycles_it_shows(limit):
     html = app.render(lineage.assemble(*history()), title="t", limit=limit)
     assert html.count('<tr class="cycle">') == limit and f"newest {limit} shown" in html
+
+
+def test_the_event_log_keeps_what_it_read_and_merges_newer_events():
+    log = app._EventLog()
+    old = [{"id": i, "timestamp": f"2026-11-22T0{i}:00:00Z"} for i in (1, 2)]
+    assert [e["id"] for e in log.merge(old)] == [2, 1] and log.newest == "2026-11-22T02:00:00Z"
+    again = [old[1], {"id": 3, "timestamp": "2026-11-22T03:00:00Z"}]  # timestamp_gte returns the boundary again
+    assert [e["id"] for e in log.merge(again)] == [3, 2, 1]

@@ -61,19 +61,29 @@ class AirflowApi:
         r.raise_for_status()
         return r.json()
 
-    async def events(self, asset: str) -> list[dict[str, Any]]:
-        found = await self.get("/api/v2/assets", name_pattern=asset, limit=PAGE)
-        ids = [a["id"] for a in (found or {}).get("assets", []) if a["name"] == asset]
-        if not ids:
-            return []
-        out: list[dict[str, Any]] = []
-        while len(out) < MAX_EVENTS:
-            page = await self.get("/api/v2/assets/events", asset_id=ids[0], order_by="-timestamp", limit=PAGE, offset=len(out))
-            batch = (page or {}).get("asset_events", [])
-            out += batch
-            if len(batch) < PAGE:
+    async def asset_ids(self) -> dict[str, int]:
+        found = await self.get("/api/v2/assets", name_pattern="ctpipe_", limit=PAGE)
+        return {a["name"]: a["id"] for a in (found or {}).get("assets", [])}
+
+    async def events(self, asset_id: int) -> list[dict[str, Any]]:
+        """The asset's events, newest first: the cached ones plus those the API has since."""
+        log = _event_logs.setdefault(asset_id, _EventLog())
+        since = {"timestamp_gte": log.newest} if log.newest else {}
+        fresh: list[dict[str, Any]] = []
+        while len(fresh) < MAX_EVENTS:
+            page = await self.get(
+                "/api/v2/assets/events", asset_id=asset_id, order_by="-timestamp", limit=PAGE, offset=len(fresh), **since
+            )
+            if page is None:
+                return []  # this user may not read the asset: nothing, cached or not
+            fresh += page["asset_events"]
+            if len(page["asset_events"]) < PAGE:
                 break
-        return out
+        return log.merge(fresh)
+
+    async def active_runs(self, dag_id: str) -> dict[str, str]:
+        found = await self.get(f"/api/v2/dags/{dag_id}/dagRuns", state=["queued", "running"], limit=PAGE)
+        return {r["dag_run_id"]: r["state"] for r in (found or {}).get("dag_runs", [])}
 
     async def readable(self) -> set[str]:
         dags = (lineage.DATASET_DAG, lineage.TRAIN_DAG, lineage.EVAL_DAG)
@@ -84,6 +94,25 @@ class AirflowApi:
         await self.client.aclose()
 
 
+class _EventLog:
+    """Asset events are append-only, so what was read once is kept and only newer ones are asked for.
+
+    Every request still asks the API (as its user) for the newer ones, so access is checked each time.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, dict[str, Any]] = {}
+        self.newest: str | None = None
+
+    def merge(self, fresh: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.by_id.update((e["id"], e) for e in fresh)
+        events = sorted(self.by_id.values(), key=lambda e: e["timestamp"], reverse=True)[:MAX_EVENTS]
+        self.by_id = {e["id"]: e for e in events}
+        self.newest = events[0]["timestamp"] if events else None
+        return events
+
+
+_event_logs: dict[int, _EventLog] = {}
 _aliases_cache: tuple[float, dict[str, list[str]]] = (0.0, {})
 
 
@@ -114,10 +143,15 @@ def _base_url() -> str:
 
 
 async def load_cycles(api: AirflowApi) -> list[lineage.Cycle]:
-    (datasets, checkpoints, evaluations), readable = await asyncio.gather(
-        asyncio.gather(*(api.events(a) for a in ASSETS.values())), api.readable()
+    ids = await api.asset_ids()
+
+    async def events(name: str) -> list[dict[str, Any]]:
+        return await api.events(ids[name]) if name in ids else []
+
+    datasets, checkpoints, evaluations, readable, active = await asyncio.gather(
+        *(events(name) for name in ASSETS.values()), api.readable(), api.active_runs(lineage.TRAIN_DAG)
     )
-    return lineage.assemble(datasets, checkpoints, evaluations, readable)
+    return lineage.assemble(datasets, checkpoints, evaluations, readable, active)
 
 
 def accuracy_chart(cycles: list[lineage.Cycle]) -> Any:

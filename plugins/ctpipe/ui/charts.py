@@ -84,6 +84,7 @@ def line_chart(
                 out.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{color}"/>')
             elif r:
                 out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{" ".join(r)}"/>')
-        out.append(f'<text x="{width - pad_r}" y="{14 + 12 * i}" text-anchor="end" fill="{color}">{escape(name)}</text>')
+        if len(series) > 1 or name != title:  # a one-line chart's title already names it
+            out.append(f'<text x="{width - pad_r}" y="{14 + 12 * i}" text-anchor="end" fill="{color}">{escape(name)}</text>')
     out.append("</svg>")
     return Markup("".join(out))

@@ -49,8 +49,13 @@ def assemble(
     checkpoints: list[dict[str, Any]],
     evaluations: list[dict[str, Any]],
     readable: set[str] | None = None,
+    active: dict[str, str] | None = None,
 ) -> list[Cycle]:
-    """Cycles, newest first. ``readable``: DAG ids the user may read (None: all)."""
+    """Cycles, newest first.
+
+    ``readable``: DAG ids the user may read (None: all). ``active``: train runs queued or running
+    now; an event's ``created_dagruns`` holds the state its run had when the event was read.
+    """
     by_run = {_train_run_id(c): c for c in sorted(checkpoints, key=lambda e: e["timestamp"])}
     evals = {(e.get("extra") or {}).get("train_run_id"): e for e in sorted(evaluations, key=lambda e: e["timestamp"])}
     cycles: list[Cycle] = []
@@ -65,6 +70,10 @@ def assemble(
             cycles.append(Cycle(dataset=ds))
         for run_id, state in runs.items():
             used.add(run_id)
+            if run_id in by_run:
+                state = "success"
+            elif active is not None:
+                state = active.get(run_id) or ("ended without a checkpoint" if state in ("queued", "running") else state)
             cycles.append(Cycle(ds, {"run_id": run_id, "state": state}, by_run.get(run_id), evals.get(run_id)))
     for run_id, c in by_run.items():  # trained on a dataset whose event is not in the window
         if run_id not in used:

@@ -1,0 +1,108 @@
+"""The Continuous training page in a real browser, served by a real Airflow API server.
+
+Airflow runs standalone; a cycle history is posted through the REST API as asset events
+(one dataset name is an HTML payload); headless Chromium (Debian's package, driven by
+Playwright) loads the page directly and inside the Airflow UI, and a screenshot of each is
+kept under test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory):
+    from ctpipe.airflow_local import LocalAirflow
+    from ctpipe.config import Settings
+
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is not installed (Debian package chromium); .ci/run installs it")
+        pytest.skip("Chromium is not installed (Debian package chromium)")
+    home = tmp_path_factory.mktemp("ui")
+    env = {"CTPIPE_HOME": str(home), "CTPIPE_AIRFLOW_PORT": str(free_port()), "CTPIPE_TRACE_SCHEDULE": ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    af = LocalAirflow(Settings())
+    af.start()
+    try:
+        af.wait_ready()
+        yield af
+    finally:
+        af.stop()
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run"],
+        )
+        yield b
+        b.close()
+
+
+def logged_in(browser, af):
+    """A browser session carrying the JWT cookie the Airflow UI itself sets after login."""
+    af.client.login()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_cookies([{"name": "_token", "value": af.client._token, "url": af.url}])
+    return context
+
+
+def test_the_page_shows_the_cycles_and_refuses_strangers(airflow, browser):
+    from ctpipe.ui.sample import post_history
+
+    post_history(airflow.client, 3, dataset_name=lambda i: XSS if i == 1 else f"sample-{i:04d}")
+
+    r = requests.get(f"{airflow.url}/ctpipe/", timeout=30)
+    assert r.status_code == 401 and "Continuous training" not in r.text
+    r = requests.get(f"{airflow.url}/ctpipe/", headers={"Authorization": "Bearer not-a-token"}, timeout=30)
+    assert r.status_code in (401, 403)
+    r = requests.get(f"{airflow.url}/ctpipe/runs/train/no-such-run", cookies={"_token": airflow.client._token or ""}, timeout=30)
+    assert r.status_code in (401, 404)
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = logged_in(browser, airflow)
+    page = context.new_page()
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{airflow.url}/ctpipe/")
+    rows = page.locator("tr.cycle")
+    assert rows.count() == 3
+    assert page.locator(".dataset").nth(1).inner_text() == XSS  # shown as text, never run
+    assert page.locator(".decision").count() == 3
+    decisions = {page.locator(".decision").nth(i).inner_text() for i in range(3)}
+    assert decisions <= {"PASS", "FAIL"} and decisions
+    assert page.locator("svg[aria-label='held-out accuracy per evaluation'] polyline").count() == 2
+    assert page.locator("svg[aria-label='loss'] polyline").count() == 3
+    page.screenshot(path=str(ARTIFACTS / "continuous-training.png"), full_page=True)
+    assert dialogs == []
+
+    # The same page inside the Airflow UI, from its navigation entry.
+    page.goto(f"{airflow.url}/plugin/continuous-training")
+    frame = page.frame_locator("iframe")
+    frame.locator("tr.cycle").first.wait_for(timeout=60_000)
+    assert frame.locator("tr.cycle").count() == 3
+    page.screenshot(path=str(ARTIFACTS / "continuous-training-in-airflow.png"), full_page=True)
+    assert dialogs == []
+    context.close()
