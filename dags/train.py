@@ -61,10 +61,11 @@ with DAG(
 
     @task(outlets=[CHECKPOINT])
     def publish(job: dict, outlet_events=None, run_id=None) -> dict:
-        from ctpipe.pipeline import publish_checkpoint
+        from ctpipe.pipeline import publish_checkpoint, record_training
 
         with fail_fast():
             extra = publish_checkpoint(job["spec_path"]) | {"train_run_id": run_id}
+            record_training(settings(), run_id, job["spec_path"])
         outlet_events[CHECKPOINT].extra = extra
         return extra
 

@@ -2,7 +2,7 @@
 
 from airflow.plugins_manager import AirflowPlugin
 
-from ctpipe.airflow.links import RayJobLink
+from ctpipe.airflow.links import MlflowRunLink, RayJobLink
 from ctpipe.ui.app import MOUNT, create_app
 
 
@@ -15,4 +15,4 @@ class CtpipeUiPlugin(AirflowPlugin):
         {"name": "Continuous training", "href": MOUNT.lstrip("/") + "/runs/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
          "url_route": "continuous-training-run"},
     ]
-    operator_extra_links = [RayJobLink()]
+    operator_extra_links = [RayJobLink(), MlflowRunLink()]

@@ -209,6 +209,9 @@ class Settings(BaseSettings):
     home: Path = Field(Path.home() / ".ctpipe", description="Where traces, datasets, runs and registries live.")
     model_name: str = Field("ctpipe-arith", description="Registered model name in MLflow.")
     mlflow_tracking_uri: str | None = Field(None, description="None: a local SQLite store under home.")
+    mlflow_ui_url: str | None = Field(
+        None, description="MLflow UI that task links open; None: the run's page in the Continuous training view."
+    )
     ray_address: str | None = Field(None, description="Ray dashboard URL; None: start a local head.")
     ray_python: str | None = Field(None, description="Python for Ray job entrypoints; None: this interpreter.")
     jobs_dir: Path = Field(PROJECT_ROOT / "jobs", description="Where the Ray job entrypoints live on the Ray nodes.")

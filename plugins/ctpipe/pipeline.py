@@ -105,6 +105,12 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
         err = e.errors()[0]
         raise PipelineError(f"{'.'.join(map(str, err['loc']))}={err.get('input')!r}: {err['msg']}") from None
     path = spec.write()
+    from ctpipe.registry import Registry
+
+    Registry(s).training_run("train", dag_run_id, {
+        "algorithm": algorithm, "dataset_version": manifest.version, "base_version": base_version,
+        "max_steps": spec.max_steps, "learning_rate": spec.learning_rate, "seed": spec.seed,
+    })
     python = s.ray_python or sys.executable
     return {
         "spec_path": str(path),
@@ -129,6 +135,15 @@ def curve(history: list[dict]) -> dict[str, list]:
     points = history[::stride]
     keys = [k for k in (history[0] if history else {}) if k != "max_steps" and isinstance(history[0][k], (int, float))]
     return {k: [p.get(k) for p in points] for k in keys}
+
+
+def record_training(s: Settings, dag_run_id: str, spec_path: str) -> None:
+    """The training history, by step, into the DAG run's MLflow run (which ``prepare_training`` opened)."""
+    from ctpipe.registry import Registry
+
+    metrics = json.loads((Path(JobSpec.read(spec_path).run_dir) / METRICS_FILE).read_text())
+    registry = Registry(s)
+    registry.log_history(registry.training_run("train", dag_run_id, {}), metrics.get("history") or [])
 
 
 def publish_checkpoint(spec_path: str) -> dict:

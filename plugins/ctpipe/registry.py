@@ -8,6 +8,8 @@ model version points at them, so the registry alone can restore any version.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -60,6 +62,39 @@ class Registry:
 
     def start_run(self, run_name: str, tags: dict | None = None):
         return self.client.create_run(self.experiment_id(), run_name=run_name, tags=tags or {})
+
+    def run_for(self, dag_id: str, dag_run_id: str, kind: str):
+        """The MLflow run of one DAG run's step (``kind``: train, eval), or None."""
+        found = self.client.search_runs(
+            [self.experiment_id()],
+            f"tags.`ctpipe.dag_id` = '{dag_id}' and tags.`ctpipe.dag_run_id` = '{dag_run_id}' and tags.`ctpipe.kind` = '{kind}'",
+            max_results=1,
+        )
+        return found[0] if found else None
+
+    def training_run(self, dag_id: str, dag_run_id: str, params: dict) -> str:
+        """The training's MLflow run, created before the job starts so links to it work at once; idempotent."""
+        run = self.run_for(dag_id, dag_run_id, "train")
+        if run is None:
+            tags = {"ctpipe.kind": "train", "ctpipe.dag_id": dag_id, "ctpipe.dag_run_id": dag_run_id}
+            run = self.start_run(f"train {dag_run_id}", tags=tags)
+            for k, v in params.items():
+                self.client.log_param(run.info.run_id, k, v)
+        return run.info.run_id
+
+    def log_history(self, run_id: str, history: list[dict]) -> None:
+        """Every numeric metric of the training history, by step; ends the run."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(k, float(v), now, int(h["step"]))
+            for h in history for k, v in h.items()
+            if k not in ("step", "max_steps") and isinstance(v, (int, float)) and math.isfinite(v)
+        ]
+        for i in range(0, len(metrics), 1000):  # MLflow's batch limit
+            self.client.log_batch(run_id, metrics=metrics[i:i + 1000])
+        self.client.set_terminated(run_id)
 
     def register(self, run_id: str, checkpoint: Path, tags: dict[str, str]) -> str:
         """Log ``checkpoint`` under ``run_id`` and register it as a new model version.

@@ -106,3 +106,34 @@ def test_the_page_shows_the_cycles_and_refuses_strangers(airflow, browser):
     page.screenshot(path=str(ARTIFACTS / "continuous-training-in-airflow.png"), full_page=True)
     assert dialogs == []
     context.close()
+
+
+def test_a_train_run_has_its_tab_and_its_links_while_it_runs(airflow, browser):
+    from ctpipe.config import Settings
+    from ctpipe.registry import Registry
+    from ctpipe.ui.sample import post_history
+
+    post_history(airflow.client, 1, dataset_name=lambda i: "tab-dataset")
+    run_id = "sample__0000"  # the run the posted checkpoint names; the train DAG is paused, so it stays queued
+    airflow.client.call("POST", "/dags/train/dagRuns", json={"dag_run_id": run_id, "logical_date": None})
+    registry = Registry(Settings())
+    mlflow_run = registry.training_run("train", run_id, {"algorithm": "grpo", "max_steps": 3})
+    assert registry.training_run("train", run_id, {}) == mlflow_run  # idempotent: a retried prepare finds it
+    registry.log_history(mlflow_run, [{"step": i, "max_steps": 3, "loss": 1 / i, "reward": i / 3} for i in (1, 2, 3)])
+
+    links = airflow.client.call("GET", f"/dags/train/dagRuns/{run_id}/taskInstances/train/links")["extra_links"]
+    print(links)
+    assert links["Ray job"].startswith("http://127.0.0.1:") and f"/#/jobs/train-train-{run_id}-try" in links["Ray job"]
+    assert links["MLflow run"].endswith(f"/ctpipe/mlflow/train/{run_id}")
+
+    context = logged_in(browser, airflow)
+    page = context.new_page()
+    page.goto(f"{airflow.url}/ctpipe/mlflow/train/{run_id}")
+    assert page.locator(".run-id").inner_text() == mlflow_run
+    assert page.locator("svg[aria-label='loss'] polyline").count() == 1
+    page.goto(f"{airflow.url}/dags/train/runs/{run_id}/plugin/continuous-training-run")
+    frame = page.frame_locator("iframe")
+    frame.locator("tr.cycle").first.wait_for(timeout=60_000)
+    assert frame.locator("tr.cycle").count() == 1 and frame.locator(".dataset").inner_text() == "tab-dataset"
+    page.screenshot(path=str(ARTIFACTS / "continuous-training-run-tab.png"), full_page=True)
+    context.close()

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ctpipe.ui import lineage
@@ -211,4 +211,36 @@ def create_app() -> FastAPI:
             await api.aclose()
         return render(cycles, title=f"Continuous training: {dag_id} / {run_id}", limit=10, root=root(request), detail=True)
 
+    @app.get("/mlflow/{dag_id}/{run_id}", response_class=HTMLResponse)
+    async def mlflow_run(dag_id: str, run_id: str, token: Token):
+        api = AirflowApi(_base_url(), token)
+        try:
+            if await api.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
+                raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
+        finally:
+            await api.aclose()
+        found = await asyncio.to_thread(_mlflow_run, dag_id, run_id)
+        if found is None:
+            raise HTTPException(404, f"no MLflow run for {dag_id}/{run_id} yet (it opens when the prepare task runs)")
+        if isinstance(found, str):
+            return RedirectResponse(found)
+        return _templates.get_template("mlflow_run.html").render(title=f"MLflow run: {dag_id} / {run_id}", **found)
+
     return app
+
+
+def _mlflow_run(dag_id: str, run_id: str) -> str | dict[str, Any] | None:
+    """The MLflow UI's URL of the DAG run's training run, or (no UI configured) what to show of it here."""
+    from ctpipe.config import settings
+    from ctpipe.registry import Registry
+
+    s = settings()
+    registry = Registry(s)
+    run = registry.run_for(dag_id, run_id, "train")
+    if run is None:
+        return None
+    if s.mlflow_ui_url:
+        return f"{s.mlflow_ui_url.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    history = {k: registry.client.get_metric_history(run.info.run_id, k) for k in run.data.metrics}
+    charts = [line_chart(k, [m.step for m in h], {k: [m.value for m in h]}, x_label="step") for k, h in sorted(history.items())]
+    return {"run": run, "params": dict(sorted(run.data.params.items())), "charts": charts}
