@@ -10,6 +10,12 @@ from ctpipe.ui import app, lineage
 from ctpipe.ui.charts import line_chart
 
 
+@pytest.fixture(autouse=True)
+def no_registry(monkeypatch):
+    """Rendering asks MLflow for the aliases; these tests give them (the browser test uses the real one)."""
+    monkeypatch.setattr(app, "registry_aliases", lambda: {"2": ["champion"]})
+
+
 def ev(ts: str, extra: dict, *, dag: str, run: str, created=()) -> dict:
     return {
         "id": hash((ts, run)) % 10**6, "timestamp": ts, "extra": extra, "source_dag_id": dag, "source_run_id": run,
@@ -23,7 +29,8 @@ def history():
                   "candidate_ci": [0.30, 0.38], "gain": 0.09, "p_value": 2e-5}
     datasets = [
         ev(f"2026-11-22T0{i}:00:00Z", {"version": f"v{i}", "interval": [f"2026-11-22T0{i}:00:00", f"2026-11-22T0{i}:59:59"],
-                                       "rows": {"traces": 700 + i}, "traces_in": 710, "quarantined": 10 - i},
+                                       "rows": {"traces": 700 + i}, "traces_in": 710, "quarantined": 10 - i,
+                                       "reward": {"labeled": 700, "mean": 0.4, "min": 0.0, "max": 1.0}},
            dag="trace_to_dataset", run=f"scheduled_{i}", created=[("train", f"asset_{i}", "success" if i < 3 else "running")])
         for i in (1, 2, 3)
     ]
@@ -82,8 +89,7 @@ def test_parts_from_dags_the_user_may_not_read_are_left_out():
     assert lineage.assemble(*history(), readable=set()) == []
 
 
-def test_the_page_shows_the_lineage_and_escapes_what_comes_from_data(monkeypatch):
-    monkeypatch.setattr(app, "registry_aliases", lambda: {"2": ["champion"]})
+def test_the_page_shows_the_lineage_and_escapes_what_comes_from_data():
     datasets, checkpoints, evaluations = history()
     datasets[0]["extra"]["version"] = "<script>alert(1)</script>"
     evaluations[1]["extra"]["reason"] = "<img src=x onerror=alert(2)>"
@@ -92,6 +98,7 @@ def test_the_page_shows_the_lineage_and_escapes_what_comes_from_data(monkeypatch
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
     assert html.count('<tr class="cycle">') == 3
+    assert "reward mean 0.400\n        [0.00, 1.00] over 700" in html and "9 of 710 quarantined" in html
     assert "candidate 0.340 [0.300, 0.380]" in html and "gain +0.090, p=2e-05, n=500" in html
     assert re.search(r'class="decision pass">PASS</span> <span class="reason">gain \+0.090', html)
     assert "champion v2 kept" in html and "promoted: champion alias moved" in html

@@ -2,7 +2,8 @@
 
 from airflow.sdk import Asset
 
-# extra: version, uri, interval, rows {traces, grpo_prompts, dpo_pairs}, traces_in, quarantined
+# extra: version, uri, interval, rows {traces, grpo_prompts, dpo_pairs}, traces_in, quarantined,
+#        reward {labeled, mean, min, max}
 TRAINING_DATASET = Asset(name="ctpipe_training_dataset", uri="ctpipe://datasets/training", group="ctpipe")
 # extra: checkpoint, run_dir, train_run_id, algorithm, base_version, dataset_version, dataset_uri, steps,
 #        first, last, curve {step: [...], loss: [...], reward: [...]} (at most CURVE_POINTS points)

@@ -133,6 +133,7 @@ class Manifest:
             "rows": {k: self.counts[k] for k in ("traces", "grpo_prompts", "dpo_pairs")},
             "traces_in": self.counts["traces_in"],
             "quarantined": self.counts["quarantined"],
+            "reward": self.reward_stats,
         }
 
     @classmethod
