@@ -79,3 +79,15 @@ def test_two_cycles_end_to_end(stack):
     served = pq.read_table(datasets.resolve(s.datasets_dir, second["dataset"]["version"]).path / "traces.parquet")
     assert set(served.column("model_version").to_pylist()) == {first["champion_after"]}
     assert len(list(stack.runs_dir.glob("*/checkpoint"))) == 2
+
+    # The lineage the Continuous training page shows: each evaluation announced with its outcome,
+    # each training's loss history in its MLflow run.
+    af = LocalAirflow(s)
+    (evaluation_asset,) = af.client.call("GET", "/assets", params={"name_pattern": "ctpipe_evaluation"})["assets"]
+    events = af.client.call("GET", "/assets/events", params={"asset_id": evaluation_asset["id"], "order_by": "timestamp"})
+    outcomes = [ev["extra"] for ev in events["asset_events"]]
+    assert [o["train_run_id"] for o in outcomes] == [first["training"]["dag_run_id"], second["training"]["dag_run_id"]]
+    assert [o["passed"] for o in outcomes] == [first["eval"]["passed"], second["eval"]["passed"]]
+    assert (outcomes[0]["registered_version"] is not None) == first["eval"]["passed"]
+    train_run = registry.run_for("train", first["training"]["dag_run_id"], "train")
+    assert len(registry.client.get_metric_history(train_run.info.run_id, "loss")) == s.train.max_steps
