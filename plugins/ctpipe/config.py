@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Algorithm = Literal["grpo", "dpo"]
@@ -201,6 +201,30 @@ class GateConfig(_Section):
     max_new_tokens: int = Field(8, ge=4)
 
 
+class CanaryConfig(_Section):
+    """Canary analysis between traffic steps, in the manner of Flagger and Argo Rollouts.
+
+    Each check compares the canary with the champion over the same bake window; a check fails
+    on a threshold or on a one-sided test that finds the canary significantly worse.
+    """
+
+    steps: list[int] = Field([10, 25, 50, 100], min_length=1, description="Canary traffic weights, percent.")
+    bake_s: float = Field(60.0, gt=0, description="Traffic time per step before its checks.")
+    min_requests: int = Field(30, ge=1, description="Canary requests a step needs before it can be judged.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Significance of the one-sided 'canary is worse' tests.")
+    max_error_rate: float = Field(0.02, ge=0, le=1, description="Canary error rate that fails a step outright.")
+    max_latency_ratio: float = Field(1.5, gt=0, description="Canary p95 e2e latency / champion p95 that fails.")
+    max_ttft_ratio: float = Field(1.5, gt=0, description="Canary p95 time to first token / champion p95 that fails.")
+    max_length_ratio: float = Field(2.0, gt=1, description="Mean output length ratio (either way) that fails.")
+
+    @field_validator("steps")
+    @classmethod
+    def _increasing_to_100(cls, v: list[int]) -> list[int]:
+        if any(not 0 < w <= 100 for w in v) or v != sorted(set(v)) or v[-1] != 100:
+            raise ValueError(f"steps={v} must be increasing weights in 1..100 ending at 100")
+        return v
+
+
 class Settings(BaseSettings):
     """Process-wide settings of one ctpipe installation."""
 
@@ -234,6 +258,7 @@ class Settings(BaseSettings):
     train: TrainConfig = TrainConfig()
     gate: GateConfig = GateConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
+    canary: CanaryConfig = CanaryConfig()
 
     @property
     def traces_dir(self) -> Path:
