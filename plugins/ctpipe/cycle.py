@@ -192,5 +192,6 @@ def format_summary(x: dict) -> str:
         f"gate             {'PASS' if e['passed'] else 'FAIL'}: {e['reason']}",
         f"champion now     v{x['champion_after']}",
         f"Airflow UI       {x['ui']}  (user admin, password in {x['password_file']})",
+        f"lineage, curves  {x['ui']}/plugin/continuous-training",
     ]
     return "\n".join(lines)
