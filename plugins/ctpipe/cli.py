@@ -8,6 +8,8 @@
                                      build the dataset version of an interval without Airflow
     ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
                                      print the RayJob a training run becomes on Kubernetes
+    ctpipe k8s serving --champion V [--canary V --weight W]
+                                     print the vLLM serving objects of a (canary) rollout
 """
 
 from __future__ import annotations
@@ -121,6 +123,27 @@ def cmd_k8s_render(args) -> int:
     return 0
 
 
+def cmd_k8s_serving(args) -> int:
+    import yaml
+
+    from ctpipe.k8s import schema, serving
+
+    s = _settings()
+    objects = serving.manifests(s.kubernetes, s.serving, s.model_name, args.champion, args.canary, args.weight)
+    for obj in objects:
+        if "." in obj["apiVersion"].split("/")[0]:  # custom resources; built-in kinds are checked by the tests
+            schema.validate(obj)
+    split = f", canary v{args.canary} at {args.weight}%" if args.canary else ""
+    print(
+        f"# vLLM serving for {s.model_name}: champion v{args.champion}{split}. Settings: CTPIPE_SERVING__*,\n"
+        f"# CTPIPE_KUBERNETES__* (ctpipe/config.py). Each version's checkpoint must be on the shared volume at\n"
+        f"# {serving.model_dir(s.kubernetes, s.serving, s.model_name, '<version>')}.\n"
+        + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects),
+        end="",
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ctpipe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-id", default="manual__example", help="the DAG run the job belongs to")
     p.add_argument("--dataset-version", default="latest")
     p.set_defaults(fn=cmd_k8s_render)
+    p = k8s.add_parser("serving", help="print the vLLM Deployments, weighted HTTPRoute and ServiceMonitor of a rollout")
+    p.add_argument("--champion", required=True, help="registered version serving the rest of the traffic")
+    p.add_argument("--canary", default=None, help="registered version under canary")
+    p.add_argument("--weight", type=int, default=0, help="percent of traffic to the canary (0..100)")
+    p.set_defaults(fn=cmd_k8s_serving)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -201,6 +201,22 @@ class GateConfig(_Section):
     max_new_tokens: int = Field(8, ge=4)
 
 
+class ServingConfig(_Section):
+    """How registered versions are served on Kubernetes: vLLM's OpenAI server behind a Gateway API route."""
+
+    vllm_image: str = Field("vllm/vllm-openai:v0.33.0", description="The official vLLM OpenAI-compatible server image.")
+    resources: PodResources = PodResources(cpu="8", memory="32Gi", gpus=1)
+    port: int = Field(8000, ge=1, le=65535)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=16, description="None: the model's own context length.")
+    gateway: str = Field("ctpipe-gateway", description="Gateway (gateway.networking.k8s.io) the HTTPRoute attaches to.")
+    gateway_namespace: str | None = Field(None, description="None: the serving namespace.")
+    hostnames: list[str] = Field([], description="Host names the route answers for; empty: any.")
+    models_subdir: str = Field(
+        "serving", description="Under kubernetes.home_mount: <subdir>/<model>/v<version> holds each served checkpoint."
+    )
+
+
 class CanaryConfig(_Section):
     """Canary analysis between traffic steps, in the manner of Flagger and Argo Rollouts.
 
@@ -258,6 +274,7 @@ class Settings(BaseSettings):
     train: TrainConfig = TrainConfig()
     gate: GateConfig = GateConfig()
     kubernetes: KubernetesConfig = KubernetesConfig()
+    serving: ServingConfig = ServingConfig()
     canary: CanaryConfig = CanaryConfig()
 
     @property

@@ -62,7 +62,7 @@ def job_name(dag_id: str, task_id: str, run_id: str, try_number: int, resubmissi
     return f"ctpipe-{stem}"[: MAX_NAME - len(suffix)].rstrip("-") + suffix
 
 
-def _resources(r: PodResources) -> dict[str, Any]:
+def pod_resources(r: PodResources) -> dict[str, Any]:
     amounts: dict[str, Any] = {"cpu": r.cpu, "memory": r.memory}
     if r.gpus:
         amounts["nvidia.com/gpu"] = str(r.gpus)
@@ -98,7 +98,7 @@ def _pod(k: KubernetesConfig, image: str, resources: PodResources, *, gpu: bool)
         "containers": [{
             "name": "ray-worker" if gpu else "ray-head",
             "image": image,
-            "resources": _resources(resources),
+            "resources": pod_resources(resources),
             "env": [{"name": "CTPIPE_HOME", "value": k.home_mount}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
             "volumeMounts": [{"name": "ctpipe-home", "mountPath": k.home_mount}],
         }],
