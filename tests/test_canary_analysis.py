@@ -95,3 +95,14 @@ def test_steps_must_climb_to_full_traffic():
         CanaryConfig(steps=[10, 5, 100])
     with pytest.raises(ValueError, match="ending at 100"):
         CanaryConfig(steps=[10, 50])
+
+
+def test_a_real_vllm_metrics_page_is_read():
+    """Scraped from vLLM 0.32 (CPU build) serving the tiny model, after 20 chat completions."""
+    from pathlib import Path
+
+    page = (Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt").read_text()
+    scrape = Scrape.parse(page)
+    e2e, ttft = scrape.since(Scrape({}), E2E), scrape.since(Scrape({}), TTFT)
+    assert e2e[-1] == (float("inf"), 20.0) and ttft[-1] == (float("inf"), 20.0)
+    assert 0 < quantile(0.95, ttft) <= quantile(0.95, e2e) < 1.0
