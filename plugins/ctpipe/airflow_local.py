@@ -16,6 +16,7 @@ import requests
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ctpipe.config import PROJECT_ROOT, Settings
+from ctpipe.processes import running_pid
 
 USER = "admin"
 DAG_IDS = ("trace_to_dataset", "train", "eval_and_deploy")
@@ -155,12 +156,7 @@ class LocalAirflow:
         self.client = AirflowClient(self.url, self.home / "simple_auth_manager_passwords.json.generated")
 
     def running_pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-            return pid
-        except (OSError, ValueError):
-            return None
+        return running_pid(self.pid_file)
 
     def start(self) -> None:
         if self.running_pid() is not None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ctpipe.errors import PipelineError
+from ctpipe.processes import running_pid
 
 _LOG_FORMAT = (
     "log_format ctpipe escape=json '{\"time\":$msec,\"upstream\":\"$upstream_addr\",\"status\":$status,"
@@ -115,12 +116,7 @@ http {{
         return candidate
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-            return pid
-        except (OSError, ValueError):
-            return None
+        return running_pid(self.pid_file)
 
     def start(self, backends: tuple[Backend, ...]) -> None:
         candidate = self._checked(backends)
