@@ -44,8 +44,7 @@ def main() -> None:
             t0 = time.perf_counter()
             post_history(af.client, args.cycles)
             print(f"posted {args.cycles} cycles ({3 * args.cycles} asset events) in {time.perf_counter() - t0:.1f} s")
-            af.client.login()
-            cookies = {"_token": af.client._token}
+            cookies = {"_token": af.client.token()}
             t = time.perf_counter()
             first = requests.get(f"{af.url}/ctpipe/", cookies=cookies, timeout=60)
             first.raise_for_status()

@@ -90,6 +90,12 @@ class AirflowClient:
         self._token = r.json()["access_token"]
         self.session.headers["Authorization"] = f"Bearer {self._token}"
 
+    def token(self) -> str:
+        """The admin's JWT, as the UI keeps it in its ``_token`` cookie."""
+        if self._token is None:
+            self.login()
+        return self._token
+
     def call_once(self, method: str, path: str, **kwargs) -> Any:
         if self._token is None:
             self.login()

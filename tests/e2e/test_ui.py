@@ -63,9 +63,8 @@ def browser():
 
 def logged_in(browser, af):
     """A browser session carrying the JWT cookie the Airflow UI itself sets after login."""
-    af.client.login()
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.add_cookies([{"name": "_token", "value": af.client._token, "url": af.url}])
+    context.add_cookies([{"name": "_token", "value": af.client.token(), "url": af.url}])
     return context
 
 
@@ -78,7 +77,7 @@ def test_the_page_shows_the_cycles_and_refuses_strangers(airflow, browser):
     assert r.status_code == 401 and "Continuous training" not in r.text
     r = requests.get(f"{airflow.url}/ctpipe/", headers={"Authorization": "Bearer not-a-token"}, timeout=30)
     assert r.status_code in (401, 403)
-    r = requests.get(f"{airflow.url}/ctpipe/runs/train/no-such-run", cookies={"_token": airflow.client._token or ""}, timeout=30)
+    r = requests.get(f"{airflow.url}/ctpipe/runs/train/no-such-run", cookies={"_token": airflow.client.token()}, timeout=30)
     assert r.status_code in (401, 404)
 
     ARTIFACTS.mkdir(exist_ok=True)

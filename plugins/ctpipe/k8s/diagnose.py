@@ -23,8 +23,12 @@ PULL_ATTEMPTS = 3  # a registry hiccup passes within kubelet's first retries; th
 _NO_FIT = re.compile(r"no instance type[^,;]*(enough|required) resources")
 
 
+# The reasons a StartupFailure gives; a new job would meet them again, so none is retried.
+STARTUP_FAILURES = frozenset({"ImagePullFailed", "Unschedulable"})
+
+
 class StartupFailure(NamedTuple):
-    reason: str  # ImagePullFailed | Unschedulable
+    reason: str  # one of STARTUP_FAILURES
     message: str
 
 

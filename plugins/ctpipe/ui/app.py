@@ -1,7 +1,7 @@
 """The FastAPI app the Airflow plugin mounts at ``/ctpipe``: the Continuous training page and its DAG-run tab.
 
-Plugin routes are not protected by Airflow, so every route here asks Airflow's auth manager
-for the user (``get_user``: the UI's cookie or a bearer token) and reads its data from the
+Plugin routes are not protected by Airflow, so every route here has Airflow's auth manager
+accept the caller's token (the UI's cookie or a bearer token) and reads its data from the
 public REST API v2 *as that user*: the API applies the user's permissions, and parts from
 DAGs the user may not read are left out. Registry aliases come from MLflow.
 """
@@ -51,8 +51,14 @@ Token = Annotated[str, Depends(_authenticated)]
 class AirflowApi:
     """The REST API v2 of this Airflow, called with the page viewer's own token."""
 
-    def __init__(self, base_url: str, token: str):
-        self.client = httpx.AsyncClient(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    def __init__(self, token: str):
+        self.client = httpx.AsyncClient(base_url=_base_url(), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    async def __aenter__(self) -> AirflowApi:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.client.aclose()
 
     async def get(self, path: str, **params) -> dict[str, Any] | None:
         r = await self.client.get(path, params=params)
@@ -85,13 +91,15 @@ class AirflowApi:
         found = await self.get(f"/api/v2/dags/{dag_id}/dagRuns", state=["queued", "running"], limit=PAGE)
         return {r["dag_run_id"]: r["state"] for r in (found or {}).get("dag_runs", [])}
 
+    async def require_run(self, dag_id: str, run_id: str) -> None:
+        """404 unless the DAG run exists and this user may read it."""
+        if await self.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
+            raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
+
     async def readable(self) -> set[str]:
         dags = (lineage.DATASET_DAG, lineage.TRAIN_DAG, lineage.EVAL_DAG)
         found = await asyncio.gather(*(self.get(f"/api/v2/dags/{d}") for d in dags))
         return {d for d, f in zip(dags, found) if f is not None}
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
 
 
 class _EventLog:
@@ -193,32 +201,21 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     async def cycles_page(request: Request, token: Token, limit: int = 50) -> str:
-        api = AirflowApi(_base_url(), token)
-        try:
+        async with AirflowApi(token) as api:
             cycles = await load_cycles(api)
-        finally:
-            await api.aclose()
         return render(cycles, title="Continuous training", limit=max(1, min(limit, MAX_EVENTS)), root=root(request))
 
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
     async def run_tab(request: Request, dag_id: str, run_id: str, token: Token) -> str:
-        api = AirflowApi(_base_url(), token)
-        try:
-            if await api.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
-                raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
+        async with AirflowApi(token) as api:
+            await api.require_run(dag_id, run_id)
             cycles = [c for c in await load_cycles(api) if c.involves(dag_id, run_id)]
-        finally:
-            await api.aclose()
         return render(cycles, title=f"Continuous training: {dag_id} / {run_id}", limit=10, root=root(request), detail=True)
 
     @app.get("/mlflow/{dag_id}/{run_id}", response_class=HTMLResponse)
     async def mlflow_run(dag_id: str, run_id: str, token: Token):
-        api = AirflowApi(_base_url(), token)
-        try:
-            if await api.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
-                raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
-        finally:
-            await api.aclose()
+        async with AirflowApi(token) as api:
+            await api.require_run(dag_id, run_id)
         found = await asyncio.to_thread(_mlflow_run, dag_id, run_id)
         if found is None:
             raise HTTPException(404, f"no MLflow run for {dag_id}/{run_id} yet (it opens when the prepare task runs)")

@@ -25,7 +25,7 @@ class Cycle:
 
     @property
     def timestamp(self) -> str:
-        return max(e["timestamp"] for e in (self.dataset, self.checkpoint, self.evaluation) if e) if self.parts else ""
+        return max((e["timestamp"] for e in self.parts), default="")
 
     @property
     def parts(self) -> list[dict[str, Any]]:
@@ -79,7 +79,7 @@ def assemble(
         if run_id not in used:
             cycles.append(Cycle(None, {"run_id": run_id, "state": "success"}, c, evals.get(run_id)))
     if readable is not None:
-        cycles = [c for c in map(lambda c: _visible(c, readable), cycles) if c.parts or c.train_run]
+        cycles = [v for v in (_visible(c, readable) for c in cycles) if v.parts or v.train_run]
     return sorted(cycles, key=lambda c: c.timestamp, reverse=True)
 
 

@@ -11,9 +11,10 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import retry
 
-from ctpipe.airflow.triggers.kuberay import RBAC_HINT, RayJobStatusTrigger, transient
+from ctpipe.airflow.triggers.kuberay import API_RETRY, RBAC_HINT, RayJobStatusTrigger
+from ctpipe.k8s.diagnose import STARTUP_FAILURES
 from ctpipe.k8s.rayjob import GROUP, PLURAL, VERSION, job_name, render
 from ctpipe.k8s.schema import validate
 from ctpipe.airflow.resubmit import defer_resubmission
@@ -21,8 +22,6 @@ from ctpipe.preemption import is_preemption
 
 # What KubeRay and Ray write when the job's process or node went away rather than failing on its own.
 _LOST = re.compile(r"JOB_SUPERVISOR_ACTOR_DIED|Evicted|[Pp]reempted|node .*(lost|not ready|died)|NodeNotReady")
-# Causes the trigger found in pods and events, which a new job would meet again.
-_CANNOT_START = frozenset({"ImagePullFailed", "Unschedulable"})
 
 
 def as_ray_event(trigger_event: dict[str, Any]) -> dict[str, Any]:
@@ -38,14 +37,15 @@ def as_ray_event(trigger_event: dict[str, Any]) -> dict[str, Any]:
     False
     """
     message = trigger_event.get("message") or ""
-    if trigger_event.get("reason") in _CANNOT_START:
-        return {"status": trigger_event.get("status"), "message": message, "driver_exit_code": None, "error_type": None}
-    code = re.search(r"exit code (-?\d+)", message)
+    # Pods that could not start (the trigger names why) would meet the same cause in a new job:
+    # such a message says nothing about a driver or a node.
+    driver = "" if trigger_event.get("reason") in STARTUP_FAILURES else message
+    code = re.search(r"exit code (-?\d+)", driver)
     return {
         "status": trigger_event.get("status"),
         "message": message,
         "driver_exit_code": int(code.group(1)) if code else None,
-        "error_type": "JOB_SUPERVISOR_ACTOR_DIED" if _LOST.search(message) else None,
+        "error_type": "JOB_SUPERVISOR_ACTOR_DIED" if _LOST.search(driver) else None,
     }
 
 
@@ -162,11 +162,11 @@ class KubeRayJobOperator(BaseOperator):
     def resubmit(self, context, event: Any = None, preemptions: int = 1) -> None:
         self._create_and_defer(context, preemptions)
 
-    @retry(retry=retry_if_exception(transient), stop=stop_after_attempt(5), wait=wait_exponential(0.5, max=15), reraise=True)
+    @retry(**API_RETRY)
     def _create(self, body: dict[str, Any]) -> None:
         self.hook.create_custom_object(GROUP, VERSION, PLURAL, body, body["metadata"]["namespace"])
 
-    @retry(retry=retry_if_exception(transient), stop=stop_after_attempt(5), wait=wait_exponential(0.5, max=15), reraise=True)
+    @retry(**API_RETRY)
     def _delete_now(self, namespace: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
 

@@ -32,6 +32,13 @@ def transient(e: BaseException) -> bool:
     return isinstance(e, (asyncio.TimeoutError, ConnectionError, OSError)) or type(e).__module__.startswith(("aiohttp", "urllib3"))
 
 
+# One retry policy for every Kubernetes API call, the operator's (sync) and the trigger's (async).
+API_RETRY = {
+    "retry": retry_if_exception(transient), "stop": stop_after_attempt(5),
+    "wait": wait_exponential(multiplier=0.5, max=15), "reraise": True,
+}
+
+
 class RayJobStatusTrigger(BaseTrigger):
     """Poll ``rayjobs/<name>`` until its ``jobDeploymentStatus`` is terminal, streaming its progress.
 
@@ -74,10 +81,7 @@ class RayJobStatusTrigger(BaseTrigger):
         )
 
     async def _retrying(self, fn, *args, **kwargs):
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(transient), stop=stop_after_attempt(5),
-            wait=wait_exponential(multiplier=0.5, max=15), reraise=True,
-        ):
+        async for attempt in AsyncRetrying(**API_RETRY):
             with attempt:
                 return await fn(*args, _request_timeout=self.request_timeout, **kwargs)
         raise AssertionError("unreachable")
