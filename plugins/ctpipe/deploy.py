@@ -10,7 +10,7 @@ first and may refuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ctpipe.config import Settings
@@ -22,6 +22,10 @@ class Rollout:
     promoted: bool
     previous_champion: str | None
     detail: str
+    steps: tuple[str, ...] = ()  # one line per canary step, as the UI lists them
+    step_figures: list[dict] = field(default_factory=list)  # each step's figures and checks
+    engine: str | None = None  # what served the canary
+    mlflow_run_id: str | None = None
 
 
 class Deployer(Protocol):
@@ -37,16 +41,20 @@ class AliasPromotion:
     def roll_out(self, version: str) -> Rollout:
         from ctpipe.registry import Registry
 
-        registry = Registry(self.settings)
-        previous = registry.champion()
-        registry.set_champion(version)
+        previous = Registry(self.settings).set_champion(version)
         return Rollout(
             version=version,
             promoted=True,
-            previous_champion=previous.version if previous else None,
+            previous_champion=previous,
             detail="champion alias moved (no canary configured)",
         )
 
 
 def deployer_for(settings: Settings) -> Deployer:
+    if settings.canary.enabled and settings.launcher == "ray_jobs":
+        from ctpipe.canary.rollout import LocalCanary
+
+        return LocalCanary(settings)
+    # On Kubernetes, serving follows the registry: `ctpipe k8s serving` renders the Deployments and
+    # the weighted HTTPRoute of each step for the cluster's own delivery tooling to apply.
     return AliasPromotion(settings)

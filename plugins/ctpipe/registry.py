@@ -20,6 +20,7 @@ from ctpipe.config import Settings
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
+PREVIOUS = "previous-champion"  # what a manual rollback restores by default
 ARTIFACT = "checkpoint"  # the run artifact a model version points at
 EXPERIMENT = "ctpipe"
 
@@ -117,17 +118,27 @@ class Registry:
         log.info("registered %s version %s from %s", self.name, mv.version, source)
         return str(mv.version)
 
-    def champion(self) -> Version | None:
+    def alias(self, alias: str) -> str | None:
+        """The version an alias points at, or None."""
         from mlflow.exceptions import MlflowException
 
         try:
-            mv = self.client.get_model_version_by_alias(self.name, CHAMPION)
+            return str(self.client.get_model_version_by_alias(self.name, alias).version)
         except MlflowException:
             return None
-        return self.get(str(mv.version))
 
-    def set_champion(self, version: str) -> None:
+    def champion(self) -> Version | None:
+        version = self.alias(CHAMPION)
+        return None if version is None else self.get(version)
+
+    def set_champion(self, version: str) -> str | None:
+        """Move ``champion`` to ``version``; the version it leaves gets ``previous-champion``. Returns that one."""
+        current = self.alias(CHAMPION)
         self.client.set_registered_model_alias(self.name, CHAMPION, version)
+        if current is not None and current != str(version):
+            self.client.set_registered_model_alias(self.name, PREVIOUS, current)
+            return current
+        return None
 
     def get(self, version: str) -> Version:
         """A version with a local copy of its checkpoint (downloaded once, atomically)."""

@@ -117,12 +117,14 @@ def _worse_proportion(bad_canary: int, n_canary: int, bad_champion: int, n_champ
     return float(stats.fisher_exact(table, alternative="greater").pvalue)
 
 
-def _ratio_check(name: str, canary: float | None, champion: float | None, limit: float, unit: str) -> Check:
+def _latency_check(name: str, canary: float | None, champion: float | None, limit: float, slack_s: float) -> Check:
+    """Fails when the canary is over ``limit`` times slower and more than ``slack_s`` slower: a few ms of
+    jitter on a fast model is not a regression, however large the ratio."""
     if canary is None or champion is None:
         return Check(name, None, "no observations in this window")
     ratio = canary / champion if champion > 0 else (math.inf if canary > 0 else 1.0)
-    detail = f"canary {canary:.3g}{unit} vs champion {champion:.3g}{unit} (x{ratio:.2f}, limit x{limit:g})"
-    return Check(name, ratio <= limit, detail)
+    detail = f"canary {canary:.3g} s vs champion {champion:.3g} s (x{ratio:.2f}, limit x{limit:g} and +{slack_s:g} s)"
+    return Check(name, ratio <= limit or canary - champion <= slack_s, detail)
 
 
 def analyze(canary: Window, champion: Window, cfg: CanaryConfig) -> Verdict:
@@ -140,10 +142,10 @@ def analyze(canary: Window, champion: Window, cfg: CanaryConfig) -> Verdict:
         f"canary {canary.errors}/{canary.requests} ({rate:.1%}, limit {cfg.max_error_rate:.1%}) vs champion "
         f"{champion.errors}/{champion.requests}, one-sided Fisher p={p:.3g}",
     ))
-    checks.append(_ratio_check("p95 latency", quantile(0.95, canary.e2e), quantile(0.95, champion.e2e),
-                               cfg.max_latency_ratio, " s"))
-    checks.append(_ratio_check("p95 time to first token", quantile(0.95, canary.ttft), quantile(0.95, champion.ttft),
-                               cfg.max_ttft_ratio, " s"))
+    checks.append(_latency_check("p95 latency", quantile(0.95, canary.e2e), quantile(0.95, champion.e2e),
+                                 cfg.max_latency_ratio, cfg.latency_slack_s))
+    checks.append(_latency_check("p95 time to first token", quantile(0.95, canary.ttft), quantile(0.95, champion.ttft),
+                                 cfg.max_ttft_ratio, cfg.latency_slack_s))
 
     if len(canary.rewards) < 2 or len(champion.rewards) < 2:
         checks.append(Check("online reward", None, f"{len(canary.rewards)} canary rewards, {len(champion.rewards)} champion"))

@@ -98,6 +98,8 @@ http {{
       proxy_buffering off;
       # One try per request: a failing canary must show as the canary's error, not be retried away.
       proxy_next_upstream off;
+      # Which server answered: clients attribute each answer's quality to the right version.
+      add_header X-Ctpipe-Upstream $upstream_addr always;
     }}
   }}
 }}
