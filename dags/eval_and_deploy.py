@@ -7,9 +7,13 @@ Candidate and champion answer the held-out test questions (never in training
 data: checked against the dataset before scoring). The gate passes only a
 candidate whose accuracy gain is at least `min_gain` with McNemar's exact
 p-value below `alpha`. Metrics and the decision go to MLflow. A passing
-candidate is registered as a new model version and handed to the deployer
-(the embedded default moves the `champion` alias); a failing one leaves the
-champion in place, with the reason recorded. Either way the outcome is
+candidate is registered as a new model version and handed to the deployer:
+the embedded default serves it as a canary beside the champion (vLLM behind
+nginx), shifts traffic in steps (`CTPIPE_CANARY__STEPS`), compares errors,
+latency, time to first token, online reward, refusals and output length
+after each bake, and promotes it (moves the `champion` alias) or rolls it
+back with the reason. A failing candidate leaves the champion in place, with
+the reason recorded. The `rollback` DAG restores an earlier version. Either way the outcome is
 announced on the `ctpipe_evaluation` asset (the Continuous training page's
 lineage).
 """
@@ -67,14 +71,15 @@ with DAG(
 
         return register_candidate(settings(), result)
 
-    @task
+    @task(retries=0)  # a canary that failed has been rolled back; rerunning it is a decision for a person
     def deploy(version: str) -> dict:
-        # The canary seam: the deployer decides whether the version reaches full traffic.
+        # The deployer decides whether the version reaches full traffic (locally: a canary through nginx).
         from dataclasses import asdict
 
         from ctpipe.deploy import deployer_for
 
-        return asdict(deployer_for(settings()).roll_out(version))
+        with fail_fast():
+            return asdict(deployer_for(settings()).roll_out(version))
 
     @task
     def keep_champion(result: dict) -> dict:

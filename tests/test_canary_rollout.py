@@ -6,7 +6,6 @@ These use ctpipe's transformers server (the same process interface, metrics and 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -18,6 +17,7 @@ from ctpipe.canary.proxy import Backend
 from ctpipe.canary.rollout import CanaryError, LocalCanary
 from ctpipe.canary.servers import ModelServer
 from ctpipe.config import Settings
+from ctpipe.errors import PipelineError
 from ctpipe.registry import PREVIOUS, Registry
 from tests.conftest import free_port
 
@@ -174,3 +174,22 @@ def test_a_proxy_reload_nginx_refuses_keeps_the_champion_serving(canary_settings
     serving = LocalServing(canary_settings)
     assert serving.canary() is None and serving.champion().healthy()
     assert {answered_by(serving) for _ in range(8)} == {serving.champion().address}
+
+
+def test_a_manual_rollback_restores_the_previous_champion_in_one_step(canary_settings, base_model):
+    registry = Registry(canary_settings)
+    registry.ensure_champion(base_model)
+    registry.set_champion(register(canary_settings, base_model, "release"))  # v2 promoted, v1 previous
+    canary = LocalCanary(canary_settings)
+    with pytest.raises(PipelineError, match=r"version='9': model 'ctpipe-arith' has no version '9'"):
+        canary.restore("9", "typo")
+    assert registry.alias("champion") == "2"
+
+    rollout = canary.restore(None, "support tickets about wrong sums")
+
+    assert rollout.version == "1" and rollout.previous_champion == "2"
+    assert registry.alias("champion") == "1" and registry.alias(PREVIOUS) == "2"
+    serving = LocalServing(canary_settings)
+    assert serving.champion().version == "1" and answered_by(serving) == serving.champion().address
+    run = registry.client.get_run(rollout.mlflow_run_id)
+    assert run.data.tags["ctpipe.decision"] == "restored" and run.data.tags["ctpipe.reason"].startswith("support")

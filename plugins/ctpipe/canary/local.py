@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 from dataclasses import asdict
 from pathlib import Path
@@ -51,7 +52,8 @@ class LocalServing:
         out: dict[str, ModelServer | None] = {}
         for role in ("champion", "canary"):
             x = state.get(role)
-            out[role] = ModelServer(**(x | {"dir": Path(x["dir"]), "checkpoint": Path(x["checkpoint"])})) if x else None
+            out[role] = ModelServer(**(x | {"dir": Path(x["dir"]), "checkpoint": Path(x["checkpoint"]),
+                                            "cpus": tuple(x.get("cpus", ()))})) if x else None
         return out
 
     def _save(self, champion: ModelServer | None, canary: ModelServer | None) -> None:
@@ -67,11 +69,15 @@ class LocalServing:
     def canary(self) -> ModelServer | None:
         return self._load()["canary"]
 
-    def new_server(self, version: str, checkpoint: Path) -> ModelServer:
+    def new_server(self, version: str, checkpoint: Path, beside: ModelServer | None = None) -> ModelServer:
+        """A server for ``version`` (not started), on the half of the cores that ``beside`` does not use."""
         engine, python, _ = self.engine
         port = _free_port()
+        cores = sorted(os.sched_getaffinity(0))
+        halves = (tuple(cores[: len(cores) // 2]), tuple(cores[len(cores) // 2:])) if len(cores) > 1 else ((), ())
+        cpus = halves[1] if beside is not None and beside.cpus == halves[0] else halves[0]
         return ModelServer(self.dir / "servers" / f"v{version}-{port}", version, Path(checkpoint), port, engine,
-                           python, self.s.model_name)
+                           python, self.s.model_name, cpus)
 
     def start(self, server: ModelServer) -> ModelServer:
         server.start(self.s.serving)

@@ -28,7 +28,7 @@ from ctpipe.canary.analysis import E2E, TTFT, Verdict, Window, analyze, quantile
 from ctpipe.canary.local import LocalServing
 from ctpipe.canary.servers import ModelServer
 from ctpipe.config import Settings
-from ctpipe.deploy import Rollout
+from ctpipe.deploy import Rollout, restore_target
 from ctpipe.errors import PipelineError
 from ctpipe.registry import Registry
 
@@ -151,7 +151,7 @@ class LocalCanary:
             fresh = current is None or current.version != champion_version or current.pid() is None
             if fresh:
                 current = self.serving.start(self.serving.new_server(champion_version, champion_path))
-            canary = self.serving.start(self.serving.new_server(version, candidate_path))
+            canary = self.serving.start(self.serving.new_server(version, candidate_path, beside=current))
             log.info("champion v%s on %s, canary v%s on %s (%s: %s), proxy %s", champion_version, current.address,
                      version, canary.address, engine, why, self.serving.url)
             # Both start before either is waited for: on two cores that saves a vLLM start-up per cycle.
@@ -193,6 +193,34 @@ class LocalCanary:
             raise
         finish("promoted", f"passed {len(steps)} steps")
         return self._rollout(version, True, champion_version, f"promoted after {len(steps)} canary steps", steps, rid, engine)
+
+    def restore(self, version: str | None, reason: str) -> Rollout:
+        """Serve ``version`` alone (starting its server if none runs), then move the aliases; one step."""
+        registry = Registry(self.s)
+        target = restore_target(registry, version)
+        path = registry.get(target).path
+        run = registry.start_run(f"rollback to v{target}", tags={"ctpipe.kind": "rollback", "ctpipe.version": target,
+                                                                 "ctpipe.reason": reason[:5000]})
+        try:
+            current = self.serving.champion()
+            if current is None or current.version != target or current.pid() is None:
+                server = self.serving.start(self.serving.new_server(target, path, beside=current))
+                server.wait_ready(self.s.serving.ready_timeout_s)
+                server.warm_up()
+            else:
+                server = current
+            self.serving.serve_only(server)  # stops every other server, a canary in progress included
+        except Exception as e:
+            registry.client.set_tag(run.info.run_id, "ctpipe.decision", f"failed: {e}"[:5000])
+            registry.client.set_terminated(run.info.run_id, "FAILED")
+            raise
+        previous = registry.set_champion(target)
+        registry.client.set_tag(run.info.run_id, "ctpipe.decision", "restored")
+        registry.client.set_terminated(run.info.run_id)
+        log.info("v%s serves all traffic on %s and is champion again (was v%s): %s", target, server.address,
+                 previous or target, reason)
+        return Rollout(version=target, promoted=True, previous_champion=previous, detail=f"restored: {reason}",
+                       engine=server.engine, mlflow_run_id=run.info.run_id)
 
     def _rollout(self, version, promoted, previous, detail, steps, rid, engine) -> Rollout:
         return Rollout(version=version, promoted=promoted, previous_champion=previous, detail=detail,

@@ -97,6 +97,8 @@ class ModelServer:
     engine: str
     python: str
     served_name: str
+    cpus: tuple[int, ...] = ()  # cores this server may use; () for all
+
 
     @property
     def address(self) -> str:
@@ -126,17 +128,22 @@ class ModelServer:
         if self.pid() is not None:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
+        cpus = self.cpus or tuple(sorted(os.sched_getaffinity(0)))
         env = os.environ | {
-            "VLLM_CPU_KVCACHE_SPACE": str(cfg.vllm_cpu_kvcache_gb),
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # two servers share two cores; pinning would fight
+            "VLLM_CPU_KVCACHE_SPACE": str(cfg.vllm_cpu_kvcache_gib),
+            # Champion and canary on cores of their own: on a shared core, whichever is busier looks slower,
+            # and the latency checks would judge the scheduler instead of the model.
+            "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cpus)),
+            "OMP_NUM_THREADS": str(len(cpus)),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")])),
         }
         with self.log_file.open("ab") as out:
             proc = subprocess.Popen(self.command(cfg), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True, cwd=self.dir)
+                                    start_new_session=True, cwd=self.dir,
+                                    preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         (self.dir / "server.pid").write_text(str(proc.pid))
-        log.info("started %s server for v%s on %s (pid %s, log %s)", self.engine, self.version, self.address,
-                 proc.pid, self.log_file)
+        log.info("started %s server for v%s on %s, cores %s (pid %s, log %s)", self.engine, self.version,
+                 self.address, ",".join(map(str, cpus)), proc.pid, self.log_file)
 
     def healthy(self) -> bool:
         try:
@@ -189,17 +196,8 @@ class ModelServer:
             return
         deadline = time.monotonic() + grace_s
         while self.pid() is not None and time.monotonic() < deadline:
-            _reap(pid)
             time.sleep(0.1)
         if self.pid() is not None:
             os.killpg(pid, signal.SIGKILL)
-            _reap(pid)
         log.info("stopped the server for v%s", self.version)
 
-
-def _reap(pid: int) -> None:
-    """Collect our own child so it does not linger as a zombie that still answers kill(pid, 0)."""
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
