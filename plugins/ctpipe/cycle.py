@@ -20,6 +20,7 @@ from typing import Any
 import requests
 
 from ctpipe import raycluster, tinymodel, traffic
+from ctpipe.canary import servers
 from ctpipe.airflow_local import LocalAirflow, ServerError
 from ctpipe.config import Settings
 from ctpipe.registry import Registry
@@ -81,8 +82,11 @@ def run_cycle(s: Settings, timeout_s: float = 1800) -> dict[str, Any]:
     af = LocalAirflow(s)
     _say(f"home {s.home}")
     af.start()
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         ray_url = pool.submit(raycluster.ensure_local_head, s)
+        if s.canary.enabled and s.launcher == "ray_jobs":
+            # The canary's vLLM environment (first cycle only, a few minutes) builds while the rest starts.
+            pool.submit(servers.engine_python, s.home, s.serving)
         base = pool.submit(tinymodel.ensure_base_model, s.base_model, s.task, s.models_dir)
         _say("building or loading the base model; starting Airflow and Ray")
         base_dir = base.result()
@@ -135,6 +139,7 @@ def run_cycle(s: Settings, timeout_s: float = 1800) -> dict[str, Any]:
     _say(f"eval_and_deploy run {ev['dag_run_id']}")
     ev = _wait_run(af, "eval_and_deploy", ev["dag_run_id"], timeout_s)
     result = af.client.xcom("eval_and_deploy", ev["dag_run_id"], "evaluate")
+    rollout = af.client.xcom("eval_and_deploy", ev["dag_run_id"], "deploy") if result["passed"] else None
     new_champion = Registry(s).champion()
 
     summary = {
@@ -152,6 +157,7 @@ def run_cycle(s: Settings, timeout_s: float = 1800) -> dict[str, Any]:
             "last": ckpt["last"],
         },
         "eval": {k: result[k] for k in ("passed", "reason", "comparison", "champion_version", "mlflow_run_id")},
+        "rollout": rollout,
         "champion_after": new_champion.version if new_champion else None,
         "ui": af.url,
         "password_file": str(af.client.password_file),
@@ -190,8 +196,21 @@ def format_summary(x: dict) -> str:
         f" on {c['n']} held-out questions",
         f"gain             {c['gain']:+.3f} (95% CI {c['gain_ci'][0]:+.3f}..{c['gain_ci'][1]:+.3f}), McNemar p = {c['p_value']:.3g}",
         f"gate             {'PASS' if e['passed'] else 'FAIL'}: {e['reason']}",
+        *_canary_lines(x.get("rollout")),
         f"champion now     v{x['champion_after']}",
         f"Airflow UI       {x['ui']}  (user admin, password in {x['password_file']})",
         f"lineage, curves  {x['ui']}/plugin/continuous-training",
     ]
     return "\n".join(lines)
+
+
+def _canary_lines(r: dict | None) -> list[str]:
+    if not r:
+        return []
+    where = r.get("serving") or {}
+    lines = [f"deploy           {'promoted' if r['promoted'] else 'not promoted'}: {r['detail']}"]
+    if where:
+        lines.append(f"canary           {where['canary']} beside champion {where['champion']}, "
+                     f"nginx {where['proxy']}, {where['engine']}")
+    lines += [f"  step           {step}" for step in r.get("steps") or ()]
+    return lines

@@ -27,6 +27,7 @@ class Rollout:
     step_figures: list[dict] = field(default_factory=list)  # each step's figures and checks
     engine: str | None = None  # what served the canary
     mlflow_run_id: str | None = None
+    serving: dict = field(default_factory=dict)  # where the proxy and the servers were
 
 
 class Deployer(Protocol):

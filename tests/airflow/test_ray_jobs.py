@@ -167,7 +167,6 @@ def test_a_training_job_preempted_by_sigterm_is_resubmitted_and_resumes(
 ):
     """The real TRL job under the operator: SIGTERM mid-run, exit 143, resubmission, resume, same final weights."""
     import json
-    import signal
     import subprocess
     import threading
     from pathlib import Path

@@ -15,16 +15,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 @pytest.fixture
 def stack(tmp_path, monkeypatch, base_model, ray_url):
     from ctpipe.airflow_local import LocalAirflow
+    from ctpipe.canary.local import LocalServing
     from ctpipe.config import Settings
 
     monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CTPIPE_AIRFLOW_PORT", str(free_port()))
     monkeypatch.setenv("CTPIPE_RAY_ADDRESS", ray_url)
     monkeypatch.setenv("CTPIPE_TRACE_SCHEDULE", "")  # only the cycle's own runs, no hourly extras
+    # The canary runs for real through nginx; on the transformers server to keep this test short
+    # (tests/e2e/test_canary_vllm.py runs it on vLLM).
+    monkeypatch.setenv("CTPIPE_SERVING__LOCAL_ENGINE", "transformers")
+    monkeypatch.setenv("CTPIPE_SERVING__LOCAL_PORT", str(free_port()))
+    monkeypatch.setenv("CTPIPE_CANARY__STEPS", "[50, 100]")
+    monkeypatch.setenv("CTPIPE_CANARY__BAKE_S", "6")
+    monkeypatch.setenv("CTPIPE_CANARY__MIN_REQUESTS", "20")
     s = Settings()
     shutil.copytree(base_model, s.models_dir / base_model.name)  # same recipe: skip the rebuild
     yield s
     LocalAirflow(s).stop()
+    LocalServing(s).stop_all()
 
 
 def test_two_cycles_end_to_end(stack):
@@ -33,6 +42,7 @@ def test_two_cycles_end_to_end(stack):
 
     from ctpipe import datasets
     from ctpipe.airflow_local import LocalAirflow
+    from ctpipe.canary.local import LocalServing
     from ctpipe.cycle import format_summary, run_cycle
     from ctpipe.registry import CHAMPION, Registry
 
@@ -67,6 +77,14 @@ def test_two_cycles_end_to_end(stack):
     assert eval_run.data.metrics["candidate_accuracy"] == e["comparison"]["candidate_accuracy"]
     assert e["comparison"]["n"] == s.task.test_size
     assert str(registry.client.get_registered_model(s.model_name).aliases[CHAMPION]) == champion.version
+
+    # Deploy: a passing candidate went through the canary (promoted on equal or better answers).
+    if e["passed"]:
+        r = first["rollout"]
+        assert r["promoted"] and r["engine"] == "transformers" and len(r["steps"]) == 1, r
+        assert r["step_figures"][0]["canary"]["requests"] >= 20
+        assert "canary" in format_summary(first) and registry.alias("previous-champion") == "1"
+        assert LocalServing(s).champion().version == "2"
 
     # The trigger form refuses an out-of-range param (validated by Airflow, not by us).
     with pytest.raises(RuntimeError, match="HTTP 400"):

@@ -75,9 +75,14 @@ class Step:
     verdict: Verdict
 
     def line(self) -> str:
-        return (f"{self.weight}%: {self.canary['requests']} canary / {self.champion['requests']} champion requests "
-                f"in {self.seconds:.0f} s, reward {self.canary['reward_mean']} vs {self.champion['reward_mean']}: "
-                f"{'pass' if self.verdict.passed else 'FAIL'} ({self.verdict.reason})")
+        def kpis(f: dict) -> str:
+            ms = lambda s: "n/a" if s is None else f"{s * 1000:.0f} ms"  # noqa: E731
+            return (f"{f['requests']} req, {f['errors']} err, p95 {ms(f['p95_latency_s'])}, ttft p95 "
+                    f"{ms(f['p95_ttft_s'])}, reward {f['reward_mean']}, {f['refusals']} refusals, "
+                    f"{f['output_tokens_mean']} tok")
+
+        return (f"{self.weight}% for {self.seconds:.0f} s: canary {kpis(self.canary)} | champion {kpis(self.champion)}"
+                f" -> {'pass' if self.verdict.passed else 'FAIL'}: {self.verdict.reason}")
 
     def as_dict(self) -> dict:
         return {"weight": self.weight, "seconds": round(self.seconds, 1), "canary": self.canary,
@@ -92,6 +97,7 @@ class LocalCanary:
         self.s = settings
         self.cfg = settings.canary
         self.serving = LocalServing(settings)
+        self._where: dict = {}
 
     def _bake(self, champion: ModelServer, canary: ModelServer, weight: int, seed: int) -> Step:
         t0 = time.monotonic()
@@ -152,6 +158,8 @@ class LocalCanary:
             if fresh:
                 current = self.serving.start(self.serving.new_server(champion_version, champion_path))
             canary = self.serving.start(self.serving.new_server(version, candidate_path, beside=current))
+            self._where = {"proxy": self.serving.url, "champion": f"v{champion_version} on {current.address}",
+                           "canary": f"v{version} on {canary.address}", "engine": f"{engine} ({why})"}
             log.info("champion v%s on %s, canary v%s on %s (%s: %s), proxy %s", champion_version, current.address,
                      version, canary.address, engine, why, self.serving.url)
             # Both start before either is waited for: on two cores that saves a vLLM start-up per cycle.
@@ -225,4 +233,4 @@ class LocalCanary:
     def _rollout(self, version, promoted, previous, detail, steps, rid, engine) -> Rollout:
         return Rollout(version=version, promoted=promoted, previous_champion=previous, detail=detail,
                        steps=tuple(s.line() for s in steps), mlflow_run_id=rid, engine=engine,
-                       step_figures=json.loads(json.dumps([s.as_dict() for s in steps])))
+                       step_figures=json.loads(json.dumps([s.as_dict() for s in steps])), serving=self._where)

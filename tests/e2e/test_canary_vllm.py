@@ -1,0 +1,60 @@
+"""The local canary on vLLM's CPU build: two real vLLM servers behind nginx, promote then roll back.
+
+Builds vLLM's own virtual environment first (a few minutes, once per cache: set
+CTPIPE_SERVING__LOCAL_VLLM_PYTHON to reuse one).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture(scope="module")
+def vllm_python(tmp_path_factory) -> str:
+    from ctpipe.canary.servers import ensure_vllm_env
+    from ctpipe.config import ServingConfig
+
+    given = os.environ.get("CTPIPE_SERVING__LOCAL_VLLM_PYTHON")
+    if given:
+        return given
+    cache = Path(os.environ.get("CTPIPE_TEST_MODEL_CACHE") or tmp_path_factory.mktemp("vllm-home"))
+    return str(ensure_vllm_env(cache, ServingConfig()))
+
+
+def test_vllm_canary_promotes_an_equal_version_then_rolls_back_a_collapsed_one(tmp_path, base_model, vllm_python):
+    from ctpipe import tinymodel
+    from ctpipe.canary.local import LocalServing
+    from ctpipe.canary.rollout import LocalCanary
+    from ctpipe.config import Settings
+    from ctpipe.registry import Registry
+
+    s = Settings(home=tmp_path / "home", serving={"local_vllm_python": vllm_python, "local_port": free_port()},
+                 canary={"steps": [25, 50, 100], "bake_s": 15, "min_requests": 30})
+    registry = Registry(s)
+    registry.ensure_champion(base_model)
+    try:
+        same = registry.register(registry.start_run("same").info.run_id, base_model, tags={})
+        promoted = LocalCanary(s).roll_out(same)
+        print("\n".join(promoted.steps))
+        assert promoted.promoted and promoted.engine == "vllm", promoted.detail
+        assert all(f["canary"]["p95_ttft_s"] is not None for f in promoted.step_figures)  # vLLM's own histograms
+        assert registry.alias("champion") == same and LocalServing(s).champion().engine == "vllm"
+
+        tok = tinymodel.build_tokenizer()
+        collapsed = tmp_path / "collapsed"
+        tinymodel.build_model(s.base_model, tok).save_pretrained(collapsed)
+        tok.save_pretrained(collapsed)
+        bad = registry.register(registry.start_run("collapsed").info.run_id, collapsed, tags={})
+        refused = LocalCanary(s).roll_out(bad)
+        print("\n".join(refused.steps))
+        assert not refused.promoted and "online reward" in refused.detail
+        assert registry.alias("champion") == same and LocalServing(s).canary() is None
+    finally:
+        LocalServing(s).stop_all()
