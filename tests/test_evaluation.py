@@ -48,3 +48,27 @@ def test_contamination_is_refused():
     check_disjoint({"a", "b"}, ["c"])
     with pytest.raises(ContaminationError, match="1 evaluation questions"):
         check_disjoint({"a", "b"}, ["b ", "c"])
+
+
+def test_the_gate_falls_back_to_transformers_when_vllm_cannot_answer(base_model, tmp_path):
+    import sys
+
+    from ctpipe import arith
+    from ctpipe.config import Settings
+    from ctpipe.pipeline import _answer_test
+
+    test = arith.splits(Settings().task).test[:40]
+    ckpts = {"champion": base_model, "candidate": base_model}
+    missing = Settings(home=tmp_path, gate={"engine": "vllm"}, serving={"local_vllm_python": str(tmp_path / "nope")})
+    flags, engine, why = _answer_test(missing, ckpts, test, 8)
+    assert engine == "transformers" and why.startswith("fallback: serving.local_vllm_python=")
+    assert flags["champion"] == flags["candidate"] and len(flags["champion"]) == 40
+
+    # A python without vLLM: the job fails, and both checkpoints are answered by transformers alike.
+    broken = Settings(home=tmp_path, gate={"engine": "vllm"}, serving={"local_vllm_python": sys.executable})
+    flags2, engine, why = _answer_test(broken, ckpts, test, 8)
+    assert engine == "transformers" and "vLLM generation exited" in why and flags2 == flags
+
+    auto = Settings(home=tmp_path)
+    _, engine, why = _answer_test(auto, ckpts, test, 8)  # no GPU, or no vLLM environment in this home
+    assert engine == "transformers" and why.startswith("auto: no ")

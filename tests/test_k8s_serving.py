@@ -62,3 +62,23 @@ def test_a_typo_in_a_route_is_caught():
     bad["spec"]["rules"][0]["backendRefs"][0]["weight"] = -1
     with pytest.raises(schema.InvalidManifest, match="weight"):
         schema.validate(bad)
+
+
+def test_the_kserve_variant_splits_with_canary_traffic_percent(capsys):
+    assert main(["k8s", "serving", "--champion", "3", "--canary", "4", "--weight", "25", "--kserve"]) == 0
+    (isvc,) = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+    schema.validate(isvc)  # KServe v0.20.0's CRD, strict
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["canaryTrafficPercent"] == 25
+    (container,) = predictor["containers"]
+    assert container["name"] == "kserve-container" and container["image"].startswith("vllm/vllm-openai:")
+    assert {"name": "STORAGE_URI", "value": "pvc://ctpipe-home/serving/ctpipe-arith/v4"} in container["env"]
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Serverless"
+
+    promoted = serving.inference_service(KubernetesConfig(), ServingConfig(), "ctpipe-arith", "4")
+    schema.validate(promoted)
+    assert "canaryTrafficPercent" not in promoted["spec"]["predictor"]
+    bad = copy.deepcopy(promoted)
+    bad["spec"]["predictor"]["canaryTrafficPercnt"] = 10
+    with pytest.raises(schema.InvalidManifest, match="canaryTrafficPercnt"):
+        schema.validate(bad)

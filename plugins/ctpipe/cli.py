@@ -8,7 +8,7 @@
                                      build the dataset version of an interval without Airflow
     ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
                                      print the RayJob a training run becomes on Kubernetes
-    ctpipe k8s serving --champion V [--canary V --weight W]
+    ctpipe k8s serving --champion V [--canary V --weight W] [--kserve]
                                      print the vLLM serving objects of a (canary) rollout
 """
 
@@ -133,7 +133,11 @@ def cmd_k8s_serving(args) -> int:
     from ctpipe.k8s import schema, serving
 
     s = _settings()
-    objects = serving.manifests(s.kubernetes, s.serving, s.model_name, args.champion, args.canary, args.weight)
+    if args.kserve:
+        version, percent = (args.canary, args.weight) if args.canary else (args.champion, None)
+        objects = [serving.inference_service(s.kubernetes, s.serving, s.model_name, version, percent)]
+    else:
+        objects = serving.manifests(s.kubernetes, s.serving, s.model_name, args.champion, args.canary, args.weight)
     for obj in objects:
         if "." in obj["apiVersion"].split("/")[0]:  # custom resources; built-in kinds are checked by the tests
             schema.validate(obj)
@@ -176,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--champion", required=True, help="registered version serving the rest of the traffic")
     p.add_argument("--canary", default=None, help="registered version under canary")
     p.add_argument("--weight", type=int, default=0, help="percent of traffic to the canary (0..100)")
+    p.add_argument("--kserve", action="store_true",
+                   help="a KServe InferenceService (canaryTrafficPercent) instead of Deployments and an HTTPRoute")
     p.set_defaults(fn=cmd_k8s_serving)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -199,6 +199,13 @@ class GateConfig(_Section):
     alpha: float = Field(0.05, gt=0, lt=1, description="Largest McNemar p-value that counts as a gain.")
     min_gain: float = Field(0.0, ge=-1, le=1, description="Smallest accuracy gain (candidate - champion).")
     max_new_tokens: int = Field(8, ge=4)
+    engine: Literal["auto", "vllm", "transformers"] = Field(
+        "auto",
+        description="How champion and candidate answer the test split. auto: vLLM when a GPU is visible and "
+        "the vLLM environment is built, else transformers (on CPU, vLLM's start-up per model costs more than "
+        "transformers needs for the tiny model); vllm: always (building the environment if needed). "
+        "A vLLM failure falls back to transformers, with the reason logged and recorded.",
+    )
 
 
 class ServingConfig(_Section):

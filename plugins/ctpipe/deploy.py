@@ -23,7 +23,7 @@ class Rollout:
     promoted: bool
     previous_champion: str | None
     detail: str
-    steps: tuple[str, ...] = ()  # one line per canary step, as the UI lists them
+    steps: list[str] = field(default_factory=list)  # one line per canary step, as the UI lists them (a list: XCom keeps lists, not tuples)
     step_figures: list[dict] = field(default_factory=list)  # each step's figures and checks
     engine: str | None = None  # what served the canary
     mlflow_run_id: str | None = None

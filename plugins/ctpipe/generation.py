@@ -1,4 +1,4 @@
-"""Batched generation with transformers for the tiny model (simulation and evaluation)."""
+"""Batched generation for the tiny model: transformers in-process, or vLLM's offline engine for the eval gate."""
 
 from __future__ import annotations
 
@@ -63,3 +63,37 @@ def correct_flags(model, tokenizer, questions: Sequence[arith.Question], max_new
 def accuracy(model, tokenizer, questions: Sequence[arith.Question], max_new_tokens: int) -> float:
     flags = correct_flags(model, tokenizer, questions, max_new_tokens)
     return sum(flags) / len(flags)
+
+
+def generate_vllm(python: str, jobs_dir: Path, checkpoint: str | Path, questions: Sequence[str], *,
+                  max_new_tokens: int, timeout_s: float = 1800) -> list[str]:
+    """Greedy completions from ``jobs/generate_vllm.py`` run by ``python`` (an environment with vLLM).
+
+    Prompts are rendered here with the checkpoint's chat template, so both engines see the same tokens.
+    RuntimeError names the cause when vLLM fails.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    from ctpipe.tinymodel import render_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    with tempfile.TemporaryDirectory(prefix="ctpipe-vllm-") as tmp:
+        src, out = Path(tmp) / "prompts.jsonl", Path(tmp) / "completions.jsonl"
+        src.write_text("".join(json.dumps({"prompt": render_prompt(tokenizer, q)}) + "\n" for q in questions))
+        cmd = [python, str(jobs_dir / "generate_vllm.py"), "--model", str(checkpoint), "--prompts", str(src),
+               "--out", str(out), "--max-tokens", str(max_new_tokens)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"vLLM generation took over {timeout_s:.0f} s") from None
+        if done.returncode != 0 or not out.exists():
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise RuntimeError(f"vLLM generation exited {done.returncode}: {tail}")
+        completions = [json.loads(line)["completion"] for line in out.read_text().splitlines()]
+    if len(completions) != len(questions):
+        raise RuntimeError(f"vLLM returned {len(completions)} completions for {len(questions)} prompts")
+    return completions

@@ -175,7 +175,7 @@ def publish_checkpoint(spec_path: str) -> dict:
 
 def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float, min_gain: float) -> dict:
     """Score candidate and champion on the untouched test split; log everything to MLflow."""
-    from ctpipe import evaluation, generation
+    from ctpipe import evaluation
     from ctpipe.registry import Registry
 
     gate_cfg = s.gate.model_copy(update={"alpha": alpha, "min_gain": min_gain})
@@ -193,10 +193,7 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     champion = registry.champion()
     if champion is None:
         raise PipelineError(f"model {s.model_name!r} has no champion to compare against")
-    flags = {}
-    for name, path in (("champion", champion.path), ("candidate", ckpt)):
-        model, tok = generation.load(path)
-        flags[name] = generation.correct_flags(model, tok, test, gate_cfg.max_new_tokens)
+    flags, engine, why = _answer_test(s, {"champion": champion.path, "candidate": ckpt}, test, gate_cfg.max_new_tokens)
     cmp = evaluation.compare(flags["champion"], flags["candidate"])
     decision = evaluation.gate(cmp, gate_cfg)
     log.info(
@@ -215,6 +212,8 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         "alpha": gate_cfg.alpha,
         "min_gain": gate_cfg.min_gain,
         "test_questions": cmp.n,
+        "generation_engine": engine,
+        "generation_engine_reason": why[:500],
     }.items():
         registry.client.log_param(rid, k, v)
     for k in ("champion_accuracy", "candidate_accuracy", "gain", "p_value"):
@@ -228,7 +227,55 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         "champion_version": champion.version,
         "mlflow_run_id": rid,
         "candidate": candidate,
+        "generation_engine": engine,
     }
+
+
+def _eval_engine(s: Settings) -> tuple[str, str | None, str]:
+    """(engine, vLLM python or None, why) for answering the test split."""
+    from ctpipe.canary import servers
+
+    if s.gate.engine == "transformers":
+        return "transformers", None, "gate.engine=transformers"
+    if s.gate.engine == "vllm":
+        try:
+            return "vllm", str(servers.ensure_vllm_env(s.home, s.serving)), "gate.engine=vllm"
+        except servers.ServingError as e:
+            return "transformers", None, f"fallback: {e}"
+    import torch
+
+    python = servers.vllm_python(s.home, s.serving)
+    built = python.exists() and (s.serving.local_vllm_python is not None or (python.parents[1] / ".ctpipe-ready").exists())
+    if not torch.cuda.is_available():
+        return "transformers", None, "auto: no GPU, where vLLM's start-up per model outweighs its speed on this model"
+    if not built:
+        return "transformers", None, f"auto: no vLLM environment at {python.parents[1]}"
+    return "vllm", str(python), "auto: GPU and vLLM environment present"
+
+
+def _answer_test(s: Settings, checkpoints: dict[str, Path], test, max_new_tokens: int) -> tuple[dict, str, str]:
+    """Correctness flags per checkpoint on ``test``; both checkpoints always answer with the same engine."""
+    from ctpipe import generation
+
+    engine, python, why = _eval_engine(s)
+    prompts = [q.prompt for q in test]
+    if engine == "vllm":
+        try:
+            flags = {
+                name: [arith.correctness(c, q.answer) == 1.0 for c, q in zip(
+                    generation.generate_vllm(python, s.jobs_dir, path, prompts, max_new_tokens=max_new_tokens), test)]
+                for name, path in checkpoints.items()
+            }
+            log.info("test answers generated with vLLM (%s)", why)
+            return flags, engine, why
+        except RuntimeError as e:
+            engine, why = "transformers", f"fallback: {e}"
+    log.info("test answers generated with transformers (%s)", why)
+    flags = {}
+    for name, path in checkpoints.items():
+        model, tok = generation.load(path)
+        flags[name] = generation.correct_flags(model, tok, test, max_new_tokens)
+    return flags, engine, why
 
 
 def evaluation_record(result: dict, registered_version: str | None, rollout: dict | None) -> dict:

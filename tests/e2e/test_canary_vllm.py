@@ -58,3 +58,16 @@ def test_vllm_canary_promotes_an_equal_version_then_rolls_back_a_collapsed_one(t
         assert registry.alias("champion") == same and LocalServing(s).canary() is None
     finally:
         LocalServing(s).stop_all()
+
+
+def test_the_gate_answers_with_vllm_exactly_as_transformers_does(tmp_path, base_model, vllm_python):
+    from ctpipe import arith
+    from ctpipe.config import Settings
+    from ctpipe.pipeline import _answer_test
+
+    test = arith.splits(Settings().task).test
+    s = Settings(home=tmp_path, gate={"engine": "vllm"}, serving={"local_vllm_python": vllm_python})
+    flags, engine, why = _answer_test(s, {"champion": base_model}, test, 8)
+    assert (engine, why) == ("vllm", "gate.engine=vllm")
+    reference, engine, _ = _answer_test(Settings(home=tmp_path), {"champion": base_model}, test, 8)
+    assert engine == "transformers" and flags == reference  # greedy: the same 500 answers' correctness

@@ -232,5 +232,5 @@ class LocalCanary:
 
     def _rollout(self, version, promoted, previous, detail, steps, rid, engine) -> Rollout:
         return Rollout(version=version, promoted=promoted, previous_champion=previous, detail=detail,
-                       steps=tuple(s.line() for s in steps), mlflow_run_id=rid, engine=engine,
+                       steps=[s.line() for s in steps], mlflow_run_id=rid, engine=engine,
                        step_figures=json.loads(json.dumps([s.as_dict() for s in steps])), serving=self._where)

@@ -8,7 +8,8 @@ Shape, built from typed config (``ServingConfig``), never from YAML text:
 * one ``HTTPRoute`` (gateway.networking.k8s.io/v1) whose single rule splits traffic between the
   champion's and the canary's Services by weight: a canary step is a change of two weights;
 * one ``ServiceMonitor`` (monitoring.coreos.com/v1) scraping every served version's ``/metrics``,
-  where the canary analysis reads ``vllm:e2e_request_latency_seconds`` and friends.
+  where the canary analysis reads ``vllm:e2e_request_latency_seconds`` and friends;
+* or, for KServe users, one ``InferenceService`` whose ``canaryTrafficPercent`` does the split.
 """
 
 from __future__ import annotations
@@ -34,17 +35,15 @@ def model_dir(k: KubernetesConfig, s: ServingConfig, model: str, version: str) -
     return f"{k.home_mount.rstrip('/')}/{s.models_subdir}/{model}/v{version}"
 
 
-def server(k: KubernetesConfig, s: ServingConfig, model: str, version: str, role: str) -> list[dict[str, Any]]:
-    """The Deployment and Service of one version (``role``: champion or canary, a label only)."""
-    name = server_name(version)
-    labels = COMPONENT | {"ctpipe.io/server": name, "ctpipe.io/model-version": version, "ctpipe.io/role": role}
+def _vllm_pod(k: KubernetesConfig, s: ServingConfig, model: str, version: str) -> dict[str, Any]:
+    """The pod spec parts every variant shares: vLLM's container on the version's checkpoint, its volumes."""
     args = [
         "--model", model_dir(k, s, model, version), "--served-model-name", model,
         "--port", str(s.port), "--gpu-memory-utilization", str(s.gpu_memory_utilization),
     ]
     if s.max_model_len:
         args += ["--max-model-len", str(s.max_model_len)]
-    probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5}
+    probe = {"httpGet": {"path": "/health", "port": s.port}, "periodSeconds": 5}
     container = {
         "name": "vllm",
         "image": s.vllm_image,
@@ -57,6 +56,21 @@ def server(k: KubernetesConfig, s: ServingConfig, model: str, version: str, role
         "volumeMounts": [{"name": "ctpipe-home", "mountPath": k.home_mount, "readOnly": True},
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    return {
+        "serviceAccountName": k.service_account,
+        "containers": [container],
+        "tolerations": [{"key": k.gpu_taint, "operator": "Exists", "effect": "NoSchedule"}] if s.resources.gpus else [],
+        "volumes": [
+            {"name": "ctpipe-home", "persistentVolumeClaim": {"claimName": k.home_pvc, "readOnly": True}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+
+
+def server(k: KubernetesConfig, s: ServingConfig, model: str, version: str, role: str) -> list[dict[str, Any]]:
+    """The Deployment and Service of one version (``role``: champion or canary, a label only)."""
+    name = server_name(version)
+    labels = COMPONENT | {"ctpipe.io/server": name, "ctpipe.io/model-version": version, "ctpipe.io/role": role}
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -64,19 +78,7 @@ def server(k: KubernetesConfig, s: ServingConfig, model: str, version: str, role
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"ctpipe.io/server": name}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": k.service_account,
-                    "containers": [container],
-                    "tolerations": [{"key": k.gpu_taint, "operator": "Exists", "effect": "NoSchedule"}]
-                    if s.resources.gpus else [],
-                    "volumes": [
-                        {"name": "ctpipe-home", "persistentVolumeClaim": {"claimName": k.home_pvc, "readOnly": True}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": _vllm_pod(k, s, model, version)},
         },
     }
     service = {
@@ -120,6 +122,51 @@ def monitor(k: KubernetesConfig) -> dict[str, Any]:
             "selector": {"matchLabels": dict(COMPONENT)},
             "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
         },
+    }
+
+
+def inference_service(
+    k: KubernetesConfig, s: ServingConfig, model: str, version: str, canary_percent: int | None = None
+) -> dict[str, Any]:
+    """The KServe variant: one InferenceService (serverless mode) whose predictor runs vLLM on ``version``.
+
+    KServe splits a canary itself: applying a new ``version`` with ``canary_percent`` sends that share
+    to the new revision and the rest to the last one that was fully rolled out (the champion);
+    ``canary_percent`` None (or 100) promotes it.
+    """
+    if canary_percent is not None and not 0 <= canary_percent <= 100:
+        raise ValueError(f"canary_percent={canary_percent} must be in 0..100")
+    # KServe's storage initializer copies the checkpoint from the claim into /mnt/models, so the
+    # pod needs no volume of ours (Knative allows PVC volumes only behind a feature flag), and
+    # Knative accepts only an unnamed (or http1/h2c) port and no startup probe.
+    path = f"{s.models_subdir}/{model}/v{version}"
+    container = {
+        "name": "kserve-container",
+        "image": s.vllm_image,
+        "args": ["--model", "/mnt/models", "--served-model-name", model, "--port", str(s.port),
+                 "--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+        + (["--max-model-len", str(s.max_model_len)] if s.max_model_len else []),
+        "env": [{"name": "STORAGE_URI", "value": f"pvc://{k.home_pvc}/{path}"}],
+        "ports": [{"containerPort": s.port, "protocol": "TCP"}],
+        "resources": pod_resources(s.resources),
+        "readinessProbe": {"httpGet": {"path": "/health", "port": s.port}, "periodSeconds": 5, "failureThreshold": 3},
+    }
+    predictor: dict[str, Any] = {"minReplicas": 1, "serviceAccountName": k.service_account, "containers": [container]}
+    if s.resources.gpus:
+        predictor["tolerations"] = [{"key": k.gpu_taint, "operator": "Exists", "effect": "NoSchedule"}]
+    if canary_percent is not None and canary_percent < 100:
+        predictor["canaryTrafficPercent"] = canary_percent
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {
+            "name": f"ctpipe-{model}".lower()[:45],
+            "namespace": k.namespace,
+            "labels": COMPONENT | {"ctpipe.io/model-version": version},
+            # Canary traffic splitting needs Knative revisions: serverless mode, not raw deployments.
+            "annotations": {"serving.kserve.io/deploymentMode": "Serverless"},
+        },
+        "spec": {"predictor": predictor},
     }
 
 
