@@ -193,3 +193,16 @@ def test_a_manual_rollback_restores_the_previous_champion_in_one_step(canary_set
     assert serving.champion().version == "1" and answered_by(serving) == serving.champion().address
     run = registry.client.get_run(rollout.mlflow_run_id)
     assert run.data.tags["ctpipe.decision"] == "restored" and run.data.tags["ctpipe.reason"].startswith("support")
+
+
+def test_a_champion_that_cannot_be_served_says_so_and_leaves_nothing_running(canary_settings, tmp_path):
+    broken = tmp_path / "broken-champion"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    registry = Registry(canary_settings)
+    registry.ensure_champion(broken)
+    version = register(canary_settings, broken, "also broken")
+    with pytest.raises(CanaryError, match=r"champion v1 is not served .*: the transformers server for v1 exited"):
+        LocalCanary(canary_settings).roll_out(version)
+    servers = canary_settings.home / "serving" / "servers"
+    assert all(ModelServer(p, "", p, 0, "", "", "").pid() is None for p in servers.iterdir())

@@ -151,7 +151,7 @@ class LocalCanary:
             registry.client.set_terminated(rid, status)
             log.info("canary v%s: %s: %s", version, decision, reason)
 
-        canary = None
+        canary = current = None
         try:
             current = self.serving.champion()
             fresh = current is None or current.version != champion_version or current.pid() is None
@@ -193,14 +193,20 @@ class LocalCanary:
                 self.serving.remove_canary()
             except Exception as cleanup:  # noqa: BLE001 - the first cause is the one to report
                 log.error("removing the canary failed too: %s", cleanup)
-            if canary is not None:
-                canary.stop()  # started but maybe never routed: the state file may not name it
+            # Servers started here but never routed are not in the state file: stop them by hand.
+            for server in (canary, current):
+                if server is not None and server != self.serving.champion():
+                    server.stop()
             finish("failed", f"{type(e).__name__}: {e}", status="FAILED")
             if isinstance(e, PipelineError):
-                raise CanaryError(f"canary v{version} rolled back, champion v{champion_version} keeps full traffic: {e}") from e
+                served = self.serving.champion()
+                where = (f"champion v{champion_version} keeps full traffic" if served and served.healthy()
+                         else f"champion v{champion_version} is not served (see {self.serving.dir})")
+                raise CanaryError(f"canary v{version} rolled back, {where}: {e}") from e
             raise
         finish("promoted", f"passed {len(steps)} steps")
-        return self._rollout(version, True, champion_version, f"promoted after {len(steps)} canary steps", steps, rid, engine)
+        detail = f"promoted after {len(steps)} canary step{'s' * (len(steps) != 1)}"
+        return self._rollout(version, True, champion_version, detail, steps, rid, engine)
 
     def restore(self, version: str | None, reason: str) -> Rollout:
         """Serve ``version`` alone (starting its server if none runs), then move the aliases; one step."""
