@@ -1,0 +1,217 @@
+"""Trace formats users already have, normalized into ctpipe's trace record (:mod:`ctpipe.traces`).
+
+Each reader turns one decoded JSON document into trace dicts of the canonical shape (the fields
+:class:`ctpipe.traces.TraceRecord` validates), plus ``scores``: evaluation results carried by the
+source, as ``{"name", "value", "label", "source"}``. A document a reader cannot map raises
+:class:`FormatError` naming the field, so the caller quarantines it with that reason.
+
+* ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
+  response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
+  ``request``/``response`` or flat in one object. Each choice becomes one trace.
+* ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
+  OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
+  the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``), or
+  the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened
+  ``gen_ai.prompt.<i>.role``/``.content``). ``gen_ai.evaluation.result`` events become scores.
+* ``ctpipe``: our own schema, unchanged.
+
+:func:`detect` tells the format of a document from its keys; a document that matches none is
+reported, never guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+Format = Literal["ctpipe", "openai", "otel"]
+FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel")
+
+
+class FormatError(ValueError):
+    """A document that does not map onto a trace: ``reason`` is machine-readable, the message names the field."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def detect(doc: Any) -> Format | None:
+    """The format of one decoded document, or None when it matches none.
+
+    >>> detect({"resourceSpans": []}), detect({"request": {"messages": []}, "response": {"choices": []}})
+    ('otel', 'openai')
+    >>> detect({"trace_id": "t", "completion": "4", "messages": []}), detect({"hello": 1})
+    ('ctpipe', None)
+    """
+    if not isinstance(doc, dict):
+        return None
+    if "resourceSpans" in doc:
+        return "otel"
+    response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
+    if "choices" in response and "messages" in (doc.get("request") or doc):
+        return "openai"
+    if "trace_id" in doc and "completion" in doc:
+        return "ctpipe"
+    return None
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat()
+
+
+def _need(obj: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):  # bool is an int to isinstance, never wanted here
+        raise FormatError("invalid_field", f"{where}{key}={value!r} is not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _text(content: Any) -> str:
+    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def from_openai(doc: dict) -> Iterator[dict]:
+    """One trace per choice of a logged chat completion."""
+    request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
+    response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
+    messages = _need(request, "messages", list, "request.")
+    rid = _need(response, "id", str, "response.")
+    created = _need(response, "created", (int, float), "response.")
+    model = _need(response, "model", str, "response.")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    usage = response.get("usage") or {}
+    latency_ms = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+    choices = _need(response, "choices", list, "response.")
+    if not choices:
+        raise FormatError("empty_completion", f"response {rid} has no choices")
+    for position, choice in enumerate(choices):
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise FormatError("invalid_field", f"response {rid}: a choice has no message")
+        yield {
+            "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
+            "start_time": _iso(created),
+            "end_time": _iso(created + latency_ms / 1000),
+            "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
+            "messages": [{"role": m.get("role"), "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)],
+            "completion": _text(message.get("content")),
+            "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            "feedback": {"thumb": meta.get("thumb"), "rating": meta.get("rating")},
+            "latency_ms": latency_ms,
+            "scores": [],
+        }
+
+
+def _otel_value(v: dict) -> Any:
+    """An OTLP ``AnyValue`` as a Python value (intValue arrives as a string in OTLP JSON)."""
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "arrayValue" in v:
+        return [_otel_value(x) for x in v["arrayValue"].get("values", [])]
+    if "kvlistValue" in v:
+        return {kv["key"]: _otel_value(kv.get("value", {})) for kv in v["kvlistValue"].get("values", [])}
+    return None
+
+
+def _attrs(items: list | None) -> dict[str, Any]:
+    return {a["key"]: _otel_value(a.get("value") or {}) for a in items or [] if isinstance(a, dict) and "key" in a}
+
+
+def _parts_text(message: dict) -> str:
+    return "".join(p.get("content", "") for p in message.get("parts", []) if isinstance(p, dict) and p.get("type") == "text")
+
+
+def _otel_messages(a: dict) -> tuple[list[dict], str] | None:
+    """(input messages, output text) of a GenAI span, from the current or the older attribute names."""
+    if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
+        try:
+            inputs = json.loads(a.get("gen_ai.input.messages") or "[]")
+            outputs = json.loads(a.get("gen_ai.output.messages") or "[]")
+        except (TypeError, ValueError) as e:
+            raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
+        messages = [{"role": m.get("role"), "content": _parts_text(m)} for m in inputs if isinstance(m, dict)]
+        return messages, "".join(_parts_text(m) for m in outputs if isinstance(m, dict))
+    if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
+        try:
+            prompt, completion = json.loads(a.get("gen_ai.prompt") or "[]"), json.loads(a.get("gen_ai.completion") or "[]")
+        except (TypeError, ValueError) as e:
+            raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
+        messages = [{"role": m.get("role"), "content": _text(m.get("content"))} for m in prompt if isinstance(m, dict)]
+        return messages, "".join(_text(m.get("content")) for m in completion if isinstance(m, dict))
+    if "gen_ai.prompt.0.content" in a:  # older still: flattened, one attribute per field
+        messages, i = [], 0
+        while f"gen_ai.prompt.{i}.content" in a:
+            messages.append({"role": a.get(f"gen_ai.prompt.{i}.role", "user"), "content": str(a[f"gen_ai.prompt.{i}.content"])})
+            i += 1
+        return messages, str(a.get("gen_ai.completion.0.content", ""))
+    return None
+
+
+def from_otel(doc: dict) -> Iterator[dict]:
+    """One trace per GenAI span of an OTLP JSON export; other spans (HTTP, DB, ...) are skipped."""
+    for rs in doc.get("resourceSpans") or []:
+        resource = _attrs((rs.get("resource") or {}).get("attributes"))
+        for ss in rs.get("scopeSpans") or []:
+            for span in ss.get("spans") or []:
+                a = _attrs(span.get("attributes"))
+                content = _otel_messages(a)
+                if content is None:
+                    continue
+                messages, completion = content
+                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
+                try:
+                    start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+                except (KeyError, TypeError, ValueError):
+                    raise FormatError("invalid_field", f"span {span_id}: start/endTimeUnixNano missing or not integers") from None
+                model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
+                prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
+                completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
+                scores = []
+                for ev in span.get("events") or []:
+                    if ev.get("name") == "gen_ai.evaluation.result":
+                        e = _attrs(ev.get("attributes"))
+                        scores.append({"name": e.get("gen_ai.evaluation.name"), "value": e.get("gen_ai.evaluation.score.value"),
+                                       "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
+                yield {
+                    "trace_id": span_id,
+                    "start_time": _iso(start / 1e9),
+                    "end_time": _iso(end / 1e9),
+                    "model": {"name": model, "version": str(resource.get("service.version") or model)},
+                    "messages": messages,
+                    "completion": completion,
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens
+                              if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int) else 0},
+                    "feedback": {"thumb": None, "rating": None},
+                    "latency_ms": (end - start) / 1e6,
+                    "scores": scores,
+                }
+
+
+def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
+    """The canonical traces of one document; FormatError when it is not of ``fmt`` (or of any, for auto)."""
+    found = detect(doc)
+    if fmt == "auto":
+        if found is None:
+            keys = sorted(doc)[:8] if isinstance(doc, dict) else type(doc).__name__
+            raise FormatError("unknown_format", f"matches no known trace format (keys {keys})")
+        fmt = found
+    elif found != fmt:
+        raise FormatError("wrong_format", f"is not a {fmt} record (looks like {found or 'nothing known'})")
+    if fmt == "ctpipe":
+        return [doc]
+    return list(from_openai(doc) if fmt == "openai" else from_otel(doc))

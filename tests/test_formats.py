@@ -1,0 +1,86 @@
+"""Trace formats users have (OpenAI logs, OTLP GenAI spans) normalized into valid ctpipe trace records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctpipe.formats import FormatError, detect, normalize
+from ctpipe.traces import parse_line
+
+OPENAI = {
+    "request": {"model": "ctpipe-arith", "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
+    "response": {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1795340000, "model": "ctpipe-arith",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "5"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21},
+    },
+    "metadata": {"model_version": "3", "thumb": "up"},
+    "latency_ms": 41.5,
+}
+
+
+def kv(key, value):
+    typed = {str: "stringValue", int: "intValue", float: "doubleValue"}[type(value)]
+    return {"key": key, "value": {typed: str(value) if typed == "intValue" else value}}
+
+
+def otlp(attributes: list, events: list | None = None) -> dict:
+    span = {"traceId": "5b8aa5a2d2c872e8321cf37308d69df2", "spanId": "051581bf3cb55c13", "name": "chat ctpipe-arith",
+            "startTimeUnixNano": "1795340000000000000", "endTimeUnixNano": "1795340000250000000",
+            "attributes": attributes, "events": events or []}
+    return {"resourceSpans": [{"resource": {"attributes": [kv("service.version", "3")]},
+                               "scopeSpans": [{"spans": [span, {"name": "GET /health", "attributes": []}]}]}]}
+
+
+def test_an_openai_log_line_becomes_a_valid_trace():
+    (t,) = normalize(OPENAI, "auto")
+    rec = parse_line(json.dumps(t))
+    assert rec.trace_id == "chatcmpl-1" and rec.completion == "5" and rec.model.version == "3"
+    assert rec.messages[-1].content == "What is 2 plus 3?" and rec.feedback.thumb == "up" and rec.latency_ms == 41.5
+    flat = {**OPENAI["response"], "messages": OPENAI["request"]["messages"]}
+    flat["choices"] = [flat["choices"][0], {"index": 1, "message": {"role": "assistant", "content": "6"}}]
+    assert [(x["trace_id"], x["completion"]) for x in normalize(flat, "openai")] == [("chatcmpl-1:0", "5"), ("chatcmpl-1:1", "6")]
+
+
+def test_current_otel_genai_spans_and_their_evaluation_events():
+    doc = otlp(
+        [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "ctpipe-arith"),
+         kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "What is 2 plus 3?"}]}])),
+         kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
+                                                    "finish_reason": "stop"}])),
+         kv("gen_ai.usage.input_tokens", 19), kv("gen_ai.usage.output_tokens", 2)],
+        [{"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.evaluation.name", "judge"),
+                                                              kv("gen_ai.evaluation.score.value", 0.9)]}],
+    )
+    assert detect(doc) == "otel"
+    (t,) = normalize(doc, "auto")  # the HTTP span beside it is not a generation
+    rec = parse_line(json.dumps(t))
+    assert rec.completion == "5" and rec.usage.total_tokens == 21 and rec.latency_ms == pytest.approx(250.0)
+    assert rec.model.version == "3" and t["scores"] == [{"name": "judge", "value": 0.9, "label": None, "source": "otel"}]
+
+
+@pytest.mark.parametrize("attributes", [
+    [kv("gen_ai.prompt", json.dumps([{"role": "user", "content": "What is 2 plus 3?"}])),
+     kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": "5"}])),
+     kv("gen_ai.usage.prompt_tokens", 19), kv("gen_ai.usage.completion_tokens", 2)],
+    [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?"),
+     kv("gen_ai.completion.0.content", "5"), kv("gen_ai.usage.prompt_tokens", 19), kv("gen_ai.usage.completion_tokens", 2)],
+], ids=["json-attributes", "flattened-attributes"])
+def test_older_otel_attribute_names_still_read(attributes):
+    (t,) = normalize(otlp(attributes + [kv("gen_ai.response.model", "ctpipe-arith")]), "otel")
+    rec = parse_line(json.dumps(t))
+    assert rec.messages[0].content == "What is 2 plus 3?" and rec.completion == "5" and rec.usage.total_tokens == 21
+
+
+def test_unknown_and_mismatched_documents_are_reported_not_guessed():
+    with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
+        normalize({"hello": 1}, "auto")
+    assert e.value.reason == "unknown_format"
+    with pytest.raises(FormatError, match="is not a otel record \\(looks like openai\\)"):
+        normalize(OPENAI, "otel")
+    bad = json.loads(json.dumps(OPENAI))
+    bad["response"]["created"] = "yesterday"
+    with pytest.raises(FormatError, match=r"response.created='yesterday' is not a"):
+        normalize(bad, "openai")
