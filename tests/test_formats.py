@@ -84,3 +84,35 @@ def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     bad["response"]["created"] = "yesterday"
     with pytest.raises(FormatError, match=r"response.created='yesterday' is not a"):
         normalize(bad, "openai")
+
+
+def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_order():
+    from ctpipe.formats import LangfuseJoin
+
+    rows = [
+        {"id": "s1", "traceId": "t1", "observationId": "g1", "name": "correct", "value": 1, "dataType": "BOOLEAN", "source": "EVAL"},
+        {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00.000Z",
+         "endTime": "2026-11-22T10:00:00.120Z", "model": "ctpipe-arith",
+         "input": [{"role": "user", "content": "What is 2 plus 3?"}], "output": {"role": "assistant", "content": "5"},
+         "usageDetails": {"input": 19, "output": 2, "total": 21}},
+        {"id": "sp", "traceId": "t1", "type": "SPAN", "startTime": "2026-11-22T10:00:00Z"},
+        {"id": "s2", "traceId": "t1", "name": "helpful", "value": 4.0, "dataType": "NUMERIC", "source": "ANNOTATION"},
+        {"id": "s3", "traceId": "t1", "observationId": "g1", "name": "tone", "value": 0, "stringValue": "polite",
+         "dataType": "CATEGORICAL", "source": "API"},
+        {"id": "t1", "timestamp": "2026-11-22T10:00:00Z", "release": "3", "sessionId": None},
+    ]
+    assert {detect(r) for r in rows} == {"langfuse"}
+    join = LangfuseJoin()
+    for r in rows:
+        join.add(r)
+    (t,) = join.traces()
+    rec = parse_line(json.dumps(t))
+    assert rec.trace_id == "t1:g1" and rec.model.version == "3" and rec.latency_ms == pytest.approx(120.0)
+    assert rec.usage.total_tokens == 21 and rec.completion == "5"
+    assert t["scores"] == [
+        {"name": "correct", "value": 1.0, "label": None, "source": "eval"},
+        {"name": "tone", "value": None, "label": "polite", "source": "api"},
+        {"name": "helpful", "value": 4.0, "label": None, "source": "annotation"},
+    ]
+    with pytest.raises(FormatError, match=r"score x: value='high' is not a number"):
+        join.add({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})

@@ -13,6 +13,10 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``), or
   the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened
   ``gen_ai.prompt.<i>.role``/``.content``). ``gen_ai.evaluation.result`` events become scores.
+* ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
+  traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
+  (their ``release``/``version`` name the model version). Scores and traces attach to
+  generations by id, across files, so :class:`LangfuseJoin` collects an interval's rows first.
 * ``ctpipe``: our own schema, unchanged.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
@@ -26,8 +30,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-Format = Literal["ctpipe", "openai", "otel"]
-FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel")
+Format = Literal["ctpipe", "openai", "otel", "langfuse"]
+FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse")
 
 
 class FormatError(ValueError):
@@ -55,6 +59,25 @@ def detect(doc: Any) -> Format | None:
         return "openai"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
+    if langfuse_kind(doc) is not None:
+        return "langfuse"
+    return None
+
+
+def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
+    """Which Langfuse export row ``doc`` is, from the keys each kind always has.
+
+    >>> langfuse_kind({"id": "o", "traceId": "t", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z"})
+    'observation'
+    >>> langfuse_kind({"id": "s", "traceId": "t", "name": "correct", "dataType": "BOOLEAN", "source": "EVAL"})
+    'score'
+    """
+    if "traceId" in doc and "type" in doc and "startTime" in doc:
+        return "observation"
+    if "traceId" in doc and "dataType" in doc and "source" in doc and "name" in doc:
+        return "score"
+    if "id" in doc and "timestamp" in doc and ("release" in doc or "observations" in doc or "sessionId" in doc):
+        return "trace"
     return None
 
 
@@ -202,6 +225,82 @@ def from_otel(doc: dict) -> Iterator[dict]:
                 }
 
 
+def _epoch(ts: Any, where: str) -> float:
+    try:
+        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise FormatError("invalid_field", f"{where}={ts!r} is not an ISO 8601 time") from None
+
+
+def _score(row: dict) -> dict:
+    """A Langfuse score as ours: numeric and boolean scores keep a value (boolean as 0/1), categorical a label."""
+    kind = row.get("dataType")
+    if kind not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
+        raise FormatError("invalid_field", f"score {row.get('id')}: dataType={kind!r} is not NUMERIC, BOOLEAN or CATEGORICAL")
+    value = row.get("value")
+    if kind != "CATEGORICAL" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
+    return {"name": row.get("name"), "value": None if kind == "CATEGORICAL" else float(value),
+            "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
+
+
+def _langfuse_messages(value: Any) -> list[dict]:
+    if isinstance(value, dict) and "messages" in value:
+        value = value["messages"]
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list):
+        return [{"role": m.get("role"), "content": _text(m.get("content"))} for m in value if isinstance(m, dict)]
+    raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
+
+
+class LangfuseJoin:
+    """Generations of a Langfuse export with their scores and trace versions; rows may come in any order."""
+
+    def __init__(self):
+        self.generations: list[dict] = []
+        self.scores: dict[str, list[dict]] = {}  # by observation id, or by trace id for trace-level scores
+        self.versions: dict[str, str] = {}
+
+    def add(self, row: dict) -> None:
+        kind = langfuse_kind(row)
+        if kind == "observation":
+            if row.get("type") == "GENERATION":
+                self.generations.append(row)
+        elif kind == "score":
+            self.scores.setdefault(row.get("observationId") or row["traceId"], []).append(_score(row))
+        elif kind == "trace":
+            if row.get("release") or row.get("version"):
+                self.versions[row["id"]] = str(row.get("release") or row.get("version"))
+        else:
+            raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
+
+    def traces(self) -> Iterator[dict]:
+        for g in self.generations:
+            gid, tid = g.get("id"), g.get("traceId")
+            start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
+            end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
+            usage = g.get("usageDetails") or g.get("usage") or {}
+            prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
+            completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
+            output = g.get("output")
+            completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
+            model = g.get("model") or ""
+            yield {
+                "trace_id": f"{tid}:{gid}",
+                "start_time": _iso(start),
+                "end_time": _iso(end),
+                "model": {"name": model, "version": str(g.get("version") or self.versions.get(tid) or model)},
+                "messages": _langfuse_messages(g.get("input")),
+                "completion": completion,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
+                "feedback": {"thumb": None, "rating": None},
+                "latency_ms": (end - start) * 1000,
+                "scores": self.scores.get(gid, []) + self.scores.get(tid, []),
+            }
+
+
 def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
     """The canonical traces of one document; FormatError when it is not of ``fmt`` (or of any, for auto)."""
     found = detect(doc)
@@ -214,4 +313,6 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
         raise FormatError("wrong_format", f"is not a {fmt} record (looks like {found or 'nothing known'})")
     if fmt == "ctpipe":
         return [doc]
+    if fmt == "langfuse":
+        raise FormatError("needs_join", "Langfuse rows join across files: feed them to LangfuseJoin")
     return list(from_openai(doc) if fmt == "openai" else from_otel(doc))
