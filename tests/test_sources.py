@@ -1,0 +1,50 @@
+"""Reading trace sources: gzip, Parquet, and every kind of damage kept with its file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ctpipe.sources import SourceError, read
+
+
+def test_jsonl_gzip_and_parquet_are_read_in_order(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"n": 1}\n\n{"n": 2}\n')
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.write('{"n": 3}\n')
+    pq.write_table(pa.table({"n": [4, 5]}), tmp_path / "c.parquet")
+    (tmp_path / "notes.txt").write_text("not a trace file")
+    items = list(read(str(tmp_path)))
+    assert [i.doc["n"] for i in items] == [1, 2, 3, 4, 5]
+    assert [(i.file.rsplit("/", 1)[-1], i.position) for i in items][:3] == [("a.jsonl", 1), ("a.jsonl", 3), ("b.jsonl.gz", 1)]
+
+
+def test_damaged_records_are_reported_with_their_place_and_good_ones_kept(tmp_path, monkeypatch):
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
+    lines = [b'{"n": 1}', b'{"n": \xff}', b'{"n": NaN}', b'{"n": ', b'{"big": "' + b"x" * 2000 + b'"}', b'{"n": 2}']
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    items = list(read(str(tmp_path / "a.jsonl")))
+    assert [(i.position, i.reason) for i in items] == [
+        (1, None), (2, "invalid_utf8"), (3, "non_finite_number"), (4, "invalid_json"), (5, "record_too_large"), (6, None)]
+
+
+def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
+    whole = gzip.compress(b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(2000)))
+    (tmp_path / "t.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    items = list(read(str(tmp_path / "t.jsonl.gz")))
+    good = [i for i in items if i.reason is None]
+    assert good and [i.doc["n"] for i in good] == list(range(len(good)))
+    assert items[-1].reason == "truncated_gzip" and items[-1].position == len(good) + 1
+
+
+def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    assert list(read(str(tmp_path / "empty.jsonl"))) == []
+    with pytest.raises(SourceError, match=r"source '.*/nope' does not exist"):
+        list(read(str(tmp_path / "nope")))
