@@ -1,0 +1,38 @@
+"""PII and secrets scrubbed from text, counted per kind; arithmetic and ordinary numbers untouched."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from ctpipe.pii import scrub
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("write to jane.doe+work@mail.example.org today", "email"),
+    ("call me at (030) 1234 5678", "phone"),
+    ("my number is +44 20 7946 0958", "phone"),
+    ("card 5500-0000-0000-0004 exp 12/27", "card"),
+    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx", "secret"),
+    ("aws AKIAIOSFODNN7EXAMPLE", "secret"),
+    ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "secret"),
+    ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz.0123", "secret"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "secret"),
+])
+def test_each_kind_is_replaced_and_counted(text, kind):
+    found = Counter()
+    out = scrub(text, found)
+    assert found[kind] == 1 and sum(found.values()) == 1, (out, found)
+    assert f"<{kind.upper()}>" in out
+
+
+@pytest.mark.parametrize("text", [
+    "What is 57 plus 38? 95",
+    "order 4111111111111112 shipped",  # fails the Luhn check: not a card
+    "the year 2026 had 365 days and 8760 hours",
+    "version 1.2.3-rc4, build 20261122",
+])
+def test_ordinary_text_and_numbers_are_kept(text):
+    found = Counter()
+    assert scrub(text, found) == text and not +found
