@@ -21,7 +21,7 @@ _SECRET = re.compile(
     r"|(?<=Bearer )[A-Za-z0-9._~+/-]{20,}=*"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
 )
-_SECRET_HINTS = ("sk-", "AKIA", "gh", "xox", "eyJ", "Bearer ", "PRIVATE KEY")
+_SECRET_HINTS = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "eyJ", "Bearer ", "PRIVATE KEY")
 _MANY_DIGITS = re.compile(r"\d(?:[ ().+-]{0,2}\d){8}")  # 9+ digits close together: a phone or card may be here
 
 
