@@ -28,6 +28,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listen_port() -> int:
+    """A free port below Linux's ephemeral range, for a server bound minutes later (the canary's nginx):
+    a port from the ephemeral range may meanwhile go to one of the sockets vLLM opens while it starts."""
+    import random
+
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000..32000")
+
+
 @pytest.fixture
 def settings(tmp_path, monkeypatch) -> Settings:
     monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from ctpipe.canary.proxy import Backend, ProxyError, WeightedProxy
-from tests.conftest import free_port
+from tests.conftest import listen_port
 
 HAVE_NGINX = shutil.which("nginx") is not None or os.path.exists("/usr/sbin/nginx")
 # Skipped on a workstation without nginx; in CI (.ci/run installs it) a missing nginx fails.
@@ -43,7 +43,7 @@ def server(name: str, status: int = 200):
 
 @pytest.fixture
 def proxy(tmp_path):
-    p = WeightedProxy(tmp_path / "proxy", free_port())
+    p = WeightedProxy(tmp_path / "proxy", listen_port())
     yield p
     p.stop()
 

@@ -19,7 +19,7 @@ from ctpipe.canary.servers import ModelServer
 from ctpipe.config import Settings
 from ctpipe.errors import PipelineError
 from ctpipe.registry import PREVIOUS, Registry
-from tests.conftest import free_port
+from tests.conftest import free_port, listen_port
 
 HAVE_NGINX = shutil.which("nginx") is not None or os.path.exists("/usr/sbin/nginx")
 pytestmark = [
@@ -32,7 +32,7 @@ pytestmark = [
 def canary_settings(tmp_path, monkeypatch) -> Settings:
     monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))
     s = Settings(
-        serving={"local_engine": "transformers", "local_port": free_port(), "ready_timeout_s": 120},
+        serving={"local_engine": "transformers", "local_port": listen_port(), "ready_timeout_s": 120},
         canary={"steps": [25, 50, 100], "bake_s": 4, "min_requests": 12, "local_load_rps": 12, "max_bakes": 2},
     )
     yield s

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import listen_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -35,7 +35,7 @@ def test_vllm_canary_promotes_an_equal_version_then_rolls_back_a_collapsed_one(t
     from ctpipe.config import Settings
     from ctpipe.registry import Registry
 
-    s = Settings(home=tmp_path / "home", serving={"local_vllm_python": vllm_python, "local_port": free_port()},
+    s = Settings(home=tmp_path / "home", serving={"local_vllm_python": vllm_python, "local_port": listen_port()},
                  canary={"steps": [25, 50, 100], "bake_s": 15, "min_requests": 30})
     registry = Registry(s)
     registry.ensure_champion(base_model)

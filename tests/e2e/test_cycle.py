@@ -7,7 +7,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, listen_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -25,7 +25,7 @@ def stack(tmp_path, monkeypatch, base_model, ray_url):
     # The canary runs for real through nginx; on the transformers server to keep this test short
     # (tests/e2e/test_canary_vllm.py runs it on vLLM).
     monkeypatch.setenv("CTPIPE_SERVING__LOCAL_ENGINE", "transformers")
-    monkeypatch.setenv("CTPIPE_SERVING__LOCAL_PORT", str(free_port()))
+    monkeypatch.setenv("CTPIPE_SERVING__LOCAL_PORT", str(listen_port()))
     monkeypatch.setenv("CTPIPE_CANARY__STEPS", "[50, 100]")
     monkeypatch.setenv("CTPIPE_CANARY__BAKE_S", "6")
     monkeypatch.setenv("CTPIPE_CANARY__MIN_REQUESTS", "20")

@@ -123,7 +123,10 @@ http {{
     def start(self, backends: tuple[Backend, ...]) -> None:
         candidate = self._checked(backends)
         candidate.replace(self.conf)
-        subprocess.run([nginx_binary(), "-p", str(self.dir), "-c", str(self.conf)], check=True, capture_output=True)
+        done = subprocess.run([nginx_binary(), "-p", str(self.dir), "-c", str(self.conf)], capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ProxyError(f"nginx did not start on 127.0.0.1:{self.port}: {last}")
         self.backends = backends
         deadline = time.monotonic() + 10
         while self.pid() is None:
