@@ -128,6 +128,20 @@ def test_dpo_pairs_best_vs_worst_with_margin():
     assert datasets.dpo_pairs(group[:1], DatasetConfig()) == []
 
 
+def test_dpo_all_pairs_takes_the_widest_gaps_first_and_skips_ties():
+    group = [
+        {"trace_id": "a", "final_reward": 1.0, "completion": "5"},
+        {"trace_id": "b", "final_reward": 1.0, "completion": "five"},
+        {"trace_id": "c", "final_reward": 0.0, "completion": "7"},
+        {"trace_id": "d", "final_reward": 0.5, "completion": "8"},
+    ]
+    cfg = DatasetConfig(dpo_strategy="all_pairs", dpo_min_margin=0.5, dpo_max_pairs_per_prompt=3)
+    pairs = datasets.dpo_pairs(group, cfg)
+    assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "c"), ("a", "d")]
+    tied = [{"trace_id": x, "final_reward": 1.0, "completion": x} for x in "xyz"]
+    assert datasets.dpo_pairs(tied, cfg) == [] and datasets.dpo_pairs(group[:1], cfg) == []
+
+
 def test_manifest_records_hashes_and_counts(mixed):
     m = run(mixed)
     on_disk = json.loads((m.path / "manifest.json").read_text())

@@ -85,6 +85,11 @@ class RewardConfig(_Section):
 
 
 class DatasetConfig(_Section):
+    dpo_strategy: Literal["best_vs_worst", "all_pairs"] = Field(
+        "best_vs_worst",
+        description="best_vs_worst: the i-th best answer against the i-th worst; all_pairs: every pair at least "
+        "dpo_min_margin apart, widest gaps first.",
+    )
     dpo_min_margin: float = Field(0.5, gt=0, description="Smallest reward gap between chosen and rejected.")
     dpo_max_pairs_per_prompt: int = Field(2, ge=1)
 

@@ -92,13 +92,22 @@ def label(verifiable: float | None, feedback: float | None, cfg: RewardConfig) -
 
 
 def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
-    """Best-vs-worst pairs within one prompt's answers, at least ``dpo_min_margin`` apart.
+    """(chosen, rejected) pairs within one prompt's answers, at least ``dpo_min_margin`` apart.
 
-    Answers are ranked by reward (ties broken by trace id, so the result is
-    deterministic); the i-th best is paired with the i-th worst while the gap
-    holds, up to ``dpo_max_pairs_per_prompt``. Identical texts never pair.
+    Answers are ranked by reward (ties broken by trace id, so the result is deterministic).
+    ``best_vs_worst`` pairs the i-th best with the i-th worst while the gap holds; ``all_pairs``
+    takes every pair wide enough, widest first. Either way at most ``dpo_max_pairs_per_prompt``;
+    identical texts never pair, so ties and single-answer groups give none.
     """
     ranked = sorted((r for r in group if r["final_reward"] is not None), key=lambda r: (-r["final_reward"], r["trace_id"]))
+    if cfg.dpo_strategy == "all_pairs":
+        wide = [
+            (a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
+            if a["final_reward"] - b["final_reward"] >= cfg.dpo_min_margin
+            and a["completion"].strip() != b["completion"].strip()
+        ]
+        wide.sort(key=lambda p: (p[1]["final_reward"] - p[0]["final_reward"], p[0]["trace_id"], p[1]["trace_id"]))
+        return wide[: cfg.dpo_max_pairs_per_prompt]
     pairs = []
     for i in range(min(cfg.dpo_max_pairs_per_prompt, len(ranked) // 2)):
         best, worst = ranked[i], ranked[-1 - i]
