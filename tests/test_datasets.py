@@ -114,14 +114,13 @@ def test_interval_must_be_ordered(settings):
         run(settings, T0 + HOUR, T0)
 
 
+def answers(*rows) -> list[dict]:
+    """One prompt's answers as dataset rows: (trace_id, final_reward, completion) each."""
+    return [{"trace_id": t, "final_reward": r, "completion": c} for t, r, c in rows]
+
+
 def test_dpo_pairs_best_vs_worst_with_margin():
-    group = [
-        {"trace_id": "a", "final_reward": 1.0, "completion": "5"},
-        {"trace_id": "b", "final_reward": 0.9, "completion": "5 "},
-        {"trace_id": "c", "final_reward": 0.0, "completion": "7"},
-        {"trace_id": "d", "final_reward": 0.5, "completion": "8"},
-        {"trace_id": "e", "final_reward": None, "completion": "9"},
-    ]
+    group = answers(("a", 1.0, "5"), ("b", 0.9, "5 "), ("c", 0.0, "7"), ("d", 0.5, "8"), ("e", None, "9"))
     pairs = datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=0.3, dpo_max_pairs_per_prompt=2))
     assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "d")]
     assert datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=1.5)) == []
@@ -129,16 +128,11 @@ def test_dpo_pairs_best_vs_worst_with_margin():
 
 
 def test_dpo_all_pairs_takes_the_widest_gaps_first_and_skips_ties():
-    group = [
-        {"trace_id": "a", "final_reward": 1.0, "completion": "5"},
-        {"trace_id": "b", "final_reward": 1.0, "completion": "five"},
-        {"trace_id": "c", "final_reward": 0.0, "completion": "7"},
-        {"trace_id": "d", "final_reward": 0.5, "completion": "8"},
-    ]
+    group = answers(("a", 1.0, "5"), ("b", 1.0, "five"), ("c", 0.0, "7"), ("d", 0.5, "8"))
     cfg = DatasetConfig(dpo_strategy="all_pairs", dpo_min_margin=0.5, dpo_max_pairs_per_prompt=3)
     pairs = datasets.dpo_pairs(group, cfg)
     assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "c"), ("a", "d")]
-    tied = [{"trace_id": x, "final_reward": 1.0, "completion": x} for x in "xyz"]
+    tied = answers(*((x, 1.0, x) for x in "xyz"))
     assert datasets.dpo_pairs(tied, cfg) == [] and datasets.dpo_pairs(group[:1], cfg) == []
 
 

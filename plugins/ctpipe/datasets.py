@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from ctpipe import arith
 from ctpipe.atomic import atomic_dir, atomic_write_text
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+from ctpipe.rewards import combine, feedback_reward
 from ctpipe.traces import InvalidTrace, TraceRecord, files_for_interval, iter_lines, parse_line, partition_hour
 
 CODE_VERSION = "1"
@@ -84,11 +85,8 @@ def label(verifiable: float | None, feedback: float | None, cfg: RewardConfig) -
     >>> label(None, 1.0, RewardConfig()), label(None, None, RewardConfig())
     (1.0, None)
     """
-    parts = [(verifiable, cfg.verifiable_weight), (feedback, cfg.feedback_weight)]
-    present = [(v, w) for v, w in parts if v is not None and w > 0]
-    if not present:
-        return None
-    return round(sum(v * w for v, w in present) / sum(w for _, w in present), 6)
+    return combine({"verifiable": verifiable, "feedback": feedback},
+                   {"verifiable": cfg.verifiable_weight, "feedback": cfg.feedback_weight}, "renormalize")
 
 
 def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
@@ -224,10 +222,7 @@ def materialize(
             continue
         reference = arith.reference_answer(prompt)
         verifiable = arith.correctness(rec.completion, reference) if reference is not None else None
-        thumb = rec.feedback.thumb
-        fb = {"up": 1.0, "down": 0.0}.get(thumb) if thumb else None
-        if fb is None and rec.feedback.rating is not None:
-            fb = (rec.feedback.rating - 1) / 4
+        fb = feedback_reward(rec.feedback.thumb, rec.feedback.rating)
         rows.append(
             {
                 "trace_id": rec.trace_id,

@@ -17,13 +17,13 @@ quarantine it and keep counts exact. A missing source is an error naming the URI
 from __future__ import annotations
 
 import gzip
-import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ctpipe.errors import PipelineError
+from ctpipe.traces import InvalidTrace, loads
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
@@ -61,10 +61,6 @@ def list_files(uri: str) -> tuple[Any, list[str]]:
     return fs, files
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name}")
-
-
 def _decode(file: str, n: int, raw: bytes) -> Item:
     if len(raw) > MAX_RECORD_BYTES:
         return Item(file, n, reason="record_too_large", detail=f"{len(raw)} bytes > {MAX_RECORD_BYTES}",
@@ -74,10 +70,9 @@ def _decode(file: str, n: int, raw: bytes) -> Item:
     except UnicodeDecodeError as e:
         return Item(file, n, reason="invalid_utf8", detail=str(e), raw=raw[:2000].decode("utf-8", "replace"))
     try:
-        return Item(file, n, doc=json.loads(text, parse_constant=_reject_constant), raw=text)
-    except ValueError as e:
-        reason = "non_finite_number" if "non-finite" in str(e) else "invalid_json"
-        return Item(file, n, reason=reason, detail=str(e), raw=text[:2000])
+        return Item(file, n, doc=loads(text), raw=text)
+    except InvalidTrace as e:
+        return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
 
 
 def _lines(fs, file: str) -> Iterator[Item]:

@@ -98,13 +98,18 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
 
-def parse_line(line: str) -> TraceRecord:
-    """Parse and validate one JSONL line, or raise :class:`InvalidTrace` saying why."""
+def loads(text: str):
+    """Strict JSON (NaN and Infinity refused, as JSON itself does), or :class:`InvalidTrace` saying why."""
     try:
-        obj = json.loads(line, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:  # JSONDecodeError and non-finite numbers
         reason = "non_finite_number" if "non-finite" in str(e) else "invalid_json"
         raise InvalidTrace(reason, str(e)) from None
+
+
+def parse_line(line: str) -> TraceRecord:
+    """Parse and validate one JSONL line, or raise :class:`InvalidTrace` saying why."""
+    obj = loads(line)
     if not isinstance(obj, dict):
         raise InvalidTrace("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
     try:

@@ -35,19 +35,20 @@ def model_dir(k: KubernetesConfig, s: ServingConfig, model: str, version: str) -
     return f"{k.home_mount.rstrip('/')}/{s.models_subdir}/{model}/v{version}"
 
 
+def _vllm_args(s: ServingConfig, model: str, path: str) -> list[str]:
+    """vLLM's OpenAI server flags: the checkpoint at ``path``, served under the registered model's name."""
+    args = ["--model", path, "--served-model-name", model, "--port", str(s.port),
+            "--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    return args + (["--max-model-len", str(s.max_model_len)] if s.max_model_len else [])
+
+
 def _vllm_pod(k: KubernetesConfig, s: ServingConfig, model: str, version: str) -> dict[str, Any]:
     """The pod spec parts every variant shares: vLLM's container on the version's checkpoint, its volumes."""
-    args = [
-        "--model", model_dir(k, s, model, version), "--served-model-name", model,
-        "--port", str(s.port), "--gpu-memory-utilization", str(s.gpu_memory_utilization),
-    ]
-    if s.max_model_len:
-        args += ["--max-model-len", str(s.max_model_len)]
     probe = {"httpGet": {"path": "/health", "port": s.port}, "periodSeconds": 5}
     container = {
         "name": "vllm",
         "image": s.vllm_image,
-        "args": args,
+        "args": _vllm_args(s, model, model_dir(k, s, model, version)),
         "ports": [{"name": "http", "containerPort": s.port}],
         "resources": pod_resources(s.resources),
         "readinessProbe": probe | {"failureThreshold": 3},
@@ -143,9 +144,7 @@ def inference_service(
     container = {
         "name": "kserve-container",
         "image": s.vllm_image,
-        "args": ["--model", "/mnt/models", "--served-model-name", model, "--port", str(s.port),
-                 "--gpu-memory-utilization", str(s.gpu_memory_utilization)]
-        + (["--max-model-len", str(s.max_model_len)] if s.max_model_len else []),
+        "args": _vllm_args(s, model, "/mnt/models"),
         "env": [{"name": "STORAGE_URI", "value": f"pvc://{k.home_pvc}/{path}"}],
         "ports": [{"containerPort": s.port, "protocol": "TCP"}],
         "resources": pod_resources(s.resources),
