@@ -5,6 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctpipe import arith, datasets
+from ctpipe.materialize import materialize
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from tests.conftest import T0, trace, write_traces
 
@@ -12,8 +13,9 @@ HOUR = timedelta(hours=1)
 
 
 def run(s, start=T0, end=T0 + HOUR, **kw):
-    return datasets.materialize(
-        s.traces_dir, s.datasets_dir, start, end,
+    s.traces_dir.mkdir(parents=True, exist_ok=True)
+    return materialize(
+        str(s.traces_dir), str(s.datasets_dir), start, end,
         task=kw.get("task", s.task), reward=kw.get("reward", s.reward), dataset=kw.get("dataset", s.dataset),
     )
 
@@ -27,7 +29,7 @@ def mixed(settings):
     lines = [
         trace(1, completion="5", feedback={"thumb": "up", "rating": None}),
         trace(2, completion="6", feedback={"thumb": "down", "rating": None}),
-        trace(3, completion="5"),
+        trace(3, prompt="What is 1 plus 4?", completion="5"),
         '{"trace_id": "broken", ',
         trace(4, completion=""),
         trace(5, latency_ms=float("nan")),
@@ -45,7 +47,7 @@ def test_every_trace_lands_in_the_dataset_or_in_quarantine(mixed):
     assert m.counts["traces_in"] == 10
     assert m.counts["traces"] + m.counts["quarantined"] == 10
     assert m.quarantine_reasons == {
-        "duplicate_trace_id": 1, "held_out_prompt": 1, "invalid_field": 1,
+        "duplicate_trace_id": 1, "eval_contamination": 1, "invalid_field": 1,
         "invalid_json": 1, "missing_field": 1, "non_finite_number": 1,
     }
     q = pq.read_table(m.path / "quarantine.parquet").to_pylist()
@@ -64,7 +66,7 @@ def test_rewards_combine_correctness_and_feedback(mixed):
 def test_grpo_and_dpo_tables_use_trl_conversational_columns(mixed):
     m = run(mixed)
     grpo = pq.read_table(m.path / "grpo.parquet").to_pylist()
-    assert grpo == [{"prompt": [{"role": "user", "content": "What is 2 plus 3?"}], "answer": "5"}]
+    assert grpo == [{"prompt": [{"role": "user", "content": q}], "answer": "5"} for q in ("What is 2 plus 3?", "What is 1 plus 4?")]
     dpo = pq.read_table(m.path / "dpo.parquet").to_pylist()
     assert len(dpo) == 1
     assert dpo[0]["chosen"] == [{"role": "assistant", "content": "5"}]
@@ -141,4 +143,4 @@ def test_manifest_records_hashes_and_counts(mixed):
     on_disk = json.loads((m.path / "manifest.json").read_text())
     assert on_disk["files"]["traces"]["rows"] == m.counts["traces"]
     assert len(on_disk["files"]["dpo"]["sha256"]) == 64
-    assert m.asset_extra()["rows"]["grpo_prompts"] == 1
+    assert m.asset_extra()["rows"]["grpo_prompts"] == 2

@@ -105,7 +105,7 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
     join = LangfuseJoin()
     for r in rows:
         join.add(r)
-    (t,) = join.traces()
+    ((t, _),) = join.traces()
     rec = parse_line(json.dumps(t))
     assert rec.trace_id == "t1:g1" and rec.model.version == "3" and rec.latency_ms == pytest.approx(120.0)
     assert rec.usage.total_tokens == 21 and rec.completion == "5"

@@ -72,16 +72,35 @@ class TrafficConfig(_Section):
 
 
 class RewardConfig(_Section):
-    """How ``final_reward`` combines the signals of a trace (weights renormalize over present signals)."""
+    """How ``final_reward`` combines the signals of a trace: a weighted mean, with a policy for absent ones."""
 
+    verifier: Literal["arith", "math", "exact", "none"] = Field(
+        "arith",
+        description="The verifiable signal. arith: the built-in task's check against the answer its question "
+        "implies; math: math-verify against the trace's reference_answer (1/2 equals 0.5); exact: trimmed, "
+        "case-insensitive equality with reference_answer; none: no verifiable signal.",
+    )
     verifiable_weight: float = Field(0.8, ge=0)
-    feedback_weight: float = Field(0.2, ge=0)
+    feedback_weight: float = Field(0.2, ge=0, description="User feedback: thumbs (up 1, down 0) or 1-5 ratings.")
+    judge_weight: float = Field(0.0, ge=0, description="A judge score carried in the trace's scores.")
+    judge_score: str = Field("judge", min_length=1, description="Name of the score that counts as the judge's.")
+    judge_range: tuple[float, float] = Field((0.0, 1.0), description="The judge score's scale, mapped onto [0, 1].")
+    missing: Literal["renormalize", "zero", "drop"] = Field(
+        "renormalize",
+        description="A signal a trace lacks: renormalize the weights over the present ones; zero: count it 0; "
+        "drop: leave the trace unlabeled.",
+    )
 
     @model_validator(mode="after")
     def _some_weight(self) -> RewardConfig:
-        if self.verifiable_weight + self.feedback_weight <= 0:
+        if self.verifiable_weight + self.feedback_weight + self.judge_weight <= 0:
             raise ValueError("at least one reward weight must be positive")
+        if self.judge_range[1] <= self.judge_range[0]:
+            raise ValueError(f"judge_range={list(self.judge_range)} must be increasing")
         return self
+
+    def weights(self) -> dict[str, float]:
+        return {"verifiable": self.verifiable_weight, "feedback": self.feedback_weight, "judge": self.judge_weight}
 
 
 class DatasetConfig(_Section):
@@ -92,6 +111,16 @@ class DatasetConfig(_Section):
     )
     dpo_min_margin: float = Field(0.5, gt=0, description="Smallest reward gap between chosen and rejected.")
     dpo_max_pairs_per_prompt: int = Field(2, ge=1)
+    format: Literal["auto", "ctpipe", "openai", "otel", "langfuse"] = Field(
+        "auto", description="Trace format of the source files; auto detects it per record and reports what matches none."
+    )
+    scrub_pii: bool = Field(True, description="Replace e-mail addresses, phone and card numbers and keys in the text.")
+    decontamination_ngram: int = Field(13, ge=1, description="Word n-gram a prompt may not share with an eval item.")
+    eval_sets: list[str] = Field(
+        [], description="Further evaluation sets to decontaminate against (JSONL URIs with a prompt or question "
+        "field); the task's held-out questions always count.",
+    )
+    workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
 
 
 class NemoRLConfig(_Section):

@@ -1,63 +1,79 @@
-"""Trace-to-dataset materialization: validate, quarantine, label rewards, build GRPO and DPO sets.
+"""Dataset versions: their tables, how they are published, and how readers find them.
 
-Each input line of the interval ends up in exactly one place: the trace table
-or the quarantine table (with a reason). A version is a directory::
+A version is a directory under the output URI (any fsspec URI; a local path by default)::
 
-    <datasets_dir>/<version>/
-        traces.parquet       canonical traces with rewards
-        grpo.parquet         prompt (chat messages) + answer: TRL GRPOTrainer's conversational layout
-        dpo.parquet          prompt / chosen / rejected chat messages: TRL DPOTrainer's conversational layout
-        quarantine.parquet   source file, line, reason, detail, raw line
-        manifest.json        written last; the version exists only once it is renamed into place
+    <out>/<version>/
+        traces.parquet       the canonical trace table (TRACES_SCHEMA), rewards included
+        grpo.parquet         prompt (chat messages) + answer: TRL GRPOTrainer's conversational layout;
+                             NeMo-RL reads it as ResponseDataset JSONL (problem, expected_answer)
+        dpo.parquet          prompt / chosen / rejected chat messages: TRL DPOTrainer's conversational
+                             layout (NeMo-RL's DPO takes the same three columns)
+        quarantine.parquet   source file, line or row, reason, detail, raw record
+        manifest.json        written last: the version exists for readers only once it is there
 
-The version name is derived from the inputs, the interval and the config, so
-re-running an interval yields the same version (and does not rewrite it).
+Files are written under a hidden staging name and moved into place, then the manifest (URI,
+content hashes, schemas, row counts, reward statistics, PII and dedup counts, source interval,
+source content hash, code version, config) is written; a reader never sees a partial version.
+The version name is derived from the interval, the config and the content read, so re-running an
+interval yields the same version and leaves it untouched; a small index of the source files' keys
+lets such a re-run return at once. Building a version is :mod:`ctpipe.materialize`'s job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
-from dataclasses import dataclass
-from datetime import datetime, timezone
+import os
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ctpipe import arith
-from ctpipe.atomic import atomic_dir, atomic_write_text
-from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
-from ctpipe.rewards import combine, feedback_reward
-from ctpipe.traces import InvalidTrace, TraceRecord, files_for_interval, iter_lines, parse_line, partition_hour
+from ctpipe.atomic import atomic_write_text
+from ctpipe.config import DatasetConfig
 
 CODE_VERSION = "1"
 LATEST = "LATEST"
 
-_MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+_SCORES = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64()), ("label", pa.string()), ("source", pa.string())]))
+# The canonical trace table. Text columns hold the scrubbed text; rewards are in [0, 1] or null when
+# the signal is absent; source_file and source_line say where each row was read.
 TRACES_SCHEMA = pa.schema(
     [
         ("trace_id", pa.string()),
         ("start_time", pa.timestamp("us", tz="UTC")),
+        ("end_time", pa.timestamp("us", tz="UTC")),
         ("model_name", pa.string()),
         ("model_version", pa.string()),
-        ("prompt", pa.string()),
+        ("messages", MESSAGES),
+        ("prompt", pa.string()),  # the last user message
         ("completion", pa.string()),
         ("reference_answer", pa.string()),
+        ("feedback_thumb", pa.string()),
+        ("feedback_rating", pa.float64()),
+        ("scores", _SCORES),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("latency_ms", pa.float64()),
         ("verifiable_reward", pa.float64()),
         ("feedback_reward", pa.float64()),
+        ("judge_reward", pa.float64()),
         ("final_reward", pa.float64()),
         ("source_file", pa.string()),
         ("source_line", pa.int64()),
     ]
 )
-GRPO_SCHEMA = pa.schema([("prompt", _MESSAGES), ("answer", pa.string())])
+GRPO_SCHEMA = pa.schema([("prompt", MESSAGES), ("answer", pa.string())])
 DPO_SCHEMA = pa.schema(
     [
-        ("prompt", _MESSAGES),
-        ("chosen", _MESSAGES),
-        ("rejected", _MESSAGES),
+        ("prompt", MESSAGES),
+        ("chosen", MESSAGES),
+        ("rejected", MESSAGES),
         ("chosen_reward", pa.float64()),
         ("rejected_reward", pa.float64()),
     ]
@@ -75,18 +91,6 @@ QUARANTINE_SCHEMA = pa.schema(
 
 class DatasetNotFound(LookupError):
     pass
-
-
-def label(verifiable: float | None, feedback: float | None, cfg: RewardConfig) -> float | None:
-    """Weighted mean of the signals present; None when the trace carries none.
-
-    >>> label(1.0, 0.0, RewardConfig(verifiable_weight=0.8, feedback_weight=0.2))
-    0.8
-    >>> label(None, 1.0, RewardConfig()), label(None, None, RewardConfig())
-    (1.0, None)
-    """
-    return combine({"verifiable": verifiable, "feedback": feedback},
-                   {"verifiable": cfg.verifiable_weight, "feedback": cfg.feedback_weight}, "renormalize")
 
 
 def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
@@ -127,6 +131,9 @@ class Manifest:
     files: dict
     code_version: str
     config: dict
+    scrubbed: dict = field(default_factory=dict)  # PII replaced, per kind
+    source: dict = field(default_factory=dict)  # uri, files, formats, content_hash
+    schemas: dict = field(default_factory=dict)  # table -> Arrow schema, as text
 
     @property
     def path(self) -> Path:
@@ -148,167 +155,6 @@ class Manifest:
         return cls(**json.loads((version_dir / "manifest.json").read_text()))
 
 
-def _hash_inputs(lines: list, extra: dict) -> str:
-    h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode())
-    for src, n, text, _ in lines:
-        h.update(f"{src}:{n}:".encode())
-        h.update(text.encode("utf-8", "surrogatepass"))
-        h.update(b"\n")
-    return h.hexdigest()
-
-
-def _collect(traces_dir: Path, start: datetime, end: datetime) -> list[tuple[str, int, str, TraceRecord | InvalidTrace]]:
-    """The interval's lines, parsed. A line whose time cannot be read belongs with the line before it."""
-    picked = []
-    for path in files_for_interval(traces_dir, start, end):
-        when = partition_hour(path)
-        src = str(path.relative_to(traces_dir))
-        for n, text in iter_lines(path):
-            try:
-                parsed: TraceRecord | InvalidTrace = parse_line(text)
-                when = parsed.start_time
-            except InvalidTrace as e:
-                parsed = e
-            if start <= when < end:
-                picked.append((src, n, text, parsed))
-    return picked
-
-
-def materialize(
-    traces_dir: Path,
-    datasets_dir: Path,
-    start: datetime,
-    end: datetime,
-    *,
-    task: TaskConfig,
-    reward: RewardConfig,
-    dataset: DatasetConfig,
-) -> Manifest | None:
-    """Build (or find) the dataset version of ``[start, end)``; None when the interval has no traces."""
-    start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
-    if end <= start:
-        raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
-    lines = _collect(traces_dir, start, end)
-    if not lines:
-        return None
-    config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump()}
-    digest = _hash_inputs(lines, {"interval": [start.isoformat(), end.isoformat()], "config": config, "code": CODE_VERSION})
-    version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest[:10]}"
-    final = datasets_dir / version
-    if (final / "manifest.json").exists():
-        _point_latest(datasets_dir, version)
-        return Manifest.load(final)
-
-    held_out = arith.splits(task).held_out_prompts()
-    rows: list[dict] = []
-    quarantine: list[dict] = []
-    seen: dict[str, str] = {}
-
-    def reject(src: str, n: int, reason: str, detail: str, raw: str) -> None:
-        quarantine.append({"source_file": src, "source_line": n, "reason": reason, "detail": detail, "raw": raw})
-
-    for src, n, text, rec in lines:
-        if isinstance(rec, InvalidTrace):
-            reject(src, n, rec.reason, rec.detail, text)
-            continue
-        if rec.trace_id in seen:
-            first = seen[rec.trace_id]
-            reject(src, n, "duplicate_trace_id", f"trace_id {rec.trace_id!r} already read at {first}", text)
-            continue
-        seen[rec.trace_id] = f"{src}:{n}"
-        prompt = rec.prompt
-        if prompt.strip() in held_out:
-            reject(src, n, "held_out_prompt", "prompt is an evaluation question; excluded from training data", text)
-            continue
-        reference = arith.reference_answer(prompt)
-        verifiable = arith.correctness(rec.completion, reference) if reference is not None else None
-        fb = feedback_reward(rec.feedback.thumb, rec.feedback.rating)
-        rows.append(
-            {
-                "trace_id": rec.trace_id,
-                "start_time": rec.start_time,
-                "model_name": rec.model.name,
-                "model_version": rec.model.version,
-                "prompt": prompt,
-                "completion": rec.completion,
-                "reference_answer": reference,
-                "verifiable_reward": verifiable,
-                "feedback_reward": fb,
-                "final_reward": label(verifiable, fb, reward),
-                "source_file": src,
-                "source_line": n,
-            }
-        )
-
-    by_prompt: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_prompt[r["prompt"]].append(r)
-    grpo = [
-        {"prompt": [{"role": "user", "content": p}], "answer": g[0]["reference_answer"]}
-        for p, g in sorted(by_prompt.items())
-        if g[0]["reference_answer"] is not None
-    ]
-    dpo = [
-        {
-            "prompt": [{"role": "user", "content": p}],
-            "chosen": [{"role": "assistant", "content": c["completion"]}],
-            "rejected": [{"role": "assistant", "content": r["completion"]}],
-            "chosen_reward": c["final_reward"],
-            "rejected_reward": r["final_reward"],
-        }
-        for p, g in sorted(by_prompt.items())
-        for c, r in dpo_pairs(g, dataset)
-    ]
-
-    rewards = [r["final_reward"] for r in rows if r["final_reward"] is not None]
-    reasons: dict[str, int] = defaultdict(int)
-    for q in quarantine:
-        reasons[q["reason"]] += 1
-    counts = {
-        "traces_in": len(lines),
-        "traces": len(rows),
-        "quarantined": len(quarantine),
-        "grpo_prompts": len(grpo),
-        "dpo_pairs": len(dpo),
-    }
-    assert counts["traces_in"] == counts["traces"] + counts["quarantined"], counts
-
-    with atomic_dir(final) as tmp:  # a concurrent run of the same version publishes first and wins
-        files = {}
-        for name, data, schema in (
-            ("traces", rows, TRACES_SCHEMA),
-            ("grpo", grpo, GRPO_SCHEMA),
-            ("dpo", dpo, DPO_SCHEMA),
-            ("quarantine", quarantine, QUARANTINE_SCHEMA),
-        ):
-            path = tmp / f"{name}.parquet"
-            pq.write_table(pa.Table.from_pylist(data, schema=schema), path, compression="zstd")
-            files[name] = {"path": path.name, "rows": len(data), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-        manifest = Manifest(
-            version=version,
-            uri=str(final),
-            interval=(start.isoformat(), end.isoformat()),
-            counts=counts,
-            quarantine_reasons=dict(sorted(reasons.items())),
-            reward_stats={
-                "labeled": len(rewards),
-                "mean": round(sum(rewards) / len(rewards), 6) if rewards else None,
-                "min": min(rewards, default=None),
-                "max": max(rewards, default=None),
-            },
-            files=files,
-            code_version=CODE_VERSION,
-            config=config,
-        )
-        (tmp / "manifest.json").write_text(json.dumps(manifest.__dict__, indent=2, default=str))
-    _point_latest(datasets_dir, version)
-    return Manifest.load(final)
-
-
-def _point_latest(datasets_dir: Path, version: str) -> None:
-    atomic_write_text(datasets_dir / LATEST, version + "\n")
-
-
 def resolve(datasets_dir: Path, version: str | None) -> Manifest:
     """The manifest of ``version``, or of the latest version when it is empty."""
     if not version:
@@ -320,3 +166,131 @@ def resolve(datasets_dir: Path, version: str | None) -> Manifest:
     if not (path / "manifest.json").exists():
         raise DatasetNotFound(f"dataset version {version!r} does not exist under {datasets_dir}")
     return Manifest.load(path)
+
+
+class _HashingFile:
+    """A writable file that hashes what passes through it, so a file's digest costs no second read."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+class Staging:
+    """A version being written: hidden until :meth:`publish`."""
+
+    def __init__(self, output: Output):
+        self.output = output
+        self.dir = f"{output.root}/.tmp-{uuid.uuid4().hex}"
+        self.files: dict[str, dict] = {}
+        self.schemas: dict[str, str] = {}
+        output.fs.makedirs(self.dir, exist_ok=True)
+
+    @contextmanager
+    def writer(self, name: str, schema: pa.Schema):
+        """A Parquet writer (zstd) for the version's ``name`` table; its rows and hash go to the manifest."""
+        with self.output.fs.open(f"{self.dir}/{name}.parquet", "wb") as raw:
+            f = _HashingFile(raw)
+            rows = _Rows(pq.ParquetWriter(f, schema, compression="zstd"))
+            try:
+                yield rows
+            finally:
+                rows.writer.close()
+        self.files[name] = {"path": f"{name}.parquet", "rows": rows.n, "sha256": f.sha.hexdigest()}
+        self.schemas[name] = schema.to_string(show_schema_metadata=False)
+
+    def discard(self) -> None:
+        if self.output.fs.exists(self.dir):
+            self.output.fs.rm(self.dir, recursive=True)
+
+    def publish(self, version: str, **fields: Any) -> Manifest:
+        """Move the files into place as ``version`` and write its manifest; an existing version is kept as it is."""
+        out = self.output
+        final = f"{out.root}/{version}"
+        if out.fs.exists(f"{final}/manifest.json"):  # the same content was published before (or concurrently)
+            self.discard()
+        else:
+            if out.local:
+                try:
+                    os.rename(self.dir, final)
+                except OSError:  # a concurrent writer of the same version got there first
+                    self.discard()
+            else:
+                out.fs.mv(self.dir, final, recursive=True)
+            body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
+                    "schemas": self.schemas, "code_version": CODE_VERSION}
+            out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
+        out.point_latest(version)
+        return out.load(version)
+
+
+class _Rows:
+    def __init__(self, writer: pq.ParquetWriter):
+        self.writer, self.n = writer, 0
+
+    def write_table(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self.writer.write_table(table)
+            self.n += table.num_rows
+
+
+class Output:
+    """Where versions are published: a local path or any fsspec URI."""
+
+    def __init__(self, uri: str | Path):
+        from fsspec.core import url_to_fs
+        from fsspec.implementations.local import LocalFileSystem
+
+        self.uri = str(uri)
+        self.fs, root = url_to_fs(self.uri)
+        self.root = root.rstrip("/")
+        self.local = isinstance(self.fs, LocalFileSystem)
+        self.fs.makedirs(self.root, exist_ok=True)
+
+    def uri_of(self, version: str) -> str:
+        return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"
+
+    def write_text(self, path: str, text: str) -> None:
+        if self.local:
+            atomic_write_text(Path(path), text)
+        else:
+            with self.fs.open(path, "w") as f:  # an object store's put is atomic
+                f.write(text)
+
+    def load(self, version: str) -> Manifest:
+        with self.fs.open(f"{self.root}/{version}/manifest.json", "r") as f:
+            return Manifest(**json.load(f))
+
+    def point_latest(self, version: str) -> None:
+        self.write_text(f"{self.root}/{LATEST}", version + "\n")
+
+    def staging(self) -> Staging:
+        return Staging(self)
+
+    @staticmethod
+    def _source_key(start, end, config: dict, files: list) -> str:
+        blob = json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config, "code": CODE_VERSION,
+                           "files": files}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def known_version(self, start, end, config: dict, files: list) -> Manifest | None:
+        """The version already built from these very files (by their fsspec keys), if any."""
+        pointer = f"{self.root}/_sources/{self._source_key(start, end, config, files)}"
+        if not self.fs.exists(pointer):
+            return None
+        with self.fs.open(pointer, "r") as f:
+            version = f.read().strip()
+        if not self.fs.exists(f"{self.root}/{version}/manifest.json"):
+            return None
+        self.point_latest(version)
+        return self.load(version)
+
+    def remember(self, start, end, config: dict, files: list, version: str) -> None:
+        self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
+        self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files)}", version + "\n")

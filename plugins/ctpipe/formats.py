@@ -262,11 +262,12 @@ class LangfuseJoin:
         self.scores: dict[str, list[dict]] = {}  # by observation id, or by trace id for trace-level scores
         self.versions: dict[str, str] = {}
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
+        """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
         kind = langfuse_kind(row)
         if kind == "observation":
             if row.get("type") == "GENERATION":
-                self.generations.append(row)
+                self.generations.append((row, where))
         elif kind == "score":
             self.scores.setdefault(row.get("observationId") or row["traceId"], []).append(_score(row))
         elif kind == "trace":
@@ -275,30 +276,37 @@ class LangfuseJoin:
         else:
             raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
 
-    def traces(self) -> Iterator[dict]:
-        for g in self.generations:
-            gid, tid = g.get("id"), g.get("traceId")
-            start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
-            end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-            usage = g.get("usageDetails") or g.get("usage") or {}
-            prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
-            completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
-            output = g.get("output")
-            completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
-            model = g.get("model") or ""
-            yield {
-                "trace_id": f"{tid}:{gid}",
-                "start_time": _iso(start),
-                "end_time": _iso(end),
-                "model": {"name": model, "version": str(g.get("version") or self.versions.get(tid) or model)},
-                "messages": _langfuse_messages(g.get("input")),
-                "completion": completion,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
-                "feedback": {"thumb": None, "rating": None},
-                "latency_ms": (end - start) * 1000,
-                "scores": self.scores.get(gid, []) + self.scores.get(tid, []),
-            }
+    def traces(self) -> Iterator[tuple[dict, tuple[str, int] | None]]:
+        """(canonical trace, or the FormatError of a generation that cannot map; where it was read)."""
+        for g, where in self.generations:
+            try:
+                yield self._trace(g), where
+            except FormatError as e:
+                yield e, where
+
+    def _trace(self, g: dict) -> dict:
+        gid, tid = g.get("id"), g.get("traceId")
+        start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
+        end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
+        usage = g.get("usageDetails") or g.get("usage") or {}
+        prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
+        completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
+        output = g.get("output")
+        completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
+        model = g.get("model") or ""
+        return {
+            "trace_id": f"{tid}:{gid}",
+            "start_time": _iso(start),
+            "end_time": _iso(end),
+            "model": {"name": model, "version": str(g.get("version") or self.versions.get(tid) or model)},
+            "messages": _langfuse_messages(g.get("input")),
+            "completion": completion,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
+            "feedback": {"thumb": None, "rating": None},
+            "latency_ms": (end - start) * 1000,
+            "scores": self.scores.get(gid, []) + self.scores.get(tid, []),
+        }
 
 
 def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:

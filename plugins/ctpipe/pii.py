@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 # International or national numbers with at least 9 digits in groups: "+1 415-555-0100", "(030) 1234 5678".
@@ -23,6 +26,9 @@ _SECRET = re.compile(
 )
 _SECRET_HINTS = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "eyJ", "Bearer ", "PRIVATE KEY")
 _MANY_DIGITS = re.compile(r"\d(?:[ ().+-]{0,2}\d){8}")  # 9+ digits close together: a phone or card may be here
+# Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many).
+PRECHECK = "|".join([re.escape(h) for h in ("@", "sk-", "AKIA", "xox", "eyJ", "Bearer ", "PRIVATE KEY")]
+                    + [r"gh[pousr]_", _MANY_DIGITS.pattern])
 
 
 def luhn(digits: str) -> bool:
@@ -67,3 +73,19 @@ def scrub(text: str, found: Counter | None = None) -> str:
         text, n = _PHONE.subn("<PHONE>", text)
         counts["phone"] += n
     return text
+
+
+def scrub_many(texts: list[str], found: Counter) -> list[str]:
+    """:func:`scrub` over many texts; the pre-check runs vectorized, so clean texts cost a scan.
+
+    >>> c = Counter(); scrub_many(["2 plus 2", "write to x@y.org"], c), dict(c)
+    (['2 plus 2', 'write to <EMAIL>'], {'email': 1})
+    """
+    if not texts:
+        return texts
+    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(texts, pa.large_string()), PRECHECK)).to_pylist()
+    if hits:
+        texts = list(texts)
+        for i in hits:
+            texts[i] = scrub(texts[i], found)
+    return texts

@@ -30,8 +30,11 @@ log = logging.getLogger(__name__)
 
 def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict | None:
     """Publish the interval's dataset version; None when no trace arrived in it."""
-    manifest = datasets.materialize(
-        s.traces_dir, s.datasets_dir, start, end, task=s.task, reward=s.reward, dataset=s.dataset
+    from ctpipe.materialize import materialize
+
+    s.traces_dir.mkdir(parents=True, exist_ok=True)
+    manifest = materialize(
+        str(s.traces_dir), str(s.datasets_dir), start, end, task=s.task, reward=s.reward, dataset=s.dataset
     )
     if manifest is None:
         log.info("no traces between %s and %s", start.isoformat(), end.isoformat())

@@ -1,22 +1,23 @@
-"""Reading trace sources by URI, one decoded document at a time, every failure kept with its place.
+"""Reading trace sources by URI in bounded blocks, every failure kept with its place.
 
 A source is a file or a folder of files behind any fsspec URI: a local path, ``s3://``,
 ``gs://`` (install ``s3fs``/``gcsfs``; credentials come from the usual places: environment,
 config files, instance metadata, never from code). Files are read as:
 
-* ``*.jsonl``, ``*.json`` (one document per line; gzip when the name ends in ``.gz``);
-* ``*.parquet`` (one document per row, in bounded batches).
+* ``*.jsonl``, ``*.json`` (one document per line; gzip when the name ends in ``.gz``), in blocks of
+  whole lines of about :data:`BLOCK_BYTES`;
+* ``*.parquet`` (one document per row), in record batches.
 
-Nothing is held beyond one batch, so memory stays flat whatever the file size. Every line or row
-yields an :class:`Item`: a document, or the machine-readable reason it could not be decoded
-(``invalid_utf8``, ``invalid_json``, ``non_finite_number``, ``record_too_large``,
-``truncated_gzip``, ``unreadable_parquet``) with the file and line or row, so the caller can
-quarantine it and keep counts exact. A missing source is an error naming the URI.
+Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
+:data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
+``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with the
+file and line or row, so the caller can quarantine them and keep counts exact. Decoding a line
+(``invalid_utf8``, ``invalid_json``, ``non_finite_number``) is left to the caller, which may run it in
+another process. A missing source is an error naming the URI.
 """
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from ctpipe.traces import InvalidTrace, loads
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
-_BATCH_ROWS = 4096
+BLOCK_BYTES = 4 * 1024 * 1024
+_BATCH_ROWS = 2048
 
 
 class SourceError(PipelineError):
@@ -39,9 +41,20 @@ class Item:
     file: str
     position: int  # 1-based line (JSONL) or row (Parquet)
     doc: Any = None
-    reason: str | None = None  # set when the item could not be decoded
+    reason: str | None = None  # set when the item could not be read
     detail: str = ""
     raw: str = ""  # the undecoded text (capped), for the quarantine
+
+
+@dataclass(frozen=True)
+class Block:
+    """Consecutive lines (``data``: whole lines, ``\\n``-separated) or rows (``batch``) of one file."""
+
+    file: str
+    first: int  # line or row number of the first item
+    data: bytes = b""
+    batch: Any = None  # a pyarrow RecordBatch
+    damage: Item | None = None  # an item that could not be read at all, in its place after the block
 
 
 def list_files(uri: str) -> tuple[Any, list[str]]:
@@ -61,10 +74,95 @@ def list_files(uri: str) -> tuple[Any, list[str]]:
     return fs, files
 
 
-def _decode(file: str, n: int, raw: bytes) -> Item:
-    if len(raw) > MAX_RECORD_BYTES:
-        return Item(file, n, reason="record_too_large", detail=f"{len(raw)} bytes > {MAX_RECORD_BYTES}",
-                    raw=raw[:200].decode("utf-8", "replace"))
+def _gunzip(f) -> Iterator[bytes]:
+    """Decompressed pieces of a gzip stream (members one after another), up to any damage."""
+    d, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+    while piece := f.read(1 << 20):
+        while piece:
+            started = True
+            if out := d.decompress(piece):
+                yield out
+            piece = b""
+            if d.eof:  # a member ended; another may follow
+                piece, d, started = d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS), False
+    if started:
+        if tail := d.flush():
+            yield tail
+        raise EOFError("compressed file ended before the end-of-stream marker was reached")
+
+
+def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
+    line = 1  # number of the first line not yet handed out
+    rest = b""
+    skipping: tuple[int, bytes] | None = None  # (bytes skipped, head) of an oversized line
+    with fs.open(file, "rb") as f:
+        chunks = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
+        while True:
+            try:
+                chunk = next(chunks, b"")
+            except (EOFError, zlib.error) as e:
+                # Every whole line before the damage was handed out; the cut one is the damaged item.
+                yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
+                                                    raw=rest[:2000].decode("utf-8", "replace")))
+                return
+            if skipping is not None:
+                end = chunk.find(b"\n")
+                if end < 0 and chunk:
+                    skipping = (skipping[0] + len(chunk), skipping[1])
+                    continue
+                size = skipping[0] + (end if end >= 0 else 0)
+                yield Block(file, line, damage=Item(file, line, reason="record_too_large",
+                                                    detail=f"{size} bytes > {MAX_RECORD_BYTES}",
+                                                    raw=skipping[1].decode("utf-8", "replace")))
+                line += 1
+                skipping = None
+                chunk = chunk[end + 1:] if end >= 0 else b""
+            if not chunk:
+                if rest:
+                    yield Block(file, line, data=rest)
+                return
+            data = rest + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                if len(rest) > MAX_RECORD_BYTES:
+                    skipping, rest = (len(rest), rest[:200]), b""
+                continue
+            block, rest = data[:cut], data[cut + 1:]
+            yield Block(file, line, data=block)
+            line += block.count(b"\n") + 1
+
+
+def _parquet_blocks(fs, file: str) -> Iterator[Block]:
+    import pyarrow.parquet as pq
+
+    row = 1
+    try:
+        with fs.open(file, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=_BATCH_ROWS):
+                yield Block(file, row, batch=batch)
+                row += batch.num_rows
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+        yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
+
+
+def blocks(fs, files: list[str]) -> Iterator[Block]:
+    """Every file's blocks, in order."""
+    for file in files:
+        yield from (_parquet_blocks if file.endswith(".parquet") else _jsonl_blocks)(fs, file)
+
+
+def oversized(file: str, n: int, raw: bytes) -> Item | None:
+    if len(raw) <= MAX_RECORD_BYTES:
+        return None
+    return Item(file, n, reason="record_too_large", detail=f"{len(raw)} bytes > {MAX_RECORD_BYTES}",
+                raw=raw[:200].decode("utf-8", "replace"))
+
+
+def decode_line(file: str, n: int, raw: bytes) -> Item:
+    """One line as a decoded document, or the reason it is not one."""
+    if (too_large := oversized(file, n, raw)) is not None:
+        return too_large
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -75,37 +173,22 @@ def _decode(file: str, n: int, raw: bytes) -> Item:
         return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
 
 
-def _lines(fs, file: str) -> Iterator[Item]:
-    n = 0
-    with fs.open(file, "rb") as f:
-        stream = gzip.GzipFile(fileobj=f) if file.endswith(".gz") else f
-        try:
-            for raw in stream:
-                n += 1
-                raw = raw.rstrip(b"\r\n")
-                if raw.strip():
-                    yield _decode(file, n, raw)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            # Everything before the damage was yielded; what follows it cannot be read.
-            yield Item(file, n + 1, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}")
-
-
-def _rows(fs, file: str) -> Iterator[Item]:
-    import pyarrow.parquet as pq
-
-    n = 0
-    try:
-        with fs.open(file, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=_BATCH_ROWS):
-                for row in batch.to_pylist():
-                    n += 1
-                    yield Item(file, n, doc=row)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-        yield Item(file, n + 1, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}")
+def items(block: Block) -> Iterator[Item]:
+    """A block's lines or rows one by one (blank lines skipped, numbering kept), then its damage."""
+    if block.batch is not None:
+        for i, row in enumerate(block.batch.to_pylist()):
+            yield Item(block.file, block.first + i, doc=row)
+    elif block.data or block.damage is None:
+        for i, raw in enumerate(block.data.split(b"\n")):
+            raw = raw.rstrip(b"\r")
+            if raw.strip():
+                yield decode_line(block.file, block.first + i, raw)
+    if block.damage is not None:
+        yield block.damage
 
 
 def read(uri: str) -> Iterator[Item]:
     """Every line or row of every file under ``uri``, in order."""
     fs, files = list_files(uri)
-    for file in files:
-        yield from (_rows if file.endswith(".parquet") else _lines)(fs, file)
+    for block in blocks(fs, files):
+        yield from items(block)

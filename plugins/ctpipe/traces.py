@@ -1,21 +1,28 @@
-"""The trace schema: one JSON object per line, one record per model answer.
+"""The canonical trace: one record per model answer, whatever format it arrived in.
 
-Traces live in a store partitioned by the hour of ``start_time`` (UTC)::
+Our own files hold it as one JSON object per line, partitioned by the hour of ``start_time`` (UTC)::
 
     <traces_dir>/date=YYYY-MM-DD/hour=HH/part-<id>.jsonl
 
-A record (fields not listed here are ignored)::
+A record (fields not listed here are ignored; other formats are mapped onto it by
+:mod:`ctpipe.formats`)::
 
-    trace_id      str, non-empty; unique per answer
-    start_time    ISO 8601 with timezone: when the request arrived
-    end_time      ISO 8601 with timezone, >= start_time
-    model         {"name": str, "version": str}: what served the answer
-    messages      [{"role": "system"|"user"|"assistant", "content": str}, ...]
-                  the request's chat; the last user message is the prompt
-    completion    str, non-empty: the model's answer
-    usage         {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}
-    feedback      {"thumb": "up"|"down"|null, "rating": float in [1, 5] or null}
-    latency_ms    finite float >= 0
+    trace_id          str, non-empty; unique per answer
+    start_time        RFC 3339 with timezone: when the request arrived
+    end_time          RFC 3339 with timezone, >= start_time
+    model             {"name": str, "version": str}: what served the answer (both non-empty)
+    messages          [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content": str}, ...]
+                      the request's chat, with at least one user message; the last one is the prompt
+    completion        str, not blank: the model's answer
+    usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, all >= 0
+    feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
+    latency_ms        finite number >= 0
+    reference_answer  str or null: the expected answer, when the application knows it   (optional)
+    scores            [{"name": str, "value": number or null, "label": str or null,
+                        "source": str}]: judge and evaluation results carried along   (optional)
+
+Validation is msgspec's typed decoding (strict types, JSON's own refusal of NaN and Infinity),
+which decodes and checks a 2 KB record in about the time a plain JSON parse takes.
 """
 
 from __future__ import annotations
@@ -24,61 +31,54 @@ import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+import msgspec
 
-_STRICT = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
-class Message(BaseModel):
-    model_config = _STRICT
-    role: Literal["system", "user", "assistant"]
+class Message(msgspec.Struct, frozen=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str
 
 
-class ModelRef(BaseModel):
-    model_config = _STRICT
-    name: str = Field(min_length=1)
-    version: str = Field(min_length=1)
+class ModelRef(msgspec.Struct, frozen=True):
+    name: NonEmpty
+    version: NonEmpty
 
 
-class Usage(BaseModel):
-    model_config = _STRICT
-    prompt_tokens: int = Field(ge=0)
-    completion_tokens: int = Field(ge=0)
-    total_tokens: int = Field(ge=0)
+class Usage(msgspec.Struct, frozen=True):
+    prompt_tokens: Count
+    completion_tokens: Count
+    total_tokens: Count
 
 
-class Feedback(BaseModel):
-    model_config = _STRICT
+class Feedback(msgspec.Struct, frozen=True):
     thumb: Literal["up", "down"] | None = None
-    rating: float | None = Field(None, ge=1, le=5)
+    rating: Annotated[float, msgspec.Meta(ge=1, le=5)] | None = None
 
 
-class TraceRecord(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+class Score(msgspec.Struct, frozen=True):
+    name: str
+    value: float | None = None
+    label: str | None = None
+    source: str = ""
 
-    trace_id: str = Field(min_length=1)
-    # Timestamps arrive as JSON strings, so they alone are parsed leniently.
-    start_time: AwareDatetime = Field(strict=False)
-    end_time: AwareDatetime = Field(strict=False)
+
+class TraceRecord(msgspec.Struct, frozen=True):
+    trace_id: NonEmpty
+    start_time: datetime
+    end_time: datetime
     model: ModelRef
-    messages: list[Message] = Field(min_length=1)
+    messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
     completion: str
     usage: Usage
+    latency_ms: Annotated[float, msgspec.Meta(ge=0)]
     feedback: Feedback = Feedback()
-    latency_ms: float = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> TraceRecord:
-        if self.end_time < self.start_time:
-            raise ValueError("end_time is before start_time")
-        if not self.completion.strip():
-            raise ValueError("completion is empty")
-        if not any(m.role == "user" for m in self.messages):
-            raise ValueError("messages has no user message")
-        return self
+    reference_answer: str | None = None
+    scores: list[Score] = []
 
     @property
     def prompt(self) -> str:
@@ -94,31 +94,72 @@ class InvalidTrace(ValueError):
         self.detail = detail
 
 
+_DECODER = msgspec.json.Decoder(TraceRecord)
+
+
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
 
-def loads(text: str):
+def loads(text: str | bytes) -> Any:
     """Strict JSON (NaN and Infinity refused, as JSON itself does), or :class:`InvalidTrace` saying why."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError as e:  # JSONDecodeError and non-finite numbers
-        reason = "non_finite_number" if "non-finite" in str(e) else "invalid_json"
-        raise InvalidTrace(reason, str(e)) from None
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError as e:
+        try:  # the rare failing line: ask the standard library whether a non-finite number was the cause
+            json.loads(text, parse_constant=_reject_constant)
+        except ValueError as why:
+            if "non-finite" in str(why):
+                raise InvalidTrace("non_finite_number", str(why)) from None
+        except RecursionError:
+            pass
+        raise InvalidTrace("invalid_json", str(e)) from None
+
+
+def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
+    text = str(e)
+    reason = "missing_field" if text.startswith("Object missing required field") else "invalid_field"
+    # msgspec says "... - at `$.usage.prompt_tokens`": name the field as a path without the root.
+    return InvalidTrace(reason, text.replace("`$.", "`").replace("`$[", "`["))
+
+
+def _consistent(rec: TraceRecord) -> TraceRecord:
+    for name in ("start_time", "end_time"):
+        if getattr(rec, name).tzinfo is None:
+            raise InvalidTrace("invalid_field", f"`{name}`: {getattr(rec, name).isoformat()} has no timezone")
+    if rec.end_time < rec.start_time:
+        raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
+    if not rec.completion.strip():
+        raise InvalidTrace("invalid_field", "`completion` is empty")
+    if not any(m.role == "user" for m in rec.messages):
+        raise InvalidTrace("invalid_field", "`messages` has no user message")
+    return rec
+
+
+def decode(line: bytes | str) -> TraceRecord:
+    """One JSON line in our schema, decoded and validated, or :class:`InvalidTrace` saying why."""
+    try:
+        return _consistent(_DECODER.decode(line))
+    except msgspec.ValidationError as e:
+        if line.lstrip()[:1] not in (b"{", "{"):
+            raise InvalidTrace("not_an_object", "expected a JSON object") from None
+        raise _validation_error(e) from None
+    except msgspec.DecodeError:
+        loads(line)  # raises with the precise reason
+        raise
+
+
+def convert(doc: dict) -> TraceRecord:
+    """A canonical trace dict (from :mod:`ctpipe.formats`), validated."""
+    try:
+        return _consistent(msgspec.convert(doc, TraceRecord))
+    except msgspec.ValidationError as e:
+        raise _validation_error(e) from None
 
 
 def parse_line(line: str) -> TraceRecord:
     """Parse and validate one JSONL line, or raise :class:`InvalidTrace` saying why."""
-    obj = loads(line)
-    if not isinstance(obj, dict):
-        raise InvalidTrace("not_an_object", f"expected a JSON object, got {type(obj).__name__}")
-    try:
-        return TraceRecord.model_validate(obj)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "record"
-        kind = {"missing": "missing_field"}.get(err["type"], "invalid_field")
-        raise InvalidTrace(kind, f"{where}: {err['msg']}") from None
+    return decode(line)
 
 
 def partition_dir(root: Path, ts: datetime) -> Path:
@@ -126,11 +167,15 @@ def partition_dir(root: Path, ts: datetime) -> Path:
     return root / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}"
 
 
-def partition_hour(path: Path) -> datetime:
-    """The UTC hour a partition file belongs to, from its directory names."""
-    date = path.parent.parent.name.removeprefix("date=")
-    hour = path.parent.name.removeprefix("hour=")
-    return datetime.strptime(f"{date} {hour}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
+def partition_hour(path: str | Path) -> datetime | None:
+    """The UTC hour a file belongs to from its ``date=``/``hour=`` folders, or None outside that layout."""
+    parts = Path(path).parts
+    try:
+        date = next(p for p in parts if p.startswith("date=")).removeprefix("date=")
+        hour = next((p for p in parts if p.startswith("hour=")), "hour=00").removeprefix("hour=")
+        return datetime.strptime(f"{date} {hour}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
+    except (StopIteration, ValueError):
+        return None
 
 
 def files_for_interval(root: Path, start: datetime, end: datetime) -> list[Path]:
@@ -151,4 +196,3 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
         for n, line in enumerate(f, 1):
             if line.strip():
                 yield n, line.rstrip("\n")
-

@@ -1,0 +1,572 @@
+"""Trace-to-dataset materialization, streaming: decode, validate, scrub, decontaminate, label, dedup, pair.
+
+Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which decode and
+validate each record (any format of :mod:`ctpipe.formats`, into the canonical trace of
+:mod:`ctpipe.traces`), scrub PII, drop prompts that overlap an evaluation set, and label rewards.
+This process takes their results back in source order, so everything order-dependent is decided
+the same way whatever the number of workers: duplicates (the first occurrence stays), trace ids
+seen twice with different content, and the row order of every table. Kept rows are written to
+``traces.parquet`` as they come and spilled, hashed by prompt, into buckets; each bucket then
+yields its prompts' GRPO rows and DPO pairs. Memory is bounded by the block size, the bucket size
+and 8-byte keys per trace, whatever the input size.
+
+Every record read ends up in ``traces.parquet`` or in ``quarantine.parquet`` with its source file,
+line or row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
+anything is published. The layout and publication rules are in :mod:`ctpipe.datasets`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from multiprocessing import get_context
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ctpipe import arith, dedup, formats, pii, rewards, sources, traces
+from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+from ctpipe.datasets import (
+    CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, dpo_pairs,
+)
+
+log = logging.getLogger(__name__)
+
+_IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
+_BUCKET_BYTES = 64 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+# Columns kept beside a trace's row until it is deduplicated and paired.
+_KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
+_ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
+_SPILL_SCHEMA = pa.schema([("row", pa.int64()), ("prompt_key", pa.uint64()), ("trace_id", pa.string()),
+                           ("messages", MESSAGES), ("completion", pa.string()), ("reference_answer", pa.string()),
+                           ("final_reward", pa.float64())])
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker needs to process blocks: picklable, sent once per worker."""
+
+    start: datetime
+    end: datetime
+    task: TaskConfig
+    reward: RewardConfig
+    dataset: DatasetConfig
+    eval_items: tuple[str, ...]
+
+
+@dataclass
+class Part:
+    """One block, processed: its valid rows and its quarantined items, in source order."""
+
+    rows: pa.Table
+    quarantine: list[dict]
+    read: int = 0  # records and undecodable items of the interval
+    outside: int = 0  # records of other intervals, not counted
+    pii: Counter = field(default_factory=Counter)
+    formats: Counter = field(default_factory=Counter)
+    digest: bytes = b""
+    langfuse: list[tuple[dict, tuple[str, int]]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ labels
+
+
+class Labeler:
+    """The reward signals of a trace and its ``final_reward``, as :class:`RewardConfig` says."""
+
+    def __init__(self, task: TaskConfig, cfg: RewardConfig):
+        self.task, self.cfg, self.weights = task, cfg, cfg.weights()
+
+    def reference(self, rec: traces.TraceRecord, prompt: str) -> str | None:
+        if self.cfg.verifier == "arith":
+            return arith.reference_answer(prompt)
+        return rec.reference_answer
+
+    def verifiable(self, completion: str, reference: str | None) -> float | None:
+        if reference is None or self.cfg.verifier == "none":
+            return None
+        if self.cfg.verifier == "arith":
+            return arith.correctness(completion, reference)
+        if self.cfg.verifier == "math":
+            return rewards.math_reward(completion, reference)
+        return rewards.exact_reward(completion, reference)
+
+    def label(self, rec: traces.TraceRecord, completion: str, reference: str | None) -> tuple:
+        """(verifiable, feedback, judge, final) of one trace."""
+        verifiable = self.verifiable(completion, reference)
+        feedback = rewards.feedback_reward(rec.feedback.thumb, rec.feedback.rating)
+        judge = None
+        if rec.scores and self.cfg.judge_weight > 0:
+            low, high = self.cfg.judge_range
+            judge = rewards.judge_reward([{"name": s.name, "value": s.value} for s in rec.scores],
+                                         self.cfg.judge_score, low, high)
+        final = rewards.combine({"verifiable": verifiable, "feedback": feedback, "judge": judge},
+                                self.weights, self.cfg.missing)
+        return verifiable, feedback, judge, final
+
+
+# ------------------------------------------------------------------------------------------ workers
+
+_JOB: Job | None = None
+_LABELER: Labeler | None = None
+_EVAL: dedup.NgramIndex | None = None
+
+
+def _init(job: Job) -> None:
+    global _JOB, _LABELER, _EVAL
+    _JOB, _LABELER = job, Labeler(job.task, job.reward)
+    _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
+
+
+def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
+    return {"source_file": file, "source_line": n, "reason": reason, "detail": detail[:2000], "raw": raw}
+
+
+def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
+    """(format, canonical records) of one line; InvalidTrace or FormatError when it has none."""
+    if fmt in ("auto", "ctpipe"):
+        try:
+            return "ctpipe", [traces.decode(raw)]
+        except traces.InvalidTrace as e:
+            if fmt == "ctpipe" or e.reason not in ("missing_field", "invalid_field"):
+                raise
+            doc = traces.loads(raw)
+            if formats.detect(doc) == "ctpipe":
+                raise
+    else:
+        doc = traces.loads(raw)
+    return _from_doc(doc, fmt)
+
+
+def _from_doc(doc, fmt: str) -> tuple[str, list]:
+    found = formats.detect(doc)
+    if found == "langfuse" and fmt in ("auto", "langfuse"):
+        return "langfuse", [doc]
+    if found == "ctpipe" and fmt in ("auto", "ctpipe"):
+        return "ctpipe", [traces.convert(doc)]
+    return found or fmt, [traces.convert(d) for d in formats.normalize(doc, fmt)]
+
+
+def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, traces.TraceRecord]]:
+    """(line or row, record) of the block's records in the interval; the rest goes to ``part``."""
+    when = traces.partition_hour(block.file)  # an unreadable line belongs with the record before it
+
+    def counted() -> bool:
+        return when is None or job.start <= when < job.end
+
+    def reject(n: int, reason: str, detail: str, raw: str) -> None:
+        if counted():
+            part.read += 1
+            part.quarantine.append(_quarantined(block.file, n, reason, detail, raw))
+
+    if block.batch is not None:
+        lines: Iterable = ((block.first + i, row) for i, row in enumerate(block.batch.to_pylist()))
+    else:
+        lines = ((block.first + i, raw) for i, raw in enumerate(block.data.split(b"\n")) if raw.strip())
+    for n, raw in lines:
+        try:
+            if isinstance(raw, dict):
+                fmt, recs = _from_doc(raw, job.dataset.format)
+            elif (big := sources.oversized(block.file, n, raw)) is not None:
+                reject(n, big.reason, big.detail, big.raw)
+                continue
+            else:
+                fmt, recs = _decode(raw.rstrip(b"\r"), job.dataset.format)
+        except (traces.InvalidTrace, formats.FormatError) as e:
+            text = raw if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
+            reason = getattr(e, "reason", "invalid_field")
+            if reason == "invalid_json" and not isinstance(raw, dict):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as u:
+                    reason, e = "invalid_utf8", u
+            reject(n, reason, str(e), text if isinstance(text, str) else json.dumps(text, default=str))
+            continue
+        part.formats[fmt] += len(recs)
+        if fmt == "langfuse":
+            part.langfuse.append((recs[0], (block.file, n)))
+            continue
+        for rec in recs:
+            when = rec.start_time
+            if job.start <= when < job.end:
+                part.read += 1
+                yield n, rec
+            else:
+                part.outside += 1
+    if block.damage is not None:
+        d = block.damage
+        reject(d.position, d.reason, d.detail, d.raw)
+
+
+def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Table:
+    """The canonical rows of valid records: scrubbed, decontaminated, labeled, keyed."""
+    job, labeler = _JOB, _LABELER
+    contents = [m.content for _, _, r in found for m in r.messages]
+    completions = [r.completion for _, _, r in found]
+    if job.dataset.scrub_pii:
+        contents, completions = pii.scrub_many(contents, part.pii), pii.scrub_many(completions, part.pii)
+    cols: dict[str, list] = {f.name: [] for f in _ROWS_SCHEMA}
+    user_texts, kept = [], []
+    at = 0
+    for (file, n, rec), completion in zip(found, completions):
+        messages = [{"role": m.role, "content": c} for m, c in zip(rec.messages, contents[at:at + len(rec.messages)])]
+        at += len(rec.messages)
+        kept.append((file, n, rec, messages, completion))
+        user_texts.append(dedup.normalize(" ".join(m["content"] for m in messages if m["role"] == "user")))
+    contaminated = _EVAL.overlaps_many(user_texts)
+    for (file, n, rec, messages, completion), user_text, bad in zip(kept, user_texts, contaminated):
+        if bad:
+            part.quarantine.append(_quarantined(file, n, "eval_contamination",
+                                                f"a prompt shares a {job.dataset.decontamination_ngram}-word "
+                                                "sequence with an evaluation item", msgspec.json.encode(rec).decode()))
+            continue
+        prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        reference = labeler.reference(rec, prompt)
+        verifiable, feedback, judge, final = labeler.label(rec, completion, reference)
+        chat = "\x1e".join(f"{m['role']}\x1f{m['content']}" for m in messages)
+        for name, value in (
+            ("trace_id", rec.trace_id), ("start_time", rec.start_time), ("end_time", rec.end_time),
+            ("model_name", rec.model.name), ("model_version", rec.model.version), ("messages", messages),
+            ("prompt", prompt), ("completion", completion), ("reference_answer", reference),
+            ("feedback_thumb", rec.feedback.thumb), ("feedback_rating", rec.feedback.rating),
+            ("scores", [msgspec.structs.asdict(s) for s in rec.scores]),
+            ("prompt_tokens", rec.usage.prompt_tokens), ("completion_tokens", rec.usage.completion_tokens),
+            ("latency_ms", rec.latency_ms), ("verifiable_reward", verifiable), ("feedback_reward", feedback),
+            ("judge_reward", judge), ("final_reward", final), ("source_file", file), ("source_line", n),
+            ("id_key", dedup.key(rec.trace_id)), ("exact_key", dedup.key(chat, completion)),
+            ("norm_key", dedup.key(dedup.normalize(chat), dedup.normalize(completion))), ("prompt_key", dedup.key(chat)),
+        ):
+            cols[name].append(value)
+    return pa.Table.from_pydict(cols, schema=_ROWS_SCHEMA)
+
+
+def _digest(block: sources.Block) -> bytes:
+    import xxhash
+
+    h = xxhash.xxh3_128(f"{block.file}:{block.first}:".encode())
+    if block.batch is not None:
+        for column in block.batch.columns:
+            for buf in column.buffers():
+                if buf is not None:
+                    h.update(buf)
+    h.update(block.data)
+    if block.damage is not None:
+        h.update(f"{block.damage.reason}:{block.damage.position}".encode())
+    return h.digest()
+
+
+def process(block: sources.Block) -> Part:
+    """One block, start to finish (in a worker, or in this process for small sources)."""
+    part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[], digest=_digest(block))
+    found = [(block.file, n, rec) for n, rec in _records(block, _JOB, part)]
+    part.rows = _rows(found, part)
+    return part
+
+
+def _langfuse_part(join: formats.LangfuseJoin) -> Part:
+    """Langfuse generations, joined with their scores across files, as one more part."""
+    part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[])
+    found = []
+    for doc, (file, n) in join.traces():
+        part.read += 1
+        try:
+            if isinstance(doc, formats.FormatError):
+                raise doc
+            rec = traces.convert(doc)
+        except (traces.InvalidTrace, formats.FormatError) as e:
+            part.quarantine.append(_quarantined(file, n, getattr(e, "reason", "invalid_field"), str(e), ""))
+            continue
+        if _JOB.start <= rec.start_time < _JOB.end:
+            found.append((file, n, rec))
+        else:
+            part.read -= 1
+            part.outside += 1
+    part.rows = _rows(found, part)
+    return part
+
+
+def _ordered(blocks: Iterable[sources.Block], job: Job, workers: int) -> Iterator[Part]:
+    """Processed blocks in source order; at most two blocks per worker in flight, so memory stays bounded."""
+    _init(job)  # this process also labels (Langfuse joins, small sources)
+    if workers <= 1:
+        yield from map(process, blocks)
+        return
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=(job,)) as pool:
+        pending: deque = deque()
+        for block in blocks:
+            pending.append(pool.submit(process, block))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+# ------------------------------------------------------------------------------------------ pairing
+
+
+def pair_bucket(path: str, cfg: DatasetConfig) -> tuple[pa.Table, pa.Table]:
+    """(GRPO rows, DPO pairs) of the prompts spilled into one bucket, in order of first appearance."""
+    with pa.memory_map(path) as source:
+        table = pa.ipc.open_file(source).read_all()
+    table = table.sort_by([("prompt_key", "ascending"), ("row", "ascending")])
+    keys, rows = table["prompt_key"].to_pylist(), table["row"].to_pylist()
+    ids, finals = table["trace_id"].to_pylist(), table["final_reward"].to_pylist()
+    completions, references = table["completion"].to_pylist(), table["reference_answer"].to_pylist()
+    groups: list[tuple[int, int, int]] = []  # (first row, start, stop) per prompt
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            groups.append((rows[start], start, i))
+            start = i
+    grpo, chosen, rejected = [], [], []
+    for _, lo, hi in sorted(groups):
+        if references[lo] is not None:
+            grpo.append(lo)
+        answers = [{"i": i, "trace_id": ids[i], "final_reward": finals[i], "completion": completions[i]} for i in range(lo, hi)]
+        for c, r in dpo_pairs(answers, cfg):
+            chosen.append(c["i"])
+            rejected.append(r["i"])
+
+    grpo, chosen, rejected = (pa.array(x, pa.int64()) for x in (grpo, chosen, rejected))
+
+    def said(indices: pa.Array) -> pa.Array:
+        content = table["completion"].take(indices).combine_chunks()
+        roles = pa.array(["assistant"] * len(indices))
+        return pa.ListArray.from_arrays(pa.array(range(len(indices) + 1), pa.int32()),
+                                        pa.StructArray.from_arrays([roles, content], ["role", "content"]))
+
+    grpo_table = pa.table({"prompt": table["messages"].take(grpo), "answer": table["reference_answer"].take(grpo)},
+                          schema=GRPO_SCHEMA)
+    dpo_table = pa.table({"prompt": table["messages"].take(chosen), "chosen": said(chosen), "rejected": said(rejected),
+                          "chosen_reward": table["final_reward"].take(chosen),
+                          "rejected_reward": table["final_reward"].take(rejected)}, schema=DPO_SCHEMA)
+    return grpo_table, dpo_table
+
+
+# ------------------------------------------------------------------------------------------ driver
+
+
+class _Dedup:
+    """First occurrence wins, in source order; 8-byte keys keep a million traces in tens of MB."""
+
+    def __init__(self):
+        self.ids: dict[int, int] = {}  # id key -> exact key of the content first read under it
+        self.exact: set[int] = set()
+        self.norm: set[int] = set()
+        self.counts: Counter = Counter()
+
+    def verdicts(self, rows: pa.Table) -> list[str | None]:
+        out: list[str | None] = []
+        for id_key, exact, norm in zip(*(rows[c].to_pylist() for c in ("id_key", "exact_key", "norm_key"))):
+            seen = self.ids.get(id_key)
+            if seen is not None and seen != exact:
+                reason = "duplicate_trace_id"
+            elif exact in self.exact:
+                reason = "duplicate"
+            elif norm in self.norm:
+                reason = "near_duplicate"
+            else:
+                reason = None
+                self.ids[id_key] = exact
+                self.exact.add(exact)
+                self.norm.add(norm)
+            if reason:
+                self.counts[reason] += 1
+            out.append(reason)
+        return out
+
+
+_DEDUP_DETAIL = {
+    "duplicate_trace_id": "trace_id already read with different content",
+    "duplicate": "same prompt and completion as an earlier trace",
+    "near_duplicate": "same prompt and completion as an earlier trace, ignoring case, spacing and punctuation",
+}
+
+
+def _eval_items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
+    items = sorted(arith.splits(task).held_out_prompts())
+    for uri in dataset.eval_sets:
+        for item in sources.read(uri):
+            doc = item.doc
+            text = doc.get("prompt") or doc.get("question") if isinstance(doc, dict) else doc
+            if not isinstance(text, str):
+                raise sources.SourceError(f"eval set {uri!r} line {item.position}: no prompt or question text")
+            items.append(text)
+    return tuple(items)
+
+
+def materialize(
+    source: str,
+    out: str,
+    start: datetime,
+    end: datetime,
+    *,
+    task: TaskConfig,
+    reward: RewardConfig,
+    dataset: DatasetConfig,
+) -> Manifest | None:
+    """Build (or find) the dataset version of ``[start, end)`` from the traces under ``source``.
+
+    None when the interval has no trace; SourceError when the source does not exist.
+    """
+    start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+    if end <= start:
+        raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
+    fs, files = sources.list_files(source)
+    files = [f for f in files if _may_hold(f, start, end)]
+    config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"})}
+    output = Output(out)
+    known = output.known_version(start, end, config, [(f, fs.ukey(f)) for f in files])
+    if known is not None:
+        return known
+
+    size = sum(fs.size(f) or 0 for f in files)
+    workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
+    buckets = max(1, math.ceil(size / _BUCKET_BYTES))
+    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset))
+    spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
+    staging = output.staging()
+    digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
+                                        "code": CODE_VERSION}, sort_keys=True).encode())
+    counts: Counter = Counter()
+    reasons: Counter = Counter()
+    found_pii: Counter = Counter()
+    found_formats: Counter = Counter()
+    dedupe = _Dedup()
+    stats = _RewardStats()
+    try:
+        spills = [pa.ipc.new_file(os.path.join(spill_dir, f"{b}.arrow"), _SPILL_SCHEMA,
+                                  options=pa.ipc.IpcWriteOptions(compression="lz4")) for b in range(buckets)]
+        with staging.writer("traces", TRACES_SCHEMA) as traces_out, staging.writer("quarantine", QUARANTINE_SCHEMA) as quarantine_out:
+            join = formats.LangfuseJoin()
+
+            def take(part: Part) -> None:
+                digest.update(part.digest)
+                counts["traces_in"] += part.read
+                counts["outside_interval"] += part.outside
+                found_pii.update(part.pii)
+                found_formats.update(part.formats)
+                for doc, where in part.langfuse:
+                    try:
+                        join.add(doc, where)
+                    except formats.FormatError as e:
+                        counts["traces_in"] += 1
+                        part.quarantine.append(_quarantined(where[0], where[1], e.reason, str(e), json.dumps(doc, default=str)))
+                rows = part.rows
+                verdicts = dedupe.verdicts(rows)
+                if any(verdicts):
+                    for i in (i for i, v in enumerate(verdicts) if v):
+                        row = rows.slice(i, 1).drop_columns([n for n, _ in _KEYS]).to_pylist()[0]
+                        part.quarantine.append(_quarantined(row["source_file"], row["source_line"], verdicts[i],
+                                                            _DEDUP_DETAIL[verdicts[i]], json.dumps(row, default=str)))
+                    rows = rows.filter(pa.array([v is None for v in verdicts]))
+                if part.quarantine:
+                    part.quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
+                    quarantine_out.write_table(pa.Table.from_pylist(part.quarantine, schema=QUARANTINE_SCHEMA))
+                    reasons.update(q["reason"] for q in part.quarantine)
+                if rows.num_rows:
+                    first = counts["traces"]
+                    counts["traces"] += rows.num_rows
+                    traces_out.write_table(rows.select(TRACES_SCHEMA.names))
+                    stats.add(rows["final_reward"])
+                    _spill(rows, first, spills)
+
+            for part in _ordered(sources.blocks(fs, files), job, workers):
+                take(part)
+            if join.generations:
+                take(_langfuse_part(join))
+        for s in spills:
+            s.close()
+        counts["quarantined"] = sum(reasons.values())
+        if counts["traces_in"] == 0:
+            staging.discard()
+            return None
+        if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
+            raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
+
+        with staging.writer("grpo", GRPO_SCHEMA) as grpo_out, staging.writer("dpo", DPO_SCHEMA) as dpo_out:
+            paths = [os.path.join(spill_dir, f"{b}.arrow") for b in range(buckets)]
+            if workers > 1 and buckets > 1:
+                with ProcessPoolExecutor(min(workers, buckets), mp_context=get_context("spawn")) as pool:
+                    paired = list(pool.map(pair_bucket, paths, [dataset] * buckets))
+            else:
+                paired = (pair_bucket(p, dataset) for p in paths)
+            for grpo, dpo in paired:
+                grpo_out.write_table(grpo)
+                dpo_out.write_table(dpo)
+                counts["grpo_prompts"] += grpo.num_rows
+                counts["dpo_pairs"] += dpo.num_rows
+    except BaseException:
+        staging.discard()
+        raise
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+    version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
+    manifest = staging.publish(
+        version,
+        interval=(start.isoformat(), end.isoformat()),
+        counts={k: counts[k] for k in ("traces_in", "traces", "quarantined", "grpo_prompts", "dpo_pairs", "outside_interval")},
+        quarantine_reasons=dict(sorted(reasons.items())),
+        reward_stats=stats.summary(),
+        scrubbed=dict(sorted(found_pii.items())),
+        source={"uri": source, "files": len(files), "formats": dict(sorted(found_formats.items())),
+                "content_hash": digest.hexdigest()},
+        config=config,
+    )
+    output.remember(start, end, config, [(f, fs.ukey(f)) for f in files], manifest.version)
+    return manifest
+
+
+def _may_hold(file: str, start: datetime, end: datetime) -> bool:
+    """False only for files in an hour partition wholly outside the interval."""
+    hour = traces.partition_hour(file)
+    if hour is None or "hour=" not in file:
+        return True
+    return start.replace(minute=0, second=0, microsecond=0) <= hour < end
+
+
+def _spill(rows: pa.Table, first: int, spills: list) -> None:
+    """Kept rows, by prompt bucket, for pairing once every row is in."""
+    spill = pa.table({
+        "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
+        **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
+    }, schema=_SPILL_SCHEMA)
+    if len(spills) == 1:
+        spills[0].write_table(spill)
+        return
+    bucket = pc.cast(pc.bit_wise_and(spill["prompt_key"], pa.scalar(2**63 - 1, pa.uint64())), pa.int64())
+    bucket = pc.divide(pc.multiply(pc.shift_right(bucket, 32), len(spills)), 2**31)
+    for b in pc.unique(bucket).to_pylist():
+        spills[b].write_table(spill.filter(pc.equal(bucket, b)))
+
+
+class _RewardStats:
+    def __init__(self):
+        self.n, self.total, self.low, self.high = 0, 0.0, math.inf, -math.inf
+
+    def add(self, column: pa.ChunkedArray) -> None:
+        valid = pc.drop_null(column)
+        if len(valid):
+            self.n += len(valid)
+            self.total += pc.sum(valid).as_py()
+            lo_hi = pc.min_max(valid).as_py()
+            self.low, self.high = min(self.low, lo_hi["min"]), max(self.high, lo_hi["max"])
+
+    def summary(self) -> dict:
+        if not self.n:
+            return {"labeled": 0, "mean": None, "min": None, "max": None}
+        return {"labeled": self.n, "mean": round(self.total / self.n, 6), "min": self.low, "max": self.high}
