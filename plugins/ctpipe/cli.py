@@ -4,8 +4,9 @@
     ctpipe up                        start Airflow (UI) and the local Ray head
     ctpipe down                      stop them and local serving (`ray stop`: every Ray process on this machine)
     ctpipe build-base                build (or find) the cached base model
-    ctpipe materialize --start T --end T
-                                     build the dataset version of an interval without Airflow
+    ctpipe materialize --start T --end T [--source URI] [--out URI] [--format auto] [--every 1h]
+                                     build the dataset version of an interval (or of each --every slice of it,
+                                     a backfill) without Airflow, and print its counts
     ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
                                      print the RayJob a training run becomes on Kubernetes
     ctpipe k8s serving --champion V [--canary V --weight W] [--kserve]
@@ -18,7 +19,7 @@ import argparse
 import json
 import logging
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
@@ -84,11 +85,40 @@ def cmd_build_base(args) -> int:
     return 0
 
 
-def cmd_materialize(args) -> int:
-    from ctpipe.pipeline import materialize_interval
+def _duration(text: str) -> timedelta:
+    units = {"m": "minutes", "h": "hours", "d": "days"}
+    try:
+        value = timedelta(**{units[text[-1]]: float(text[:-1])})
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30m, 1h or 1d") from None
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not positive")
+    return value
 
-    extra = materialize_interval(_settings(), args.start, args.end)
-    print(json.dumps(extra, indent=2) if extra else "no traces in this interval")
+
+def cmd_materialize(args) -> int:
+    from ctpipe.config import DatasetConfig
+    from ctpipe.materialize import materialize
+
+    s = _settings()
+    dataset = DatasetConfig(**{**s.dataset.model_dump(), **({"format": args.format} if args.format else {})})
+    source, out = args.source or str(s.traces_dir), args.out or str(s.datasets_dir)
+    step = args.every or (args.end - args.start)
+    start = args.start
+    while start < args.end:
+        end = min(start + step, args.end)
+        m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
+        if m is None:
+            print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
+        else:
+            c = m.counts
+            print(f"{start.isoformat()} .. {end.isoformat()}: version {m.version}\n"
+                  f"  traces in {c['traces_in']} = {c['traces']} rows + {c['quarantined']} quarantined "
+                  f"{json.dumps(m.quarantine_reasons)}\n"
+                  f"  {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} DPO pairs; reward {json.dumps(m.reward_stats)}\n"
+                  f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
+                  f"  {m.uri}")
+        start = end
     return 0
 
 
@@ -165,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("materialize", help="build a dataset version without Airflow")
     p.add_argument("--start", type=_aware, required=True)
     p.add_argument("--end", type=_aware, required=True)
+    p.add_argument("--source", help="traces: a path or fsspec URI (default: the local trace store)")
+    p.add_argument("--out", help="where versions are published (default: the local dataset store)")
+    p.add_argument("--format", choices=["auto", "ctpipe", "openai", "otel", "langfuse"], help="default: dataset.format")
+    p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.set_defaults(fn=cmd_materialize)
     k8s = sub.add_parser("k8s", help="Kubernetes manifests").add_subparsers(dest="k8s_command", required=True)
     p = k8s.add_parser("render", help="print the RayJob a training run becomes")

@@ -7,6 +7,7 @@ run in different processes, all read the same settings. Unknown keys fail.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -74,12 +75,14 @@ class TrafficConfig(_Section):
 class RewardConfig(_Section):
     """How ``final_reward`` combines the signals of a trace: a weighted mean, with a policy for absent ones."""
 
-    verifier: Literal["arith", "math", "exact", "none"] = Field(
+    verifier: Literal["arith", "math", "exact", "regex", "none"] = Field(
         "arith",
         description="The verifiable signal. arith: the built-in task's check against the answer its question "
-        "implies; math: math-verify against the trace's reference_answer (1/2 equals 0.5); exact: trimmed, "
-        "case-insensitive equality with reference_answer; none: no verifiable signal.",
+        "implies; math: math-verify against the trace's reference_answer (1/2 equals 0.5; about a millisecond "
+        "a trace); exact: the whole completion equals reference_answer (trimmed, case-insensitive); regex: the "
+        "first group of answer_regex's first match equals reference_answer; none: no verifiable signal.",
     )
+    answer_regex: str = Field(r"####\s*(\S+)", description="regex verifier: where a completion states its answer.")
     verifiable_weight: float = Field(0.8, ge=0)
     feedback_weight: float = Field(0.2, ge=0, description="User feedback: thumbs (up 1, down 0) or 1-5 ratings.")
     judge_weight: float = Field(0.0, ge=0, description="A judge score carried in the trace's scores.")
@@ -95,6 +98,11 @@ class RewardConfig(_Section):
     def _some_weight(self) -> RewardConfig:
         if self.verifiable_weight + self.feedback_weight + self.judge_weight <= 0:
             raise ValueError("at least one reward weight must be positive")
+        try:
+            if re.compile(self.answer_regex).groups < 1:
+                raise ValueError(f"answer_regex={self.answer_regex!r} has no group to read the answer from")
+        except re.error as e:
+            raise ValueError(f"answer_regex={self.answer_regex!r} is not a regex: {e}") from None
         if self.judge_range[1] <= self.judge_range[0]:
             raise ValueError(f"judge_range={list(self.judge_range)} must be increasing")
         return self

@@ -32,18 +32,30 @@ def normalize(text: str) -> str:
     return b" ".join(text.lower().encode("utf-8", "surrogatepass").translate(_SEPARATORS).split()).decode("utf-8", "replace")
 
 
+_SQUASHED = (string.punctuation + string.whitespace).encode()
+
+
+def squash(text: str) -> bytes:
+    """The normalized-duplicate form: lower case with ASCII punctuation and whitespace removed.
+
+    >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !")
+    True
+    """
+    return text.lower().encode("utf-8", "surrogatepass").translate(None, _SQUASHED)
+
+
 def words(text: str) -> list[str]:
     return normalize(text).split()
 
 
-def key(*texts: str) -> int:
-    """A 64-bit key of texts, stable across processes and runs (unlike ``hash``)."""
-    return xxhash.xxh3_64_intdigest("\x00".join(texts).encode("utf-8", "surrogatepass"))
+def key(text: str | bytes) -> int:
+    """A 64-bit key, stable across processes and runs (unlike ``hash``)."""
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
 
 
-def fingerprint(text: str) -> bytes:
+def fingerprint(text: str) -> int:
     """The normalized-duplicate key: equal for texts that differ only in case, spacing or punctuation."""
-    return hashlib.blake2b(normalize(text).encode(), digest_size=16).digest()
+    return key(squash(text))
 
 
 def _grams(ws: list[str], n: int) -> Iterable[bytes]:

@@ -44,6 +44,16 @@ def exact_reward(completion: str, reference: str) -> float | None:
     return 1.0 if completion.strip().casefold() == reference.strip().casefold() else 0.0
 
 
+def extracted_reward(completion: str, reference: str, pattern: re.Pattern) -> float | None:
+    """1.0 when the first group of ``pattern``'s first match equals ``reference`` (trimmed, case-insensitive).
+
+    >>> extracted_reward("so 40 + 2 = 42 #### 42", "42", re.compile(r"####\\s*(\\S+)"))
+    1.0
+    """
+    m = pattern.search(completion)
+    return exact_reward(m.group(1), reference) if m else (None if not reference.strip() else 0.0)
+
+
 def regex_reward(completion: str, pattern: str) -> float:
     """1.0 when ``pattern`` matches anywhere in the completion.
 
@@ -92,12 +102,17 @@ def combine(signals: Mapping[str, float | None], weights: Mapping[str, float], m
     >>> combine({"verifiable": 1.0, "feedback": None}, w, "drop") is None
     True
     """
-    used = {k: w for k, w in weights.items() if w > 0}
-    present = {k: signals[k] for k in used if signals.get(k) is not None}
-    if missing == "drop" and len(present) < len(used):
-        return None
-    if missing == "zero":
-        return round(sum(used[k] * present.get(k, 0.0) for k in used) / sum(used.values()), 6)
-    if not present:
-        return None
-    return round(sum(used[k] * v for k, v in present.items()) / sum(used[k] for k in present), 6)
+    total = weight = 0.0
+    for name, w in weights.items():  # a plain loop: this runs once per trace, a million times an interval
+        if w <= 0:
+            continue
+        value = signals.get(name)
+        if value is None:
+            if missing == "drop":
+                return None
+            if missing == "zero":
+                weight += w
+            continue
+        total += w * value
+        weight += w
+    return round(total / weight, 6) if weight else None

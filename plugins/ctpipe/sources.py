@@ -27,7 +27,7 @@ from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
-MAX_RECORD_BYTES = 64 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
+MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 BLOCK_BYTES = 4 * 1024 * 1024
 _BATCH_ROWS = 2048
 
@@ -93,8 +93,9 @@ def _gunzip(f) -> Iterator[bytes]:
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
     line = 1  # number of the first line not yet handed out
-    rest = b""
-    skipping: tuple[int, bytes] | None = None  # (bytes skipped, head) of an oversized line
+    pending: list[bytes] = []  # the start of a line that has not ended yet, in pieces (joined once, not per read)
+    size = 0
+    skipped: tuple[int, bytes] | None = None  # (bytes, head) of an oversized line being read through
     with fs.open(file, "rb") as f:
         chunks = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
         while True:
@@ -102,33 +103,36 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
                 chunk = next(chunks, b"")
             except (EOFError, zlib.error) as e:
                 # Every whole line before the damage was handed out; the cut one is the damaged item.
+                head = b"".join(pending)[:2000] if skipped is None else skipped[1]
                 yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
-                                                    raw=rest[:2000].decode("utf-8", "replace")))
+                                                    raw=head.decode("utf-8", "replace")))
                 return
-            if skipping is not None:
+            cut = chunk.rfind(b"\n")
+            if skipped is not None:
                 end = chunk.find(b"\n")
                 if end < 0 and chunk:
-                    skipping = (skipping[0] + len(chunk), skipping[1])
+                    skipped = (skipped[0] + len(chunk), skipped[1])
                     continue
-                size = skipping[0] + (end if end >= 0 else 0)
                 yield Block(file, line, damage=Item(file, line, reason="record_too_large",
-                                                    detail=f"{size} bytes > {MAX_RECORD_BYTES}",
-                                                    raw=skipping[1].decode("utf-8", "replace")))
+                                                    detail=f"{skipped[0] + max(end, 0)} bytes > {MAX_RECORD_BYTES}",
+                                                    raw=skipped[1][:200].decode("utf-8", "replace")))
                 line += 1
-                skipping = None
+                skipped = None
                 chunk = chunk[end + 1:] if end >= 0 else b""
+                cut = chunk.rfind(b"\n")
             if not chunk:
-                if rest:
-                    yield Block(file, line, data=rest)
+                if pending:
+                    yield Block(file, line, data=b"".join(pending))
                 return
-            data = rest + chunk
-            cut = data.rfind(b"\n")
             if cut < 0:
-                rest = data
-                if len(rest) > MAX_RECORD_BYTES:
-                    skipping, rest = (len(rest), rest[:200]), b""
+                pending.append(chunk)
+                size += len(chunk)
+                if size > MAX_RECORD_BYTES:
+                    head = b"".join(pending[:1])[:200]
+                    skipped, pending, size = (size, head), [], 0
                 continue
-            block, rest = data[:cut], data[cut + 1:]
+            block = b"".join([*pending, chunk[:cut]])
+            pending, size = [chunk[cut + 1:]], len(chunk) - cut - 1
             yield Block(file, line, data=block)
             line += block.count(b"\n") + 1
 

@@ -105,6 +105,8 @@ def loads(text: str | bytes) -> Any:
     """Strict JSON (NaN and Infinity refused, as JSON itself does), or :class:`InvalidTrace` saying why."""
     try:
         return msgspec.json.decode(text)
+    except UnicodeDecodeError as e:
+        raise InvalidTrace("invalid_utf8", str(e)) from None
     except msgspec.DecodeError as e:
         try:  # the rare failing line: ask the standard library whether a non-finite number was the cause
             json.loads(text, parse_constant=_reject_constant)
@@ -144,7 +146,7 @@ def decode(line: bytes | str) -> TraceRecord:
         if line.lstrip()[:1] not in (b"{", "{"):
             raise InvalidTrace("not_an_object", "expected a JSON object") from None
         raise _validation_error(e) from None
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         loads(line)  # raises with the precise reason
         raise
 

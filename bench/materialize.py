@@ -1,0 +1,304 @@
+"""Materializer throughput against DuckDB and against a no-processing floor, side by side.
+
+Usage:
+    python bench/materialize.py [--traces 1000000] [--dir /tmp/ctpipe-bench-materialize]
+
+Writes synthetic chat traces (our schema, about 2.4 KB each: a system prompt, a question, a worked
+answer ending in "#### <answer>"; 6% carry PII, 3% are logged twice, 2% again with other case and
+punctuation, 1% are malformed, 0.5% quote an evaluation question, 60% have a thumb, 30% a judge
+score) as JSONL, once per size, then runs three transforms over the same files, each in its own
+process, one after the other:
+
+* ctpipe: ``ctpipe.materialize`` (validate, quarantine, scrub PII, decontaminate, label with the
+  regex verifier plus feedback and judge, dedup, GRPO prompts and DPO pairs, zstd Parquet);
+* duckdb: the same transform as one SQL script (DuckDB's JSON reader, RE2 regexes, window
+  functions for dedup and pairing, zstd Parquet), with its own threads on every core;
+* floor: pyarrow's streaming JSON reader straight into a zstd Parquet writer, nothing else.
+
+Prints traces/s and peak RSS of each (ctpipe's includes its worker processes: the parent's peak
+plus each worker's), and as its last line:
+    ratio_vs_duckdb=<x> ratio_vs_floor=<y> peak_rss_mb=<z>
+Run it while nothing else loads the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+T0 = datetime(2026, 11, 22, 10, 0, tzinfo=timezone.utc)
+WORDS = ("the a of to and in is it that for on with as was by at from this be are or an which have not but all "
+         "number total each step first then so we add sum result value twice more less half three four five six "
+         "apples trains hours price cost store ratio rate distance speed water tank fill empty minutes").split()
+EVAL_ITEM = ("a farmer has seventeen sheep and all but nine run away through a broken fence how many sheep "
+             "does the farmer have left at the end of the day")
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choices(WORDS, k=n))
+
+
+def generate(path: Path, n: int, seed: int = 0) -> None:
+    """``n`` traces in files of 100k lines under ``path``."""
+    import msgspec
+
+    rng = random.Random(seed)
+    system = _text(rng, 70)
+    questions = [(_text(rng, 110) + f" What is {a} plus {b}?", str(a + b))
+                 for a, b in ((rng.randrange(1000), rng.randrange(1000)) for _ in range(max(1, n // 4)))]
+    path.mkdir(parents=True, exist_ok=True)
+    enc = msgspec.json.Encoder()
+    out, previous, last = None, None, None
+    for i in range(n):
+        if i % 100_000 == 0:
+            if out:
+                out.close()
+            out = open(path / f"part-{i // 100_000:04d}.jsonl", "wb")
+        roll = rng.random()
+        if previous is not None and roll < 0.03:  # logged twice
+            out.write(previous + b"\n")
+            continue
+        if last is not None and roll > 0.98:  # the same answer again, other case and punctuation
+            rec = dict(last, trace_id=f"tr-{i:09d}", completion=last["completion"].upper() + "!")
+            out.write(enc.encode(rec) + b"\n")
+            continue
+        question, answer = rng.choice(questions)
+        if roll < 0.035:
+            question = EVAL_ITEM.capitalize() + "? " + question
+        elif roll < 0.095:
+            question += rng.choice([" mail me at jo.doe@example.com", " call +1 415-555-0100", " card 4111 1111 1111 1111"])
+        right = rng.random() < 0.5
+        completion = _text(rng, 190) + f" #### {answer if right else int(answer) + rng.randrange(1, 9)}"
+        start = T0 + timedelta(microseconds=int(i * 3_600_000_000 / n))
+        rec = {
+            "trace_id": f"tr-{i:09d}",
+            "start_time": start.isoformat(),
+            "end_time": (start + timedelta(milliseconds=900)).isoformat(),
+            "model": {"name": "assistant", "version": "v7"},
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "completion": completion,
+            "usage": {"prompt_tokens": 210, "completion_tokens": 230, "total_tokens": 440},
+            "feedback": {"thumb": ("up" if right else "down") if rng.random() < 0.6 else None, "rating": None},
+            "latency_ms": 900.0,
+            "reference_answer": answer if rng.random() < 0.8 else None,
+            "scores": [{"name": "judge", "value": round(rng.random() * 10, 1), "source": "eval"}] if rng.random() < 0.3 else [],
+        }
+        line = enc.encode(rec)
+        if rng.random() < 0.01:
+            line = line[: len(line) // 2]  # cut mid-record, as a crashed writer leaves it
+        out.write(line + b"\n")
+        previous, last = line, rec
+    out.close()
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+def settings_for_bench():
+    from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+
+    return (TaskConfig(), RewardConfig(verifier="regex", verifiable_weight=0.6, feedback_weight=0.2, judge_weight=0.2,
+                                       judge_range=(0, 10)), DatasetConfig(eval_sets=[]))
+
+
+def run_ctpipe(src: Path, out: Path) -> dict:
+    from ctpipe.materialize import materialize
+
+    task, reward, dataset = settings_for_bench()
+    (src.parent / "eval.jsonl").write_text(json.dumps({"prompt": EVAL_ITEM}) + "\n")
+    dataset = dataset.model_copy(update={"eval_sets": [str(src.parent / "eval.jsonl")]})
+    m = materialize(str(src), str(out), T0, T0 + timedelta(hours=1), task=task, reward=reward, dataset=dataset)
+    return {"counts": m.counts, "reasons": m.quarantine_reasons, "scrubbed": m.scrubbed}
+
+
+def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
+    from ctpipe import pii
+
+    q = "'" + "''".join(str(src).split("'")) + "'"
+
+    def scrub(col: str) -> str:  # the same patterns, in the same order, as ctpipe.pii (Luhn not checked)
+        expr = col
+        for name, rx in (("SECRET", pii._SECRET.pattern), ("EMAIL", pii._EMAIL.pattern), ("CARD", pii._CARD.pattern),
+                         ("PHONE", pii._PHONE.pattern)):
+            rx = rx.replace("(?<![\\d-])", "").replace("(?![\\d-])", "").replace("(?<![\\w+])", "").replace("(?![\\w-])", "")
+            rx = rx.replace("(?<=Bearer )", "Bearer ").replace("\\b", "")
+            expr = f"regexp_replace({expr}, '{rx.replace(chr(39), chr(39) * 2)}', '<{name}>', 'g')"
+        return expr
+
+    def norm(col: str) -> str:
+        return f"trim(regexp_replace(lower({col}), '[[:punct:][:space:]]+', ' ', 'g'))"
+
+    return f"""
+CREATE TEMP TABLE raw AS SELECT * FROM read_json({q} || '/*.jsonl', format='newline_delimited', ignore_errors=true,
+  maximum_object_size=67108864, columns={{trace_id: 'VARCHAR', start_time: 'TIMESTAMPTZ', end_time: 'TIMESTAMPTZ',
+  model: 'STRUCT(name VARCHAR, version VARCHAR)', messages: 'STRUCT(role VARCHAR, content VARCHAR)[]',
+  completion: 'VARCHAR', usage: 'STRUCT(prompt_tokens BIGINT, completion_tokens BIGINT, total_tokens BIGINT)',
+  feedback: 'STRUCT(thumb VARCHAR, rating DOUBLE)', latency_ms: 'DOUBLE', reference_answer: 'VARCHAR',
+  scores: 'STRUCT(name VARCHAR, value DOUBLE, label VARCHAR, source VARCHAR)[]'}},
+  filename=true);
+CREATE TEMP TABLE valid AS
+  SELECT row_number() OVER () AS row, * REPLACE (
+      list_transform(messages, lambda m: struct_pack(role := m.role, content := {scrub('m.content')})) AS messages,
+      {scrub('completion')} AS completion)
+  FROM raw
+  WHERE trace_id <> '' AND start_time >= TIMESTAMPTZ '{T0.isoformat()}' AND start_time < TIMESTAMPTZ '{(T0 + timedelta(hours=1)).isoformat()}'
+    AND end_time >= start_time AND model.name <> '' AND model.version <> '' AND len(messages) > 0
+    AND list_bool_or(list_transform(messages, lambda m: m.role = 'user')) AND trim(completion) <> ''
+    AND usage.prompt_tokens >= 0 AND latency_ms >= 0 AND isfinite(latency_ms);
+CREATE TEMP TABLE keyed AS SELECT *,
+    list_filter(messages, lambda m: m.role = 'user')[-1].content AS prompt,
+    hash(messages) AS prompt_key, hash(messages, completion) AS exact_key,
+    hash({norm("array_to_string(list_transform(messages, lambda m: m.role || ' ' || m.content), ' ')")}, {norm('completion')}) AS norm_key,
+    regexp_matches({norm("array_to_string(list_transform(list_filter(messages, lambda m: m.role = 'user'), lambda m: m.content), ' ')")}, '{eval_pattern}') AS contaminated
+  FROM valid;
+CREATE TEMP TABLE kept AS SELECT * FROM keyed WHERE NOT contaminated
+  QUALIFY row_number() OVER (PARTITION BY exact_key ORDER BY row) = 1 AND row_number() OVER (PARTITION BY norm_key ORDER BY row) = 1;
+CREATE TEMP TABLE labeled AS SELECT *,
+    CASE WHEN reference_answer IS NULL THEN NULL WHEN lower(trim(regexp_extract(completion, '####\\s*(\\S+)', 1))) = lower(trim(reference_answer)) THEN 1.0 ELSE 0.0 END AS verifiable_reward,
+    CASE feedback.thumb WHEN 'up' THEN 1.0 WHEN 'down' THEN 0.0 ELSE (feedback.rating - 1) / 4 END AS feedback_reward,
+    least(1.0, greatest(0.0, list_avg(list_transform(list_filter(scores, lambda s: s.name = 'judge'), lambda s: s.value)) / 10)) AS judge_reward
+  FROM kept;
+CREATE TEMP TABLE final AS SELECT *,
+    (coalesce(0.6 * verifiable_reward, 0) + coalesce(0.2 * feedback_reward, 0) + coalesce(0.2 * judge_reward, 0))
+      / nullif((CASE WHEN verifiable_reward IS NULL THEN 0 ELSE 0.6 END) + (CASE WHEN feedback_reward IS NULL THEN 0 ELSE 0.2 END)
+      + (CASE WHEN judge_reward IS NULL THEN 0 ELSE 0.2 END), 0) AS final_reward
+  FROM labeled;
+COPY (SELECT trace_id, start_time, end_time, model.name AS model_name, model.version AS model_version, messages, prompt,
+             completion, reference_answer, feedback.thumb AS feedback_thumb, feedback.rating AS feedback_rating, scores,
+             usage.prompt_tokens, usage.completion_tokens, latency_ms, verifiable_reward, feedback_reward, judge_reward,
+             final_reward, filename AS source_file FROM final ORDER BY row)
+  TO '{out}/traces.parquet' (FORMAT parquet, COMPRESSION zstd);
+COPY (SELECT raw.filename AS source_file, 'invalid or quarantined' AS reason, raw.trace_id FROM raw
+      ANTI JOIN final USING (trace_id)) TO '{out}/quarantine.parquet' (FORMAT parquet, COMPRESSION zstd);
+COPY (SELECT first(messages ORDER BY row) AS prompt, first(reference_answer ORDER BY row) AS answer FROM final
+      WHERE reference_answer IS NOT NULL GROUP BY prompt_key ORDER BY min(row))
+  TO '{out}/grpo.parquet' (FORMAT parquet, COMPRESSION zstd);
+COPY (WITH ranked AS (
+        SELECT *, row_number() OVER w AS best, row_number() OVER (PARTITION BY prompt_key ORDER BY final_reward ASC, trace_id DESC) AS worst,
+               count(*) OVER (PARTITION BY prompt_key) AS n
+        FROM final WHERE final_reward IS NOT NULL WINDOW w AS (PARTITION BY prompt_key ORDER BY final_reward DESC, trace_id))
+      SELECT c.messages AS prompt, [struct_pack(role := 'assistant', content := c.completion)] AS chosen,
+             [struct_pack(role := 'assistant', content := r.completion)] AS rejected,
+             c.final_reward AS chosen_reward, r.final_reward AS rejected_reward
+      FROM ranked c JOIN ranked r ON c.prompt_key = r.prompt_key AND c.best = r.worst
+      WHERE c.best <= 2 AND c.best <= c.n // 2 AND c.final_reward - r.final_reward >= 0.5 AND trim(c.completion) <> trim(r.completion))
+  TO '{out}/dpo.parquet' (FORMAT parquet, COMPRESSION zstd);
+"""
+
+
+def run_duckdb(src: Path, out: Path) -> dict:
+    import re
+
+    import duckdb
+
+    from ctpipe import arith, dedup
+
+    task, _, _ = settings_for_bench()
+    items = sorted(arith.splits(task).held_out_prompts()) + [EVAL_ITEM]
+    grams = sorted({" ".join(ws[i:i + min(13, len(ws))]) for ws in map(dedup.words, items) for i in range(max(1, len(ws) - 12))})
+    pattern = "(^| )(" + "|".join(re.escape(g) for g in grams) + ")( |$)"
+    out.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute(f"SET threads = {os.cpu_count()}; SET preserve_insertion_order = true; SET temp_directory = '{out}/tmp'")
+    con.execute(_duckdb_sql(src, out, pattern))
+    rows = con.execute(f"SELECT count(*) FROM '{out}/traces.parquet'").fetchone()[0]
+    return {"rows": rows}
+
+
+def well_formed(src: Path, out: Path) -> Path:
+    """The floor reads only the well-formed lines: pyarrow's reader cannot skip a broken one."""
+    import msgspec
+
+    def parses(line: bytes) -> bool:
+        try:
+            return isinstance(msgspec.json.decode(line), dict)
+        except msgspec.DecodeError:
+            return False
+
+    good = out / "good"
+    good.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.jsonl")):
+        with open(path, "rb") as f, open(good / path.name, "wb") as g:
+            g.writelines(line for line in f if parses(line))
+    return good
+
+
+def run_floor(good: Path, out: Path) -> dict:
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    rows = 0
+    writer = None
+    for path in sorted(good.glob("*.jsonl")):
+        reader = pj.open_json(path, read_options=pj.ReadOptions(block_size=16 << 20))
+        for batch in reader:
+            if writer is None:
+                writer = pq.ParquetWriter(out / "traces.parquet", batch.schema, compression="zstd")
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    writer.close()
+    return {"rows": rows}
+
+
+def child(kind: str, src: Path, out: Path) -> None:
+    if kind == "floor":  # the floor's line filter is not part of what it measures
+        good = well_formed(src, out)
+        started = time.perf_counter()
+        result = run_floor(good, out)
+    else:
+        started = time.perf_counter()
+        result = {"ctpipe": run_ctpipe, "duckdb": run_duckdb}[kind](src, out)
+    result["seconds"] = time.perf_counter() - started
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    workers = (os.cpu_count() or 1) if kind == "ctpipe" and children_kb else 0
+    result["peak_rss_mb"] = (self_kb + workers * children_kb) / 1024
+    print("RESULT " + json.dumps(result, default=str))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--traces", type=int, default=1_000_000)
+    p.add_argument("--dir", type=Path, default=Path("/tmp/ctpipe-bench-materialize"))
+    p.add_argument("--child", choices=["ctpipe", "duckdb", "floor"], help=argparse.SUPPRESS)
+    p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args.child, args.src, args.out)
+        return
+    src = args.dir / f"traces-{args.traces}" / "date=2026-11-22"
+    if not (src / "DONE").exists():
+        print(f"writing {args.traces} traces to {src} ...", flush=True)
+        generate(src, args.traces)
+        (src / "DONE").write_text("")
+    size = sum(f.stat().st_size for f in src.glob("*.jsonl"))
+    print(f"input: {args.traces} traces, {size / 1e9:.2f} GB, {size / args.traces:.0f} bytes each", flush=True)
+    results = {}
+    for kind in ("ctpipe", "duckdb", "floor"):
+        out = args.dir / f"out-{kind}"
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        done = subprocess.run([sys.executable, __file__, "--child", kind, "--src", str(src), "--out", str(out)],
+                              capture_output=True, text=True)
+        line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"{kind} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        results[kind] = r = json.loads(line[7:])
+        r["rate"] = args.traces / r["seconds"]
+        print(f"{kind:7s} {r['seconds']:7.1f} s  {r['rate']:9.0f} traces/s  peak RSS {r['peak_rss_mb']:7.0f} MB  "
+              f"{ {k: v for k, v in r.items() if k not in ('seconds', 'rate', 'peak_rss_mb')} }", flush=True)
+    ours = results["ctpipe"]
+    print(f"ratio_vs_duckdb={ours['rate'] / results['duckdb']['rate']:.2f} "
+          f"ratio_vs_floor={ours['rate'] / results['floor']['rate']:.2f} peak_rss_mb={ours['peak_rss_mb']:.0f}")
+
+
+if __name__ == "__main__":
+    main()

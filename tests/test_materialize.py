@@ -1,0 +1,215 @@
+"""The materializer on real files: every format, every kind of damage, PII, dedup, decontamination, labels, workers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ctpipe import materialize as mat
+from ctpipe import sources
+from ctpipe.cli import main
+from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+from tests.conftest import T0, trace
+from tests.test_formats import OPENAI, kv, otlp
+
+HOUR = timedelta(hours=1)
+
+
+def run(src, out, start=T0, end=T0 + HOUR, reward=None, dataset=None):
+    return mat.materialize(str(src), str(out), start, end, task=TaskConfig(), reward=reward or RewardConfig(),
+                           dataset=dataset or DatasetConfig())
+
+
+def lines(*records) -> bytes:
+    return b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in records)
+
+
+def table(m, name: str) -> list[dict]:
+    return pq.read_table(m.path / f"{name}.parquet").to_pylist()
+
+
+def accounted(m) -> bool:
+    c = m.counts
+    return c["traces_in"] == c["traces"] + c["quarantined"] == len(table(m, "traces")) + len(table(m, "quarantine"))
+
+
+def at(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, timezone.utc)
+
+
+def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ours.jsonl").write_bytes(lines(trace(1, "What is 103 plus 3?", "106")))
+    with gzip.open(src / "openai.jsonl.gz", "wb") as f:
+        f.write(lines(OPENAI))
+    (src / "otel.jsonl").write_bytes(lines(otlp([
+        kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
+        kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])))
+    pq.write_table(pa.Table.from_pylist([
+        {"id": "obs-1", "traceId": "lf-1", "type": "GENERATION", "startTime": "2026-11-22T09:33:20Z",
+         "endTime": "2026-11-22T09:33:21Z", "model": "m", "input": [{"role": "user", "content": "What is 6 plus 1?"}],
+         "output": {"role": "assistant", "content": "7"}},
+    ]), src / "langfuse-observations.parquet")
+    (src / "langfuse-scores.jsonl").write_bytes(lines(
+        {"id": "s-1", "traceId": "lf-1", "observationId": "obs-1", "name": "judge", "value": 0.5,
+         "dataType": "NUMERIC", "source": "EVAL"}))
+    (src / "other.jsonl").write_bytes(lines({"hello": "world"}))
+    created = OPENAI["response"]["created"]
+    m = run(src, tmp_path / "out", at(created) - HOUR, T0 + HOUR,
+            reward=RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0))
+    assert m.source["formats"] == {"ctpipe": 1, "langfuse": 2, "openai": 1, "otel": 1}
+    assert accounted(m) and m.quarantine_reasons == {"unknown_format": 1}
+    (q,) = table(m, "quarantine")
+    assert q["source_file"].endswith("other.jsonl") and "hello" in q["detail"]
+    rows = {r["trace_id"]: r for r in table(m, "traces")}
+    assert rows["lf-1:obs-1"]["judge_reward"] == 0.5 and rows["lf-1:obs-1"]["final_reward"] == 0.5
+    assert rows["chatcmpl-1"]["completion"] == "5" and rows["chatcmpl-1"]["source_file"].endswith("openai.jsonl.gz")
+
+
+def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)  # many blocks, so a record never depends on its block
+    src = tmp_path / "src"
+    src.mkdir()
+    good = [trace(i, f"Compute {i} + 1", str(i + 1)) for i in range(1, 60)]
+    damaged = [
+        b'{"trace_id": "utf", "completion": "\xff\xfe"}',
+        json.dumps(trace(100, latency_ms=float("nan"))).encode(),
+        json.dumps(trace(101, feedback={"thumb": None, "rating": float("inf")})).encode(),
+        trace(102, usage={"prompt_tokens": "ten", "completion_tokens": 1, "total_tokens": 11}),
+        trace(103, completion="different", prompt="Compute 1 + 1") | {"trace_id": "t1"},  # id reused, other content
+        json.dumps(trace(104, completion="x" * 50_000_000)).encode(),  # a 50 MB record
+        trace(105, start_time="yesterday"),
+        b"[1, 2, 3]",
+        # The schema changes mid-file: another writer's field names and types from here on.
+        {"id": "t106", "ts": 1795340000, "prompt": "What is 2 plus 2?", "answer": 4},
+    ]
+    body = lines(*good[:30], *damaged, *good[30:])
+    (src / "a.jsonl").write_bytes(body)
+    (src / "empty.jsonl").write_bytes(b"")
+    cut = gzip.compress(lines(*(trace(200 + i, f"Compute {i} + 2", str(i + 2)) for i in range(300))))
+    (src / "b.jsonl.gz").write_bytes(cut[: len(cut) * 2 // 3])
+    m = run(src, tmp_path / "out")
+    assert accounted(m)
+    assert m.quarantine_reasons == {
+        "duplicate_trace_id": 1, "invalid_field": 2, "invalid_utf8": 1, "non_finite_number": 2, "not_an_object": 1,
+        "record_too_large": 1, "truncated_gzip": 1, "unknown_format": 1,
+    }
+    ids = {r["trace_id"] for r in table(m, "traces")}
+    assert {f"t{i}" for i in range(1, 60)} <= ids  # every valid record of the damaged file is kept
+    gz_rows = sorted(r["source_line"] for r in table(m, "traces") if r["source_file"].endswith(".gz"))
+    assert gz_rows == list(range(1, len(gz_rows) + 1)) and len(gz_rows) > 100
+    q = {r["reason"]: r for r in table(m, "quarantine")}
+    assert q["truncated_gzip"]["source_line"] == len(gz_rows) + 1
+    assert q["record_too_large"]["source_line"] == 36 and len(q["record_too_large"]["raw"]) <= 200
+    assert "usage.prompt_tokens" in q["invalid_field"]["detail"] or "start_time" in q["invalid_field"]["detail"]
+    assert q["unknown_format"]["source_line"] == 39
+
+
+def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):
+    with pytest.raises(sources.SourceError, match="does not exist"):
+        run(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "empty.jsonl").write_text("")
+    assert run(tmp_path / "empty.jsonl", tmp_path / "out") is None
+    assert main(["materialize", "--source", str(tmp_path / "nope"), "--start", T0.isoformat(),
+                 "--end", (T0 + HOUR).isoformat()]) == 1
+    assert "nope' does not exist" in capsys.readouterr().err
+
+
+def test_pii_is_scrubbed_everywhere_and_counted(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "Mail me at ann@example.com: what is 2 plus 3?", "5, call +1 415-555-0100"),
+        trace(2, "Pay with 4111 1111 1111 1111 for order 123-456", "ok sk-abcdefghijklmnopqrstuv"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert m.scrubbed == {"card": 1, "email": 1, "phone": 1, "secret": 1}
+    rows = table(m, "traces")
+    assert rows[0]["prompt"] == "Mail me at <EMAIL>: what is 2 plus 3?" and rows[0]["completion"] == "5, call <PHONE>"
+    assert rows[1]["messages"][0]["content"] == "Pay with <CARD> for order 123-456"
+    assert rows[1]["completion"] == "ok <SECRET>"
+
+
+def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "What is 2 plus 3?", "It is 5."),
+        trace(1, "What is 2 plus 3?", "It is 5."),  # the same record logged twice
+        trace(2, "What is 2 plus 3?", "It is 5."),  # another user, the very same text
+        trace(3, "what is 2 plus 3", "it is 5"),  # the same but for case and punctuation
+        trace(4, "What is 2 plus 3?", "It is 6."),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert m.quarantine_reasons == {"duplicate": 2, "near_duplicate": 1} and accounted(m)
+    assert [r["trace_id"] for r in table(m, "traces")] == ["t1", "t4"]
+    q = table(m, "quarantine")
+    assert json.loads(q[2]["raw"])["trace_id"] == "t3"  # what was dropped is kept whole
+
+
+def test_prompts_sharing_13_words_with_an_eval_set_are_excluded(tmp_path):
+    item = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+    (tmp_path / "eval.jsonl").write_bytes(lines({"prompt": item}))
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "Please: TWO three four five six seven eight, nine ten eleven twelve thirteen fourteen!", "ok"),
+        trace(2, "two three four five six seven eight nine ten eleven twelve thirteen", "ok"),  # only 12 in a row
+        trace(3, "Tell me: What is 107 plus 5?", "112"),
+    ))
+    held_out = sorted(__import__("ctpipe.arith", fromlist=["x"]).splits(TaskConfig()).held_out_prompts())[0]
+    (tmp_path / "a.jsonl").open("ab").write(lines(trace(4, f"Quick one. {held_out}", "1")))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")]))
+    assert m.quarantine_reasons == {"eval_contamination": 2}
+    assert [r["trace_id"] for r in table(m, "traces")] == ["t2", "t3"]
+
+
+@pytest.mark.parametrize("reward, expected", [
+    # the regex verifier compares text ("0.5" is not "1/2"); math-verify compares values
+    (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, judge_weight=2, judge_range=(0, 10)),
+     {"t1": 0.5, "t2": 0.0, "t3": 1.0}),
+    (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, missing="zero"), {"t1": 0.5, "t2": 0.0, "t3": 0.5}),
+    (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, missing="drop"), {"t1": 0.5, "t2": 0.0, "t3": None}),
+    (RewardConfig(verifier="math", verifiable_weight=1, feedback_weight=0), {"t1": 1.0, "t2": 0.0, "t3": 1.0}),
+])
+def test_labels_follow_the_reward_config(tmp_path, reward, expected):
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "Half of one?", "so #### 0.5", reference_answer="1/2", feedback={"thumb": "up", "rating": None},
+              scores=[{"name": "judge", "value": 5, "source": "eval"}]),
+        trace(2, "Half of one?", "so #### 2", reference_answer="1/2", feedback={"thumb": "down", "rating": None}),
+        trace(3, "Two?", "it is #### 2", reference_answer="2"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=reward)
+    assert {r["trace_id"]: r["final_reward"] for r in table(m, "traces")} == expected
+
+
+def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    (tmp_path / "a.jsonl").write_bytes(lines(*(
+        trace(i, f"What is {100 + i % 7} plus 1?", str(101 + i % 7 + i % 2), feedback={"thumb": "up" if i % 3 else "down", "rating": None})
+        for i in range(400)), b"{broken"))
+    one = run(tmp_path / "a.jsonl", tmp_path / "one")
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    monkeypatch.setattr(mat, "_BUCKET_BYTES", 8192)  # several pairing buckets, paired in the pool too
+    many = run(tmp_path / "a.jsonl", tmp_path / "many", dataset=DatasetConfig(workers=2))
+    assert many.version == one.version and many.counts == one.counts
+    for name in ("traces", "quarantine"):
+        assert table(many, name) == table(one, name)
+    for name in ("grpo", "dpo"):  # the same rows; bucketed pairing may order prompts differently
+        key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+        assert sorted(map(key, table(many, name))) == sorted(map(key, table(one, name)))
+
+
+def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interval(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i), at=T0 + timedelta(minutes=10 * i)) for i in range(12))))
+    args = ["materialize", "--source", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"),
+            "--start", T0.isoformat(), "--end", (T0 + 2 * HOUR).isoformat(), "--every", "1h"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert first.count("version ") == 2 and "traces in 6 = 6 rows + 0 quarantined" in first
+    versions = sorted(p.name for p in (tmp_path / "out").iterdir() if p.name[0].isdigit())
+    assert len(versions) == 2
+    stamp = (tmp_path / "out" / versions[0] / "manifest.json").stat().st_mtime_ns
+    assert main(args) == 0 and capsys.readouterr().out == first
+    assert (tmp_path / "out" / versions[0] / "manifest.json").stat().st_mtime_ns == stamp
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
