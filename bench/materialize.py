@@ -261,6 +261,8 @@ def child(kind: str, src: Path, out: Path) -> None:
     children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     workers = (os.cpu_count() or 1) if kind == "ctpipe" and children_kb else 0
     result["peak_rss_mb"] = (self_kb + workers * children_kb) / 1024
+    if workers:
+        result["rss_parent_mb"], result["rss_worker_mb"] = self_kb / 1024, children_kb / 1024
     print("RESULT " + json.dumps(result, default=str))
 
 

@@ -1,21 +1,19 @@
 """Duplicates and evaluation contamination, decided on normalized words.
 
-* Exact duplicates share the same raw text; normalized duplicates the same :func:`normalize`
-  text (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed.
+* Exact duplicates share the same raw text; normalized duplicates the same :func:`squash` text
+  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed.
 * A prompt is contaminated when it shares a word n-gram (13 words, as common practice) with an
-  evaluation item. Items shorter than n words count as one n-gram of their own length, so a
-  short eval question can never slip through by being short: the prompt must then contain it whole.
+  evaluation item, words being those of :func:`normalize`. Items shorter than n words count as one
+  n-gram of their own length, so a short eval question can never slip through by being short: the
+  prompt must then contain it whole.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 from collections.abc import Iterable
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 # ASCII punctuation and whitespace become spaces; bytes.translate does it at memory speed, where a
@@ -24,12 +22,20 @@ _SEPARATORS = bytes.maketrans((string.punctuation + string.whitespace).encode(),
                               b" " * len(string.punctuation + string.whitespace))
 
 
+_RUNS = re.compile(rb"  +")
+
+
+def _normal_bytes(text: str) -> bytes:
+    # A regex collapsing runs of spaces is twice as fast as bytes.split() and join on 1 KB texts.
+    return _RUNS.sub(b" ", text.lower().encode("utf-8", "surrogatepass").translate(_SEPARATORS)).strip(b" ")
+
+
 def normalize(text: str) -> str:
     """
     >>> normalize("What is 57 plus 38?  (Answer: 95)")
     'what is 57 plus 38 answer 95'
     """
-    return b" ".join(text.lower().encode("utf-8", "surrogatepass").translate(_SEPARATORS).split()).decode("utf-8", "replace")
+    return _normal_bytes(text).decode("utf-8", "replace")
 
 
 _SQUASHED = (string.punctuation + string.whitespace).encode()
@@ -58,36 +64,29 @@ def fingerprint(text: str) -> int:
     return key(squash(text))
 
 
-def _grams(ws: list[str], n: int) -> Iterable[bytes]:
-    for i in range(len(ws) - n + 1):
-        yield hashlib.blake2b(" ".join(ws[i:i + n]).encode(), digest_size=12).digest()
-
-
 class NgramIndex:
-    """Word n-grams of the evaluation items, for asking whether a prompt overlaps any of them."""
+    """Word n-grams of the evaluation items, for asking whether a prompt overlaps any of them.
+
+    The n-grams, space-delimited, go into one Aho-Corasick automaton: a prompt is checked in a single
+    pass over its normalized bytes, whatever the number of eval items (a regex alternation of
+    thousands of n-grams falls off RE2's fast path and costs ten times more).
+    """
 
     def __init__(self, items: Iterable[str], n: int = 13):
-        self.n = n
-        self.grams: dict[int, set[bytes]] = {}  # n-gram length -> hashes
-        self._pattern: str | None = None
-        items_list = list(items)
-        for item in items_list:
-            ws = words(item)
-            if ws:
-                size = min(n, len(ws))
-                self.grams.setdefault(size, set()).update(_grams(ws, size))
+        import ahocorasick_rs
 
-        self._texts = sorted({" ".join(ws[i:i + min(n, len(ws))]) for ws in map(words, items_list)
-                              for i in range(max(1, len(ws) - n + 1)) if ws})
+        self.n = n
+        grams = set()
+        for ws in map(words, items):
+            size = min(n, len(ws))
+            grams.update(" ".join(ws[i:i + size]) for i in range(len(ws) - size + 1) if ws)
+        self._automaton = ahocorasick_rs.BytesAhoCorasick([f" {g} ".encode() for g in sorted(grams)]) if grams else None
 
     def overlaps(self, text: str) -> bool:
-        ws = words(text)
-        return any(g in hashes for size, hashes in self.grams.items() for g in _grams(ws, size))
+        return self.overlaps_many([text])[0]
 
-    def overlaps_many(self, normalized: list[str]) -> list[bool]:
-        """:meth:`overlaps` for many already-normalized texts, as one RE2 scan: the n-grams as whole words."""
-        if not self._texts or not normalized:
-            return [False] * len(normalized)
-        if self._pattern is None:
-            self._pattern = "(?:^| )(?:" + "|".join(re.escape(t) for t in self._texts) + ")(?: |$)"
-        return pc.match_substring_regex(pa.array(normalized, pa.large_string()), self._pattern).to_pylist()
+    def overlaps_many(self, texts: list[str]) -> list[bool]:
+        if self._automaton is None:
+            return [False] * len(texts)
+        find = self._automaton.find_matches_as_indexes
+        return [bool(find(b" " + _normal_bytes(t) + b" ")) for t in texts]

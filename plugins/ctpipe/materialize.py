@@ -46,7 +46,7 @@ from ctpipe.datasets import (
 log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
-_BUCKET_BYTES = 64 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+_BUCKET_BYTES = 16 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -164,16 +164,26 @@ def _from_doc(doc, fmt: str) -> tuple[str, list]:
 
 
 def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, traces.TraceRecord]]:
-    """(line or row, record) of the block's records in the interval; the rest goes to ``part``."""
-    when = traces.partition_hour(block.file)  # an unreadable line belongs with the record before it
+    """(line or row, record) of the block's records in the interval; the rest goes to ``part``.
 
-    def counted() -> bool:
-        return when is None or job.start <= when < job.end
+    An unreadable line belongs to the interval of the record before it; at the start of a block, of
+    the first record after it (a block never knows the records of the block before); in a block
+    with no readable record, to the hour of its file's partition (or to every run, outside that layout).
+    """
+    when: datetime | None = None
+    waiting: list[dict] = []  # unreadable lines met before the block's first record
+
+    def settle(at: datetime | None) -> None:
+        for q in waiting:
+            if at is None or job.start <= at < job.end:
+                part.read += 1
+                part.quarantine.append(q)
+        waiting.clear()
 
     def reject(n: int, reason: str, detail: str, raw: str) -> None:
-        if counted():
-            part.read += 1
-            part.quarantine.append(_quarantined(block.file, n, reason, detail, raw))
+        waiting.append(_quarantined(block.file, n, reason, detail, raw))
+        if when is not None:
+            settle(when)
 
     if block.batch is not None:
         lines: Iterable = ((block.first + i, row) for i, row in enumerate(block.batch.to_pylist()))
@@ -197,6 +207,8 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
             part.langfuse.append((recs[0], (block.file, n)))
             continue
         for rec in recs:
+            if when is None:
+                settle(rec.start_time)
             when = rec.start_time
             if job.start <= when < job.end:
                 part.read += 1
@@ -206,6 +218,7 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
     if block.damage is not None:
         d = block.damage
         reject(d.position, d.reason, d.detail, d.raw)
+    settle(when if when is not None else traces.partition_hour(block.file))
 
 
 def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Table:
@@ -219,13 +232,14 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
     roles = [m.role for r in recs for m in r.messages]
     contents = [m.content for r in recs for m in r.messages]
     completions = [r.completion for r in recs]
-    if job.dataset.scrub_pii:
-        contents, completions = pii.scrub_many(contents, part.pii), pii.scrub_many(completions, part.pii)
+    if job.dataset.scrub_pii:  # one vectorized pre-check over every text of the block
+        texts = pii.scrub_many(contents + completions, part.pii)
+        contents, completions = texts[:len(contents)], texts[len(contents):]
     offsets = [0]
     for r in recs:
         offsets.append(offsets[-1] + len(r.messages))
     chats = [list(zip(roles[lo:hi], contents[lo:hi])) for lo, hi in zip(offsets, offsets[1:])]
-    contaminated = _EVAL.overlaps_many([dedup.normalize(" ".join(c for role, c in chat if role == "user")) for chat in chats])
+    contaminated = _EVAL.overlaps_many([" ".join(c for role, c in chat if role == "user") for chat in chats])
     keep = [i for i, bad in enumerate(contaminated) if not bad]
     for i, bad in enumerate(contaminated):
         if bad:
@@ -238,7 +252,9 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
     messages = pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()),
         pa.StructArray.from_arrays([pa.array(roles, pa.string()), pa.array(contents, pa.string())], ["role", "content"]),
-    ).take(pa.array(keep, pa.int64()))
+    )
+    if len(keep) < len(contaminated):
+        messages = messages.take(pa.array(keep, pa.int64()))
     prompts = [next(c for role, c in reversed(chat) if role == "user") for chat in chats]
     references = [labeler.reference(r, p) for r, p in zip(recs, prompts)]
     labels = list(zip(*(labeler.label(r, c, ref) for r, c, ref in zip(recs, completions, references)))) or [[]] * 4
@@ -319,16 +335,16 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
     return part
 
 
-def _ordered(blocks: Iterable[sources.Block], job: Job, workers: int) -> Iterator[Part]:
-    """Processed blocks in source order; at most two blocks per worker in flight, so memory stays bounded."""
+def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
+    """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
     _init(job)  # this process also labels (Langfuse joins, small sources)
     if workers <= 1:
-        yield from map(process, blocks)
+        yield from map(fn, items)
         return
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=(job,)) as pool:
         pending: deque = deque()
-        for block in blocks:
-            pending.append(pool.submit(process, block))
+        for item in items:
+            pending.append(pool.submit(fn, item))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
@@ -338,8 +354,9 @@ def _ordered(blocks: Iterable[sources.Block], job: Job, workers: int) -> Iterato
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(path: str, cfg: DatasetConfig) -> tuple[pa.Table, pa.Table]:
+def pair_bucket(path: str) -> tuple[pa.Table, pa.Table]:
     """(GRPO rows, DPO pairs) of the prompts spilled into one bucket, in order of first appearance."""
+    cfg = _JOB.dataset
     with pa.memory_map(path) as source:
         table = pa.ipc.open_file(source).read_all()
     table = table.sort_by([("prompt_key", "ascending"), ("row", "ascending")])
@@ -505,7 +522,7 @@ def materialize(
                     stats.add(rows["final_reward"])
                     _spill(rows, first, spills)
 
-            for part in _ordered(sources.blocks(fs, files), job, workers):
+            for part in _ordered(process, sources.blocks(fs, files), job, workers):
                 take(part)
             if join.generations:
                 take(_langfuse_part(join))
@@ -520,12 +537,7 @@ def materialize(
 
         with staging.writer("grpo", GRPO_SCHEMA) as grpo_out, staging.writer("dpo", DPO_SCHEMA) as dpo_out:
             paths = [os.path.join(spill_dir, f"{b}.arrow") for b in range(buckets)]
-            if workers > 1 and buckets > 1:
-                with ProcessPoolExecutor(min(workers, buckets), mp_context=get_context("spawn")) as pool:
-                    paired = list(pool.map(pair_bucket, paths, [dataset] * buckets))
-            else:
-                paired = (pair_bucket(p, dataset) for p in paths)
-            for grpo, dpo in paired:
+            for grpo, dpo in _ordered(pair_bucket, paths, job, min(workers, buckets)):
                 grpo_out.write_table(grpo)
                 dpo_out.write_table(dpo)
                 counts["grpo_prompts"] += grpo.num_rows

@@ -83,7 +83,7 @@ def scrub_many(texts: list[str], found: Counter) -> list[str]:
     """
     if not texts:
         return texts
-    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(texts, pa.large_string()), PRECHECK)).to_pylist()
+    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(texts, pa.string()), PRECHECK)).to_pylist()
     if hits:
         texts = list(texts)
         for i in hits:

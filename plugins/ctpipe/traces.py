@@ -126,16 +126,18 @@ def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
 
 
 def _consistent(rec: TraceRecord) -> TraceRecord:
-    for name in ("start_time", "end_time"):
-        if getattr(rec, name).tzinfo is None:
-            raise InvalidTrace("invalid_field", f"`{name}`: {getattr(rec, name).isoformat()} has no timezone")
-    if rec.end_time < rec.start_time:
+    start, end = rec.start_time, rec.end_time
+    if start.tzinfo is None or end.tzinfo is None:
+        name, value = ("start_time", start) if start.tzinfo is None else ("end_time", end)
+        raise InvalidTrace("invalid_field", f"`{name}`: {value.isoformat()} has no timezone")
+    if end < start:
         raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
-    if not rec.completion.strip():
+    if not rec.completion or rec.completion.isspace():
         raise InvalidTrace("invalid_field", "`completion` is empty")
-    if not any(m.role == "user" for m in rec.messages):
-        raise InvalidTrace("invalid_field", "`messages` has no user message")
-    return rec
+    for m in rec.messages:
+        if m.role == "user":
+            return rec
+    raise InvalidTrace("invalid_field", "`messages` has no user message")
 
 
 def decode(line: bytes | str) -> TraceRecord:
