@@ -15,8 +15,8 @@ process, one after the other:
   functions for dedup and pairing, zstd Parquet), with its own threads on every core;
 * floor: pyarrow's streaming JSON reader straight into a zstd Parquet writer, nothing else.
 
-Prints traces/s and peak RSS of each (ctpipe's includes its worker processes: the parent's peak
-plus each worker's), and as its last line:
+Prints traces/s and peak RSS of each (of its whole process tree, workers included, sampled every
+0.1 s), and as its last line:
     ratio_vs_duckdb=<x> ratio_vs_floor=<y> peak_rss_mb=<z>
 Run it while nothing else loads the machine.
 """
@@ -248,7 +248,43 @@ def run_floor(good: Path, out: Path) -> dict:
     return {"rows": rows}
 
 
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and all its descendants, now (from /proc)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            pass
+    return total / 1024
+
+
+def _sample_peak(stop) -> list[float]:
+    """Peak of the whole process tree's RSS, sampled every 0.1 s (ru_maxrss of spawned children also
+    counts the parent's pages at the moment it forked them, so it overstates a pool's memory)."""
+    import threading
+
+    peak = [0.0]
+
+    def run():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _tree_rss_mb(os.getpid()))
+            stop.wait(0.1)
+
+    threading.Thread(target=run, daemon=True).start()
+    return peak
+
+
 def child(kind: str, src: Path, out: Path) -> None:
+    import threading
+
+    stop = threading.Event()
+    peak = _sample_peak(stop)
     if kind == "floor":  # the floor's line filter is not part of what it measures
         good = well_formed(src, out)
         started = time.perf_counter()
@@ -257,12 +293,8 @@ def child(kind: str, src: Path, out: Path) -> None:
         started = time.perf_counter()
         result = {"ctpipe": run_ctpipe, "duckdb": run_duckdb}[kind](src, out)
     result["seconds"] = time.perf_counter() - started
-    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    workers = (os.cpu_count() or 1) if kind == "ctpipe" and children_kb else 0
-    result["peak_rss_mb"] = (self_kb + workers * children_kb) / 1024
-    if workers:
-        result["rss_parent_mb"], result["rss_worker_mb"] = self_kb / 1024, children_kb / 1024
+    stop.set()
+    result["peak_rss_mb"] = max(peak[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("RESULT " + json.dumps(result, default=str))
 
 

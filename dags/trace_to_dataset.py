@@ -3,15 +3,20 @@
 
 Turns the production traces of one data interval into a versioned training dataset.
 
-Every trace of the interval is validated: invalid ones (bad JSON, missing or
-mistyped fields, empty completions, non-finite numbers, duplicate ids,
-evaluation questions) go to the version's quarantine table with a reason.
-Valid ones get a `final_reward` (verifiable correctness and user feedback,
-weighted by config) and feed a GRPO prompt set and DPO preference pairs,
-published atomically as Parquet. An asset event on `ctpipe_training_dataset`
-names the version; the `train` DAG runs on it.
+Reads the interval's traces (our schema, OpenAI chat logs, OTel GenAI spans or
+Langfuse exports, detected per record) from `CTPIPE_TRACE_SOURCE` (any fsspec
+URI; default: the local trace store). Every trace read ends up in the version's
+trace table or in its quarantine table with a reason (bad JSON or UTF-8,
+missing or mistyped fields, non-finite numbers, oversized records, truncated
+files, unknown formats, evaluation contamination, duplicates); the task log
+says `traces in = rows + quarantined`. PII is scrubbed, rewards are labeled
+(verifiable, feedback, judge; weights in config), and a GRPO prompt set and DPO
+preference pairs are built, published atomically as Parquet with a manifest.
+An asset event on `ctpipe_training_dataset` names the version; the `train` DAG
+runs on it.
 
-Re-running an interval finds the same version instead of writing a new one.
+Re-running an interval finds the same version instead of writing a new one;
+backfills work like any data-interval DAG's.
 """
 
 from __future__ import annotations

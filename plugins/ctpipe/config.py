@@ -337,6 +337,10 @@ class Settings(BaseSettings):
     ray_agent_port: int = Field(52365, description="Dashboard agent port; two heads on one machine need different ones.")
     airflow_port: int = 8080
     trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
+    trace_source: str | None = Field(
+        None, description="Where trace_to_dataset reads traces: a path or fsspec URI (s3://, gs://, ...); "
+        "None: the local trace store under home.",
+    )
     launcher: Literal["ray_jobs", "kuberay"] = Field(
         "ray_jobs",
         description="ray_jobs: submit to a Ray cluster's Jobs API (local head by default); "

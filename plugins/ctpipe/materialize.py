@@ -46,7 +46,8 @@ from ctpipe.datasets import (
 log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
-_BUCKET_BYTES = 16 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+_BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+_SPILL_BUFFER_BYTES = 16 * 1024 * 1024  # rows gathered across buckets before they are written
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -310,6 +311,7 @@ def process(block: sources.Block) -> Part:
     part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[], digest=_digest(block))
     found = [(block.file, n, rec) for n, rec in _records(block, _JOB, part)]
     part.rows = _rows(found, part)
+    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed blocks; memory stays flat without them
     return part
 
 
@@ -486,8 +488,7 @@ def materialize(
     dedupe = _Dedup()
     stats = _RewardStats()
     try:
-        spills = [pa.ipc.new_file(os.path.join(spill_dir, f"{b}.arrow"), _SPILL_SCHEMA,
-                                  options=pa.ipc.IpcWriteOptions(compression="lz4")) for b in range(buckets)]
+        spill = _Spill(spill_dir, buckets)
         with staging.writer("traces", TRACES_SCHEMA) as traces_out, staging.writer("quarantine", QUARANTINE_SCHEMA) as quarantine_out:
             join = formats.LangfuseJoin()
 
@@ -520,14 +521,15 @@ def materialize(
                     counts["traces"] += rows.num_rows
                     traces_out.write_table(rows.select(TRACES_SCHEMA.names))
                     stats.add(rows["final_reward"])
-                    _spill(rows, first, spills)
+                    spill.add(rows, first)
 
             for part in _ordered(process, sources.blocks(fs, files), job, workers):
                 take(part)
+                pa.default_memory_pool().release_unused()
             if join.generations:
                 take(_langfuse_part(join))
-        for s in spills:
-            s.close()
+        paths = spill.close()
+        dedupe = None  # its keys (tens of MB a million traces) are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
             staging.discard()
@@ -536,7 +538,6 @@ def materialize(
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
         with staging.writer("grpo", GRPO_SCHEMA) as grpo_out, staging.writer("dpo", DPO_SCHEMA) as dpo_out:
-            paths = [os.path.join(spill_dir, f"{b}.arrow") for b in range(buckets)]
             for grpo, dpo in _ordered(pair_bucket, paths, job, min(workers, buckets)):
                 grpo_out.write_table(grpo)
                 dpo_out.write_table(dpo)
@@ -572,19 +573,51 @@ def _may_hold(file: str, start: datetime, end: datetime) -> bool:
     return start.replace(minute=0, second=0, microsecond=0) <= hour < end
 
 
-def _spill(rows: pa.Table, first: int, spills: list) -> None:
-    """Kept rows, by prompt bucket, for pairing once every row is in."""
-    spill = pa.table({
-        "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
-        **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
-    }, schema=_SPILL_SCHEMA)
-    if len(spills) == 1:
-        spills[0].write_table(spill)
-        return
-    bucket = pc.cast(pc.bit_wise_and(spill["prompt_key"], pa.scalar(2**63 - 1, pa.uint64())), pa.int64())
-    bucket = pc.divide(pc.multiply(pc.shift_right(bucket, 32), len(spills)), 2**31)
-    for b in pc.unique(bucket).to_pylist():
-        spills[b].write_table(spill.filter(pc.equal(bucket, b)))
+class _Spill:
+    """Kept rows, by a hash of their prompt, in bucket files for pairing once every row is in.
+
+    Each part is sorted by bucket once and sliced; slices gather until they hold
+    :data:`_SPILL_BUFFER_BYTES`, then each bucket's are written as one batch, not one small batch
+    per bucket and part.
+    """
+
+    def __init__(self, spill_dir: str, buckets: int):
+        self.paths = [os.path.join(spill_dir, f"{b}.arrow") for b in range(buckets)]
+        self.writers = [pa.ipc.new_file(p, _SPILL_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+                        for p in self.paths]
+        self.pending: list[list[pa.Table]] = [[] for _ in range(buckets)]
+        self.size = 0
+
+    def add(self, rows: pa.Table, first: int) -> None:
+        spill = pa.table({
+            "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
+            **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
+        }, schema=_SPILL_SCHEMA)
+        n = len(self.writers)
+        top = pc.shift_right(spill["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly over the buckets
+        bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), n), 2**31)
+        order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
+        spill, bucket = spill.take(order), bucket.take(order)
+        start = 0
+        for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
+            for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
+                self.pending[b].append(spill.slice(start, end - start))
+                start = end
+        self.size += spill.nbytes
+        if self.size >= _SPILL_BUFFER_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        for b, tables in enumerate(self.pending):
+            if tables:
+                self.writers[b].write_table(pa.concat_tables(tables).combine_chunks())
+        self.pending, self.size = [[] for _ in self.writers], 0
+
+    def close(self) -> list[str]:
+        self._flush()
+        for w in self.writers:
+            w.close()
+        return self.paths
 
 
 class _RewardStats:

@@ -32,18 +32,20 @@ def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict | 
     """Publish the interval's dataset version; None when no trace arrived in it."""
     from ctpipe.materialize import materialize
 
-    s.traces_dir.mkdir(parents=True, exist_ok=True)
+    if s.trace_source is None:
+        s.traces_dir.mkdir(parents=True, exist_ok=True)
     manifest = materialize(
-        str(s.traces_dir), str(s.datasets_dir), start, end, task=s.task, reward=s.reward, dataset=s.dataset
+        s.trace_source or str(s.traces_dir), str(s.datasets_dir), start, end, task=s.task, reward=s.reward, dataset=s.dataset
     )
     if manifest is None:
         log.info("no traces between %s and %s", start.isoformat(), end.isoformat())
         return None
     c = manifest.counts
     log.info(
-        "dataset %s: %d traces in -> %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs",
+        "dataset %s: %d traces in = %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs; "
+        "PII scrubbed %s; formats %s",
         manifest.version, c["traces_in"], c["traces"], c["quarantined"], manifest.quarantine_reasons,
-        c["grpo_prompts"], c["dpo_pairs"],
+        c["grpo_prompts"], c["dpo_pairs"], manifest.scrubbed, manifest.source.get("formats"),
     )
     return manifest.asset_extra()
 
