@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
-_SPILL_BUFFER_BYTES = 16 * 1024 * 1024  # rows gathered across buckets before they are written
+_SPILL_BUFFER_BYTES = 8 * 1024 * 1024  # rows gathered across buckets before they are written
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -338,7 +338,7 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
 
 
 def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
-    """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
+    """``fn`` of each item, in order; one item per worker in flight and one queued, so memory stays bounded."""
     _init(job)  # this process also labels (Langfuse joins, small sources)
     if workers <= 1:
         yield from map(fn, items)
@@ -347,7 +347,7 @@ def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
         pending: deque = deque()
         for item in items:
             pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * workers:
+            if len(pending) > workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
@@ -400,10 +400,11 @@ def pair_bucket(path: str) -> tuple[pa.Table, pa.Table]:
 
 
 class _Dedup:
-    """First occurrence wins, in source order; 8-byte keys keep a million traces in tens of MB."""
+    """First occurrence wins, in source order. Three sets of 64-bit keys: about 200 MB for a million
+    kept traces (a dict of id to content would cost a fifth more)."""
 
     def __init__(self):
-        self.ids: dict[int, int] = {}  # id key -> exact key of the content first read under it
+        self.ids: set[int] = set()
         self.exact: set[int] = set()
         self.norm: set[int] = set()
         self.counts: Counter = Counter()
@@ -411,16 +412,15 @@ class _Dedup:
     def verdicts(self, rows: pa.Table) -> list[str | None]:
         out: list[str | None] = []
         for id_key, exact, norm in zip(*(rows[c].to_pylist() for c in ("id_key", "exact_key", "norm_key"))):
-            seen = self.ids.get(id_key)
-            if seen is not None and seen != exact:
-                reason = "duplicate_trace_id"
-            elif exact in self.exact:
+            if exact in self.exact:  # the same content again (a record logged twice, or another user's)
                 reason = "duplicate"
+            elif id_key in self.ids:  # a known id with content never seen: two traces under one id
+                reason = "duplicate_trace_id"
             elif norm in self.norm:
                 reason = "near_duplicate"
             else:
                 reason = None
-                self.ids[id_key] = exact
+                self.ids.add(id_key)
                 self.exact.add(exact)
                 self.norm.add(norm)
             if reason:

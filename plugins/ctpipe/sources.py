@@ -28,7 +28,7 @@ from ctpipe.traces import InvalidTrace, loads
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
-BLOCK_BYTES = 8 * 1024 * 1024
+BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048
 
 
