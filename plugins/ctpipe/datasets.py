@@ -168,6 +168,24 @@ def resolve(datasets_dir: Path, version: str | None) -> Manifest:
     return Manifest.load(path)
 
 
+def _low_cardinality(schema: pa.Schema) -> list[str]:
+    """Columns worth dictionary-encoding: names, versions, roles, files. Trying it on free text (prompts,
+    completions) only costs time before Parquet falls back to plain encoding."""
+    wanted = {"model_name", "model_version", "feedback_thumb", "source_file", "reason", "role", "answer"}
+    return [path for path in _leaf_paths(schema) if path.rsplit(".", 1)[-1] in wanted]
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    def walk(prefix: str, t: pa.DataType) -> list[str]:
+        if pa.types.is_struct(t):
+            return [p for f in t for p in walk(f"{prefix}.{f.name}", f.type)]
+        if pa.types.is_list(t):
+            return walk(f"{prefix}.list.element", t.value_type)
+        return [prefix]
+
+    return [p for f in schema for p in walk(f.name, f.type)]
+
+
 class _HashingFile:
     """A writable file that hashes what passes through it, so a file's digest costs no second read."""
 
@@ -197,7 +215,7 @@ class Staging:
         """A Parquet writer (zstd) for the version's ``name`` table; its rows and hash go to the manifest."""
         with self.output.fs.open(f"{self.dir}/{name}.parquet", "wb") as raw:
             f = _HashingFile(raw)
-            rows = _Rows(pq.ParquetWriter(f, schema, compression="zstd"))
+            rows = _Rows(pq.ParquetWriter(f, schema, compression="zstd", use_dictionary=_low_cardinality(schema)))
             try:
                 yield rows
             finally:

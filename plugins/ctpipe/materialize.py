@@ -35,7 +35,6 @@ from multiprocessing import get_context
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ctpipe import arith, dedup, formats, pii, rewards, sources, traces
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
@@ -113,7 +112,7 @@ class Labeler:
         verifiable = self.verifiable(completion, reference)
         feedback = rewards.feedback_reward(rec.feedback.thumb, rec.feedback.rating)
         judge = None
-        if rec.scores and self.cfg.judge_weight > 0:
+        if rec.scores:
             low, high = self.cfg.judge_range
             judge = rewards.judge_reward([{"name": s.name, "value": s.value} for s in rec.scores],
                                          self.cfg.judge_score, low, high)
@@ -311,7 +310,6 @@ def process(block: sources.Block) -> Part:
     part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[], digest=_digest(block))
     found = [(block.file, n, rec) for n, rec in _records(block, _JOB, part)]
     part.rows = _rows(found, part)
-    pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed blocks; memory stays flat without them
     return part
 
 
@@ -320,25 +318,25 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
     part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[])
     found = []
     for doc, (file, n) in join.traces():
-        part.read += 1
         try:
             if isinstance(doc, formats.FormatError):
                 raise doc
             rec = traces.convert(doc)
-        except (traces.InvalidTrace, formats.FormatError) as e:
-            part.quarantine.append(_quarantined(file, n, getattr(e, "reason", "invalid_field"), str(e), ""))
+        except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
+            part.read += 1
+            part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
             continue
         if _JOB.start <= rec.start_time < _JOB.end:
+            part.read += 1
             found.append((file, n, rec))
         else:
-            part.read -= 1
             part.outside += 1
     part.rows = _rows(found, part)
     return part
 
 
 def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
-    """``fn`` of each item, in order; one item per worker in flight and one queued, so memory stays bounded."""
+    """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
     _init(job)  # this process also labels (Langfuse joins, small sources)
     if workers <= 1:
         yield from map(fn, items)
@@ -347,7 +345,7 @@ def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
         pending: deque = deque()
         for item in items:
             pending.append(pool.submit(fn, item))
-            if len(pending) > workers:
+            if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
@@ -510,7 +508,7 @@ def materialize(
                     dups = [i for i, v in enumerate(verdicts) if v]
                     for i, row in zip(dups, rows.select(TRACES_SCHEMA.names).take(dups).to_pylist()):
                         part.quarantine.append(_quarantined(row["source_file"], row["source_line"], verdicts[i],
-                                                            _DEDUP_DETAIL[verdicts[i]], json.dumps(row, default=str)))
+                                                            _DEDUP_DETAIL[verdicts[i]], msgspec.json.encode(row).decode()))
                     rows = rows.filter(pa.array([v is None for v in verdicts]))
                 if part.quarantine:
                     part.quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
@@ -525,11 +523,10 @@ def materialize(
 
             for part in _ordered(process, sources.blocks(fs, files), job, workers):
                 take(part)
-                pa.default_memory_pool().release_unused()
             if join.generations:
                 take(_langfuse_part(join))
         paths = spill.close()
-        dedupe = None  # its keys (tens of MB a million traces) are not needed for pairing
+        dedupe = None  # its keys (some 200 MB a million traces) are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
             staging.discard()
