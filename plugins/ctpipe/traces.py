@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -180,18 +180,6 @@ def partition_hour(path: str | Path) -> datetime | None:
         return datetime.strptime(f"{date} {hour}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
     except (StopIteration, ValueError):
         return None
-
-
-def files_for_interval(root: Path, start: datetime, end: datetime) -> list[Path]:
-    """Partition files that may hold records with ``start <= start_time < end``, in a stable order."""
-    out: list[Path] = []
-    hour = start.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
-    while hour < end:
-        d = partition_dir(root, hour)
-        if d.is_dir():
-            out.extend(sorted(d.glob("*.jsonl")))
-        hour += timedelta(hours=1)
-    return out
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
