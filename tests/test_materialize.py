@@ -213,3 +213,19 @@ def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interv
     assert main(args) == 0 and capsys.readouterr().out == first
     assert (tmp_path / "out" / versions[0] / "manifest.json").stat().st_mtime_ns == stamp
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    with fs.open("/traces/date=2026-11-22/hour=10/part-a.jsonl.gz", "wb") as f:
+        f.write(gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
+    m = run("memory://traces", "memory://datasets")
+    assert m.uri == f"memory://datasets/{m.version}" and m.counts["traces_in"] == 2
+    assert json.loads(fs.cat(f"/datasets/{m.version}/manifest.json"))["files"]["traces"]["rows"] == 1
+    assert fs.cat("/datasets/LATEST").decode().strip() == m.version
+    assert not [p for p in fs.ls("/datasets", detail=False) if ".tmp-" in p]
+    with fs.open(f"/datasets/{m.version}/quarantine.parquet", "rb") as f:
+        assert pq.read_table(f)["reason"].to_pylist() == ["invalid_json"]
+    assert run("memory://traces", "memory://datasets").version == m.version
