@@ -50,7 +50,7 @@ def test_two_cycles_end_to_end(stack):
     first = run_cycle(s, timeout_s=900)
     print(format_summary(first))
 
-    # Dataset: nothing lost, malformed traffic quarantined with reasons.
+    # Dataset: nothing lost, malformed traffic quarantined with reasons, repeated answers counted once.
     d = first["dataset"]
     assert d["traces_in"] == first["traffic"]["traces"]
     assert d["rows"]["traces"] + d["quarantined"] == d["traces_in"]
@@ -58,7 +58,8 @@ def test_two_cycles_end_to_end(stack):
     assert d["rows"]["grpo_prompts"] > 0
     manifest = datasets.resolve(s.datasets_dir, d["version"])
     reasons = set(pq.read_table(manifest.path / "quarantine.parquet").column("reason").to_pylist())
-    assert reasons and reasons <= {"invalid_json", "missing_field", "invalid_field", "non_finite_number"}
+    assert reasons and reasons <= {"invalid_json", "missing_field", "invalid_field", "non_finite_number",
+                                   "duplicate", "near_duplicate"}
 
     # Training: a checkpoint that loads and differs from its base.
     t = first["training"]
