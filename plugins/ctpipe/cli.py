@@ -103,6 +103,8 @@ def cmd_materialize(args) -> int:
     s = _settings()
     dataset = DatasetConfig(**{**s.dataset.model_dump(), **({"format": args.format} if args.format else {})})
     source, out = args.source or str(s.traces_dir), args.out or str(s.datasets_dir)
+    if args.end <= args.start:
+        raise ValueError(f"interval end {args.end.isoformat()} is not after start {args.start.isoformat()}")
     step = args.every or (args.end - args.start)
     start = args.start
     while start < args.end:

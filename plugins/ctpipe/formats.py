@@ -42,6 +42,9 @@ class FormatError(ValueError):
         self.reason = reason
 
 
+_CTPIPE_KEYS = frozenset({"trace_id", "start_time", "end_time", "model", "messages", "completion", "usage", "latency_ms"})
+
+
 def detect(doc: Any) -> Format | None:
     """The format of one decoded document, or None when it matches none.
 
@@ -49,6 +52,8 @@ def detect(doc: Any) -> Format | None:
     ('otel', 'openai')
     >>> detect({"trace_id": "t", "completion": "4", "messages": []}), detect({"hello": 1})
     ('ctpipe', None)
+    >>> detect({"start_time": "...", "end_time": "...", "model": {}, "messages": [], "usage": {}})  # ours, fields missing
+    'ctpipe'
     """
     if not isinstance(doc, dict):
         return None
@@ -61,6 +66,8 @@ def detect(doc: Any) -> Format | None:
         return "ctpipe"
     if langfuse_kind(doc) is not None:
         return "langfuse"
+    if len(_CTPIPE_KEYS & doc.keys()) >= len(_CTPIPE_KEYS) // 2:
+        return "ctpipe"  # ours with fields missing: validation names them, which "unknown format" would not
     return None
 
 
