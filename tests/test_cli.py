@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from ctpipe.cli import main
@@ -9,6 +11,9 @@ def test_materialize_prints_the_counts(settings, capsys):
     assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00"]) == 0
     out = capsys.readouterr().out
     assert "traces in 2 = 1 rows + 1 quarantined {\"invalid_json\": 1}" in out and "1 GRPO prompts" in out
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["traces_in"], out["rows"]["traces"], out["quarantined"], out["quarantine_reasons"]) == (2, 1, 1, {"invalid_json": 1})
 
 
 def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):

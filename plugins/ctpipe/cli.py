@@ -4,7 +4,7 @@
     ctpipe up                        start Airflow (UI) and the local Ray head
     ctpipe down                      stop them and local serving (`ray stop`: every Ray process on this machine)
     ctpipe build-base                build (or find) the cached base model
-    ctpipe materialize --start T --end T [--source URI] [--out URI] [--format auto] [--every 1h]
+    ctpipe materialize --start T --end T [--source URI] [--out URI] [--format auto] [--every 1h] [--json]
                                      build the dataset version of an interval (or of each --every slice of it,
                                      a backfill) without Airflow, and print its counts
     ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
@@ -110,7 +110,11 @@ def cmd_materialize(args) -> int:
     while start < args.end:
         end = min(start + step, args.end)
         m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
-        if m is None:
+        if args.json:  # one object per interval, for scripts
+            print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
+                              **({"version": None} if m is None else {**m.asset_extra(), "scrubbed": m.scrubbed,
+                                                                       "quarantine_reasons": m.quarantine_reasons})}))
+        elif m is None:
             print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
         else:
             c = m.counts
@@ -201,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="where versions are published (default: the local dataset store)")
     p.add_argument("--format", choices=["auto", "ctpipe", "openai", "otel", "langfuse"], help="default: dataset.format")
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
+    p.add_argument("--json", action="store_true", help="print one JSON object per interval")
     p.set_defaults(fn=cmd_materialize)
     k8s = sub.add_parser("k8s", help="Kubernetes manifests").add_subparsers(dest="k8s_command", required=True)
     p = k8s.add_parser("render", help="print the RayJob a training run becomes")
