@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ctpipe.formats import FormatError, detect, normalize
-from ctpipe.traces import parse_line
+from ctpipe.traces import decode
 
 OPENAI = {
     "request": {"model": "ctpipe-arith", "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
@@ -36,7 +36,7 @@ def otlp(attributes: list, events: list | None = None) -> dict:
 
 def test_an_openai_log_line_becomes_a_valid_trace():
     (t,) = normalize(OPENAI, "auto")
-    rec = parse_line(json.dumps(t))
+    rec = decode(json.dumps(t))
     assert rec.trace_id == "chatcmpl-1" and rec.completion == "5" and rec.model.version == "3"
     assert rec.messages[-1].content == "What is 2 plus 3?" and rec.feedback.thumb == "up" and rec.latency_ms == 41.5
     flat = {**OPENAI["response"], "messages": OPENAI["request"]["messages"]}
@@ -56,7 +56,7 @@ def test_current_otel_genai_spans_and_their_evaluation_events():
     )
     assert detect(doc) == "otel"
     (t,) = normalize(doc, "auto")  # the HTTP span beside it is not a generation
-    rec = parse_line(json.dumps(t))
+    rec = decode(json.dumps(t))
     assert rec.completion == "5" and rec.usage.total_tokens == 21 and rec.latency_ms == pytest.approx(250.0)
     assert rec.model.version == "3" and t["scores"] == [{"name": "judge", "value": 0.9, "label": None, "source": "otel"}]
 
@@ -70,7 +70,7 @@ def test_current_otel_genai_spans_and_their_evaluation_events():
 ], ids=["json-attributes", "flattened-attributes"])
 def test_older_otel_attribute_names_still_read(attributes):
     (t,) = normalize(otlp(attributes + [kv("gen_ai.response.model", "ctpipe-arith")]), "otel")
-    rec = parse_line(json.dumps(t))
+    rec = decode(json.dumps(t))
     assert rec.messages[0].content == "What is 2 plus 3?" and rec.completion == "5" and rec.usage.total_tokens == 21
 
 
@@ -106,7 +106,7 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
     for r in rows:
         join.add(r)
     ((t, _),) = join.traces()
-    rec = parse_line(json.dumps(t))
+    rec = decode(json.dumps(t))
     assert rec.trace_id == "t1:g1" and rec.model.version == "3" and rec.latency_ms == pytest.approx(120.0)
     assert rec.usage.total_tokens == 21 and rec.completion == "5"
     assert t["scores"] == [

@@ -2,23 +2,23 @@ import json
 
 import pytest
 
-from ctpipe.traces import InvalidTrace, parse_line
+from ctpipe.traces import InvalidTrace, decode
 from tests.conftest import trace
 
 
 def reason(line: str) -> str:
     with pytest.raises(InvalidTrace) as e:
-        parse_line(line)
+        decode(line)
     return e.value.reason
 
 
 def test_valid_record_parses():
-    rec = parse_line(json.dumps(trace(1, feedback={"thumb": "up", "rating": 4.5})))
+    rec = decode(json.dumps(trace(1, feedback={"thumb": "up", "rating": 4.5})))
     assert rec.prompt == "What is 2 plus 3?" and rec.feedback.thumb == "up"
 
 
 def test_unknown_fields_are_ignored():
-    assert parse_line(json.dumps(trace(1) | {"new_field": 1})).trace_id == "t1"
+    assert decode(json.dumps(trace(1) | {"new_field": 1})).trace_id == "t1"
 
 
 @pytest.mark.parametrize(
@@ -45,5 +45,5 @@ def test_bad_records_are_rejected_with_a_reason(line, expected):
 
 def test_the_detail_names_the_field():
     with pytest.raises(InvalidTrace) as e:
-        parse_line(json.dumps(trace(1, usage={"prompt_tokens": "x", "completion_tokens": 2, "total_tokens": 12})))
+        decode(json.dumps(trace(1, usage={"prompt_tokens": "x", "completion_tokens": 2, "total_tokens": 12})))
     assert "usage.prompt_tokens" in e.value.detail

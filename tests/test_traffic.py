@@ -1,6 +1,6 @@
 from ctpipe import traffic
 from ctpipe.config import TaskConfig, TrafficConfig
-from ctpipe.traces import InvalidTrace, iter_lines, parse_line
+from ctpipe.traces import InvalidTrace, decode, iter_lines
 
 
 def test_simulated_traffic_is_valid_traces_plus_some_faults(base_model, tmp_path):
@@ -12,7 +12,7 @@ def test_simulated_traffic_is_valid_traces_plus_some_faults(base_model, tmp_path
         assert f.parent.name.startswith("hour=") and f.parent.parent.name.startswith("date=")
         for _, line in iter_lines(f):
             try:
-                rec = parse_line(line)
+                rec = decode(line)
                 valid += 1
                 assert rec.model.version == "7" and rec.usage.total_tokens > 0
             except InvalidTrace:

@@ -97,11 +97,10 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.config import DatasetConfig
     from ctpipe.materialize import materialize
 
     s = _settings()
-    dataset = DatasetConfig(**{**s.dataset.model_dump(), **({"format": args.format} if args.format else {})})
+    dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
     source, out = args.source or str(s.traces_dir), args.out or str(s.datasets_dir)
     if args.end <= args.start:
         raise ValueError(f"interval end {args.end.isoformat()} is not after start {args.start.isoformat()}")

@@ -155,17 +155,9 @@ class Manifest:
         return cls(**json.loads((version_dir / "manifest.json").read_text()))
 
 
-def resolve(datasets_dir: Path, version: str | None) -> Manifest:
+def resolve(datasets_dir: Path | str, version: str | None) -> Manifest:
     """The manifest of ``version``, or of the latest version when it is empty."""
-    if not version:
-        pointer = datasets_dir / LATEST
-        if not pointer.exists():
-            raise DatasetNotFound(f"no dataset has been published under {datasets_dir} yet")
-        version = pointer.read_text().strip()
-    path = datasets_dir / version
-    if not (path / "manifest.json").exists():
-        raise DatasetNotFound(f"dataset version {version!r} does not exist under {datasets_dir}")
-    return Manifest.load(path)
+    return Output(datasets_dir).resolve(version)
 
 
 def _low_cardinality(schema: pa.Schema) -> list[str]:
@@ -269,7 +261,6 @@ class Output:
         self.fs, root = url_to_fs(self.uri)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
-        self.fs.makedirs(self.root, exist_ok=True)
 
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"
@@ -280,6 +271,18 @@ class Output:
         else:
             with self.fs.open(path, "w") as f:  # an object store's put is atomic
                 f.write(text)
+
+    def _read(self, path: str) -> str:
+        return self.fs.cat_file(path).decode().strip()
+
+    def resolve(self, version: str | None) -> Manifest:
+        if not version:
+            if not self.fs.exists(f"{self.root}/{LATEST}"):
+                raise DatasetNotFound(f"no dataset has been published under {self.uri} yet")
+            version = self._read(f"{self.root}/{LATEST}")
+        if not self.fs.exists(f"{self.root}/{version}/manifest.json"):
+            raise DatasetNotFound(f"dataset version {version!r} does not exist under {self.uri}")
+        return self.load(version)
 
     def load(self, version: str) -> Manifest:
         with self.fs.open(f"{self.root}/{version}/manifest.json", "r") as f:
@@ -302,12 +305,12 @@ class Output:
         pointer = f"{self.root}/_sources/{self._source_key(start, end, config, files)}"
         if not self.fs.exists(pointer):
             return None
-        with self.fs.open(pointer, "r") as f:
-            version = f.read().strip()
-        if not self.fs.exists(f"{self.root}/{version}/manifest.json"):
+        try:
+            manifest = self.resolve(self._read(pointer))
+        except DatasetNotFound:  # the version was removed since: build it again
             return None
-        self.point_latest(version)
-        return self.load(version)
+        self.point_latest(manifest.version)
+        return manifest
 
     def remember(self, start, end, config: dict, files: list, version: str) -> None:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)

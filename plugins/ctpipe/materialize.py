@@ -87,8 +87,8 @@ class Part:
 class Labeler:
     """The reward signals of a trace and its ``final_reward``, as :class:`RewardConfig` says."""
 
-    def __init__(self, task: TaskConfig, cfg: RewardConfig):
-        self.task, self.cfg, self.weights = task, cfg, cfg.weights()
+    def __init__(self, cfg: RewardConfig):
+        self.cfg, self.weights = cfg, cfg.weights()
         self.answer = re.compile(cfg.answer_regex)
 
     def reference(self, rec: traces.TraceRecord, prompt: str) -> str | None:
@@ -130,7 +130,7 @@ _EVAL: dedup.NgramIndex | None = None
 
 def _init(job: Job) -> None:
     global _JOB, _LABELER, _EVAL
-    _JOB, _LABELER = job, Labeler(job.task, job.reward)
+    _JOB, _LABELER = job, Labeler(job.reward)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
 
@@ -185,19 +185,12 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
         if when is not None:
             settle(when)
 
-    if block.batch is not None:
-        lines: Iterable = ((block.first + i, row) for i, row in enumerate(block.batch.to_pylist()))
-    else:
-        lines = ((block.first + i, raw) for i, raw in enumerate(block.data.split(b"\n")) if raw.strip())
-    for n, raw in lines:
+    for n, raw in sources.entries(block):
+        if isinstance(raw, sources.Item):  # an oversized line, or the damage that ends a file
+            reject(n, raw.reason, raw.detail, raw.raw)
+            continue
         try:
-            if isinstance(raw, dict):
-                fmt, recs = _from_doc(raw, job.dataset.format)
-            elif (big := sources.oversized(block.file, n, raw)) is not None:
-                reject(n, big.reason, big.detail, big.raw)
-                continue
-            else:
-                fmt, recs = _decode(raw.rstrip(b"\r"), job.dataset.format)
+            fmt, recs = _from_doc(raw, job.dataset.format) if isinstance(raw, dict) else _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
             reject(n, e.reason, str(e), text)
@@ -215,9 +208,6 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
                 yield n, rec
             else:
                 part.outside += 1
-    if block.damage is not None:
-        d = block.damage
-        reject(d.position, d.reason, d.detail, d.raw)
     settle(when if when is not None else traces.partition_hour(block.file))
 
 
@@ -283,7 +273,7 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
         "source_line": [n for _, n, _ in found],
         "id_key": [dedup.key(r.trace_id) for r in recs],
         "exact_key": [dedup.key(f"{chat}\x00{c}") for chat, c in zip(flat, completions)],
-        "norm_key": [dedup.key(dedup.squash(f"{chat}\x00{c}")) for chat, c in zip(flat, completions)],
+        "norm_key": [dedup.fingerprint(f"{chat}\x00{c}") for chat, c in zip(flat, completions)],
         "prompt_key": [dedup.key(chat) for chat in flat],
     }
     return pa.Table.from_arrays([pa.array(columns[f.name], f.type) if isinstance(columns[f.name], list) else columns[f.name]
@@ -405,7 +395,6 @@ class _Dedup:
         self.ids: set[int] = set()
         self.exact: set[int] = set()
         self.norm: set[int] = set()
-        self.counts: Counter = Counter()
 
     def verdicts(self, rows: pa.Table) -> list[str | None]:
         out: list[str | None] = []
@@ -421,8 +410,6 @@ class _Dedup:
                 self.ids.add(id_key)
                 self.exact.add(exact)
                 self.norm.add(norm)
-            if reason:
-                self.counts[reason] += 1
             out.append(reason)
         return out
 
@@ -467,7 +454,8 @@ def materialize(
     files = [f for f in files if _may_hold(f, start, end)]
     config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"})}
     output = Output(out)
-    known = output.known_version(start, end, config, [(f, fs.ukey(f)) for f in files])
+    file_keys = [(f, fs.ukey(f)) for f in files]
+    known = output.known_version(start, end, config, file_keys)
     if known is not None:
         return known
 
@@ -558,7 +546,7 @@ def materialize(
                 "content_hash": digest.hexdigest()},
         config=config,
     )
-    output.remember(start, end, config, [(f, fs.ukey(f)) for f in files], manifest.version)
+    output.remember(start, end, config, file_keys, manifest.version)
     return manifest
 
 

@@ -165,30 +165,37 @@ def oversized(file: str, n: int, raw: bytes) -> Item | None:
 
 def decode_line(file: str, n: int, raw: bytes) -> Item:
     """One line as a decoded document, or the reason it is not one."""
-    if (too_large := oversized(file, n, raw)) is not None:
-        return too_large
+    text = raw.decode("utf-8", "replace")
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return Item(file, n, reason="invalid_utf8", detail=str(e), raw=raw[:2000].decode("utf-8", "replace"))
-    try:
-        return Item(file, n, doc=loads(text), raw=text)
+        return Item(file, n, doc=loads(raw), raw=text)
     except InvalidTrace as e:
         return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
 
 
-def items(block: Block) -> Iterator[Item]:
-    """A block's lines or rows one by one (blank lines skipped, numbering kept), then its damage."""
+def entries(block: Block) -> Iterator[tuple[int, Any]]:
+    """(line or row, content) of a block in order, blank lines skipped: a dict per Parquet row, the bytes
+    of a JSONL line, or an :class:`Item` for what cannot be read (an oversized line, the block's damage)."""
     if block.batch is not None:
         for i, row in enumerate(block.batch.to_pylist()):
-            yield Item(block.file, block.first + i, doc=row)
-    elif block.data or block.damage is None:
+            yield block.first + i, row
+    else:
         for i, raw in enumerate(block.data.split(b"\n")):
-            raw = raw.rstrip(b"\r")
             if raw.strip():
-                yield decode_line(block.file, block.first + i, raw)
+                n, raw = block.first + i, raw.rstrip(b"\r")
+                yield n, oversized(block.file, n, raw) or raw
     if block.damage is not None:
-        yield block.damage
+        yield block.damage.position, block.damage
+
+
+def items(block: Block) -> Iterator[Item]:
+    """A block's lines or rows one by one, decoded (numbering kept), then its damage."""
+    for n, content in entries(block):
+        if isinstance(content, Item):
+            yield content
+        elif isinstance(content, dict):
+            yield Item(block.file, n, doc=content)
+        else:
+            yield decode_line(block.file, n, content)
 
 
 def read(uri: str) -> Iterator[Item]:

@@ -108,8 +108,10 @@ def loads(text: str | bytes) -> Any:
     except UnicodeDecodeError as e:
         raise InvalidTrace("invalid_utf8", str(e)) from None
     except msgspec.DecodeError as e:
-        try:  # the rare failing line: ask the standard library whether a non-finite number was the cause
-            json.loads(text, parse_constant=_reject_constant)
+        try:  # the rare failing line: ask the standard library whether bad UTF-8 or a non-finite number was the cause
+            json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant)
+        except UnicodeDecodeError as why:
+            raise InvalidTrace("invalid_utf8", str(why)) from None
         except ValueError as why:
             if "non-finite" in str(why):
                 raise InvalidTrace("non_finite_number", str(why)) from None
@@ -159,11 +161,6 @@ def convert(doc: dict) -> TraceRecord:
         return _consistent(msgspec.convert(doc, TraceRecord))
     except msgspec.ValidationError as e:
         raise _validation_error(e) from None
-
-
-def parse_line(line: str) -> TraceRecord:
-    """Parse and validate one JSONL line, or raise :class:`InvalidTrace` saying why."""
-    return decode(line)
 
 
 def partition_dir(root: Path, ts: datetime) -> Path:
