@@ -1,4 +1,4 @@
-"""Train one round of GRPO or DPO with TRL on a published dataset version.
+"""Train one round of GRPO, DPO or plain SFT with TRL on a published dataset version.
 
 Usage (as a Ray job entrypoint, or by hand):
 
@@ -21,6 +21,8 @@ the dataset version and the run directory. The job:
 
 GRPO rewards an answer 1.0 when it equals the reference answer, else 0.0.
 DPO uses the base checkpoint as its fixed reference model, so chained runs do not drift.
+SFT imitates the GRPO table's reference answers: the same prompts, for the control that
+tells a reward signal's gain from more training.
 Exit codes: 0 done, 143 preempted (checkpoint saved), 2 bad input, 1 anything else.
 """
 
@@ -75,7 +77,7 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset.from_parquet(str(Path(spec.dataset_uri) / manifest.files[spec.algorithm]["path"]))
+    data = Dataset.from_parquet(str(Path(spec.dataset_uri) / manifest.files[spec.table]["path"]))
 
     class SaveOnSigterm(TrainerCallback):
         """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""
@@ -173,6 +175,20 @@ def main(spec_path: str) -> int:
         trainer = type("Trainer", (AtomicCheckpoints, GRPOTrainer), {})(
             model=model, reward_funcs=correctness_reward, args=args,
             train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
+        )
+    elif spec.algorithm == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        data = data.filter(lambda row: row["answer"] is not None)
+        if len(data) == 0:
+            raise PipelineError(f"dataset version {spec.dataset_version!r} has no reference answers to imitate")
+        data = data.map(
+            lambda row: {"completion": [{"role": "assistant", "content": row["answer"]}]},
+            remove_columns=[c for c in data.column_names if c != "prompt"],
+        )
+        args = SFTConfig(**common, per_device_train_batch_size=cfg.sft_batch_size, max_length=cfg.dpo_max_length)
+        trainer = type("Trainer", (AtomicCheckpoints, SFTTrainer), {})(
+            model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
     else:
         from trl import DPOConfig, DPOTrainer

@@ -24,5 +24,5 @@ def test_out_of_range_values_name_the_field():
         Settings(gate={"alpha": 2})
     with pytest.raises(ValidationError, match="head_dim"):
         BaseModelRecipe(head_dim=16)
-    with pytest.raises(ValidationError, match="target_accuracy"):
-        BaseModelRecipe(target_accuracy=(0.6, 0.2))
+    with pytest.raises(ValidationError, match="plateau_fraction"):
+        BaseModelRecipe(plateau_fraction=1.5)

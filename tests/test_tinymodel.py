@@ -21,19 +21,35 @@ def test_recipe_hash_changes_only_with_the_recipe():
     assert a != recipe_hash(BaseModelRecipe(), TaskConfig(split_seed=7))
 
 
-def test_base_model_is_in_the_target_band_and_cached(base_model):
+def test_base_model_is_settled_on_a_plateau_and_cached(base_model):
     from ctpipe import arith, generation
     from ctpipe.config import Settings
     from ctpipe.tinymodel import ensure_base_model
 
     s = Settings(home=base_model.parent.parent)
     info = json.loads((base_model / "build.json").read_text())
-    lo, hi = s.base_model.target_accuracy
-    assert lo <= info["dev_accuracy"] <= hi
+    lo, hi = info["plateau"]
+    assert hi - lo <= s.base_model.plateau_tolerance and lo <= info["dev_accuracy"] <= hi
+    # Settled, not caught on its learning curve: the last fifth of training moved dev accuracy by little.
+    curve = {int(k): v for k, v in info["dev_accuracy_by_step"].items()}
+    assert curve[s.base_model.steps] - curve[int(s.base_model.steps * 0.6)] < 0.05
     model, tok = generation.load(base_model)
     assert model.config.head_dim >= 32
     test_acc = generation.accuracy(model, tok, arith.splits(s.task).test, max_new_tokens=8)
-    assert 0.15 <= test_acc <= 0.60, test_acc
+    assert abs(test_acc - info["dev_accuracy"]) < 0.05, (test_acc, info["dev_accuracy"])
     stamp = (base_model / "build.json").stat().st_mtime_ns
     assert ensure_base_model(s.base_model, s.task, s.models_dir) == base_model
     assert (base_model / "build.json").stat().st_mtime_ns == stamp
+
+
+def test_a_base_still_on_its_learning_curve_is_refused_naming_the_setting():
+    import pytest
+
+    from ctpipe.tinymodel import settled
+
+    recipe = BaseModelRecipe(steps=1000, plateau_fraction=0.2, plateau_tolerance=0.03)
+    with pytest.raises(RuntimeError, match=r"did not settle: dev accuracy 0\.300\.\.0\.600 .* more steps"):
+        settled({800: 0.3, 900: 0.45, 1000: 0.6}, recipe)
+    with pytest.raises(RuntimeError, match="unmeasured"):
+        settled({100: 0.3}, recipe)
+    assert settled({500: 0.1, 800: 0.91, 1000: 0.92}, recipe) == (0.91, 0.92)

@@ -15,10 +15,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Algorithm = Literal["grpo", "dpo"]
+Algorithm = Literal["grpo", "dpo", "sft"]
 # The source checkout: dags/, jobs/ and plugins/ (which holds this package) sit side by side.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-ALGORITHMS: tuple[str, ...] = ("grpo", "dpo")
+ALGORITHMS: tuple[str, ...] = ("grpo", "dpo", "sft")
 
 
 class _Section(BaseModel):
@@ -35,29 +35,32 @@ class TaskConfig(_Section):
 
 
 class BaseModelRecipe(_Section):
-    """How the tiny base model is built; its hash names the cached build."""
+    """How the tiny base model is built; its hash names the cached build.
 
-    hidden_size: int = 128
+    Plain SFT from scratch with the learning rate annealed to zero (cosine) over ``steps``: the base is
+    settled, so a gain after a training round comes from that round's signal, not from annealing a model
+    caught mid-way up its learning curve. 3000 steps put this size on its plateau (about 92% held-out
+    accuracy; accuracy jumps from about 7% to 67% between steps 1000 and 1400, then levels off).
+    """
+
+    hidden_size: int = 64
     num_layers: int = 2
-    num_heads: int = 4
+    num_heads: int = 2
     head_dim: int = Field(32, ge=32, description="vLLM's CPU backend rejects head_dim < 32.")
-    intermediate_size: int = 256
+    intermediate_size: int = 128
     max_position_embeddings: int = 64
     seed: int = 0
     batch_size: int = 64
-    learning_rate: float = 3e-3
-    max_steps: int = 3000
-    eval_every: int = 10
-    eval_questions: int = 500
-    # Aim inside the issue's 15-60% band with a margin, so the test split lands in it too.
-    target_accuracy: tuple[float, float] = (0.22, 0.55)
-
-    @model_validator(mode="after")
-    def _range(self) -> BaseModelRecipe:
-        lo, hi = self.target_accuracy
-        if not 0.0 <= lo < hi <= 1.0:
-            raise ValueError(f"target_accuracy must satisfy 0 <= lo < hi <= 1, got {self.target_accuracy}")
-        return self
+    learning_rate: float = Field(3e-3, gt=0, description="Peak rate; cosine-annealed to 0 at the last step.")
+    steps: int = Field(3000, ge=10)
+    eval_every: int = Field(200, ge=1)
+    eval_questions: int = Field(500, ge=50)
+    plateau_fraction: float = Field(
+        0.2, gt=0, lt=1, description="The last share of steps over which dev accuracy must have levelled off."
+    )
+    plateau_tolerance: float = Field(
+        0.03, gt=0, le=1, description="Largest spread of dev accuracy over that share; a wider one fails the build."
+    )
 
 
 class TrafficConfig(_Section):
@@ -166,12 +169,15 @@ class TrainConfig(_Section):
     lr_scheduler: Literal["linear", "cosine", "constant"] = "linear"
     grpo_batch_size: int = Field(128, ge=2, description="Completions per step: prompts x grpo_num_generations.")
     dpo_batch_size: int = Field(32, ge=1, description="Preference pairs per step.")
+    sft_batch_size: int = Field(
+        16, ge=1, description="Reference answers per step; as many as GRPO's prompts per step, for a same-budget control."
+    )
     grpo_num_generations: int = Field(8, ge=2)
     grpo_beta: float = Field(0.04, ge=0)
     grpo_temperature: float = Field(1.0, gt=0)
     grpo_use_vllm: bool = Field(False, description="GPU nodes: TRL generates GRPO samples with vLLM, colocated.")
     dpo_beta: float = Field(0.1, gt=0)
-    dpo_max_length: int = Field(64, ge=16, description="Prompt + answer tokens kept per DPO example.")
+    dpo_max_length: int = Field(64, ge=16, description="Prompt + answer tokens kept per DPO or SFT example.")
     max_completion_length: int = Field(8, ge=4)
     save_steps: int = Field(20, ge=1)
     mean_time_between_preemptions_s: float = Field(

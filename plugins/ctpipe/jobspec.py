@@ -45,6 +45,11 @@ class JobSpec(BaseModel):
         return "train_nemo_rl.py" if self.algorithm == "grpo" and self.train.grpo_trainer == "nemo_rl" else "train_trl.py"
 
     @property
+    def table(self) -> str:
+        """The dataset table it trains on: its own, except SFT, which imitates GRPO's reference answers."""
+        return "grpo" if self.algorithm == "sft" else self.algorithm
+
+    @property
     def checkpoint_dir(self) -> Path:
         return Path(self.run_dir) / CHECKPOINT_DIR
 
@@ -75,7 +80,7 @@ def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
             f"dataset version {spec.dataset_version!r} does not exist: no manifest at {manifest_path}"
         )
     manifest = Manifest.load(Path(spec.dataset_uri))
-    table = spec.algorithm  # each algorithm trains on the table named after it
+    table = spec.table
     if manifest.files[table]["rows"] == 0:
         raise PipelineError(f"dataset version {spec.dataset_version!r} has no {table} rows: nothing to train on")
     for base_file in ("config.json", "model.safetensors"):

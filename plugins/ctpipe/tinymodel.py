@@ -1,10 +1,11 @@
 """The embedded default's base model, built here, deterministically, with no download.
 
 A character-level tokenizer and a small Llama are pre-trained with plain SFT on
-the arithmetic task until held-out accuracy enters the recipe's target range,
-so that reinforcement learning has signal to work with. The result is cached
-under ``<home>/models/base-<hash>``; the hash covers the recipe and the task,
-so the model is rebuilt only when either changes.
+the arithmetic task, the learning rate annealed to zero, and the build checks
+that dev accuracy has levelled off by the end. The result is cached under
+``<home>/models/base-<hash>``; the hash covers the recipe and the task, so the
+model is rebuilt only when either changes, and the same recipe gives the same
+weights (one thread, fixed seeds).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Bump when the build code changes in a way the recipe does not capture.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 PAD, UNK, BOS = "<pad>", "<unk>", "<bos>"
 USER, ASSISTANT, SYSTEM, END = "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"
@@ -117,7 +118,9 @@ def _sft_batch(tokenizer, questions: list[arith.Question]):
 
 
 def pretrain(recipe: BaseModelRecipe, task: TaskConfig, out_dir: Path) -> dict:
-    """SFT from scratch until dev accuracy enters the target range; save to ``out_dir``."""
+    """SFT from scratch, cosine-annealed to zero; save to ``out_dir`` once dev accuracy has levelled off."""
+    import math
+
     import torch
 
     from ctpipe.generation import accuracy
@@ -130,36 +133,56 @@ def pretrain(recipe: BaseModelRecipe, task: TaskConfig, out_dir: Path) -> dict:
         tokenizer = build_tokenizer()
         model = build_model(recipe, tokenizer)
         opt = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / recipe.steps)))
         rng = random.Random(recipe.seed)
         dev = list(arith.splits(task).dev[: recipe.eval_questions])
-        lo, hi = recipe.target_accuracy
-        acc, t0 = 0.0, time.monotonic()
-        for step in range(1, recipe.max_steps + 1):
+        curve: dict[int, float] = {}
+        t0 = time.monotonic()
+        for step in range(1, recipe.steps + 1):
             model.train()
             ids, mask, labels = _sft_batch(tokenizer, list(arith.sample_train(task, recipe.batch_size, rng)))
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             opt.step()
+            sched.step()
             opt.zero_grad(set_to_none=True)
-            if step % recipe.eval_every == 0:
-                acc = accuracy(model, tokenizer, dev, max_new_tokens=8)
-                log.info("base model step %d loss %.4f dev accuracy %.3f", step, loss.item(), acc)
-                if lo <= acc <= hi:
-                    break
-        else:
-            raise RuntimeError(
-                f"base model never reached dev accuracy in {recipe.target_accuracy} within "
-                f"max_steps={recipe.max_steps} (last {acc:.3f}); change the base_model recipe"
-            )
+            if step % recipe.eval_every == 0 or step == recipe.steps:
+                curve[step] = accuracy(model, tokenizer, dev, max_new_tokens=8)
+                log.info("base model step %d loss %.4f dev accuracy %.3f", step, loss.item(), curve[step])
     finally:
         torch.set_num_threads(threads)
+    plateau = settled(curve, recipe)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
-    info = {"steps": step, "dev_accuracy": acc, "seconds": round(time.monotonic() - t0, 1)}
+    info = {
+        "steps": recipe.steps,
+        "dev_accuracy": curve[recipe.steps],
+        "plateau": list(plateau),
+        "dev_accuracy_by_step": curve,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
     (out_dir / "build.json").write_text(json.dumps(info, indent=2))
     return info
+
+
+def settled(curve: dict[int, float], recipe: BaseModelRecipe) -> tuple[float, float]:
+    """The dev accuracy range over the recipe's last ``plateau_fraction`` of steps; an error if it is too wide.
+
+    >>> r = BaseModelRecipe(steps=1000, plateau_fraction=0.2, plateau_tolerance=0.03)
+    >>> settled({600: 0.5, 800: 0.90, 900: 0.91, 1000: 0.92}, r)
+    (0.9, 0.92)
+    """
+    tail = [acc for step, acc in curve.items() if step >= recipe.steps - int(recipe.steps * recipe.plateau_fraction)]
+    if not tail or max(tail) - min(tail) > recipe.plateau_tolerance:
+        span = f"{min(tail):.3f}..{max(tail):.3f}" if tail else "unmeasured"
+        raise RuntimeError(
+            f"the base model did not settle: dev accuracy {span} over the last {recipe.plateau_fraction:.0%} of "
+            f"its {recipe.steps} steps exceeds plateau_tolerance={recipe.plateau_tolerance}; give the base_model "
+            f"recipe more steps (or eval_every fewer, so the plateau is measured)"
+        )
+    return min(tail), max(tail)
 
 
 def ensure_base_model(recipe: BaseModelRecipe, task: TaskConfig, models_dir: Path) -> Path:
