@@ -10,7 +10,7 @@ PARAMS = {"algorithm": "grpo", "base_checkpoint": "", "dataset_version": "", "ma
 
 
 def test_unknown_algorithm_is_named(settings):
-    with pytest.raises(PipelineError, match="algorithm='ppo' is not supported; choose one of grpo, dpo"):
+    with pytest.raises(PipelineError, match="algorithm=.ppo. is not supported; choose one of grpo, dpo, sft"):
         prepare_training(settings, PARAMS | {"algorithm": "ppo"}, None, "manual__1")
 
 

@@ -21,7 +21,7 @@ def weights(path):
     return load_file(str(Path(path) / "model.safetensors"))
 
 
-@pytest.mark.parametrize("algorithm", ["dpo", "grpo"])
+@pytest.mark.parametrize("algorithm", ["dpo", "grpo", "sft"])
 def test_training_changes_the_weights_and_reports_progress(settings, base_model, training_dataset, algorithm):
     import torch
 

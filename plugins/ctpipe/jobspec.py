@@ -25,6 +25,11 @@ METRICS_FILE = "metrics.json"
 CHECKPOINT_DIR = "checkpoint"
 
 
+def table_of(algorithm: str) -> str:
+    """The dataset table an algorithm trains on: its own, except SFT, which imitates GRPO's reference answers."""
+    return "grpo" if algorithm == "sft" else algorithm
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,8 +51,7 @@ class JobSpec(BaseModel):
 
     @property
     def table(self) -> str:
-        """The dataset table it trains on: its own, except SFT, which imitates GRPO's reference answers."""
-        return "grpo" if self.algorithm == "sft" else self.algorithm
+        return table_of(self.algorithm)
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import METRICS_FILE, JobSpec
+from ctpipe.jobspec import METRICS_FILE, JobSpec, table_of
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,9 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
         manifest = datasets.resolve(s.datasets_dir, wanted)
     except datasets.DatasetNotFound as e:
         raise PipelineError(f"dataset_version={wanted!r}: {e}") from None
+    table = table_of(algorithm)
+    if manifest.files[table]["rows"] == 0:
+        raise PipelineError(f"dataset_version={manifest.version!r} has no {table} rows to train {algorithm} on")
     base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
     run_dir = run_dir_for(s, dag_run_id)
     try:
@@ -106,8 +109,6 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
     except ValidationError as e:
         err = e.errors()[0]
         raise PipelineError(f"{'.'.join(map(str, err['loc']))}={err.get('input')!r}: {err['msg']}") from None
-    if manifest.files[spec.table]["rows"] == 0:
-        raise PipelineError(f"dataset_version={manifest.version!r} has no {spec.table} rows to train {algorithm} on")
     path = spec.write()
     from ctpipe.registry import Registry
 
