@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pyarrow.parquet as pq
 import pytest
 
@@ -13,7 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture
-def stack(tmp_path, monkeypatch, base_model, ray_url):
+def stack(tmp_path, monkeypatch, ray_url):
     from ctpipe.airflow_local import LocalAirflow
     from ctpipe.canary.local import LocalServing
     from ctpipe.config import Settings
@@ -29,8 +27,16 @@ def stack(tmp_path, monkeypatch, base_model, ray_url):
     monkeypatch.setenv("CTPIPE_CANARY__STEPS", "[50, 100]")
     monkeypatch.setenv("CTPIPE_CANARY__BAKE_S", "6")
     monkeypatch.setenv("CTPIPE_CANARY__MIN_REQUESTS", "20")
+    # The settled default base is never beaten (bench/learning.py), so a cycle would only ever show the gate
+    # refusing. A base stopped on the steep part of its curve, and an SFT round that carries on its recipe,
+    # gain for certain: the promotion path, through the canary, runs on every run of this test.
+    monkeypatch.setenv("CTPIPE_BASE_MODEL__STEPS", "1400")
+    monkeypatch.setenv("CTPIPE_BASE_MODEL__PLATEAU_TOLERANCE", "1")
+    monkeypatch.setenv("CTPIPE_TRAIN__ALGORITHM", "sft")
+    monkeypatch.setenv("CTPIPE_TRAIN__LEARNING_RATE", "1.5e-3")
+    monkeypatch.setenv("CTPIPE_TRAIN__SFT_BATCH_SIZE", "64")
+    monkeypatch.setenv("CTPIPE_TRAIN__MAX_STEPS", "300")
     s = Settings()
-    shutil.copytree(base_model, s.models_dir / base_model.name)  # same recipe: skip the rebuild
     yield s
     LocalAirflow(s).stop()
     LocalServing(s).stop_all()
@@ -79,13 +85,13 @@ def test_two_cycles_end_to_end(stack):
     assert e["comparison"]["n"] == s.task.test_size
     assert str(registry.client.get_registered_model(s.model_name).aliases[CHAMPION]) == champion.version
 
-    # Deploy: a passing candidate went through the canary (promoted on equal or better answers).
-    if e["passed"]:
-        r = first["rollout"]
-        assert r["promoted"] and r["engine"] == "transformers" and len(r["steps"]) == 1, r
-        assert r["step_figures"][0]["canary"]["requests"] >= 20
-        assert "canary" in format_summary(first) and registry.alias("previous-champion") == "1"
-        assert LocalServing(s).champion().version == "2"
+    # Deploy: the passing candidate went through the canary (promoted on equal or better answers).
+    assert e["passed"], e["reason"]
+    r = first["rollout"]
+    assert r["promoted"] and r["engine"] == "transformers" and len(r["steps"]) == 1, r
+    assert r["step_figures"][0]["canary"]["requests"] >= 20
+    assert "canary" in format_summary(first) and registry.alias("previous-champion") == "1"
+    assert LocalServing(s).champion().version == "2"
 
     # The trigger form refuses an out-of-range param (validated by Airflow, not by us).
     with pytest.raises(RuntimeError, match="HTTP 400"):
