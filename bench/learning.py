@@ -72,6 +72,7 @@ def main(cycles: int, split: str, home: Path, lrs: dict[str, float]) -> None:
     s = Settings(home=home)
     if not s.models_dir.exists():  # every run starts from fresh traces and runs, but builds the base only once
         MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+        s.home.mkdir(parents=True, exist_ok=True)
         s.models_dir.symlink_to(MODEL_CACHE, target_is_directory=True)
     questions = getattr(arith.splits(s.task), split)
     mnt = s.gate.max_new_tokens
