@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ctpipe import arith, evaluation, generation, tinymodel, traffic
 from ctpipe.config import Settings
-from ctpipe.jobspec import SPEC_FILE, JobSpec
+from ctpipe.jobspec import JobSpec
 from ctpipe.pipeline import materialize_interval
 
 CANDIDATES = ("grpo", "dpo")
@@ -50,10 +50,7 @@ def train(s: Settings, algorithm: str, champion: Path, dataset: dict, run_dir: P
     )
     spec.write()
     t0 = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(s.jobs_dir / "train_trl.py"), "--spec", str(run_dir / SPEC_FILE)],
-        capture_output=True, text=True,
-    )
+    done = subprocess.run(spec.command(sys.executable, s.jobs_dir), capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{algorithm} training failed ({done.returncode}): {done.stderr[-2000:]}")
     return spec.checkpoint_dir, time.monotonic() - t0

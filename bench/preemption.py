@@ -50,7 +50,7 @@ from pathlib import Path
 from ctpipe import traffic
 from ctpipe.checkpoints import WEIGHTS_FILE
 from ctpipe.config import PROJECT_ROOT, Settings
-from ctpipe.jobspec import SPEC_FILE, JobSpec, parse_progress
+from ctpipe.jobspec import JobSpec, parse_progress
 from ctpipe.pipeline import materialize_interval
 from ctpipe.preemption import young_daly_interval
 from ctpipe.tinymodel import ensure_base_model
@@ -119,7 +119,7 @@ def run_attempt(cmd: list[str], preempt_after_s: float | None, sig: int, grace_s
 
 def run_mode(spec: JobSpec, draws: list[float], sig: int, grace_s: float, python: str) -> list[Attempt]:
     spec.write()
-    cmd = [python, str(PROJECT_ROOT / "jobs" / "train_trl.py"), "--spec", str(Path(spec.run_dir) / SPEC_FILE)]
+    cmd = spec.command(python, PROJECT_ROOT / "jobs")
     attempts = []
     for i in range(len(draws) + 1):
         a = run_attempt(cmd, draws[i] if i < len(draws) else None, sig, grace_s)

@@ -18,7 +18,7 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from ctpipe.config import Settings
 from ctpipe.pipeline import materialize_interval
-from ctpipe.jobspec import SPEC_FILE, JobSpec, parse_progress
+from ctpipe.jobspec import JobSpec, parse_progress
 from ctpipe.traces import partition_dir
 
 
@@ -135,7 +135,7 @@ def job_spec(
 
 
 def job_command(spec: JobSpec) -> list[str]:
-    return [sys.executable, str(ROOT / "jobs" / "train_trl.py"), "--spec", str(Path(spec.run_dir) / SPEC_FILE)]
+    return spec.command(sys.executable, ROOT / "jobs")
 
 
 def run_job(*args, **kwargs):

@@ -49,6 +49,10 @@ class JobSpec(BaseModel):
         """The ``jobs/`` entrypoint that runs this spec."""
         return "train_nemo_rl.py" if self.algorithm == "grpo" and self.train.grpo_trainer == "nemo_rl" else "train_trl.py"
 
+    def command(self, python: str, jobs_dir: Path) -> list[str]:
+        """The process that runs this spec (a Ray job's entrypoint, or a local subprocess)."""
+        return [python, str(jobs_dir / self.script), "--spec", str(Path(self.run_dir) / SPEC_FILE)]
+
     @property
     def table(self) -> str:
         return table_of(self.algorithm)

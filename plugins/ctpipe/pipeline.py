@@ -120,7 +120,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
     return {
         "spec_path": str(path),
         "run_dir": str(run_dir),
-        "entrypoint": f"{python} {s.jobs_dir / spec.script} --spec {path}",
+        "entrypoint": " ".join(spec.command(python, s.jobs_dir)),
         "algorithm": algorithm,
         "dataset_version": manifest.version,
         "base_version": base_version,
