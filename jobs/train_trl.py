@@ -19,7 +19,7 @@ the dataset version and the run directory. The job:
 * writes the final model to ``<run_dir>/checkpoint`` atomically (temporary
   directory, then rename) and a summary to ``<run_dir>/metrics.json``.
 
-GRPO rewards an answer 1.0 when it equals the reference answer, else 0.0.
+GRPO rewards a right answer 1.0, else 0.0 (``correctness_reward``).
 DPO uses the base checkpoint as its fixed reference model, so chained runs do not drift.
 SFT imitates the GRPO table's reference answers: the same prompts, for the control that
 tells a reward signal's gain from more training.
@@ -47,12 +47,20 @@ from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
 
 
-def correctness_reward(completions, answer, **_) -> list[float]:
-    """GRPO reward: 1.0 for a completion whose answer is the reference, else 0.0."""
-    from ctpipe.arith import correctness
+def correctness_reward(prompts, completions, answer, **_) -> list[float]:
+    """GRPO reward: 1.0 for a right answer, else 0.0. The task's own questions are verified from the
+    question (one with many right answers has no single reference); any other prompt against its reference."""
+    from ctpipe.arith import correctness, verify
 
-    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [correctness(t, a) for t, a in zip(texts, answer)]
+    def text(message) -> str:
+        return message[-1]["content"] if isinstance(message, list) else message
+
+    rewards = []
+    for prompt, completion, reference in zip(prompts, completions, answer):
+        question = next((m["content"] for m in reversed(prompt) if m["role"] == "user"), "") if isinstance(prompt, list) else prompt
+        verified = verify(question, text(completion))
+        rewards.append(correctness(text(completion), reference) if verified is None else verified)
+    return rewards
 
 
 def main(spec_path: str) -> int:

@@ -1,3 +1,5 @@
+import pytest
+
 from ctpipe import arith
 from ctpipe.config import TaskConfig
 
@@ -30,3 +32,31 @@ def test_correctness_reads_the_first_integer():
     assert arith.correctness("", "12") == 0.0
     assert arith.reference_answer("What is 40 plus 2?") == "42"
     assert arith.reference_answer("What is the capital of France?") is None
+
+
+def test_between_questions_split_and_verify_from_the_question():
+    import random
+
+    cfg = TaskConfig(kind="between", operand_max=989, gap_max=12)
+    s = arith.splits(cfg)
+    assert len(s.train) + len(s.dev) + len(s.test) == 990 * 11
+    assert all(q.kind == "between" and 2 <= q.b - q.a <= 12 for q in s.dev)
+    q = s.test[0]
+    assert arith.parse(q.prompt) == q
+    # Every number strictly between is right, the bounds and anything outside are not.
+    assert [arith.verify(q.prompt, str(n)) for n in (q.a, q.a + 1, q.b - 1, q.b)] == [0.0, 1.0, 1.0, 0.0]
+    # The reference is one right answer, fixed per question; the base's training answers cover them all.
+    assert q.answer == arith.reference_answer(q.prompt) and q.check(q.answer)
+    drawn = {q.sample_answer(random.Random(i)) for i in range(200)}
+    assert drawn == {str(n) for n in range(q.a + 1, q.b)}
+
+
+def test_both_kinds_of_question_verify_whatever_task_is_configured():
+    assert arith.verify("What is 40 plus 2?", "42") == 1.0
+    assert arith.verify("Name a number between 40 and 42.", "41") == 1.0
+    assert arith.verify("What is the capital of France?", "Paris") is None
+
+
+def test_too_few_questions_for_the_held_out_splits_is_refused_naming_the_settings():
+    with pytest.raises(ValueError, match="between questions of operand_max=99"):
+        arith.splits(TaskConfig(kind="between", gap_max=3))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ctpipe.jobspec import parse_progress
-from tests.conftest import job_command, job_spec, run_job
+from tests.conftest import ROOT, job_command, job_spec, run_job
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -178,3 +178,18 @@ def test_a_diverging_loss_is_a_genuine_failure_not_a_preemption(settings, base_m
     out = failing_run(spec)
     assert "training diverged" in out.stderr and "loss is nan at step 1" in out.stderr
     assert not is_preemption({"status": "FAILED", "driver_exit_code": out.returncode})
+
+
+def test_grpo_reward_verifies_from_the_question_and_falls_back_to_the_reference():
+    import runpy
+
+    reward = runpy.run_path(str(ROOT / "jobs" / "train_trl.py"), run_name="not_main")["correctness_reward"]
+
+    def chat(text):
+        return [{"role": "user", "content": text}]
+
+    prompts = [chat("Name a number between 10 and 14."), chat("Name a number between 10 and 14."),
+               chat("What is 2 plus 3?"), chat("Spell five as digits.")]
+    completions = [[{"role": "assistant", "content": c}] for c in ("12", "14", "5", "5")]
+    # The between question's reference (here 11) is one right answer among three: 12 is rewarded too.
+    assert reward(prompts, completions, answer=["11", "11", "5", "5"]) == [1.0, 0.0, 1.0, 1.0]

@@ -1,9 +1,10 @@
-"""The verifiable task of the embedded default: integer addition questions.
+"""The verifiable tasks of the embedded default.
 
-Every question has exactly one correct answer, so rewards can be checked, and
-the question space is split once, deterministically, into training questions
-and two held-out splits (``dev`` for choosing settings, ``test`` for the gate)
-that no training data may contain.
+``addition`` asks "What is A plus B?", which has one right answer; ``between`` asks "Name a number
+between A and B.", which every integer strictly between answers. A prompt of either form is verified
+whatever task is configured, so traces label the same way after the task changes. The configured
+task's questions are split once, deterministically, into training questions and two held-out splits
+(``dev`` for choosing settings, ``test`` for the gate) that no training data may contain.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from functools import cache
 
 from ctpipe.config import TaskConfig
 
-_QUESTION = re.compile(r"^What is (\d+) plus (\d+)\?$")
+_ADDITION = re.compile(r"^What is (\d+) plus (\d+)\?$")
+_BETWEEN = re.compile(r"^Name a number between (\d+) and (\d+)\.$")
 _FIRST_INT = re.compile(r"-?\d+")
 
 
@@ -24,36 +26,84 @@ _FIRST_INT = re.compile(r"-?\d+")
 class Question:
     a: int
     b: int
+    kind: str = "addition"
 
     @property
     def prompt(self) -> str:
+        if self.kind == "between":
+            return f"Name a number between {self.a} and {self.b}."
         return f"What is {self.a} plus {self.b}?"
 
     @property
     def answer(self) -> str:
+        """The reference answer. For ``between``, one of the right answers, drawn with the question as
+        seed (as a labeller picks one): the same every time, and spread like the base model's data.
+
+        >>> Question(3, 4).answer, Question(10, 20, "between").answer == Question(10, 20, "between").answer
+        ('7', True)
+        """
+        if self.kind == "between":
+            return self.sample_answer(random.Random(self.prompt))
         return str(self.a + self.b)
+
+    def sample_answer(self, rng: random.Random) -> str:
+        """A right answer, uniformly at random among all of them (the base model trains on these)."""
+        if self.kind == "between":
+            return str(rng.randint(self.a + 1, self.b - 1))
+        return str(self.a + self.b)
+
+    def check(self, completion: str) -> bool:
+        """Whether the completion's answer (its first integer) is right.
+
+        >>> q = Question(10, 13, "between")
+        >>> q.check("11"), q.check(" 12 maybe"), q.check("13"), q.check("ten")
+        (True, True, False, False)
+        """
+        got = extract_answer(completion)
+        if got is None:
+            return False
+        if self.kind == "between":
+            return self.a < int(got) < self.b
+        return int(got) == self.a + self.b
 
 
 def parse(prompt: str) -> Question | None:
-    """The question a prompt asks, or None if it is not one of ours.
+    """The question a prompt asks, of either kind, or None if it is not one of ours.
 
     >>> parse("What is 3 plus 4?")
-    Question(a=3, b=4)
+    Question(a=3, b=4, kind='addition')
+    >>> parse("Name a number between 5 and 9.")
+    Question(a=5, b=9, kind='between')
     >>> parse("hello") is None
     True
     """
-    m = _QUESTION.match(prompt.strip())
-    return Question(int(m.group(1)), int(m.group(2))) if m else None
+    prompt = prompt.strip()
+    for kind, pattern in (("addition", _ADDITION), ("between", _BETWEEN)):
+        m = pattern.match(prompt)
+        if m:
+            return Question(int(m.group(1)), int(m.group(2)), kind)
+    return None
 
 
 def reference_answer(prompt: str) -> str | None:
-    """The correct answer to a prompt, when the task can verify it.
+    """The reference answer to a prompt, when the task can verify it.
 
     >>> reference_answer("What is 12 plus 30?")
     '42'
     """
     q = parse(prompt)
     return q.answer if q else None
+
+
+def verify(prompt: str, completion: str) -> float | None:
+    """1.0 when the completion answers the prompt's question right, 0.0 when not; None for a prompt
+    that is not one of ours.
+
+    >>> verify("Name a number between 5 and 9.", "7"), verify("What is 1 plus 1?", "3"), verify("hi", "2")
+    (1.0, 0.0, None)
+    """
+    q = parse(prompt)
+    return None if q is None else float(q.check(completion))
 
 
 def extract_answer(completion: str) -> str | None:
@@ -90,12 +140,16 @@ class Splits:
 
 @cache
 def splits(cfg: TaskConfig) -> Splits:
-    """Partition all questions into train / dev / test, the same way every time."""
-    everything = [Question(a, b) for a in range(cfg.operand_max + 1) for b in range(cfg.operand_max + 1)]
+    """Partition all the configured task's questions into train / dev / test, the same way every time."""
+    span = range(cfg.operand_max + 1)
+    if cfg.kind == "between":
+        everything = [Question(a, a + gap, "between") for a in span for gap in range(2, cfg.gap_max + 1)]
+    else:
+        everything = [Question(a, b) for a in span for b in span]
     if cfg.dev_size + cfg.test_size >= len(everything):
         raise ValueError(
             f"task.dev_size + task.test_size ({cfg.dev_size + cfg.test_size}) must be below the "
-            f"{len(everything)} questions of operand_max={cfg.operand_max}"
+            f"{len(everything)} {cfg.kind} questions of operand_max={cfg.operand_max}"
         )
     random.Random(cfg.split_seed).shuffle(everything)
     dev = tuple(everything[: cfg.dev_size])

@@ -26,9 +26,20 @@ class _Section(BaseModel):
 
 
 class TaskConfig(_Section):
-    """The verifiable task the embedded model learns: "What is A plus B?"."""
+    """The verifiable task the embedded model learns.
 
-    operand_max: int = Field(99, ge=9, description="A and B are drawn from 0..operand_max.")
+    ``addition``, "What is A plus B?", has one right answer, so SFT on reference answers already holds
+    everything a reward could say. ``between``, "Name a number between A and B.", has several, of
+    unequal difficulty for a small model (those across a ten or a hundred are harder to write), and
+    its reference answers, like its base model's training data, pick any of them: the reward tells
+    which the model gets right, which the references do not.
+    """
+
+    kind: Literal["addition", "between"] = "addition"
+    operand_max: int = Field(
+        99, ge=9, description="addition: A and B are drawn from 0..operand_max; between: A is, and B = A + gap."
+    )
+    gap_max: int = Field(12, ge=2, description="between: B - A is drawn from 2..gap_max.")
     dev_size: int = Field(500, ge=50, description="Held-out questions for choosing settings.")
     test_size: int = Field(500, ge=50, description="Held-out questions the eval gate scores.")
     split_seed: int = Field(20261122, description="Seed that picks which questions are held out.")

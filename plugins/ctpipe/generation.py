@@ -55,9 +55,9 @@ def generate(
 
 
 def correct_flags(model, tokenizer, questions: Sequence[arith.Question], max_new_tokens: int) -> list[bool]:
-    """Greedy answers scored against the references, one flag per question."""
+    """Greedy answers, verified, one flag per question."""
     completions = generate(model, tokenizer, [q.prompt for q in questions], max_new_tokens=max_new_tokens)
-    return [arith.correctness(c, q.answer) == 1.0 for c, q in zip(completions, questions)]
+    return [q.check(c) for c, q in zip(completions, questions)]
 
 
 def accuracy(model, tokenizer, questions: Sequence[arith.Question], max_new_tokens: int) -> float:

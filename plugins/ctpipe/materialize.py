@@ -96,20 +96,20 @@ class Labeler:
             return arith.reference_answer(prompt)
         return rec.reference_answer
 
-    def verifiable(self, completion: str, reference: str | None) -> float | None:
+    def verifiable(self, prompt: str, completion: str, reference: str | None) -> float | None:
         if reference is None or self.cfg.verifier == "none":
             return None
-        if self.cfg.verifier == "arith":
-            return arith.correctness(completion, reference)
+        if self.cfg.verifier == "arith":  # the question, not its reference, says which answers are right
+            return arith.verify(prompt, completion)
         if self.cfg.verifier == "math":
             return rewards.math_reward(completion, reference)
         if self.cfg.verifier == "regex":
             return rewards.extracted_reward(completion, reference, self.answer)
         return rewards.exact_reward(completion, reference)
 
-    def label(self, rec: traces.TraceRecord, completion: str, reference: str | None) -> tuple:
+    def label(self, rec: traces.TraceRecord, prompt: str, completion: str, reference: str | None) -> tuple:
         """(verifiable, feedback, judge, final) of one trace."""
-        verifiable = self.verifiable(completion, reference)
+        verifiable = self.verifiable(prompt, completion, reference)
         feedback = rewards.feedback_reward(rec.feedback.thumb, rec.feedback.rating)
         judge = None
         if rec.scores:
@@ -247,7 +247,7 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
         messages = messages.take(pa.array(keep, pa.int64()))
     prompts = [next(c for role, c in reversed(chat) if role == "user") for chat in chats]
     references = [labeler.reference(r, p) for r, p in zip(recs, prompts)]
-    labels = list(zip(*(labeler.label(r, c, ref) for r, c, ref in zip(recs, completions, references)))) or [[]] * 4
+    labels = list(zip(*(labeler.label(r, p, c, ref) for r, p, c, ref in zip(recs, prompts, completions, references)))) or [[]] * 4
     flat = ["\x1e".join(f"{role}\x1f{c}" for role, c in chat) for chat in chats]
     columns = {
         "trace_id": [r.trace_id for r in recs],

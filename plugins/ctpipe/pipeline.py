@@ -266,7 +266,7 @@ def _answer_test(s: Settings, checkpoints: dict[str, Path], test, max_new_tokens
     if engine == "vllm":
         try:
             flags = {
-                name: [arith.correctness(c, q.answer) == 1.0 for c, q in zip(
+                name: [q.check(c) for c, q in zip(
                     generation.generate_vllm(python, s.jobs_dir, path, prompts, max_new_tokens=max_new_tokens), test)]
                 for name, path in checkpoints.items()
             }

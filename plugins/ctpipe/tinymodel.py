@@ -103,10 +103,10 @@ def build_model(recipe: BaseModelRecipe, tokenizer):
     return LlamaForCausalLM(config)
 
 
-def _sft_batch(tokenizer, questions: list[arith.Question]):
-    """Tokens of prompt+answer, with the loss only on the answer and its end token."""
-    prompts = [render_prompt(tokenizer, q.prompt) for q in questions]
-    full = [p + q.answer + END for p, q in zip(prompts, questions)]
+def _sft_batch(tokenizer, examples: list[tuple[str, str]]):
+    """Tokens of (question, answer) pairs, with the loss only on the answer and its end token."""
+    prompts = [render_prompt(tokenizer, question) for question, _ in examples]
+    full = [p + answer + END for p, (_, answer) in zip(prompts, examples)]
     enc = tokenizer(full, return_tensors="pt", padding=True, add_special_tokens=False)
     labels = enc["input_ids"].clone()
     labels[enc["attention_mask"] == 0] = -100
@@ -140,7 +140,8 @@ def pretrain(recipe: BaseModelRecipe, task: TaskConfig, out_dir: Path) -> dict:
         t0 = time.monotonic()
         for step in range(1, recipe.steps + 1):
             model.train()
-            ids, mask, labels = _sft_batch(tokenizer, list(arith.sample_train(task, recipe.batch_size, rng)))
+            batch = [(q.prompt, q.sample_answer(rng)) for q in arith.sample_train(task, recipe.batch_size, rng)]
+            ids, mask, labels = _sft_batch(tokenizer, batch)
             loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
             opt.step()

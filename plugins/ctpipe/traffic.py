@@ -84,7 +84,7 @@ def simulate(
     for i, (q, completion) in enumerate(zip(asked, completions)):
         start = t0 + i * step
         latency = rng.uniform(20, 80)
-        ok = arith.correctness(completion, q.answer) == 1.0
+        ok = q.check(completion)
         thumb = None
         if rng.random() < traffic.feedback_rate:
             liked = ok if rng.random() >= traffic.feedback_noise else not ok

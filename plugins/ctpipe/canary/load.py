@@ -61,7 +61,7 @@ def _ask(session: requests.Session, url: str, model: str, q: arith.Question, max
         tokens = body.get("usage", {}).get("completion_tokens")
     except (ValueError, KeyError, IndexError, TypeError) as e:
         return Answer(upstream, False, latency, error=f"malformed response: {e}")
-    return Answer(upstream, True, latency, arith.correctness(text, q.answer), is_refusal(text), tokens)
+    return Answer(upstream, True, latency, float(q.check(text)), is_refusal(text), tokens)
 
 
 def ask(proxy_url: str, model: str, task: TaskConfig, *, rps: float, duration_s: float, seed: int,
