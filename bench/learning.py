@@ -12,7 +12,7 @@ is compared (McNemar, paired) with the champion and with the control, and the ga
 the pipeline's gate does. The best passing candidate becomes the next cycle's champion.
 
 Settings come from the environment like every ctpipe process (``CTPIPE_TRAIN__MAX_STEPS=...``);
-``--lr`` sets one algorithm's learning rate (default: ``train.learning_rate`` for all). Choose
+``--lr`` sets one algorithm's learning rate (default: ``train.rate_for``, each algorithm's own). Choose
 settings with ``--split dev``; report the untouched ``--split test`` (the default, the gate's).
 
 Last line: ``cycles=<n> promoted=<n> refused=<n> mean_gain_vs_control=<x> min_p_vs_control=<x>
@@ -79,7 +79,7 @@ def main(cycles: int, split: str, home: Path, lrs: dict[str, float]) -> None:
     print(f"base {champion.name}: dev accuracy {build['dev_accuracy']:.3f}, plateau {build['plateau']} "
           f"over the last {s.base_model.plateau_fraction:.0%} of {build['steps']} steps ({time.monotonic() - t0:.0f}s)")
     print(f"split={split} ({len(questions)} questions); train: steps={s.train.max_steps} "
-          f"lr={ {a: lrs.get(a, s.train.learning_rate) for a in (*CANDIDATES, CONTROL)} } "
+          f"lr={ {a: lrs.get(a, s.train.rate_for(a)) for a in (*CANDIDATES, CONTROL)} } "
           f"grpo {s.train.grpo_batch_size // s.train.grpo_num_generations}x{s.train.grpo_num_generations} beta={s.train.grpo_beta} "
           f"dpo batch={s.train.dpo_batch_size} beta={s.train.dpo_beta} sft batch={s.train.sft_batch_size}")
     champ_flags = answers(champion, questions, mnt)
@@ -90,7 +90,7 @@ def main(cycles: int, split: str, home: Path, lrs: dict[str, float]) -> None:
         report = traffic.simulate(champion, s.model_name, f"cycle{cycle}", s.traces_dir, s.traffic, s.task, seed=cycle)
         dataset = materialize_interval(s, report.start, report.end + timedelta(milliseconds=1))
         runs = s.runs_dir / f"cycle{cycle}"
-        trained = {a: train(s, a, champion, dataset, runs / a, lrs.get(a, s.train.learning_rate))
+        trained = {a: train(s, a, champion, dataset, runs / a, lrs.get(a, s.train.rate_for(a)))
                    for a in (*CANDIDATES, CONTROL)}
         flags = {a: answers(ckpt, questions, mnt) for a, (ckpt, _) in trained.items()}
         control = flags[CONTROL]

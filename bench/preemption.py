@@ -168,7 +168,7 @@ def main(
         return JobSpec(
             algorithm=algorithm, base_checkpoint=str(base), base_version="1",
             dataset_uri=data["uri"], dataset_version=data["version"], run_dir=str(s.runs_dir / run),
-            max_steps=steps, learning_rate=s.train.learning_rate, seed=seed,
+            max_steps=steps, learning_rate=s.train.rate_for(algorithm), seed=seed,
             train=s.train.model_copy(update={"save_steps": save_steps, "mean_time_between_preemptions_s": every_s}),
         )
 

@@ -44,7 +44,9 @@ with DAG(
         ),
         "max_steps": Param(_train.max_steps, type="integer", minimum=1, maximum=100_000, title="Max steps"),
         "learning_rate": Param(
-            _train.learning_rate, type="number", exclusiveMinimum=0, maximum=1, title="Learning rate"
+            _train.learning_rate, type=["null", "number"], exclusiveMinimum=0, maximum=1, title="Learning rate",
+            description="Empty: the algorithm's own ("
+            + ", ".join(f"{a} {r:g}" for a, r in _train.learning_rates.items()) + ").",
         ),
         "seed": Param(_train.seed, type="integer", minimum=0, title="Seed"),
     },

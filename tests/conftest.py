@@ -105,13 +105,13 @@ def ray_url(tmp_path_factory) -> str:
 
 @pytest.fixture
 def training_dataset(settings):
-    """A published dataset of 24 addition questions, each with a right and a wrong answer."""
+    """A published dataset of 24 questions of the default task, each with a right and a wrong answer."""
     lines = []
     for i in range(24):
-        a, b = i, 30 + i
+        a, b = 3 + 41 * i, 3 + 41 * i + 2 + i % 11
         lines += [
-            trace(2 * i, f"What is {a} plus {b}?", str(a + b), feedback={"thumb": "up", "rating": None}),
-            trace(2 * i + 1, f"What is {a} plus {b}?", str(a + b + 1), feedback={"thumb": "down", "rating": None}),
+            trace(2 * i, f"Name a number between {a} and {b}.", str(a + 1), feedback={"thumb": "up", "rating": None}),
+            trace(2 * i + 1, f"Name a number between {a} and {b}.", str(b), feedback={"thumb": "down", "rating": None}),
         ]
     write_traces(settings.traces_dir, lines)
     return materialize_interval(settings, T0, T0 + timedelta(hours=1))

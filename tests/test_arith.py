@@ -5,8 +5,8 @@ from ctpipe.config import TaskConfig
 
 
 def test_splits_are_disjoint_deterministic_and_complete():
-    cfg = TaskConfig()
-    a, b = arith.splits(cfg), arith.splits(TaskConfig())
+    cfg = TaskConfig(kind="addition", operand_max=99)
+    a, b = arith.splits(cfg), arith.splits(TaskConfig(kind="addition", operand_max=99))
     assert a == b
     train, dev, test = ({q.prompt for q in s} for s in (a.train, a.dev, a.test))
     assert len(dev) == cfg.dev_size and len(test) == cfg.test_size
@@ -37,7 +37,8 @@ def test_correctness_reads_the_first_integer():
 def test_between_questions_split_and_verify_from_the_question():
     import random
 
-    cfg = TaskConfig(kind="between", operand_max=989, gap_max=12)
+    cfg = TaskConfig()  # the default task
+    assert (cfg.kind, cfg.operand_max, cfg.gap_max) == ("between", 989, 12)
     s = arith.splits(cfg)
     assert len(s.train) + len(s.dev) + len(s.test) == 990 * 11
     assert all(q.kind == "between" and 2 <= q.b - q.a <= 12 for q in s.dev)
@@ -59,4 +60,4 @@ def test_both_kinds_of_question_verify_whatever_task_is_configured():
 
 def test_too_few_questions_for_the_held_out_splits_is_refused_naming_the_settings():
     with pytest.raises(ValueError, match="between questions of operand_max=99"):
-        arith.splits(TaskConfig(kind="between", gap_max=3))
+        arith.splits(TaskConfig(operand_max=99, gap_max=3))

@@ -91,8 +91,8 @@ def test_the_grpo_table_becomes_response_dataset_jsonl(tmp_path, training_datase
     manifest = Manifest.load(Path(training_dataset["uri"]))
     n = nemo_rl.write_train_data(Path(training_dataset["uri"]) / manifest.files["grpo"]["path"], tmp_path / "t.jsonl")
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
-    assert n == len(rows) == manifest.files["grpo"]["rows"] == 21
-    assert rows[0] == {"problem": "What is 0 plus 30?", "expected_answer": "30"}
+    assert n == len(rows) == manifest.files["grpo"]["rows"] == 24
+    assert rows[0] == {"problem": "Name a number between 3 and 5.", "expected_answer": "4"}
     assert all(isinstance(r["expected_answer"], str) for r in rows)  # NeMo-RL scores a non-string answer 0
 
 

@@ -55,3 +55,13 @@ def test_the_configured_trainer_picks_the_job_entrypoint(settings, training_data
     job = prepare_training(s, PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model)}, training_dataset, "manual__1")
     assert job["entrypoint"].split()[1].endswith(f"jobs/{script}")
     assert job["entrypoint"].endswith(f"--spec {job['spec_path']}")
+
+
+def test_an_empty_learning_rate_takes_the_algorithms_own(settings, training_dataset, base_model):
+    from ctpipe.jobspec import JobSpec
+
+    for algorithm in ("grpo", "dpo"):
+        params = PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model), "learning_rate": None}
+        job = prepare_training(settings, params, training_dataset, f"manual__{algorithm}")
+        spec = JobSpec.model_validate_json(open(job["spec_path"]).read())
+        assert spec.learning_rate == settings.train.learning_rates[algorithm]

@@ -30,9 +30,12 @@ def test_base_model_is_settled_on_a_plateau_and_cached(base_model):
     info = json.loads((base_model / "build.json").read_text())
     lo, hi = info["plateau"]
     assert hi - lo <= s.base_model.plateau_tolerance and lo <= info["dev_accuracy"] <= hi
-    # Settled, not caught on its learning curve: the last fifth of training moved dev accuracy by little.
+    # Settled, not caught on its learning curve: over the last fifth of training, the recorded curve
+    # moved by little, and it had climbed far before.
     curve = {int(k): v for k, v in info["dev_accuracy_by_step"].items()}
-    assert curve[s.base_model.steps] - curve[int(s.base_model.steps * 0.6)] < 0.05
+    tail = [v for k, v in curve.items() if k >= s.base_model.steps * (1 - s.base_model.plateau_fraction)]
+    assert len(tail) >= 3 and max(tail) - min(tail) <= s.base_model.plateau_tolerance
+    assert min(curve.values()) < info["dev_accuracy"] - 0.5
     model, tok = generation.load(base_model)
     assert model.config.head_dim >= 32
     test_acc = generation.accuracy(model, tok, arith.splits(s.task).test, max_new_tokens=8)

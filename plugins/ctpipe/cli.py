@@ -146,7 +146,7 @@ def cmd_k8s_render(args) -> int:
         dataset_version=args.dataset_version,
         run_dir=f"{k.home_mount}/runs/{run_id}",
         max_steps=s.train.max_steps,
-        learning_rate=s.train.learning_rate,
+        learning_rate=s.train.rate_for(args.algorithm),
         seed=s.train.seed,
         train=s.train.model_copy(update={"grpo_trainer": trainer}),
     )

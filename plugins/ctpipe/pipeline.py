@@ -102,7 +102,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
             dataset_version=manifest.version,
             run_dir=str(run_dir),
             max_steps=params["max_steps"],
-            learning_rate=params["learning_rate"],
+            learning_rate=params.get("learning_rate") or s.train.rate_for(algorithm),
             seed=params["seed"],
             train=s.train,
         )

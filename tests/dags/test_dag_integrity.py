@@ -77,6 +77,9 @@ def test_trigger_form_defaults_come_from_config(dagbag):
     params = dagbag.dags["train"].params
     train = Settings().train
     assert params["algorithm"] == train.algorithm and params["max_steps"] == train.max_steps
+    # An empty learning rate is valid: the run takes its algorithm's own.
+    assert params["learning_rate"] is None and params.get_param("learning_rate").resolve(None) is None
+    assert "grpo 0.001" in params.get_param("learning_rate").description
     assert dagbag.dags["eval_and_deploy"].params["alpha"] == Settings().gate.alpha
 
 

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @pytest.fixture
-def stack(tmp_path, monkeypatch, ray_url):
+def stack(tmp_path, monkeypatch, ray_url, base_model):
     from ctpipe.airflow_local import LocalAirflow
     from ctpipe.canary.local import LocalServing
     from ctpipe.config import Settings
@@ -27,16 +27,10 @@ def stack(tmp_path, monkeypatch, ray_url):
     monkeypatch.setenv("CTPIPE_CANARY__STEPS", "[50, 100]")
     monkeypatch.setenv("CTPIPE_CANARY__BAKE_S", "6")
     monkeypatch.setenv("CTPIPE_CANARY__MIN_REQUESTS", "20")
-    # The settled default base is never beaten (bench/learning.py), so a cycle would only ever show the gate
-    # refusing. A base stopped on the steep part of its curve, and an SFT round that carries on its recipe,
-    # gain for certain: the promotion path, through the canary, runs on every run of this test.
-    monkeypatch.setenv("CTPIPE_BASE_MODEL__STEPS", "1400")
-    monkeypatch.setenv("CTPIPE_BASE_MODEL__PLATEAU_TOLERANCE", "1")
-    monkeypatch.setenv("CTPIPE_TRAIN__ALGORITHM", "sft")
-    monkeypatch.setenv("CTPIPE_TRAIN__LEARNING_RATE", "1.5e-3")
-    monkeypatch.setenv("CTPIPE_TRAIN__SFT_BATCH_SIZE", "64")
-    monkeypatch.setenv("CTPIPE_TRAIN__MAX_STEPS", "300")
     s = Settings()
+    # The settled default base, built once per test session (the cycle would find the same build here).
+    s.models_dir.mkdir(parents=True)
+    (s.models_dir / base_model.name).symlink_to(base_model, target_is_directory=True)
     yield s
     LocalAirflow(s).stop()
     LocalServing(s).stop_all()
