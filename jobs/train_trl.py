@@ -52,14 +52,15 @@ def correctness_reward(prompts, completions, answer, **_) -> list[float]:
     question (one with many right answers has no single reference); any other prompt against its reference."""
     from ctpipe.arith import correctness, verify
 
-    def text(message) -> str:
-        return message[-1]["content"] if isinstance(message, list) else message
+    def text(message, role: str) -> str:
+        if isinstance(message, str):
+            return message
+        return next((m["content"] for m in reversed(message) if m["role"] == role), "")
 
     rewards = []
     for prompt, completion, reference in zip(prompts, completions, answer):
-        question = next((m["content"] for m in reversed(prompt) if m["role"] == "user"), "") if isinstance(prompt, list) else prompt
-        verified = verify(question, text(completion))
-        rewards.append(correctness(text(completion), reference) if verified is None else verified)
+        verified = verify(text(prompt, "user"), text(completion, "assistant"))
+        rewards.append(correctness(text(completion, "assistant"), reference) if verified is None else verified)
     return rewards
 
 

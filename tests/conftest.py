@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 # Airflow reads its home at import time: keep tests away from the user's installation.
-os.environ.setdefault("AIRFLOW_HOME", str(Path(__import__("tempfile").mkdtemp(prefix="ctpipe-airflow-"))))
+os.environ.setdefault("AIRFLOW_HOME", str(Path(tempfile.mkdtemp(prefix="ctpipe-airflow-"))))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from ctpipe.config import Settings
@@ -49,13 +51,56 @@ def settings(tmp_path, monkeypatch) -> Settings:
     return Settings()
 
 
+# The default base model takes about six minutes to build on one core. It is built in a background
+# process from the end of collection, while the tests that need no model run first on the other core.
+_BASE_BUILD: dict = {}
+_BUILD_BASE = (
+    "import sys; from ctpipe.config import Settings; from ctpipe.tinymodel import ensure_base_model; "
+    "s = Settings(home=sys.argv[1]); ensure_base_model(s.base_model, s.task, s.models_dir)"
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    needs_model = [item for item in items if "base_model" in getattr(item, "fixturenames", ())]
+    if not needs_model:
+        return
+    items[:] = [item for item in items if item not in set(needs_model)] + needs_model
+    given = os.environ.get("CTPIPE_TEST_MODEL_CACHE")
+    cache = Path(given or tempfile.mkdtemp(prefix="ctpipe-test-models-"))
+    log = cache / "base-build.log"
+    cache.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        _BASE_BUILD.update(cache=cache, log=log, temporary=not given, process=subprocess.Popen(
+            [sys.executable, "-c", _BUILD_BASE, str(cache)], stdout=out, stderr=subprocess.STDOUT))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # Wait here, outside the test's own timeout (pytest-timeout's wrapper runs inside this one).
+    if "base_model" in getattr(item, "fixturenames", ()) and "process" in _BASE_BUILD:
+        _BASE_BUILD["process"].wait()
+    yield
+
+
+def pytest_unconfigure(config):
+    if "process" in _BASE_BUILD:
+        if _BASE_BUILD["process"].poll() is None:
+            _BASE_BUILD["process"].kill()
+            _BASE_BUILD["process"].wait()
+        if _BASE_BUILD["temporary"]:
+            shutil.rmtree(_BASE_BUILD["cache"], ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def base_model(tmp_path_factory) -> Path:
-    """The default recipe's base model, built once per session into a shared cache."""
+def base_model() -> Path:
+    """The default recipe's base model, from the background build."""
     from ctpipe.tinymodel import ensure_base_model
 
-    cache = Path(os.environ.get("CTPIPE_TEST_MODEL_CACHE", tmp_path_factory.mktemp("models")))
-    s = Settings(home=cache)
+    build = _BASE_BUILD["process"]
+    if build.wait() != 0:
+        tail = _BASE_BUILD["log"].read_text()[-3000:]
+        raise RuntimeError(f"building the base model exited {build.returncode}:\n{tail}")
+    s = Settings(home=_BASE_BUILD["cache"])
     return ensure_base_model(s.base_model, s.task, s.models_dir)
 
 

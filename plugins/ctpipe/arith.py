@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
-from ctpipe.config import TaskConfig
+from ctpipe.config import TaskConfig, TaskKind
 
 _ADDITION = re.compile(r"^What is (\d+) plus (\d+)\?$")
 _BETWEEN = re.compile(r"^Name a number between (\d+) and (\d+)\.$")
@@ -26,7 +26,7 @@ _FIRST_INT = re.compile(r"-?\d+")
 class Question:
     a: int
     b: int
-    kind: str = "addition"
+    kind: TaskKind = "addition"
 
     @property
     def prompt(self) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Algorithm = Literal["grpo", "dpo", "sft"]
+TaskKind = Literal["addition", "between"]
 # The source checkout: dags/, jobs/ and plugins/ (which holds this package) sit side by side.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ALGORITHMS: tuple[str, ...] = ("grpo", "dpo", "sft")
@@ -35,7 +36,7 @@ class TaskConfig(_Section):
     which the model gets right, which the references do not.
     """
 
-    kind: Literal["addition", "between"] = "between"
+    kind: TaskKind = "between"
     operand_max: int = Field(
         989, ge=9, description="between: A is drawn from 0..operand_max, B = A + gap; addition: A and B are "
         "(its base was measured with 99)."
