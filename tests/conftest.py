@@ -51,57 +51,81 @@ def settings(tmp_path, monkeypatch) -> Settings:
     return Settings()
 
 
-# The default base model takes about six minutes to build on one core. It is built in a background
-# process from the end of collection, while the tests that need no model run first on the other core.
-_BASE_BUILD: dict = {}
-_BUILD_BASE = (
-    "import sys; from ctpipe.config import Settings; from ctpipe.tinymodel import ensure_base_model; "
-    "s = Settings(home=sys.argv[1]); ensure_base_model(s.base_model, s.task, s.models_dir)"
-)
+# Two things the tests need take minutes to build: the default base model (about six minutes on one
+# core) and vLLM's CPU environment (about three). Each is built in a background process from the end
+# of collection, if a selected test needs it, while the tests that need neither run first.
+_BUILDS = {
+    "base_model": "from ctpipe.config import Settings; from ctpipe.tinymodel import ensure_base_model; "
+                  "s = Settings(home=sys.argv[1]); print(ensure_base_model(s.base_model, s.task, s.models_dir))",
+    "vllm_python": "from pathlib import Path; from ctpipe.canary.servers import ensure_vllm_env; "
+                   "from ctpipe.config import ServingConfig; print(ensure_vllm_env(Path(sys.argv[1]), ServingConfig()))",
+}
 
 
+class _Build:
+    def __init__(self, name: str, cache: Path):
+        self.name, self.out, self.log = name, cache / f"{name}.out", cache / f"{name}.log"
+        with self.out.open("w") as out, self.log.open("w") as err:
+            self.process = subprocess.Popen([sys.executable, "-c", "import sys; " + _BUILDS[name], str(cache)],
+                                            stdout=out, stderr=err)
+
+    def result(self) -> str:
+        if self.process.wait() != 0:
+            raise RuntimeError(f"building {self.name} exited {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+        return self.out.read_text().strip().splitlines()[-1]
+
+
+_STARTED: dict[str, _Build] = {}
+_CACHE: dict[str, Path] = {}
+
+
+def _needs(item) -> list[str]:
+    return [name for name in _BUILDS if name in getattr(item, "fixturenames", ()) and name in _STARTED]
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
 def pytest_collection_modifyitems(session, config, items):
-    needs_model = [item for item in items if "base_model" in getattr(item, "fixturenames", ())]
-    if not needs_model:
+    wanted = [name for name in _BUILDS if any(name in getattr(item, "fixturenames", ()) for item in items)]
+    if os.environ.get("CTPIPE_SERVING__LOCAL_VLLM_PYTHON") and "vllm_python" in wanted:
+        wanted.remove("vllm_python")
+    if not wanted:
         return
-    items[:] = [item for item in items if item not in set(needs_model)] + needs_model
     given = os.environ.get("CTPIPE_TEST_MODEL_CACHE")
-    cache = Path(given or tempfile.mkdtemp(prefix="ctpipe-test-models-"))
-    log = cache / "base-build.log"
+    cache = Path(given or tempfile.mkdtemp(prefix="ctpipe-test-builds-"))
     cache.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        _BASE_BUILD.update(cache=cache, log=log, temporary=not given, process=subprocess.Popen(
-            [sys.executable, "-c", _BUILD_BASE, str(cache)], stdout=out, stderr=subprocess.STDOUT))
+    _CACHE.update({"dir": cache} if given else {"dir": cache, "temporary": cache})
+    _STARTED.update({name: _Build(name, cache) for name in wanted})
+    # Stable: tests keep their order within each group; the vLLM ones, which need both builds, go last.
+    items.sort(key=lambda item: [name in _needs(item) for name in reversed(list(_BUILDS))])
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     # Wait here, outside the test's own timeout (pytest-timeout's wrapper runs inside this one).
-    if "base_model" in getattr(item, "fixturenames", ()) and "process" in _BASE_BUILD:
-        _BASE_BUILD["process"].wait()
+    for name in _needs(item):
+        _STARTED[name].process.wait()
     yield
 
 
 def pytest_unconfigure(config):
-    if "process" in _BASE_BUILD:
-        if _BASE_BUILD["process"].poll() is None:
-            _BASE_BUILD["process"].kill()
-            _BASE_BUILD["process"].wait()
-        if _BASE_BUILD["temporary"]:
-            shutil.rmtree(_BASE_BUILD["cache"], ignore_errors=True)
+    for build in _STARTED.values():
+        if build.process.poll() is None:
+            build.process.kill()
+            build.process.wait()
+    if "temporary" in _CACHE:
+        shutil.rmtree(_CACHE["temporary"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def base_model() -> Path:
     """The default recipe's base model, from the background build."""
-    from ctpipe.tinymodel import ensure_base_model
+    return Path(_STARTED["base_model"].result())
 
-    build = _BASE_BUILD["process"]
-    if build.wait() != 0:
-        tail = _BASE_BUILD["log"].read_text()[-3000:]
-        raise RuntimeError(f"building the base model exited {build.returncode}:\n{tail}")
-    s = Settings(home=_BASE_BUILD["cache"])
-    return ensure_base_model(s.base_model, s.task, s.models_dir)
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """vLLM's own environment's python: CTPIPE_SERVING__LOCAL_VLLM_PYTHON, or the background build."""
+    return os.environ.get("CTPIPE_SERVING__LOCAL_VLLM_PYTHON") or _STARTED["vllm_python"].result()
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,31 +1,17 @@
 """The local canary on vLLM's CPU build: two real vLLM servers behind nginx, promote then roll back.
 
-Builds vLLM's own virtual environment first (a few minutes, once per cache: set
-CTPIPE_SERVING__LOCAL_VLLM_PYTHON to reuse one).
+Needs vLLM's own virtual environment (``vllm_python`` in tests/conftest.py builds it in the
+background, once per cache: set CTPIPE_SERVING__LOCAL_VLLM_PYTHON to reuse one).
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import listen_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-@pytest.fixture(scope="module")
-def vllm_python(tmp_path_factory) -> str:
-    from ctpipe.canary.servers import ensure_vllm_env
-    from ctpipe.config import ServingConfig
-
-    given = os.environ.get("CTPIPE_SERVING__LOCAL_VLLM_PYTHON")
-    if given:
-        return given
-    cache = Path(os.environ.get("CTPIPE_TEST_MODEL_CACHE") or tmp_path_factory.mktemp("vllm-home"))
-    return str(ensure_vllm_env(cache, ServingConfig()))
 
 
 def test_vllm_canary_promotes_an_equal_version_then_rolls_back_a_collapsed_one(tmp_path, base_model, vllm_python):
