@@ -78,8 +78,8 @@ def main(cycles: int, split: str, home: Path, lrs: dict[str, float]) -> None:
     build = json.loads((champion / "build.json").read_text())
     print(f"base {champion.name}: dev accuracy {build['dev_accuracy']:.3f}, plateau {build['plateau']} "
           f"over the last {s.base_model.plateau_fraction:.0%} of {build['steps']} steps ({time.monotonic() - t0:.0f}s)")
-    print(f"split={split} ({len(questions)} questions); train: steps={s.train.max_steps} "
-          f"lr={ {a: lrs.get(a, s.train.rate_for(a)) for a in (*CANDIDATES, CONTROL)} } "
+    rates = {a: lrs.get(a, s.train.rate_for(a)) for a in (*CANDIDATES, CONTROL)}
+    print(f"split={split} ({len(questions)} questions); train: steps={s.train.max_steps} lr={rates} "
           f"grpo {s.train.grpo_batch_size // s.train.grpo_num_generations}x{s.train.grpo_num_generations} beta={s.train.grpo_beta} "
           f"dpo batch={s.train.dpo_batch_size} beta={s.train.dpo_beta} sft batch={s.train.sft_batch_size}")
     champ_flags = answers(champion, questions, mnt)
@@ -90,8 +90,7 @@ def main(cycles: int, split: str, home: Path, lrs: dict[str, float]) -> None:
         report = traffic.simulate(champion, s.model_name, f"cycle{cycle}", s.traces_dir, s.traffic, s.task, seed=cycle)
         dataset = materialize_interval(s, report.start, report.end + timedelta(milliseconds=1))
         runs = s.runs_dir / f"cycle{cycle}"
-        trained = {a: train(s, a, champion, dataset, runs / a, lrs.get(a, s.train.rate_for(a)))
-                   for a in (*CANDIDATES, CONTROL)}
+        trained = {a: train(s, a, champion, dataset, runs / a, rate) for a, rate in rates.items()}
         flags = {a: answers(ckpt, questions, mnt) for a, (ckpt, _) in trained.items()}
         control = flags[CONTROL]
         print(f"\ncycle {cycle}: {report.traces} traces, champion sampled accuracy {report.accuracy:.1%}; "

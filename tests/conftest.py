@@ -76,7 +76,7 @@ class _Build:
 
 
 _STARTED: dict[str, _Build] = {}
-_CACHE: dict[str, Path] = {}
+_TEMPORARY: list[Path] = []  # a cache made for this session only, removed at its end
 
 
 def _needs(item) -> list[str]:
@@ -93,10 +93,11 @@ def pytest_collection_modifyitems(session, config, items):
     given = os.environ.get("CTPIPE_TEST_MODEL_CACHE")
     cache = Path(given or tempfile.mkdtemp(prefix="ctpipe-test-builds-"))
     cache.mkdir(parents=True, exist_ok=True)
-    _CACHE.update({"dir": cache} if given else {"dir": cache, "temporary": cache})
+    if not given:
+        _TEMPORARY.append(cache)
     _STARTED.update({name: _Build(name, cache) for name in wanted})
     # Stable: tests keep their order within each group; the vLLM ones, which need both builds, go last.
-    items.sort(key=lambda item: [name in _needs(item) for name in reversed(list(_BUILDS))])
+    items.sort(key=lambda item: len(_needs(item)))
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -112,8 +113,8 @@ def pytest_unconfigure(config):
         if build.process.poll() is None:
             build.process.kill()
             build.process.wait()
-    if "temporary" in _CACHE:
-        shutil.rmtree(_CACHE["temporary"], ignore_errors=True)
+    for cache in _TEMPORARY:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
