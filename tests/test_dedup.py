@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctpipe.dedup import NgramIndex, fingerprint
+from ctpipe.dedup import NgramIndex, chat_keys, fingerprint, squash
 
 LONG_EVAL = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
              "How many clips did Natalia sell altogether in April and May?")
@@ -11,6 +11,32 @@ LONG_EVAL = ("Natalia sold clips to 48 of her friends in April, and then she sol
 def test_normalized_duplicates_share_a_fingerprint():
     assert fingerprint("What is 2 plus 3?") == fingerprint("  what IS 2 plus 3 ")
     assert fingerprint("What is 2 plus 3?") != fingerprint("What is 3 plus 2?")
+
+
+def test_squash_is_the_same_for_ascii_and_other_text():
+    assert squash("Hello, World!") == "Hello, World!".lower().encode().translate(None, b", !")
+    assert squash("Ärger, ÖL!") == "ärgeröl".encode()
+
+
+def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
+    chats = [
+        [("system", "Be brief."), ("user", "What is 2 plus 3?")],
+        [("system", "Be brief."), ("user", "What is 2 plus 3?")],  # the same chat again
+        [("system", "Be brief."), ("user", "what is 2 PLUS 3")],  # the same, but for case and punctuation
+        [("user", "Be brief."), ("system", "What is 2 plus 3?")],  # other roles
+        [("user", "What is 2 plus 3?"), ("system", "Be brief.")],  # other order
+        [("system", "Be brief.")],  # a prefix
+        [],
+    ]
+    roles = [r for chat in chats for r, _ in chat]
+    contents = [c for chat in chats for _, c in chat]
+    offsets = [0]
+    for chat in chats:
+        offsets.append(offsets[-1] + len(chat))
+    exact = chat_keys(roles, contents, offsets).tolist()
+    normalized = chat_keys(roles, contents, offsets, normalized=True).tolist()
+    assert exact[0] == exact[1] and len({exact[0], *exact[2:]}) == 6
+    assert normalized[0] == normalized[1] == normalized[2] and len({normalized[0], *normalized[3:]}) == 5
 
 
 def test_a_prompt_sharing_13_words_with_an_eval_item_is_contaminated():

@@ -1,7 +1,8 @@
 """Duplicates and evaluation contamination, decided on normalized words.
 
 * Exact duplicates share the same raw text; normalized duplicates the same :func:`squash` text
-  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed.
+  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed, and
+  :func:`chat_keys` gives both keys of many chats at once, hashing each distinct text once.
 * A prompt is contaminated when it shares a word n-gram (13 words, as common practice) with an
   evaluation item, words being those of :func:`normalize`. Items shorter than n words count as one
   n-gram of their own length, so a short eval question can never slip through by being short: the
@@ -12,14 +13,16 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import xxhash
 
 # What normalization ignores: ASCII punctuation and whitespace (letters of any script are kept).
 # bytes.translate handles it at memory speed, where a Unicode-class regex costs ten times more on 2 KB texts.
 _IGNORED = (string.punctuation + string.whitespace).encode()
 _SEPARATORS = bytes.maketrans(_IGNORED, b" " * len(_IGNORED))
+_ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase.encode())
 
 
 _RUNS = re.compile(rb"  +")
@@ -44,6 +47,8 @@ def squash(text: str) -> bytes:
     >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !")
     True
     """
+    if text.isascii():  # the common case, in one pass: translate lowers and deletes at once
+        return text.encode().translate(_ASCII_LOWER, _IGNORED)
     return text.lower().encode("utf-8", "surrogatepass").translate(None, _IGNORED)
 
 
@@ -59,6 +64,44 @@ def key(text: str | bytes) -> int:
 def fingerprint(text: str) -> int:
     """The normalized-duplicate key: equal for texts that differ only in case, spacing or punctuation."""
     return key(squash(text))
+
+
+# Mixing two 64-bit keys into one, vectorized: a multiply-add (a bijection in either argument for the
+# other fixed, and order-sensitive) and MurmurHash3's finalizer to spread it. The inputs are xxh3 keys.
+_K, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+
+
+def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x = a * _K + b  # uint64 arithmetic wraps around, as a hash wants
+    x ^= x >> np.uint64(33)
+    x *= _M1
+    x ^= x >> np.uint64(33)
+    x *= _M2
+    return x ^ (x >> np.uint64(33))
+
+
+def keys(texts: Sequence[str], normalized: bool = False) -> np.ndarray:
+    """:func:`key` (or :func:`fingerprint`) of each text, computed once per distinct text: system
+    prompts and questions asked again repeat."""
+    distinct = dict.fromkeys(texts)
+    for t in distinct:
+        distinct[t] = key(squash(t)) if normalized else key(t)
+    return np.fromiter((distinct[t] for t in texts), np.uint64, len(texts))
+
+
+def chat_keys(roles: Sequence[str], contents: Sequence[str], offsets: Sequence[int], normalized: bool = False) -> np.ndarray:
+    """A key per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``): equal for
+    chats with the same roles and texts in the same order (texts normalized by :func:`squash` when
+    ``normalized``)."""
+    roles_key = {r: key(r) for r in set(roles)}
+    message = mix(np.fromiter((roles_key[r] for r in roles), np.uint64, len(roles)), keys(contents, normalized))
+    starts = np.asarray(offsets[:-1], np.int64)
+    lengths = np.diff(np.asarray(offsets, np.int64))
+    out = lengths.astype(np.uint64)  # the length first, so a chat never shares a key with its prefix
+    for j in range(int(lengths.max(initial=0))):  # a fold per position: chats are a few messages long
+        at = np.flatnonzero(lengths > j)
+        out[at] = mix(out[at], message[starts[at] + j])
+    return out
 
 
 class NgramIndex:
@@ -86,4 +129,7 @@ class NgramIndex:
         if self._automaton is None:
             return [False] * len(texts)
         find = self._automaton.find_matches_as_indexes
-        return [bool(find(b" " + _normal_bytes(t) + b" ")) for t in texts]
+        distinct = dict.fromkeys(texts)  # a question asked again is checked once
+        for t in distinct:
+            distinct[t] = bool(find(b" " + _normal_bytes(t) + b" "))
+        return [distinct[t] for t in texts]

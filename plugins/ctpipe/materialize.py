@@ -239,16 +239,15 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
                                                 "with an evaluation item", msgspec.json.encode(rec).decode()))
     if len(keep) < len(recs):
         found, recs, chats, completions = ([x[i] for i in keep] for x in (found, recs, chats, completions))
+        roles, contents, offsets = _kept_messages(roles, contents, offsets, keep)
     messages = pa.ListArray.from_arrays(
         pa.array(offsets, pa.int32()),
         pa.StructArray.from_arrays([pa.array(roles, pa.string()), pa.array(contents, pa.string())], ["role", "content"]),
     )
-    if len(keep) < len(contaminated):
-        messages = messages.take(pa.array(keep, pa.int64()))
     prompts = [next(c for role, c in reversed(chat) if role == "user") for chat in chats]
+    prompt_keys = dedup.chat_keys(roles, contents, offsets)
     references = [labeler.reference(r, p) for r, p in zip(recs, prompts)]
     labels = list(zip(*(labeler.label(r, p, c, ref) for r, p, c, ref in zip(recs, prompts, completions, references)))) or [[]] * 4
-    flat = ["\x1e".join(f"{role}\x1f{c}" for role, c in chat) for chat in chats]
     columns = {
         "trace_id": [r.trace_id for r in recs],
         "start_time": [r.start_time for r in recs],
@@ -271,13 +270,24 @@ def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Ta
         "final_reward": labels[3],
         "source_file": [f for f, _, _ in found],
         "source_line": [n for _, n, _ in found],
-        "id_key": [dedup.key(r.trace_id) for r in recs],
-        "exact_key": [dedup.key(f"{chat}\x00{c}") for chat, c in zip(flat, completions)],
-        "norm_key": [dedup.fingerprint(f"{chat}\x00{c}") for chat, c in zip(flat, completions)],
-        "prompt_key": [dedup.key(chat) for chat in flat],
+        "id_key": dedup.keys([r.trace_id for r in recs]),
+        "prompt_key": prompt_keys,
+        "exact_key": dedup.mix(prompt_keys, dedup.keys(completions)),
+        "norm_key": dedup.mix(dedup.chat_keys(roles, contents, offsets, normalized=True),
+                              dedup.keys(completions, normalized=True)),
     }
-    return pa.Table.from_arrays([pa.array(columns[f.name], f.type) if isinstance(columns[f.name], list) else columns[f.name]
+    return pa.Table.from_arrays([columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], f.type)
                                  for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
+
+
+def _kept_messages(roles: list, contents: list, offsets: list, keep: list[int]) -> tuple[list, list, list]:
+    out_roles, out_contents, out_offsets = [], [], [0]
+    for i in keep:
+        lo, hi = offsets[i], offsets[i + 1]
+        out_roles += roles[lo:hi]
+        out_contents += contents[lo:hi]
+        out_offsets.append(len(out_roles))
+    return out_roles, out_contents, out_offsets
 
 
 def _digest(block: sources.Block) -> bytes:
@@ -325,20 +335,32 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
     return part
 
 
-def _ordered(fn, items: Iterable, job: Job, workers: int) -> Iterator:
-    """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
-    _init(job)  # this process also labels (Langfuse joins, small sources)
-    if workers <= 1:
-        yield from map(fn, items)
-        return
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=(job,)) as pool:
+class _Pool:
+    """Worker processes for both steps (processing blocks, then pairing buckets), started once: a
+    spawned worker costs about a second of imports, as much as it processes of a 100k-trace source."""
+
+    def __init__(self, job: Job, workers: int):
+        _init(job)  # this process also labels (Langfuse joins, small sources)
+        self.workers = workers
+        self.pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=(job,))
+                     if workers > 1 else None)
+
+    def ordered(self, fn, items: Iterable) -> Iterator:
+        """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
+        if self.pool is None:
+            yield from map(fn, items)
+            return
         pending: deque = deque()
         for item in items:
-            pending.append(pool.submit(fn, item))
-            if len(pending) >= 2 * workers:
+            pending.append(self.pool.submit(fn, item))
+            if len(pending) >= 2 * self.workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
 
 
 # ------------------------------------------------------------------------------------------ pairing
@@ -473,6 +495,7 @@ def materialize(
     found_formats: Counter = Counter()
     dedupe = _Dedup()
     stats = _RewardStats()
+    pool = _Pool(job, workers)
     try:
         spill = _Spill(spill_dir, buckets)
         with staging.writer("traces", TRACES_SCHEMA) as traces_out, staging.writer("quarantine", QUARANTINE_SCHEMA) as quarantine_out:
@@ -509,7 +532,7 @@ def materialize(
                     stats.add(rows["final_reward"])
                     spill.add(rows, first)
 
-            for part in _ordered(process, sources.blocks(fs, files), job, workers):
+            for part in pool.ordered(process, sources.blocks(fs, files)):
                 take(part)
             if join.generations:
                 take(_langfuse_part(join))
@@ -523,7 +546,7 @@ def materialize(
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
         with staging.writer("grpo", GRPO_SCHEMA) as grpo_out, staging.writer("dpo", DPO_SCHEMA) as dpo_out:
-            for grpo, dpo in _ordered(pair_bucket, paths, job, min(workers, buckets)):
+            for grpo, dpo in pool.ordered(pair_bucket, paths):
                 grpo_out.write_table(grpo)
                 dpo_out.write_table(dpo)
                 counts["grpo_prompts"] += grpo.num_rows
@@ -532,6 +555,7 @@ def materialize(
         staging.discard()
         raise
     finally:
+        pool.close()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"

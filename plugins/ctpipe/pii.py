@@ -76,16 +76,27 @@ def scrub(text: str, found: Counter | None = None) -> str:
 
 
 def scrub_many(texts: list[str], found: Counter) -> list[str]:
-    """:func:`scrub` over many texts; the pre-check runs vectorized, so clean texts cost a scan.
+    """:func:`scrub` over many texts; the pre-check runs vectorized, so clean texts cost a scan, and
+    each distinct text is checked once (system prompts and questions asked again repeat).
 
-    >>> c = Counter(); scrub_many(["2 plus 2", "write to x@y.org"], c), dict(c)
-    (['2 plus 2', 'write to <EMAIL>'], {'email': 1})
+    >>> c = Counter(); scrub_many(["2 plus 2", "write to x@y.org", "write to x@y.org"], c), dict(c)
+    (['2 plus 2', 'write to <EMAIL>', 'write to <EMAIL>'], {'email': 2})
     """
     if not texts:
         return texts
-    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(texts, pa.string()), PRECHECK)).to_pylist()
-    if hits:
-        texts = list(texts)
-        for i in hits:
-            texts[i] = scrub(texts[i], found)
-    return texts
+    distinct = list(dict.fromkeys(texts))
+    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(distinct, pa.string()), PRECHECK)).to_pylist()
+    if not hits:
+        return texts
+    scrubbed: dict[str, tuple[str, Counter]] = {}
+    for i in hits:
+        kinds: Counter = Counter()
+        scrubbed[distinct[i]] = (scrub(distinct[i], kinds), kinds)
+    out = []
+    for t in texts:
+        if t in scrubbed:
+            clean, kinds = scrubbed[t]
+            found.update(kinds)
+            t = clean
+        out.append(t)
+    return out
