@@ -40,7 +40,7 @@ CODE_VERSION = "3"  # bumped whenever the same input and config would give other
 LATEST = "LATEST"
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-_SCORES = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64()), ("label", pa.string()), ("source", pa.string())]))
+SCORES = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64()), ("label", pa.string()), ("source", pa.string())]))
 # The canonical trace table. Text columns hold the scrubbed text; rewards are in [0, 1] or null when
 # the signal is absent; source_file and source_line say where each row was read.
 TRACES_SCHEMA = pa.schema(
@@ -56,7 +56,7 @@ TRACES_SCHEMA = pa.schema(
         ("reference_answer", pa.string()),
         ("feedback_thumb", pa.string()),
         ("feedback_rating", pa.float64()),
-        ("scores", _SCORES),
+        ("scores", SCORES),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
         ("latency_ms", pa.float64()),

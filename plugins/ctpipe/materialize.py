@@ -33,10 +33,11 @@ from datetime import datetime, timezone
 from multiprocessing import get_context
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctpipe import arith, dedup, formats, pii, rewards, sources, traces
+from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, dpo_pairs,
@@ -91,10 +92,10 @@ class Labeler:
         self.cfg, self.weights = cfg, cfg.weights()
         self.answer = re.compile(cfg.answer_regex)
 
-    def reference(self, rec: traces.TraceRecord, prompt: str) -> str | None:
+    def reference(self, prompt: str, given: str | None) -> str | None:
         if self.cfg.verifier == "arith":
             return arith.reference_answer(prompt)
-        return rec.reference_answer
+        return given
 
     def verifiable(self, prompt: str, completion: str, reference: str | None) -> float | None:
         if reference is None or self.cfg.verifier == "none":
@@ -107,15 +108,15 @@ class Labeler:
             return rewards.extracted_reward(completion, reference, self.answer)
         return rewards.exact_reward(completion, reference)
 
-    def label(self, rec: traces.TraceRecord, prompt: str, completion: str, reference: str | None) -> tuple:
+    def label(self, prompt: str, completion: str, reference: str | None, thumb: str | None, rating: float | None,
+              scores: list[dict] | None) -> tuple:
         """(verifiable, feedback, judge, final) of one trace."""
         verifiable = self.verifiable(prompt, completion, reference)
-        feedback = rewards.feedback_reward(rec.feedback.thumb, rec.feedback.rating)
+        feedback = rewards.feedback_reward(thumb, rating)
         judge = None
-        if rec.scores:
+        if scores:
             low, high = self.cfg.judge_range
-            judge = rewards.judge_reward([{"name": s.name, "value": s.value} for s in rec.scores],
-                                         self.cfg.judge_score, low, high)
+            judge = rewards.judge_reward(scores, self.cfg.judge_score, low, high)
         final = rewards.combine({"verifiable": verifiable, "feedback": feedback, "judge": judge},
                                 self.weights, self.cfg.missing)
         return verifiable, feedback, judge, final
@@ -163,19 +164,37 @@ def _from_doc(doc, fmt: str) -> tuple[str, list]:
     return found or fmt, [traces.convert(d) for d in formats.normalize(doc, fmt)]
 
 
-def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, traces.TraceRecord]]:
-    """(line or row, record) of the block's records in the interval; the rest goes to ``part``.
+def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
+    """The block's records in the interval, as a :data:`columns.RAW_SCHEMA` table in line order; the rest
+    goes to ``part``.
 
-    An unreadable line belongs to the interval of the record before it; at the start of a block, of
-    the first record after it (a block never knows the records of the block before); in a block
-    with no readable record, to the hour of its file's partition (or to every run, outside that layout).
+    Lines of our schema take :func:`columns.parse_lines`; every other line (and every Parquet row)
+    is decoded one by one, which also says why a line is not a trace. An unreadable line belongs to
+    the interval of the record before it; at the start of a block, of the first record after it (a
+    block never knows the records of the block before); in a block with no readable record, to the
+    hour of its file's partition (or to every run, outside that layout).
     """
-    when: datetime | None = None
+    entries = list(sources.entries(block))
+    lo, hi = columns.micros(job.start), columns.micros(job.end)
+    fast: list[tuple[int, int] | None] = [None] * len(entries)  # (row in `parsed`, start) of lines the fast path took
+    parsed = None
+    if block.batch is None and job.dataset.format in ("auto", "ctpipe"):
+        lines = [i for i, (_, raw) in enumerate(entries) if isinstance(raw, bytes)]
+        got = columns.parse_lines([entries[i][1] for i in lines])
+        if got is not None:
+            parsed, index = got
+            starts = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False).tolist()
+            for row, at in enumerate(index.tolist()):
+                fast[lines[at]] = (row, starts[row])
+    when: int | None = None
     waiting: list[dict] = []  # unreadable lines met before the block's first record
+    taken: list[int] = []  # rows of `parsed` in the interval
+    taken_lines: list[int] = []
+    slow: list[tuple[str, int, traces.TraceRecord]] = []
 
-    def settle(at: datetime | None) -> None:
+    def settle(at: int | None) -> None:
         for q in waiting:
-            if at is None or job.start <= at < job.end:
+            if at is None or lo <= at < hi:
                 part.read += 1
                 part.quarantine.append(q)
         waiting.clear()
@@ -185,7 +204,24 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
         if when is not None:
             settle(when)
 
-    for n, raw in sources.entries(block):
+    def arrived(at: int) -> bool:
+        nonlocal when
+        if when is None:
+            settle(at)
+        when = at
+        inside = lo <= at < hi
+        part.read += inside
+        part.outside += not inside
+        return inside
+
+    for i, (n, raw) in enumerate(entries):
+        if fast[i] is not None:
+            row, at = fast[i]
+            part.formats["ctpipe"] += 1
+            if arrived(at):
+                taken.append(row)
+                taken_lines.append(n)
+            continue
         if isinstance(raw, sources.Item):  # an oversized line, or the damage that ends a file
             reject(n, raw.reason, raw.detail, raw.raw)
             continue
@@ -200,94 +236,106 @@ def _records(block: sources.Block, job: Job, part: Part) -> Iterator[tuple[int, 
             part.langfuse.append((recs[0], (block.file, n)))
             continue
         for rec in recs:
-            if when is None:
-                settle(rec.start_time)
-            when = rec.start_time
-            if job.start <= when < job.end:
-                part.read += 1
-                yield n, rec
-            else:
-                part.outside += 1
-    settle(when if when is not None else traces.partition_hour(block.file))
+            if arrived(columns.micros(rec.start_time)):
+                slow.append((block.file, n, rec))
+    hour = traces.partition_hour(block.file)
+    settle(when if when is not None else (columns.micros(hour) if hour else None))
+
+    tables = [columns.from_records(slow)]
+    if taken:
+        rows = parsed.take(taken)
+        tables.append(pa.Table.from_arrays(rows.columns + [pa.array([block.file] * len(taken), pa.string()),
+                                                           pa.array(taken_lines, pa.int64())], schema=columns.RAW_SCHEMA))
+    table = pa.concat_tables(tables)
+    if slow and taken:  # a stable sort: the records of one line keep their order
+        table = table.take(pc.sort_indices(table["source_line"]))
+    return table
 
 
-def _rows(found: list[tuple[str, int, traces.TraceRecord]], part: Part) -> pa.Table:
-    """The canonical rows of valid records: scrubbed, decontaminated, labeled, keyed.
+def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
+    """``raw`` without the traces whose user messages share an n-gram with an evaluation item, which go to quarantine."""
+    messages = raw["messages"].combine_chunks()
+    flat = messages.flatten()
+    parents = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
+    user = pc.equal(pc.struct_field(flat, "role"), "user")
+    texts = [[] for _ in range(raw.num_rows)]
+    for row, text in zip(parents[user.to_numpy(zero_copy_only=False)].tolist(),
+                         pc.struct_field(flat, "content").filter(user).to_pylist()):
+        texts[row].append(text)
+    contaminated = _EVAL.overlaps_many([t[0] if len(t) == 1 else " ".join(t) for t in texts])
+    if not any(contaminated):
+        return raw
+    bad = pa.array(contaminated)
+    detail = f"a prompt shares a {_JOB.dataset.decontamination_ngram}-word sequence with an evaluation item"
+    for row in raw.filter(bad).to_pylist():
+        part.quarantine.append(_quarantined(row["source_file"], row["source_line"], "eval_contamination", detail,
+                                            msgspec.json.encode({k: v for k, v in row.items()
+                                                                 if not k.startswith("source_")}).decode()))
+    return raw.filter(pc.invert(bad))
 
-    Built column by column (Python lists, then Arrow arrays), which is several times faster than
-    building row dicts for Arrow to convert.
-    """
+
+def _rows(raw: pa.Table, part: Part) -> pa.Table:
+    """The canonical rows of valid records (a :data:`columns.RAW_SCHEMA` table): decontaminated,
+    scrubbed, labeled, keyed. Column-wise: Arrow where it can, Python lists where a rule needs one."""
     job, labeler = _JOB, _LABELER
-    recs = [r for _, _, r in found]
-    roles = [m.role for r in recs for m in r.messages]
-    contents = [m.content for r in recs for m in r.messages]
-    completions = [r.completion for r in recs]
-    if job.dataset.scrub_pii:  # one vectorized pre-check over every text of the block
-        texts = pii.scrub_many(contents + completions, part.pii)
-        contents, completions = texts[:len(contents)], texts[len(contents):]
-    offsets = [0]
-    for r in recs:
-        offsets.append(offsets[-1] + len(r.messages))
-    chats = [list(zip(roles[lo:hi], contents[lo:hi])) for lo, hi in zip(offsets, offsets[1:])]
-    contaminated = _EVAL.overlaps_many([" ".join(c for role, c in chat if role == "user") for chat in chats])
-    keep = [i for i, bad in enumerate(contaminated) if not bad]
-    for i, bad in enumerate(contaminated):
-        if bad:
-            file, n, rec = found[i]
-            part.quarantine.append(_quarantined(file, n, "eval_contamination",
-                                                f"a prompt shares a {job.dataset.decontamination_ngram}-word sequence "
-                                                "with an evaluation item", msgspec.json.encode(rec).decode()))
-    if len(keep) < len(recs):
-        found, recs, chats, completions = ([x[i] for i in keep] for x in (found, recs, chats, completions))
-        roles, contents, offsets = _kept_messages(roles, contents, offsets, keep)
-    messages = pa.ListArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.StructArray.from_arrays([pa.array(roles, pa.string()), pa.array(contents, pa.string())], ["role", "content"]),
-    )
-    prompts = [next(c for role, c in reversed(chat) if role == "user") for chat in chats]
-    prompt_keys = dedup.chat_keys(roles, contents, offsets)
-    references = [labeler.reference(r, p) for r, p in zip(recs, prompts)]
-    labels = list(zip(*(labeler.label(r, p, c, ref) for r, p, c, ref in zip(recs, prompts, completions, references)))) or [[]] * 4
-    columns = {
-        "trace_id": [r.trace_id for r in recs],
-        "start_time": [r.start_time for r in recs],
-        "end_time": [r.end_time for r in recs],
-        "model_name": [r.model.name for r in recs],
-        "model_version": [r.model.version for r in recs],
+    raw = _decontaminated(raw, part)
+    messages = raw["messages"].combine_chunks()
+    flat = messages.flatten()
+    roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
+    completions = raw["completion"].combine_chunks()
+    if job.dataset.scrub_pii:
+        contents, completions = (pii.scrub_array(a, part.pii) for a in (contents, completions))
+    lengths = pc.list_value_length(messages).to_numpy(zero_copy_only=False)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    messages = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
+                                        pa.StructArray.from_arrays([roles, contents], ["role", "content"]))
+    role_list, content_list, completion_list = roles.to_pylist(), contents.to_pylist(), completions.to_pylist()
+    last_user = np.full(raw.num_rows, -1)
+    users = np.flatnonzero(pc.equal(roles, "user").to_numpy(zero_copy_only=False))
+    np.maximum.at(last_user, np.repeat(np.arange(raw.num_rows), lengths)[users], users)
+    prompts = [content_list[i] for i in last_user.tolist()]
+    feedback = raw["feedback"].combine_chunks()
+    thumbs = pc.struct_field(feedback, "thumb").to_pylist()
+    ratings = pc.struct_field(feedback, "rating").to_pylist()
+    scores = raw["scores"].combine_chunks()
+    has_scores = np.asarray(pc.greater(pc.list_value_length(scores), 0).to_numpy(zero_copy_only=False), bool)
+    score_lists: list = [None] * raw.num_rows
+    for i, value in zip(np.flatnonzero(has_scores).tolist(), scores.filter(pa.array(has_scores)).to_pylist()):
+        score_lists[i] = value
+    references = [labeler.reference(p, r) for p, r in zip(prompts, raw["reference_answer"].to_pylist())]
+    labels = list(zip(*map(labeler.label, prompts, completion_list, references, thumbs, ratings, score_lists))) or [[]] * 4
+    prompt_keys = dedup.chat_keys(role_list, content_list, offsets)
+    model = raw["model"].combine_chunks()
+    usage = raw["usage"].combine_chunks()
+    columns_ = {
+        "trace_id": raw["trace_id"],
+        "start_time": raw["start_time"],
+        "end_time": raw["end_time"],
+        "model_name": pc.struct_field(model, "name"),
+        "model_version": pc.struct_field(model, "version"),
         "messages": messages,
-        "prompt": prompts,
+        "prompt": pa.array(prompts, pa.string()),
         "completion": completions,
-        "reference_answer": references,
-        "feedback_thumb": [r.feedback.thumb for r in recs],
-        "feedback_rating": [r.feedback.rating for r in recs],
-        "scores": [[msgspec.structs.asdict(s) for s in r.scores] if r.scores else [] for r in recs],
-        "prompt_tokens": [r.usage.prompt_tokens for r in recs],
-        "completion_tokens": [r.usage.completion_tokens for r in recs],
-        "latency_ms": [r.latency_ms for r in recs],
-        "verifiable_reward": labels[0],
-        "feedback_reward": labels[1],
-        "judge_reward": labels[2],
-        "final_reward": labels[3],
-        "source_file": [f for f, _, _ in found],
-        "source_line": [n for _, n, _ in found],
-        "id_key": dedup.keys([r.trace_id for r in recs]),
-        "prompt_key": prompt_keys,
-        "exact_key": dedup.mix(prompt_keys, dedup.keys(completions)),
-        "norm_key": dedup.mix(dedup.chat_keys(roles, contents, offsets, normalized=True),
-                              dedup.keys(completions, normalized=True)),
+        "reference_answer": pa.array(references, pa.string()),
+        "feedback_thumb": pc.struct_field(feedback, "thumb"),
+        "feedback_rating": pc.struct_field(feedback, "rating"),
+        "scores": scores,
+        "prompt_tokens": pc.struct_field(usage, "prompt_tokens"),
+        "completion_tokens": pc.struct_field(usage, "completion_tokens"),
+        "latency_ms": raw["latency_ms"],
+        "verifiable_reward": pa.array(labels[0], pa.float64()),
+        "feedback_reward": pa.array(labels[1], pa.float64()),
+        "judge_reward": pa.array(labels[2], pa.float64()),
+        "final_reward": pa.array(labels[3], pa.float64()),
+        "source_file": raw["source_file"],
+        "source_line": raw["source_line"],
+        "id_key": pa.array(dedup.keys(raw["trace_id"].to_pylist()), pa.uint64()),
+        "prompt_key": pa.array(prompt_keys, pa.uint64()),
+        "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completion_list)), pa.uint64()),
+        "norm_key": pa.array(dedup.mix(dedup.chat_keys(role_list, content_list, offsets, normalized=True),
+                                       dedup.keys(completion_list, normalized=True)), pa.uint64()),
     }
-    return pa.Table.from_arrays([columns[f.name] if isinstance(columns[f.name], pa.Array) else pa.array(columns[f.name], f.type)
-                                 for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
-
-
-def _kept_messages(roles: list, contents: list, offsets: list, keep: list[int]) -> tuple[list, list, list]:
-    out_roles, out_contents, out_offsets = [], [], [0]
-    for i in keep:
-        lo, hi = offsets[i], offsets[i + 1]
-        out_roles += roles[lo:hi]
-        out_contents += contents[lo:hi]
-        out_offsets.append(len(out_roles))
-    return out_roles, out_contents, out_offsets
+    return pa.Table.from_arrays([columns_[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
 
 
 def _digest(block: sources.Block) -> bytes:
@@ -308,8 +356,7 @@ def _digest(block: sources.Block) -> bytes:
 def process(block: sources.Block) -> Part:
     """One block, start to finish (in a worker, or in this process for small sources)."""
     part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[], digest=_digest(block))
-    found = [(block.file, n, rec) for n, rec in _records(block, _JOB, part)]
-    part.rows = _rows(found, part)
+    part.rows = _rows(_read(block, _JOB, part), part)
     return part
 
 
@@ -331,7 +378,7 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
             found.append((file, n, rec))
         else:
             part.outside += 1
-    part.rows = _rows(found, part)
+    part.rows = _rows(columns.from_records(found), part)
     return part
 
 

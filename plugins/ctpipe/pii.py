@@ -75,28 +75,23 @@ def scrub(text: str, found: Counter | None = None) -> str:
     return text
 
 
-def scrub_many(texts: list[str], found: Counter) -> list[str]:
-    """:func:`scrub` over many texts; the pre-check runs vectorized, so clean texts cost a scan, and
-    each distinct text is checked once (system prompts and questions asked again repeat).
+def scrub_array(texts: pa.Array, found: Counter) -> pa.Array:
+    """:func:`scrub` over a column of texts: the pre-check runs vectorized, so clean texts cost a
+    scan, and a text met again (a system prompt, a question asked twice) is scrubbed once.
 
-    >>> c = Counter(); scrub_many(["2 plus 2", "write to x@y.org", "write to x@y.org"], c), dict(c)
+    >>> c = Counter(); texts = pa.array(["2 plus 2", "write to x@y.org", "write to x@y.org"])
+    >>> scrub_array(texts, c).to_pylist(), dict(c)
     (['2 plus 2', 'write to <EMAIL>', 'write to <EMAIL>'], {'email': 2})
     """
-    if not texts:
+    hit = pc.fill_null(pc.match_substring_regex(texts, PRECHECK), False)
+    if not pc.any(hit).as_py():
         return texts
-    distinct = list(dict.fromkeys(texts))
-    hits = pc.indices_nonzero(pc.match_substring_regex(pa.array(distinct, pa.string()), PRECHECK)).to_pylist()
-    if not hits:
-        return texts
-    scrubbed: dict[str, tuple[str, Counter]] = {}
-    for i in hits:
-        kinds: Counter = Counter()
-        scrubbed[distinct[i]] = (scrub(distinct[i], kinds), kinds)
-    out = []
-    for t in texts:
-        if t in scrubbed:
-            clean, kinds = scrubbed[t]
-            found.update(kinds)
-            t = clean
-        out.append(t)
-    return out
+    done: dict[str, tuple[str, Counter]] = {}
+    clean = []
+    for text in texts.filter(hit).to_pylist():
+        if text not in done:
+            kinds: Counter = Counter()
+            done[text] = (scrub(text, kinds), kinds)
+        found.update(done[text][1])
+        clean.append(done[text][0])
+    return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))

@@ -31,7 +31,7 @@ import json
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -39,8 +39,12 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ROLES = get_args(Role)
+
+
 class Message(msgspec.Struct, frozen=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Role
     content: str
 
 
