@@ -47,3 +47,13 @@ def test_a_prompt_sharing_13_words_with_an_eval_item_is_contaminated():
     assert index.overlaps("Hey, what is 57 plus 38? Thanks")
     assert not index.overlaps("What is 57 plus 39?")
     assert not NgramIndex([]).overlaps("anything")
+
+
+def test_a_column_is_checked_as_each_text_alone():
+    index = NgramIndex([LONG_EVAL, "What is 57 plus 38?"])
+    texts = ["Quick one: natalia sold clips to 48 of her friends in April and then she sold something",
+             "Natalia sold clips to 48 of her friends in June.", "Hey, what is 57 plus 38? Thanks", "what is 57 plus 39",
+             "WHAT\tIS 57 -- PLUS 38!!", "Ünïcode: what is 57 plus 38?", "Ünïcode, nothing", "", "what is 57\nplus 38"]
+    import pyarrow as pa
+    assert index.overlaps_array(pa.array(texts)).tolist() == index.overlaps_many(texts) == [
+        True, False, True, False, True, True, False, False, True]

@@ -16,6 +16,8 @@ import string
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 # What normalization ignores: ASCII punctuation and whitespace (letters of any script are kept).
@@ -26,6 +28,9 @@ _ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_low
 
 
 _RUNS = re.compile(rb"  +")
+# normalize() of ASCII text as one translation: upper case lowered, ignored characters made spaces.
+_ASCII_NORMAL = bytes.maketrans(string.ascii_uppercase.encode() + _IGNORED,
+                                string.ascii_lowercase.encode() + b" " * len(_IGNORED))
 
 
 def _normal_bytes(text: str) -> bytes:
@@ -133,3 +138,22 @@ class NgramIndex:
         for t in distinct:
             distinct[t] = bool(find(b" " + _normal_bytes(t) + b" "))
         return [distinct[t] for t in texts]
+
+    def overlaps_array(self, texts: pa.Array) -> np.ndarray:
+        """:meth:`overlaps_many` over a column. ASCII texts are normalized together, one per NUL-ended
+        line (no n-gram holds a NUL), and searched in one pass; the others one by one."""
+        out = np.zeros(len(texts), bool)
+        if self._automaton is None or not len(texts):
+            return out
+        ascii = pc.fill_null(pc.string_is_ascii(texts), False).to_numpy(zero_copy_only=False)
+        lines = pc.binary_join_element_wise(" ", texts.filter(pa.array(ascii)), " \0", "")
+        offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
+        blob = _RUNS.sub(b" ", lines.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]].translate(_ASCII_NORMAL))
+        found = np.array([start for _, start, _ in self._automaton.find_matches_as_indexes(blob)], np.int64)
+        if len(found):
+            ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
+            out[np.flatnonzero(ascii)[np.searchsorted(ends, found)]] = True
+        if not ascii.all():
+            rest = np.flatnonzero(~ascii)
+            out[rest] = self.overlaps_many(texts.take(pa.array(rest)).to_pylist())
+        return out

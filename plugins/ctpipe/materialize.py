@@ -256,14 +256,13 @@ def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
     """``raw`` without the traces whose user messages share an n-gram with an evaluation item, which go to quarantine."""
     messages = raw["messages"].combine_chunks()
     flat = messages.flatten()
-    parents = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
     user = pc.equal(pc.struct_field(flat, "role"), "user")
-    texts = [[] for _ in range(raw.num_rows)]
-    for row, text in zip(parents[user.to_numpy(zero_copy_only=False)].tolist(),
-                         pc.struct_field(flat, "content").filter(user).to_pylist()):
-        texts[row].append(text)
-    contaminated = _EVAL.overlaps_many([t[0] if len(t) == 1 else " ".join(t) for t in texts])
-    if not any(contaminated):
+    counts = np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)[user.to_numpy(zero_copy_only=False)],
+                         minlength=raw.num_rows)
+    per_chat = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
+                                        pc.struct_field(flat, "content").filter(user))
+    contaminated = _EVAL.overlaps_array(pc.binary_join(per_chat, " "))
+    if not contaminated.any():
         return raw
     bad = pa.array(contaminated)
     detail = f"a prompt shares a {_JOB.dataset.decontamination_ngram}-word sequence with an evaluation item"
