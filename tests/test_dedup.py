@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ctpipe.dedup import NgramIndex, chat_keys, fingerprint, squash
+import pyarrow as pa
+
+from ctpipe.dedup import NgramIndex, chat_keys, fingerprint, key, keys, squash
 
 LONG_EVAL = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
              "How many clips did Natalia sell altogether in April and May?")
@@ -16,6 +18,14 @@ def test_normalized_duplicates_share_a_fingerprint():
 def test_squash_is_the_same_for_ascii_and_other_text():
     assert squash("Hello, World!") == "Hello, World!".lower().encode().translate(None, b", !")
     assert squash("Ärger, ÖL!") == "ärgeröl".encode()
+
+
+def test_keys_of_a_column_are_those_of_each_text():
+    texts = ["What is 2 plus 3?", "", "Ärger, ÖL!", "what IS 2 plus 3", None]
+    column = pa.array(texts).slice(0)
+    assert keys(column).tolist()[:4] == [key(t) for t in texts[:4]]
+    assert keys(column, normalized=True).tolist()[:4] == [fingerprint(t) for t in texts[:4]]
+    assert keys(pa.array(texts).slice(2, 2)).tolist() == [key(t) for t in texts[2:4]]
 
 
 def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
@@ -33,8 +43,8 @@ def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
     offsets = [0]
     for chat in chats:
         offsets.append(offsets[-1] + len(chat))
-    exact = chat_keys(roles, contents, offsets).tolist()
-    normalized = chat_keys(roles, contents, offsets, normalized=True).tolist()
+    exact = chat_keys(pa.array(roles), pa.array(contents), offsets).tolist()
+    normalized = chat_keys(pa.array(roles), pa.array(contents), offsets, normalized=True).tolist()
     assert exact[0] == exact[1] and len({exact[0], *exact[2:]}) == 6
     assert normalized[0] == normalized[1] == normalized[2] and len({normalized[0], *normalized[3:]}) == 5
 
@@ -54,6 +64,5 @@ def test_a_column_is_checked_as_each_text_alone():
     texts = ["Quick one: natalia sold clips to 48 of her friends in April and then she sold something",
              "Natalia sold clips to 48 of her friends in June.", "Hey, what is 57 plus 38? Thanks", "what is 57 plus 39",
              "WHAT\tIS 57 -- PLUS 38!!", "Ünïcode: what is 57 plus 38?", "Ünïcode, nothing", "", "what is 57\nplus 38"]
-    import pyarrow as pa
     assert index.overlaps_array(pa.array(texts)).tolist() == index.overlaps_many(texts) == [
         True, False, True, False, True, True, False, False, True]

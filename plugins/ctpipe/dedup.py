@@ -1,8 +1,8 @@
 """Duplicates and evaluation contamination, decided on normalized words.
 
 * Exact duplicates share the same raw text; normalized duplicates the same :func:`squash` text
-  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed, and
-  :func:`chat_keys` gives both keys of many chats at once, hashing each distinct text once.
+  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed;
+  :func:`keys` and :func:`chat_keys` give either key of a whole column of texts or chats.
 * A prompt is contaminated when it shares a word n-gram (13 words, as common practice) with an
   evaluation item, words being those of :func:`normalize`. Items shorter than n words count as one
   n-gram of their own length, so a short eval question can never slip through by being short: the
@@ -85,21 +85,29 @@ def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(33))
 
 
-def keys(texts: Sequence[str], normalized: bool = False) -> np.ndarray:
-    """:func:`key` (or :func:`fingerprint`) of each text, computed once per distinct text: system
-    prompts and questions asked again repeat."""
-    distinct = dict.fromkeys(texts)
-    for t in distinct:
-        distinct[t] = key(squash(t)) if normalized else key(t)
-    return np.fromiter((distinct[t] for t in texts), np.uint64, len(texts))
+def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
+    """:func:`key` (or, when ``normalized``, :func:`fingerprint`) of each text of a string column, read
+    straight from its buffer: no Python string is made, except for a non-ASCII text to normalize."""
+    texts = texts.cast(pa.string())
+    offsets = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset:texts.offset + len(texts) + 1].tolist()
+    data = texts.buffers()[2]
+    data = data.to_pybytes() if data is not None else b""
+    h = xxhash.xxh3_64_intdigest
+    if not normalized:
+        return np.fromiter((h(data[a:b]) for a, b in zip(offsets, offsets[1:])), np.uint64, len(texts))
+    out = np.fromiter((h(data[a:b].translate(_ASCII_LOWER, _IGNORED)) for a, b in zip(offsets, offsets[1:])),
+                      np.uint64, len(texts))
+    other = np.flatnonzero(~pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False))
+    for i in other.tolist():  # str.lower, as squash does, not an ASCII table
+        out[i] = fingerprint(data[offsets[i]:offsets[i + 1]].decode())
+    return out
 
 
-def chat_keys(roles: Sequence[str], contents: Sequence[str], offsets: Sequence[int], normalized: bool = False) -> np.ndarray:
+def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int], normalized: bool = False) -> np.ndarray:
     """A key per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``): equal for
     chats with the same roles and texts in the same order (texts normalized by :func:`squash` when
     ``normalized``)."""
-    roles_key = {r: key(r) for r in set(roles)}
-    message = mix(np.fromiter((roles_key[r] for r in roles), np.uint64, len(roles)), keys(contents, normalized))
+    message = mix(keys(roles), keys(contents, normalized))
     starts = np.asarray(offsets[:-1], np.int64)
     lengths = np.diff(np.asarray(offsets, np.int64))
     out = lengths.astype(np.uint64)  # the length first, so a chat never shares a key with its prefix

@@ -108,18 +108,19 @@ class Labeler:
             return rewards.extracted_reward(completion, reference, self.answer)
         return rewards.exact_reward(completion, reference)
 
-    def label(self, prompt: str, completion: str, reference: str | None, thumb: str | None, rating: float | None,
-              scores: list[dict] | None) -> tuple:
-        """(verifiable, feedback, judge, final) of one trace."""
-        verifiable = self.verifiable(prompt, completion, reference)
-        feedback = rewards.feedback_reward(thumb, rating)
-        judge = None
-        if scores:
-            low, high = self.cfg.judge_range
-            judge = rewards.judge_reward(scores, self.cfg.judge_score, low, high)
-        final = rewards.combine({"verifiable": verifiable, "feedback": feedback, "judge": judge},
-                                self.weights, self.cfg.missing)
-        return verifiable, feedback, judge, final
+    def labels(self, prompts: list[str], completions: list[str], references: list[str | None], feedback: pa.Array,
+               scores: pa.Array) -> list[pa.Array]:
+        """(verifiable, feedback, judge, final) rewards of many traces, as columns."""
+        verifiable = np.array([math.nan if v is None else v for v in map(self.verifiable, prompts, completions, references)],
+                              float)
+        low, high = self.cfg.judge_range
+        signals = {
+            "verifiable": verifiable,
+            "feedback": rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating")),
+            "judge": rewards.judge_rewards(scores, self.cfg.judge_score, low, high),
+        }
+        final = rewards.combine_columns(signals, self.weights, self.cfg.missing, len(prompts))
+        return [pa.array(x, pa.float64(), from_pandas=True) for x in (*signals.values(), final)]
 
 
 # ------------------------------------------------------------------------------------------ workers
@@ -288,32 +289,25 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     messages = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
                                         pa.StructArray.from_arrays([roles, contents], ["role", "content"]))
-    role_list, content_list, completion_list = roles.to_pylist(), contents.to_pylist(), completions.to_pylist()
     last_user = np.full(raw.num_rows, -1)
     users = np.flatnonzero(pc.equal(roles, "user").to_numpy(zero_copy_only=False))
     np.maximum.at(last_user, np.repeat(np.arange(raw.num_rows), lengths)[users], users)
-    prompts = [content_list[i] for i in last_user.tolist()]
-    feedback = raw["feedback"].combine_chunks()
-    thumbs = pc.struct_field(feedback, "thumb").to_pylist()
-    ratings = pc.struct_field(feedback, "rating").to_pylist()
-    scores = raw["scores"].combine_chunks()
-    has_scores = np.asarray(pc.greater(pc.list_value_length(scores), 0).to_numpy(zero_copy_only=False), bool)
-    score_lists: list = [None] * raw.num_rows
-    for i, value in zip(np.flatnonzero(has_scores).tolist(), scores.filter(pa.array(has_scores)).to_pylist()):
-        score_lists[i] = value
+    prompt = contents.take(pa.array(last_user))
+    prompts = prompt.to_pylist()
+    feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
     references = [labeler.reference(p, r) for p, r in zip(prompts, raw["reference_answer"].to_pylist())]
-    labels = list(zip(*map(labeler.label, prompts, completion_list, references, thumbs, ratings, score_lists))) or [[]] * 4
-    prompt_keys = dedup.chat_keys(role_list, content_list, offsets)
+    labels = labeler.labels(prompts, completions.to_pylist(), references, feedback, scores)
+    prompt_keys = dedup.chat_keys(roles, contents, offsets)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
-    columns_ = {
+    out = {
         "trace_id": raw["trace_id"],
         "start_time": raw["start_time"],
         "end_time": raw["end_time"],
         "model_name": pc.struct_field(model, "name"),
         "model_version": pc.struct_field(model, "version"),
         "messages": messages,
-        "prompt": pa.array(prompts, pa.string()),
+        "prompt": prompt,
         "completion": completions,
         "reference_answer": pa.array(references, pa.string()),
         "feedback_thumb": pc.struct_field(feedback, "thumb"),
@@ -322,19 +316,19 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "prompt_tokens": pc.struct_field(usage, "prompt_tokens"),
         "completion_tokens": pc.struct_field(usage, "completion_tokens"),
         "latency_ms": raw["latency_ms"],
-        "verifiable_reward": pa.array(labels[0], pa.float64()),
-        "feedback_reward": pa.array(labels[1], pa.float64()),
-        "judge_reward": pa.array(labels[2], pa.float64()),
-        "final_reward": pa.array(labels[3], pa.float64()),
+        "verifiable_reward": labels[0],
+        "feedback_reward": labels[1],
+        "judge_reward": labels[2],
+        "final_reward": labels[3],
         "source_file": raw["source_file"],
         "source_line": raw["source_line"],
-        "id_key": pa.array(dedup.keys(raw["trace_id"].to_pylist()), pa.uint64()),
+        "id_key": pa.array(dedup.keys(raw["trace_id"].combine_chunks()), pa.uint64()),
         "prompt_key": pa.array(prompt_keys, pa.uint64()),
-        "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completion_list)), pa.uint64()),
-        "norm_key": pa.array(dedup.mix(dedup.chat_keys(role_list, content_list, offsets, normalized=True),
-                                       dedup.keys(completion_list, normalized=True)), pa.uint64()),
+        "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completions)), pa.uint64()),
+        "norm_key": pa.array(dedup.mix(dedup.chat_keys(roles, contents, offsets, normalized=True),
+                                       dedup.keys(completions, normalized=True)), pa.uint64()),
     }
-    return pa.Table.from_arrays([columns_[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
+    return pa.Table.from_arrays([out[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
 
 
 def _digest(block: sources.Block) -> bytes:
