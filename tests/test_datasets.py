@@ -1,7 +1,6 @@
 import json
 from datetime import timedelta
 
-import pyarrow.parquet as pq
 import pytest
 
 from ctpipe import arith, datasets
@@ -50,13 +49,13 @@ def test_every_trace_lands_in_the_dataset_or_in_quarantine(mixed):
         "duplicate_trace_id": 1, "eval_contamination": 1, "invalid_field": 1,
         "invalid_json": 1, "missing_field": 1, "non_finite_number": 1,
     }
-    q = pq.read_table(m.path / "quarantine.parquet").to_pylist()
+    q = m.read("quarantine").to_pylist()
     assert {r["source_line"] for r in q} == {4, 5, 6, 7, 8, 9}
     assert all(r["raw"] and r["source_file"].endswith("part-a.jsonl") for r in q)
 
 
 def test_rewards_combine_correctness_and_feedback(mixed):
-    rows = {r["trace_id"]: r for r in pq.read_table(run(mixed).path / "traces.parquet").to_pylist()}
+    rows = {r["trace_id"]: r for r in run(mixed).read("traces").to_pylist()}
     assert rows["t1"]["final_reward"] == 1.0  # right and liked
     assert rows["t2"]["final_reward"] == 0.0  # wrong and disliked
     assert rows["t3"]["final_reward"] == 1.0  # right, no feedback: weights renormalize
@@ -65,9 +64,9 @@ def test_rewards_combine_correctness_and_feedback(mixed):
 
 def test_grpo_and_dpo_tables_use_trl_conversational_columns(mixed):
     m = run(mixed)
-    grpo = pq.read_table(m.path / "grpo.parquet").to_pylist()
+    grpo = m.read("grpo").to_pylist()
     assert grpo == [{"prompt": [{"role": "user", "content": q}], "answer": "5"} for q in ("What is 2 plus 3?", "What is 1 plus 4?")]
-    dpo = pq.read_table(m.path / "dpo.parquet").to_pylist()
+    dpo = m.read("dpo").to_pylist()
     assert len(dpo) == 1
     assert dpo[0]["chosen"] == [{"role": "assistant", "content": "5"}]
     assert dpo[0]["rejected"] == [{"role": "assistant", "content": "6"}]

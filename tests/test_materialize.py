@@ -30,7 +30,7 @@ def lines(*records) -> bytes:
 
 
 def table(m, name: str) -> list[dict]:
-    return pq.read_table(m.path / f"{name}.parquet").to_pylist()
+    return m.read(name).to_pylist()
 
 
 def accounted(m) -> bool:
@@ -226,6 +226,5 @@ def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):
     assert json.loads(fs.cat(f"/datasets/{m.version}/manifest.json"))["files"]["traces"]["rows"] == 1
     assert fs.cat("/datasets/LATEST").decode().strip() == m.version
     assert not [p for p in fs.ls("/datasets", detail=False) if ".tmp-" in p]
-    with fs.open(f"/datasets/{m.version}/quarantine.parquet", "rb") as f:
-        assert pq.read_table(f)["reason"].to_pylist() == ["invalid_json"]
+    assert m.read("quarantine")["reason"].to_pylist() == ["invalid_json"]
     assert run("memory://traces", "memory://datasets").version == m.version

@@ -3,17 +3,20 @@
 A version is a directory under the output URI (any fsspec URI; a local path by default)::
 
     <out>/<version>/
-        traces.parquet       the canonical trace table (TRACES_SCHEMA), rewards included
-        grpo.parquet         prompt (chat messages) + answer: TRL GRPOTrainer's conversational layout;
-                             NeMo-RL reads it as ResponseDataset JSONL (problem, expected_answer)
-        dpo.parquet          prompt / chosen / rejected chat messages: TRL DPOTrainer's conversational
-                             layout (NeMo-RL's DPO takes the same three columns)
-        quarantine.parquet   source file, line or row, reason, detail, raw record
-        manifest.json        written last: the version exists for readers only once it is there
+        traces/       the canonical trace table (TRACES_SCHEMA), rewards included
+        grpo/         prompt (chat messages) + answer: TRL GRPOTrainer's conversational layout;
+                      NeMo-RL reads it as ResponseDataset JSONL (problem, expected_answer)
+        dpo/          prompt / chosen / rejected chat messages: TRL DPOTrainer's conversational
+                      layout (NeMo-RL's DPO takes the same three columns)
+        quarantine/   source file, line or row, reason, detail, raw record
+        manifest.json written last: the version exists for readers only once it is there
 
-Files are written under a hidden staging name and moved into place, then the manifest (URI,
-content hashes, schemas, row counts, reward statistics, PII and dedup counts, source interval,
-source content hash, code version, config) is written; a reader never sees a partial version.
+Each table is a folder of zstd Parquet parts (``part-00000.parquet``, ...), written in parallel by
+the materializer's workers; the manifest lists them in row order (:meth:`Manifest.parts`), and any
+Parquet reader also takes the folder as one table. Files are written under a hidden staging name
+and moved into place, then the manifest (URI, content hashes, schemas, row counts, reward
+statistics, PII and dedup counts, source interval, source content hash, code version, config) is
+written; a reader never sees a partial version.
 The version name is derived from the interval, the config and the content read, so re-running an
 interval yields the same version and leaves it untouched; a small index of the source files' keys
 lets such a re-run return at once. Building a version is :mod:`ctpipe.materialize`'s job.
@@ -25,7 +28,6 @@ import hashlib
 import json
 import os
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,18 @@ class Manifest:
     def path(self) -> Path:
         return Path(self.uri)
 
+    def parts(self, table: str) -> list[str]:
+        """The files of ``table`` ("traces", "grpo", "dpo", "quarantine"), in row order."""
+        return [f"{self.uri}/{part}" for part in self.files[table]["parts"]]
+
+    def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        """The whole ``table``, wherever the version is (any fsspec URI)."""
+        from fsspec.core import url_to_fs
+
+        fs, root = url_to_fs(self.uri)
+        return pa.concat_tables(pq.read_table(f"{root}/{part}", columns=columns, filesystem=fs)
+                                for part in self.files[table]["parts"])
+
     def asset_extra(self) -> dict:
         return {
             "version": self.version,
@@ -165,6 +179,12 @@ def _low_cardinality(schema: pa.Schema) -> list[str]:
     completions) only costs time before Parquet falls back to plain encoding."""
     wanted = {"model_name", "model_version", "feedback_thumb", "source_file", "reason", "role", "answer"}
     return [path for path in _leaf_paths(schema) if path.rsplit(".", 1)[-1] in wanted]
+
+
+def _with_statistics(schema: pa.Schema) -> list[str]:
+    """Columns worth min/max statistics: all but free text, whose statistics cost time and prune nothing."""
+    text = {"content", "prompt", "completion", "detail", "raw", "label", "reference_answer", "answer"}
+    return [path for path in _leaf_paths(schema) if path.rsplit(".", 1)[-1] not in text]
 
 
 def _leaf_paths(schema: pa.Schema) -> list[str]:
@@ -202,17 +222,23 @@ class Staging:
         self.schemas: dict[str, str] = {}
         output.fs.makedirs(self.dir, exist_ok=True)
 
-    @contextmanager
-    def writer(self, name: str, schema: pa.Schema):
-        """A Parquet writer (zstd) for the version's ``name`` table; its rows and hash go to the manifest."""
-        with self.output.fs.open(f"{self.dir}/{name}.parquet", "wb") as raw:
+    def write_part(self, name: str, index: int, table: pa.Table) -> dict:
+        """Part ``index`` of the version's ``name`` table, from any process; what the manifest says of it."""
+        path = f"{name}/part-{index:05d}.parquet"
+        self.output.fs.makedirs(f"{self.dir}/{name}", exist_ok=True)
+        with self.output.fs.open(f"{self.dir}/{path}", "wb") as raw:
             f = _HashingFile(raw)
-            rows = _Rows(pq.ParquetWriter(f, schema, compression="zstd", use_dictionary=_low_cardinality(schema)))
-            try:
-                yield rows
-            finally:
-                rows.writer.close()
-        self.files[name] = {"path": f"{name}.parquet", "rows": rows.n, "sha256": f.sha.hexdigest()}
+            pq.write_table(table, f, compression="zstd", use_dictionary=_low_cardinality(table.schema),
+                           write_statistics=_with_statistics(table.schema))
+        return {"path": path, "rows": table.num_rows, "sha256": f.sha.hexdigest()}
+
+    def add_table(self, name: str, schema: pa.Schema, parts: list[dict]) -> None:
+        """List a table's parts (from :meth:`write_part`) in the manifest, in row order. A table with no
+        rows still gets one empty part, so that every reader finds its schema."""
+        parts = parts or [self.write_part(name, 0, schema.empty_table())]
+        digest = hashlib.sha256("".join(p["sha256"] for p in parts).encode()).hexdigest()
+        self.files[name] = {"path": name, "parts": [p["path"] for p in parts], "rows": sum(p["rows"] for p in parts),
+                            "sha256": digest}
         self.schemas[name] = schema.to_string(show_schema_metadata=False)
 
     def discard(self) -> None:
@@ -238,16 +264,6 @@ class Staging:
             out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
         out.point_latest(version)
         return out.load(version)
-
-
-class _Rows:
-    def __init__(self, writer: pq.ParquetWriter):
-        self.writer, self.n = writer, 0
-
-    def write_table(self, table: pa.Table) -> None:
-        if table.num_rows:
-            self.writer.write_table(table)
-            self.n += table.num_rows
 
 
 class Output:

@@ -10,12 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ctpipe.config import GateConfig
+from ctpipe.datasets import Manifest
 
 
 class ContaminationError(RuntimeError):
@@ -109,11 +108,11 @@ def gate(cmp: Comparison, cfg: GateConfig) -> Decision:
     return Decision(True, f"gain {cmp.gain:+.3f} with p={cmp.p_value:.3g} < alpha={cfg.alpha}")
 
 
-def training_prompts(dataset_dir: Path, files: dict) -> set[str]:
+def training_prompts(manifest: Manifest) -> set[str]:
     """Every user prompt a dataset version could teach."""
     prompts: set[str] = set()
     for name in ("traces", "grpo", "dpo"):
-        table = pq.read_table(dataset_dir / files[name]["path"], columns=["prompt"])
+        table = manifest.read(name, columns=["prompt"])
         col = table.column("prompt")
         if name != "traces":  # chat messages: take each message's content
             col = pc.struct_field(pc.list_flatten(col), "content")

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from multiprocessing import get_context
@@ -40,14 +40,14 @@ import pyarrow.compute as pc
 from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
-    CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, dpo_pairs,
+    CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
+    dpo_pairs,
 )
 
 log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
-_SPILL_BUFFER_BYTES = 8 * 1024 * 1024  # rows gathered across buckets before they are written
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -58,7 +58,7 @@ _SPILL_SCHEMA = pa.schema([("row", pa.int64()), ("prompt_key", pa.uint64()), ("t
 
 @dataclass(frozen=True)
 class Job:
-    """What a worker needs to process blocks: picklable, sent once per worker."""
+    """What a worker needs: picklable, sent once per worker."""
 
     start: datetime
     end: datetime
@@ -66,14 +66,20 @@ class Job:
     reward: RewardConfig
     dataset: DatasetConfig
     eval_items: tuple[str, ...]
+    staging: Staging  # where the version's parts are written
+    spill_dir: str  # rows between their processing and their writing, and rows for pairing
+    buckets: int
 
 
 @dataclass
 class Part:
-    """One block, processed: its valid rows and its quarantined items, in source order."""
+    """One block, processed: its rows (kept in a file until this process has deduplicated them by
+    their keys), its quarantined items in source order, and what it counted."""
 
-    rows: pa.Table
+    index: int
+    rows: pa.Table | None
     quarantine: list[dict]
+    keys: dict[str, list[int]] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
     pii: Counter = field(default_factory=Counter)
@@ -346,16 +352,111 @@ def _digest(block: sources.Block) -> bytes:
     return h.digest()
 
 
-def process(block: sources.Block) -> Part:
-    """One block, start to finish (in a worker, or in this process for small sources)."""
-    part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[], digest=_digest(block))
-    part.rows = _rows(_read(block, _JOB, part), part)
+def process(item: tuple[int, sources.Block]) -> Part:
+    """One block, decoded to deduplication keys (in a worker, or in this process for small sources)."""
+    index, block = item
+    part = Part(index, None, [], digest=_digest(block))
+    return _keyed(part, _rows(_read(block, _JOB, part), part))
+
+
+def _keyed(part: Part, rows: pa.Table) -> Part:
+    """``part`` with the keys of ``rows``, the rows themselves left in a file for :func:`finish`."""
+    part.keys = {name: rows[name].to_pylist() for name in ("id_key", "exact_key", "norm_key")}
+    with pa.OSFile(_rows_path(part.index), "wb") as f, pa.ipc.new_file(f, rows.schema) as w:
+        w.write_table(rows)
     return part
 
 
-def _langfuse_part(join: formats.LangfuseJoin) -> Part:
+def _rows_path(index: int) -> str:
+    return os.path.join(_JOB.spill_dir, f"rows-{index:06d}.arrow")
+
+
+def _spill_path(spill_dir: str, index: int) -> str:
+    return os.path.join(spill_dir, f"spill-{index:06d}.arrow")
+
+
+@dataclass
+class Finish:
+    """What this process decided about a part's rows: duplicates, by position, and where its rows start."""
+
+    index: int
+    first: int  # the number of traces kept before this part's
+    duplicates: dict[int, str]
+    quarantine: list[dict]
+
+
+@dataclass
+class Written:
+    index: int
+    traces: dict | None
+    quarantine: dict | None
+    kept: int
+    reasons: Counter
+    rewards: tuple[int, float, float, float]  # labeled, sum, min, max
+    buckets: dict[int, int]  # bucket -> its batch in the spill file
+
+
+def finish(item: Finish) -> Written:
+    """Write a deduplicated part: its kept rows as a part of the traces table, its quarantined items,
+    and its rows for pairing, by bucket."""
+    path = _rows_path(item.index)
+    with pa.memory_map(path) as source:
+        rows = pa.ipc.open_file(source).read_all()
+    os.remove(path)  # still mapped until the table goes
+    quarantine = list(item.quarantine)
+    if item.duplicates:
+        positions = sorted(item.duplicates)
+        for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
+            reason = item.duplicates[i]
+            quarantine.append(_quarantined(row["source_file"], row["source_line"], reason, _DEDUP_DETAIL[reason],
+                                           msgspec.json.encode(row).decode()))
+        rows = rows.filter(pa.array([i not in item.duplicates for i in range(rows.num_rows)]))
+    quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
+    staging = _JOB.staging
+    written = Written(item.index, None, None, rows.num_rows, Counter(q["reason"] for q in quarantine),
+                      _reward_stats(rows["final_reward"]), {})
+    if quarantine:
+        written.quarantine = staging.write_part("quarantine", item.index,
+                                                pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
+    if rows.num_rows:
+        written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
+        written.buckets = _spill(rows, item.first, _spill_path(_JOB.spill_dir, item.index))
+    return written
+
+
+def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
+    valid = pc.drop_null(column)
+    if not len(valid):
+        return 0, 0.0, math.inf, -math.inf
+    low_high = pc.min_max(valid).as_py()
+    return len(valid), pc.sum(valid).as_py(), low_high["min"], low_high["max"]
+
+
+def _spill(rows: pa.Table, first: int, path: str) -> dict[int, int]:
+    """Kept rows, for pairing once every row is in: one record batch per bucket (a hash of the
+    prompt), so that pairing a bucket reads only its own batches. Returns bucket -> batch."""
+    spill = pa.table({
+        "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
+        **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
+    }, schema=_SPILL_SCHEMA)
+    top = pc.shift_right(spill["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
+    bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
+    order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
+    spill, bucket = spill.take(order), bucket.take(order)
+    batches: dict[int, int] = {}
+    start = 0
+    with pa.ipc.new_file(path, _SPILL_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
+        for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
+            for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
+                batches[b] = len(batches)
+                w.write_table(spill.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
+                start = end
+    return batches
+
+
+def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
     """Langfuse generations, joined with their scores across files, as one more part."""
-    part = Part(rows=_ROWS_SCHEMA.empty_table(), quarantine=[])
+    part = Part(index, None, [])
     found = []
     for doc, (file, n) in join.traces():
         try:
@@ -371,8 +472,7 @@ def _langfuse_part(join: formats.LangfuseJoin) -> Part:
             found.append((file, n, rec))
         else:
             part.outside += 1
-    part.rows = _rows(columns.from_records(found), part)
-    return part
+    return _keyed(part, _rows(columns.from_records(found), part))
 
 
 class _Pool:
@@ -398,6 +498,13 @@ class _Pool:
         while pending:
             yield pending.popleft().result()
 
+    def submit(self, fn, item) -> Future:
+        if self.pool is not None:
+            return self.pool.submit(fn, item)
+        done: Future = Future()
+        done.set_result(fn(item))
+        return done
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
@@ -406,11 +513,16 @@ class _Pool:
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(path: str) -> tuple[pa.Table, pa.Table]:
-    """(GRPO rows, DPO pairs) of the prompts spilled into one bucket, in order of first appearance."""
+def pair_bucket(item: tuple[int, list[tuple[str, int]]]) -> tuple[dict | None, dict | None, int, int]:
+    """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket (given as its
+    (spill file, batch) pieces), in order of first appearance; their parts, and their counts."""
+    bucket, pieces = item
     cfg = _JOB.dataset
-    with pa.memory_map(path) as source:
-        table = pa.ipc.open_file(source).read_all()
+    batches = []
+    for path, batch in pieces:
+        with pa.memory_map(path) as source:
+            batches.append(pa.ipc.open_file(source).get_batch(batch))
+    table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
     table = table.sort_by([("prompt_key", "ascending"), ("row", "ascending")])
     keys, rows = table["prompt_key"].to_pylist(), table["row"].to_pylist()
     ids, finals = table["trace_id"].to_pylist(), table["final_reward"].to_pylist()
@@ -443,7 +555,10 @@ def pair_bucket(path: str) -> tuple[pa.Table, pa.Table]:
     dpo_table = pa.table({"prompt": table["messages"].take(chosen), "chosen": said(chosen), "rejected": said(rejected),
                           "chosen_reward": table["final_reward"].take(chosen),
                           "rejected_reward": table["final_reward"].take(rejected)}, schema=DPO_SCHEMA)
-    return grpo_table, dpo_table
+    staging = _JOB.staging
+    return (staging.write_part("grpo", bucket, grpo_table) if grpo_table.num_rows else None,
+            staging.write_part("dpo", bucket, dpo_table) if dpo_table.num_rows else None,
+            grpo_table.num_rows, dpo_table.num_rows)
 
 
 # ------------------------------------------------------------------------------------------ driver
@@ -458,9 +573,10 @@ class _Dedup:
         self.exact: set[int] = set()
         self.norm: set[int] = set()
 
-    def verdicts(self, rows: pa.Table) -> list[str | None]:
-        out: list[str | None] = []
-        for id_key, exact, norm in zip(*(rows[c].to_pylist() for c in ("id_key", "exact_key", "norm_key"))):
+    def verdicts(self, keys: dict[str, list[int]]) -> dict[int, str]:
+        """Position -> reason of the duplicates among a part's rows."""
+        out: dict[int, str] = {}
+        for i, (id_key, exact, norm) in enumerate(zip(keys["id_key"], keys["exact_key"], keys["norm_key"])):
             if exact in self.exact:  # the same content again (a record logged twice, or another user's)
                 reason = "duplicate"
             elif id_key in self.ids:  # a known id with content never seen: two traces under one id
@@ -468,11 +584,11 @@ class _Dedup:
             elif norm in self.norm:
                 reason = "near_duplicate"
             else:
-                reason = None
                 self.ids.add(id_key)
                 self.exact.add(exact)
                 self.norm.add(norm)
-            out.append(reason)
+                continue
+            out[i] = reason
         return out
 
 
@@ -524,9 +640,9 @@ def materialize(
     size = sum(fs.size(f) or 0 for f in files)
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = max(1, math.ceil(size / _BUCKET_BYTES))
-    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset))
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
     staging = output.staging()
+    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset), staging, spill_dir, buckets)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
@@ -535,48 +651,46 @@ def materialize(
     found_formats: Counter = Counter()
     dedupe = _Dedup()
     stats = _RewardStats()
+    parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
+    pieces: list[list[tuple[str, int]]] = [[] for _ in range(buckets)]  # (spill file, batch) of each bucket
     pool = _Pool(job, workers)
     try:
-        spill = _Spill(spill_dir, buckets)
-        with staging.writer("traces", TRACES_SCHEMA) as traces_out, staging.writer("quarantine", QUARANTINE_SCHEMA) as quarantine_out:
-            join = formats.LangfuseJoin()
+        join = formats.LangfuseJoin()
+        finishing: deque[Future] = deque()
 
-            def take(part: Part) -> None:
-                digest.update(part.digest)
-                counts["traces_in"] += part.read
-                counts["outside_interval"] += part.outside
-                found_pii.update(part.pii)
-                found_formats.update(part.formats)
-                for doc, where in part.langfuse:
-                    try:
-                        join.add(doc, where)
-                    except formats.FormatError as e:
-                        counts["traces_in"] += 1
-                        part.quarantine.append(_quarantined(where[0], where[1], e.reason, str(e), json.dumps(doc, default=str)))
-                rows = part.rows
-                verdicts = dedupe.verdicts(rows)
-                if any(verdicts):
-                    dups = [i for i, v in enumerate(verdicts) if v]
-                    for i, row in zip(dups, rows.select(TRACES_SCHEMA.names).take(dups).to_pylist()):
-                        part.quarantine.append(_quarantined(row["source_file"], row["source_line"], verdicts[i],
-                                                            _DEDUP_DETAIL[verdicts[i]], msgspec.json.encode(row).decode()))
-                    rows = rows.filter(pa.array([v is None for v in verdicts]))
-                if part.quarantine:
-                    part.quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
-                    quarantine_out.write_table(pa.Table.from_pylist(part.quarantine, schema=QUARANTINE_SCHEMA))
-                    reasons.update(q["reason"] for q in part.quarantine)
-                if rows.num_rows:
-                    first = counts["traces"]
-                    counts["traces"] += rows.num_rows
-                    traces_out.write_table(rows.select(TRACES_SCHEMA.names))
-                    stats.add(rows["final_reward"])
-                    spill.add(rows, first)
+        def written(w: Written) -> None:
+            parts["traces"] += [w.traces] if w.traces else []
+            parts["quarantine"] += [w.quarantine] if w.quarantine else []
+            reasons.update(w.reasons)
+            stats.add(*w.rewards)
+            for bucket, batch in w.buckets.items():
+                pieces[bucket].append((_spill_path(spill_dir, w.index), batch))
 
-            for part in pool.ordered(process, sources.blocks(fs, files)):
-                take(part)
-            if join.generations:
-                take(_langfuse_part(join))
-        paths = spill.close()
+        def take(part: Part) -> None:
+            digest.update(part.digest)
+            counts["traces_in"] += part.read
+            counts["outside_interval"] += part.outside
+            found_pii.update(part.pii)
+            found_formats.update(part.formats)
+            for doc, where in part.langfuse:
+                try:
+                    join.add(doc, where)
+                except formats.FormatError as e:
+                    counts["traces_in"] += 1
+                    part.quarantine.append(_quarantined(where[0], where[1], e.reason, str(e), json.dumps(doc, default=str)))
+            duplicates = dedupe.verdicts(part.keys)
+            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, part.quarantine)))
+            counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
+            while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
+                written(finishing.popleft().result())
+
+        index = -1
+        for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
+            take(part)
+        if join.generations:
+            take(_langfuse_part(join, index + 1))
+        while finishing:
+            written(finishing.popleft().result())
         dedupe = None  # its keys (some 200 MB a million traces) are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
@@ -585,12 +699,14 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        with staging.writer("grpo", GRPO_SCHEMA) as grpo_out, staging.writer("dpo", DPO_SCHEMA) as dpo_out:
-            for grpo, dpo in pool.ordered(pair_bucket, paths):
-                grpo_out.write_table(grpo)
-                dpo_out.write_table(dpo)
-                counts["grpo_prompts"] += grpo.num_rows
-                counts["dpo_pairs"] += dpo.num_rows
+        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, ((b, p) for b, p in enumerate(pieces) if p)):
+            parts["grpo"] += [grpo] if grpo else []
+            parts["dpo"] += [dpo] if dpo else []
+            counts["grpo_prompts"] += n_grpo
+            counts["dpo_pairs"] += n_dpo
+        for name, schema in (("traces", TRACES_SCHEMA), ("quarantine", QUARANTINE_SCHEMA), ("grpo", GRPO_SCHEMA),
+                             ("dpo", DPO_SCHEMA)):
+            staging.add_table(name, schema, parts[name])
     except BaseException:
         staging.discard()
         raise
@@ -622,64 +738,13 @@ def _may_hold(file: str, start: datetime, end: datetime) -> bool:
     return start.replace(minute=0, second=0, microsecond=0) <= hour < end
 
 
-class _Spill:
-    """Kept rows, by a hash of their prompt, in bucket files for pairing once every row is in.
-
-    Each part is sorted by bucket once and sliced; slices gather until they hold
-    :data:`_SPILL_BUFFER_BYTES`, then each bucket's are written as one batch, not one small batch
-    per bucket and part.
-    """
-
-    def __init__(self, spill_dir: str, buckets: int):
-        self.paths = [os.path.join(spill_dir, f"{b}.arrow") for b in range(buckets)]
-        self.writers = [pa.ipc.new_file(p, _SPILL_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4"))
-                        for p in self.paths]
-        self.pending: list[list[pa.Table]] = [[] for _ in range(buckets)]
-        self.size = 0
-
-    def add(self, rows: pa.Table, first: int) -> None:
-        spill = pa.table({
-            "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
-            **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
-        }, schema=_SPILL_SCHEMA)
-        n = len(self.writers)
-        top = pc.shift_right(spill["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly over the buckets
-        bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), n), 2**31)
-        order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
-        spill, bucket = spill.take(order), bucket.take(order)
-        start = 0
-        for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
-            for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
-                self.pending[b].append(spill.slice(start, end - start))
-                start = end
-        self.size += spill.nbytes
-        if self.size >= _SPILL_BUFFER_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        for b, tables in enumerate(self.pending):
-            if tables:
-                self.writers[b].write_table(pa.concat_tables(tables).combine_chunks())
-        self.pending, self.size = [[] for _ in self.writers], 0
-
-    def close(self) -> list[str]:
-        self._flush()
-        for w in self.writers:
-            w.close()
-        return self.paths
-
-
 class _RewardStats:
     def __init__(self):
         self.n, self.total, self.low, self.high = 0, 0.0, math.inf, -math.inf
 
-    def add(self, column: pa.ChunkedArray) -> None:
-        valid = pc.drop_null(column)
-        if len(valid):
-            self.n += len(valid)
-            self.total += pc.sum(valid).as_py()
-            lo_hi = pc.min_max(valid).as_py()
-            self.low, self.high = min(self.low, lo_hi["min"]), max(self.high, lo_hi["max"])
+    def add(self, n: int, total: float, low: float, high: float) -> None:
+        self.n, self.total = self.n + n, self.total + total
+        self.low, self.high = min(self.low, low), max(self.high, high)
 
     def summary(self) -> dict:
         if not self.n:

@@ -259,11 +259,13 @@ def config_yaml(config: MasterConfig) -> str:
     return yaml.safe_dump(config.model_dump(by_alias=True), sort_keys=False)
 
 
-def write_train_data(grpo_parquet: Path, out: Path) -> int:
-    """Our GRPO table as ResponseDataset JSONL: the user's question and the reference answer, as a string."""
+def write_train_data(grpo_parts: list[Path], out: Path) -> int:
+    """Our GRPO table (its Parquet parts, in order) as ResponseDataset JSONL: the user's question and the
+    reference answer, as a string."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(grpo_parquet, columns=["prompt", "answer"]).to_pylist()
+    rows = pa.concat_tables(pq.read_table(p, columns=["prompt", "answer"]) for p in grpo_parts).to_pylist()
     lines = []
     for r in rows:
         question = next(m["content"] for m in reversed(r["prompt"]) if m["role"] == "user")

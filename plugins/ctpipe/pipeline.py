@@ -191,7 +191,7 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     dataset_dir = Path(candidate["dataset_uri"])
     manifest = datasets.Manifest.load(dataset_dir)
     try:
-        evaluation.check_disjoint(evaluation.training_prompts(dataset_dir, manifest.files), [q.prompt for q in test])
+        evaluation.check_disjoint(evaluation.training_prompts(manifest), [q.prompt for q in test])
     except evaluation.ContaminationError as e:
         raise PipelineError(f"dataset_version={manifest.version!r}: {e}") from None
     registry = Registry(s)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import free_port, listen_port
@@ -57,7 +56,7 @@ def test_two_cycles_end_to_end(stack):
     assert d["quarantined"] >= first["traffic"]["malformed"]
     assert d["rows"]["grpo_prompts"] > 0
     manifest = datasets.resolve(s.datasets_dir, d["version"])
-    reasons = set(pq.read_table(manifest.path / "quarantine.parquet").column("reason").to_pylist())
+    reasons = set(manifest.read("quarantine").column("reason").to_pylist())
     assert reasons and reasons <= {"invalid_json", "missing_field", "invalid_field", "non_finite_number",
                                    "duplicate", "near_duplicate"}
 
@@ -95,7 +94,7 @@ def test_two_cycles_end_to_end(stack):
     second = run_cycle(s, timeout_s=900)
     print(format_summary(second))
     assert second["cycle"] == 2
-    served = pq.read_table(datasets.resolve(s.datasets_dir, second["dataset"]["version"]).path / "traces.parquet")
+    served = datasets.resolve(s.datasets_dir, second["dataset"]["version"]).read("traces")
     assert set(served.column("model_version").to_pylist()) == {first["champion_after"]}
     assert len(list(stack.runs_dir.glob("*/checkpoint"))) == 2
 
