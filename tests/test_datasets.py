@@ -73,6 +73,13 @@ def test_grpo_and_dpo_tables_use_trl_conversational_columns(mixed):
     assert dpo[0]["chosen_reward"] - dpo[0]["rejected_reward"] >= mixed.dataset.dpo_min_margin
 
 
+@pytest.mark.parametrize("strategy", ["best_vs_worst", "all_pairs"])
+def test_either_pairing_strategy_makes_the_same_pair_here(mixed, strategy):
+    dataset = mixed.dataset.model_copy(update={"dpo_strategy": strategy})
+    dpo = run(mixed, dataset=dataset).read("dpo").to_pylist()
+    assert [(d["chosen"][0]["content"], d["rejected"][0]["content"]) for d in dpo] == [("5", "6")]
+
+
 def test_rerunning_an_interval_gives_the_same_version_untouched(mixed):
     first = run(mixed)
     stamp = (first.path / "manifest.json").stat().st_mtime_ns
@@ -143,3 +150,26 @@ def test_manifest_records_hashes_and_counts(mixed):
     assert on_disk["files"]["traces"]["rows"] == m.counts["traces"]
     assert len(on_disk["files"]["dpo"]["sha256"]) == 64
     assert m.asset_extra()["rows"]["grpo_prompts"] == 2
+
+
+def test_best_vs_worst_of_many_prompts_pairs_as_each_prompt_alone():
+    import random
+
+    import numpy as np
+    import pyarrow as pa
+
+    from ctpipe.materialize import best_vs_worst
+
+    rng = random.Random(0)
+    cfg = DatasetConfig(dpo_min_margin=0.3, dpo_max_pairs_per_prompt=2)
+    rows = [{"group": g, "final_reward": rng.choice([None, 0.0, 0.25, 0.5, 1.0, 1.0, round(rng.random(), 2)]),
+             "completion": rng.choice(["a", " a", "b", "c ", "d"])}
+            for g in range(400) for _ in range(rng.randrange(1, 8))]
+    rng.shuffle(rows)
+    for i, row in enumerate(rows):
+        row.update(i=i, trace_id=f"t{rng.randrange(10 ** 9):09d}")
+    expected = [(c["i"], r["i"]) for g in range(400) for c, r in datasets.dpo_pairs([r for r in rows if r["group"] == g], cfg)]
+    column = lambda name: pa.chunked_array([pa.array([r[name] for r in rows])])  # noqa: E731
+    chosen, rejected = best_vs_worst(np.array([r["group"] for r in rows]), column("final_reward"), column("trace_id"),
+                                     column("completion"), cfg)
+    assert list(zip(chosen, rejected)) == expected and len(expected) > 200

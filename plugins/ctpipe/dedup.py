@@ -103,11 +103,18 @@ def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
     return out
 
 
-def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int], normalized: bool = False) -> np.ndarray:
-    """A key per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``): equal for
-    chats with the same roles and texts in the same order (texts normalized by :func:`squash` when
-    ``normalized``)."""
-    message = mix(keys(roles), keys(contents, normalized))
+def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(exact, normalized) keys per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``):
+    equal for chats with the same roles and texts in the same order (texts compared by :func:`squash`
+    for the normalized key). A text met again, such as a system prompt, is normalized once."""
+    role_keys = keys(roles)
+    exact = keys(contents)
+    distinct, first, again = np.unique(exact, return_index=True, return_inverse=True)
+    normalized = keys(contents.take(pa.array(first)), normalized=True)[again]
+    return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized), offsets)
+
+
+def _fold(message: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
     starts = np.asarray(offsets[:-1], np.int64)
     lengths = np.diff(np.asarray(offsets, np.int64))
     out = lengths.astype(np.uint64)  # the length first, so a chat never shares a key with its prefix

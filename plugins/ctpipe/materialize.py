@@ -303,7 +303,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
     references = [labeler.reference(p, r) for p, r in zip(prompts, raw["reference_answer"].to_pylist())]
     labels = labeler.labels(prompts, completions.to_pylist(), references, feedback, scores)
-    prompt_keys = dedup.chat_keys(roles, contents, offsets)
+    prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
     out = {
@@ -331,8 +331,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "id_key": pa.array(dedup.keys(raw["trace_id"].combine_chunks()), pa.uint64()),
         "prompt_key": pa.array(prompt_keys, pa.uint64()),
         "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completions)), pa.uint64()),
-        "norm_key": pa.array(dedup.mix(dedup.chat_keys(roles, contents, offsets, normalized=True),
-                                       dedup.keys(completions, normalized=True)), pa.uint64()),
+        "norm_key": pa.array(dedup.mix(normalized_prompt_keys, dedup.keys(completions, normalized=True)), pa.uint64()),
     }
     return pa.Table.from_arrays([out[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
 
@@ -445,7 +444,7 @@ def _spill(rows: pa.Table, first: int, path: str) -> dict[int, int]:
     spill, bucket = spill.take(order), bucket.take(order)
     batches: dict[int, int] = {}
     start = 0
-    with pa.ipc.new_file(path, _SPILL_SCHEMA, options=pa.ipc.IpcWriteOptions(compression="lz4")) as w:
+    with pa.ipc.new_file(path, _SPILL_SCHEMA) as w:  # uncompressed: compressing cost more than the disk it saved
         for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
             for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
                 batches[b] = len(batches)
@@ -524,23 +523,28 @@ def pair_bucket(item: tuple[int, list[tuple[str, int]]]) -> tuple[dict | None, d
             batches.append(pa.ipc.open_file(source).get_batch(batch))
     table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
     table = table.sort_by([("prompt_key", "ascending"), ("row", "ascending")])
-    keys, rows = table["prompt_key"].to_pylist(), table["row"].to_pylist()
-    ids, finals = table["trace_id"].to_pylist(), table["final_reward"].to_pylist()
-    completions, references = table["completion"].to_pylist(), table["reference_answer"].to_pylist()
-    groups: list[tuple[int, int, int]] = []  # (first row, start, stop) per prompt
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            groups.append((rows[start], start, i))
-            start = i
-    grpo, chosen, rejected = [], [], []
-    for _, lo, hi in sorted(groups):
-        if references[lo] is not None:
-            grpo.append(lo)
-        answers = [{"i": i, "trace_id": ids[i], "final_reward": finals[i], "completion": completions[i]} for i in range(lo, hi)]
-        for c, r in dpo_pairs(answers, cfg):
-            chosen.append(c["i"])
-            rejected.append(r["i"])
+    keys, rows = table["prompt_key"].to_numpy(), table["row"].to_numpy()
+    new = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, bool)
+    starts = np.flatnonzero(new)  # the first (earliest) row of each prompt
+    by_appearance = np.argsort(rows[starts], kind="stable")
+    rank = np.empty(len(starts), np.int64)
+    rank[by_appearance] = np.arange(len(starts))
+    first = starts[by_appearance]
+    grpo = first[table["reference_answer"].is_valid().to_numpy()[first]].tolist()
+    if cfg.dpo_strategy == "best_vs_worst":
+        chosen, rejected = best_vs_worst(rank[np.cumsum(new) - 1], table["final_reward"], table["trace_id"],
+                                         table["completion"], cfg)
+    else:
+        chosen, rejected = [], []
+        ids, finals, completions = (table[c].to_pylist() for c in ("trace_id", "final_reward", "completion"))
+        bounds = np.r_[starts, len(keys)]
+        for g in by_appearance.tolist():
+            lo, hi = int(bounds[g]), int(bounds[g + 1])
+            answers = [{"i": i, "trace_id": ids[i], "final_reward": finals[i], "completion": completions[i]}
+                       for i in range(lo, hi)]
+            for c, r in dpo_pairs(answers, cfg):
+                chosen.append(c["i"])
+                rejected.append(r["i"])
 
     grpo, chosen, rejected = (pa.array(x, pa.int64()) for x in (grpo, chosen, rejected))
 
@@ -559,6 +563,31 @@ def pair_bucket(item: tuple[int, list[tuple[str, int]]]) -> tuple[dict | None, d
     return (staging.write_part("grpo", bucket, grpo_table) if grpo_table.num_rows else None,
             staging.write_part("dpo", bucket, dpo_table) if dpo_table.num_rows else None,
             grpo_table.num_rows, dpo_table.num_rows)
+
+
+def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArray, completions: pa.ChunkedArray,
+                  cfg: DatasetConfig) -> tuple[list[int], list[int]]:
+    """:func:`ctpipe.datasets.dpo_pairs`' ``best_vs_worst`` for many prompts at once: (chosen, rejected)
+    row indices, prompts in the order of ``group`` (each row's prompt, numbered in output order).
+
+    Within a prompt, answers are ranked by reward, then trace id; the i-th best pairs with the i-th
+    worst. The gap narrows as i grows, so "while the gap holds" is a filter on it.
+    """
+    valid = np.flatnonzero(finals.is_valid().to_numpy(zero_copy_only=False))
+    ranked = pa.table({"group": group[valid], "reward": finals.take(valid), "id": ids.take(valid), "i": valid})
+    ranked = ranked.sort_by([("group", "ascending"), ("reward", "descending"), ("id", "ascending")])
+    g, reward, at = (ranked[c].to_numpy() for c in ("group", "reward", "i"))
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, len(g)])
+    per_group = np.minimum(cfg.dpo_max_pairs_per_prompt, sizes // 2)
+    nth = np.arange(per_group.sum()) - np.repeat(np.cumsum(per_group) - per_group, per_group)
+    best = np.repeat(starts, per_group) + nth
+    worst = np.repeat(starts + sizes - 1, per_group) - nth
+    wide = reward[best] - reward[worst] >= cfg.dpo_min_margin
+    best, worst = at[best[wide]], at[worst[wide]]
+    texts = [t.strip() if t is not None else t for t in completions.take(np.r_[best, worst]).to_pylist()]
+    differ = [a != b for a, b in zip(texts[:len(best)], texts[len(best):])]
+    return best[differ].tolist(), worst[differ].tolist()
 
 
 # ------------------------------------------------------------------------------------------ driver
