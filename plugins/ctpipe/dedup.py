@@ -109,7 +109,7 @@ def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int]) -> tu
     for the normalized key). A text met again, such as a system prompt, is normalized once."""
     role_keys = keys(roles)
     exact = keys(contents)
-    distinct, first, again = np.unique(exact, return_index=True, return_inverse=True)
+    _, first, again = np.unique(exact, return_index=True, return_inverse=True)
     normalized = keys(contents.take(pa.array(first)), normalized=True)[again]
     return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized), offsets)
 

@@ -1,17 +1,19 @@
 """Trace-to-dataset materialization, streaming: decode, validate, scrub, decontaminate, label, dedup, pair.
 
-Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which decode and
-validate each record (any format of :mod:`ctpipe.formats`, into the canonical trace of
-:mod:`ctpipe.traces`), scrub PII, drop prompts that overlap an evaluation set, and label rewards.
-This process takes their results back in source order, so everything order-dependent is decided
-the same way whatever the number of workers: duplicates (the first occurrence stays), trace ids
-seen twice with different content, and the row order of every table. Kept rows are written to
-``traces.parquet`` as they come and spilled, hashed by prompt, into buckets; each bucket then
-yields its prompts' GRPO rows and DPO pairs. Memory is bounded by the block size, the bucket size
-and 8-byte keys per trace, whatever the input size.
+Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each
+block into canonical rows (:mod:`ctpipe.columns`: our own schema at native speed, any format of
+:mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII and label
+rewards, column by column. A worker keeps a block's rows in a file and sends this process only
+their dedup keys; this process decides, in source order, which rows are duplicates (the first
+occurrence stays) and which trace ids were seen twice with different content, so the answer is
+the same whatever the number of workers. A worker then writes the block's kept rows as a part of
+the version's traces table, its quarantined items as a part of the quarantine table, and its rows
+for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
+prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
+the bucket size and 8-byte keys per trace, whatever the input size.
 
-Every record read ends up in ``traces.parquet`` or in ``quarantine.parquet`` with its source file,
-line or row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
+Every record read ends up in the traces or the quarantine table with its source file, line or
+row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
 anything is published. The layout and publication rules are in :mod:`ctpipe.datasets`.
 """
 
@@ -77,7 +79,6 @@ class Part:
     their keys), its quarantined items in source order, and what it counted."""
 
     index: int
-    rows: pa.Table | None
     quarantine: list[dict]
     keys: dict[str, list[int]] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
@@ -354,7 +355,7 @@ def _digest(block: sources.Block) -> bytes:
 def process(item: tuple[int, sources.Block]) -> Part:
     """One block, decoded to deduplication keys (in a worker, or in this process for small sources)."""
     index, block = item
-    part = Part(index, None, [], digest=_digest(block))
+    part = Part(index, [], digest=_digest(block))
     return _keyed(part, _rows(_read(block, _JOB, part), part))
 
 
@@ -455,7 +456,7 @@ def _spill(rows: pa.Table, first: int, path: str) -> dict[int, int]:
 
 def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
     """Langfuse generations, joined with their scores across files, as one more part."""
-    part = Part(index, None, [])
+    part = Part(index, [])
     found = []
     for doc, (file, n) in join.traces():
         try:
