@@ -83,8 +83,9 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     valid = _valid(table, chosen)
     times = []
     for name in ("start_time", "end_time"):
+        checked = pc.if_else(pa.array(valid), table[name].combine_chunks(), pa.scalar(None, pa.string()))
         try:  # only the rows that passed the pattern: a date such as February 30th still fails here
-            times.append(pc.cast(pc.if_else(pa.array(valid), table[name].combine_chunks(), pa.scalar(None, pa.string())), _TIME))
+            times.append(pc.cast(checked, _TIME))
         except pa.ArrowInvalid:
             return None
     valid &= _ok(pc.greater_equal(times[1], times[0]))
@@ -132,12 +133,13 @@ def _valid(table: pa.Table, lines: list[bytes]) -> np.ndarray:
     flat = messages.flatten()
     parents = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
     roles = flat.field("role")
-    ok &= _all_per_row(_ok(pc.and_kleene(pc.is_in(roles, value_set=pa.array(traces.ROLES)), flat.field("content").is_valid())),
-                       parents, n)
+    known = pc.and_kleene(pc.is_in(roles, value_set=pa.array(traces.ROLES)), flat.field("content").is_valid())
+    ok &= _all_per_row(_ok(known), parents, n)
     ok &= np.bincount(parents[_ok(pc.equal(roles, "user"))], minlength=n) > 0
 
     feedback = col["feedback"]
-    ok &= _ok(pc.or_kleene(pc.is_null(feedback.field("thumb")), pc.is_in(feedback.field("thumb"), value_set=pa.array(["up", "down"]))))
+    thumb = feedback.field("thumb")
+    ok &= _ok(pc.or_kleene(pc.is_null(thumb), pc.is_in(thumb, value_set=pa.array(["up", "down"]))))
     rating = feedback.field("rating")
     ok &= _ok(pc.or_kleene(pc.is_null(rating), pc.and_kleene(pc.greater_equal(rating, 1), pc.less_equal(rating, 5))))
     scores = col["scores"]
