@@ -106,3 +106,14 @@ def test_plain_records_take_the_fast_path():
                                "score value null, label", "no reference", "extra fields", "unicode completion")]
     table, index = columns.parse_lines([LINES[n] for n in clean])
     assert index.tolist() == list(range(len(clean)))
+
+
+def test_microseconds_of_any_aware_datetime_are_exact():
+    import pendulum
+
+    from datetime import datetime, timedelta, timezone
+
+    plain = datetime(2026, 11, 22, 12, 0, 0, 123457, tzinfo=timezone(timedelta(hours=2)))
+    expected = 1_795_341_600_123_457
+    assert columns.micros(plain) == expected
+    assert columns.micros(pendulum.instance(plain)) == expected  # Airflow hands the interval as pendulum times

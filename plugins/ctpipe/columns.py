@@ -16,8 +16,9 @@ gives the same row or the same quarantine reason: the fast path only changes the
 
 from __future__ import annotations
 
+import calendar
 import io
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 
 import msgspec
 import numpy as np
@@ -43,7 +44,6 @@ _PARSE = pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior
 _RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
 # A character that is not whitespace by Python's str.isspace (which the exact path's blank check uses).
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class _Shape(msgspec.Struct):
@@ -54,8 +54,9 @@ _SHAPE = msgspec.json.Decoder(_Shape)
 
 
 def micros(ts: datetime) -> int:
-    """Microseconds since the epoch, exactly (a float timestamp would round)."""
-    return (ts - _EPOCH) // timedelta(microseconds=1)
+    """Microseconds since the epoch, exactly (a float timestamp would round). Whole-number arithmetic
+    on the UTC fields, so that datetime subclasses (Airflow's pendulum times) give the same answer."""
+    return calendar.timegm(ts.utctimetuple()) * 1_000_000 + ts.microsecond
 
 
 def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
