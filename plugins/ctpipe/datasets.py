@@ -12,11 +12,11 @@ A version is a directory under the output URI (any fsspec URI; a local path by d
         manifest.json written last: the version exists for readers only once it is there
 
 Each table is a folder of zstd Parquet parts (``part-00000.parquet``, ...), written in parallel by
-the materializer's workers; the manifest lists them in row order (:meth:`Manifest.parts`), and any
-Parquet reader also takes the folder as one table. Files are written under a hidden staging name
-and moved into place, then the manifest (URI, content hashes, schemas, row counts, reward
-statistics, PII and dedup counts, source interval, source content hash, code version, config) is
-written; a reader never sees a partial version.
+the materializer's workers; the manifest lists them in row order (``files[table]["parts"]``,
+:meth:`Manifest.read`), and any Parquet reader also takes the folder as one table. Files are
+written under a hidden staging name and moved into place, then the manifest (URI, content hashes,
+schemas, row counts, reward statistics, PII and dedup counts, source interval, source content
+hash, code version, config) is written; a reader never sees a partial version.
 The version name is derived from the interval, the config and the content read, so re-running an
 interval yields the same version and leaves it untouched; a small index of the source files' keys
 lets such a re-run return at once. Building a version is :mod:`ctpipe.materialize`'s job.
@@ -140,10 +140,6 @@ class Manifest:
     @property
     def path(self) -> Path:
         return Path(self.uri)
-
-    def parts(self, table: str) -> list[str]:
-        """The files of ``table`` ("traces", "grpo", "dpo", "quarantine"), in row order."""
-        return [f"{self.uri}/{part}" for part in self.files[table]["parts"]]
 
     def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
         """The whole ``table``, wherever the version is (any fsspec URI)."""
