@@ -362,17 +362,13 @@ def process(item: tuple[int, sources.Block]) -> Part:
 def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``, the rows themselves left in a file for :func:`finish`."""
     part.keys = {name: rows[name].to_pylist() for name in ("id_key", "exact_key", "norm_key")}
-    with pa.OSFile(_rows_path(part.index), "wb") as f, pa.ipc.new_file(f, rows.schema) as w:
+    with pa.ipc.new_file(_temporary("rows", part.index), rows.schema) as w:
         w.write_table(rows)
     return part
 
 
-def _rows_path(index: int) -> str:
-    return os.path.join(_JOB.spill_dir, f"rows-{index:06d}.arrow")
-
-
-def _spill_path(spill_dir: str, index: int) -> str:
-    return os.path.join(spill_dir, f"spill-{index:06d}.arrow")
+def _temporary(kind: str, index: int) -> str:
+    return os.path.join(_JOB.spill_dir, f"{kind}-{index:06d}.arrow")
 
 
 @dataclass
@@ -387,19 +383,18 @@ class Finish:
 
 @dataclass
 class Written:
-    index: int
     traces: dict | None
     quarantine: dict | None
-    kept: int
     reasons: Counter
     rewards: tuple[int, float, float, float]  # labeled, sum, min, max
-    buckets: dict[int, int]  # bucket -> its batch in the spill file
+    spill: str = ""
+    buckets: dict[int, int] = field(default_factory=dict)  # bucket -> its batch in the spill file
 
 
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table, its quarantined items,
     and its rows for pairing, by bucket."""
-    path = _rows_path(item.index)
+    path = _temporary("rows", item.index)
     with pa.memory_map(path) as source:
         rows = pa.ipc.open_file(source).read_all()
     os.remove(path)  # still mapped until the table goes
@@ -413,14 +408,14 @@ def finish(item: Finish) -> Written:
         rows = rows.filter(pa.array([i not in item.duplicates for i in range(rows.num_rows)]))
     quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
     staging = _JOB.staging
-    written = Written(item.index, None, None, rows.num_rows, Counter(q["reason"] for q in quarantine),
-                      _reward_stats(rows["final_reward"]), {})
+    written = Written(None, None, Counter(q["reason"] for q in quarantine), _reward_stats(rows["final_reward"]))
     if quarantine:
         written.quarantine = staging.write_part("quarantine", item.index,
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
     if rows.num_rows:
         written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        written.buckets = _spill(rows, item.first, _spill_path(_JOB.spill_dir, item.index))
+        written.spill = _temporary("spill", item.index)
+        written.buckets = _spill(rows, item.first, written.spill)
     return written
 
 
@@ -694,7 +689,7 @@ def materialize(
             reasons.update(w.reasons)
             stats.add(*w.rewards)
             for bucket, batch in w.buckets.items():
-                pieces[bucket].append((_spill_path(spill_dir, w.index), batch))
+                pieces[bucket].append((w.spill, batch))
 
         def take(part: Part) -> None:
             digest.update(part.digest)
