@@ -86,7 +86,7 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset.from_parquet([str(Path(spec.dataset_uri) / part) for part in manifest.files[spec.table]["parts"]])
+    data = Dataset.from_parquet(manifest.part_paths(spec.table, spec.dataset_uri))
 
     class SaveOnSigterm(TrainerCallback):
         """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""

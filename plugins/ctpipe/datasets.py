@@ -12,7 +12,7 @@ A version is a directory under the output URI (any fsspec URI; a local path by d
         manifest.json written last: the version exists for readers only once it is there
 
 Each table is a folder of zstd Parquet parts (``part-00000.parquet``, ...), written in parallel by
-the materializer's workers; the manifest lists them in row order (``files[table]["parts"]``,
+the materializer's workers; the manifest lists them in row order (:meth:`Manifest.part_paths`,
 :meth:`Manifest.read`), and any Parquet reader also takes the folder as one table. Files are
 written under a hidden staging name and moved into place, then the manifest (URI, content hashes,
 schemas, row counts, reward statistics, PII and dedup counts, source interval, source content
@@ -141,13 +141,16 @@ class Manifest:
     def path(self) -> Path:
         return Path(self.uri)
 
+    def part_paths(self, table: str, root: str | Path | None = None) -> list[str]:
+        """The files of ``table``, in row order, under ``root``: where the version is seen from (a
+        training job's mount of it, say), the version's own folder by default."""
+        return [f"{str(root or self.uri).rstrip('/')}/{part}" for part in self.files[table]["parts"]]
+
     def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
         """The whole ``table``, wherever the version is (any fsspec URI)."""
-        from fsspec.core import url_to_fs
-
-        fs, root = url_to_fs(self.uri)
-        return pa.concat_tables(pq.read_table(f"{root}/{part}", columns=columns, filesystem=fs)
-                                for part in self.files[table]["parts"])
+        version = Output(self.uri)
+        return pa.concat_tables(pq.read_table(path, columns=columns, filesystem=version.fs)
+                                for path in self.part_paths(table, version.root))
 
     def asset_extra(self) -> dict:
         return {

@@ -259,7 +259,7 @@ def config_yaml(config: MasterConfig) -> str:
     return yaml.safe_dump(config.model_dump(by_alias=True), sort_keys=False)
 
 
-def write_train_data(grpo_parts: list[Path], out: Path) -> int:
+def write_train_data(grpo_parts: list[str], out: Path) -> int:
     """Our GRPO table (its Parquet parts, in order) as ResponseDataset JSONL: the user's question and the
     reference answer, as a string."""
     import pyarrow as pa
