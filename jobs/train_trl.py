@@ -59,8 +59,9 @@ def correctness_reward(prompts, completions, answer, **_) -> list[float]:
 
     rewards = []
     for prompt, completion, reference in zip(prompts, completions, answer):
-        verified = verify(text(prompt, "user"), text(completion, "assistant"))
-        rewards.append(correctness(text(completion, "assistant"), reference) if verified is None else verified)
+        said = text(completion, "assistant")
+        verified = verify(text(prompt, "user"), said)
+        rewards.append(correctness(said, reference) if verified is None else verified)
     return rewards
 
 

@@ -145,11 +145,11 @@ def combine_columns(signals: Mapping[str, np.ndarray], weights: Mapping[str, flo
     for name, w in weights.items():
         if w <= 0:
             continue
-        value = signals.get(name)
-        present = ~np.isnan(value) if value is not None else np.zeros(n, bool)
+        value = signals.get(name, np.full(n, math.nan))
+        present = ~np.isnan(value)
         if missing == "drop":
             dropped |= ~present
-        total += np.where(present, w * np.nan_to_num(value if value is not None else 0.0), 0.0)
+        total += np.where(present, w * value, 0.0)
         weight += w if missing == "zero" else np.where(present, w, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         label = np.where((weight > 0) & ~dropped, total / weight, math.nan)

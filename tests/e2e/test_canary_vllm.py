@@ -6,7 +6,6 @@ background, once per cache: set CTPIPE_SERVING__LOCAL_VLLM_PYTHON to reuse one).
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.conftest import listen_port
