@@ -62,6 +62,6 @@ def test_a_column_is_checked_as_each_text_alone():
     index = NgramIndex([LONG_EVAL, "What is 57 plus 38?"])
     texts = ["Quick one: natalia sold clips to 48 of her friends in April and then she sold something",
              "Natalia sold clips to 48 of her friends in June.", "Hey, what is 57 plus 38? Thanks", "what is 57 plus 39",
-             "WHAT\tIS 57 -- PLUS 38!!", "Ünïcode: what is 57 plus 38?", "Ünïcode, nothing", "", "what is 57\nplus 38"]
+             "WHAT\tIS 57 -- PLUS 38!!", "Ünïcode: what is 57 plus 38?", "Ünïcode, nothing", "", "what is 57\nplus 38", "a NUL \x00 what is 57 plus 38"]
     assert index.overlaps_array(pa.array(texts)).tolist() == index.overlaps_many(texts) == [
-        True, False, True, False, True, True, False, False, True]
+        True, False, True, False, True, True, False, False, True, True]

@@ -182,80 +182,74 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     block never knows the records of the block before); in a block with no readable record, to the
     hour of its file's partition (or to every run, outside that layout).
     """
-    entries = list(sources.entries(block))
     lo, hi = columns.micros(job.start), columns.micros(job.end)
-    fast: list[tuple[int, int] | None] = [None] * len(entries)  # (row in `parsed`, start) of lines the fast path took
-    parsed = None
-    if block.batch is None and job.dataset.format in ("auto", "ctpipe"):
-        lines = [i for i, (_, raw) in enumerate(entries) if isinstance(raw, bytes)]
-        got = columns.parse_lines([entries[i][1] for i in lines])
-        if got is not None:
-            parsed, index = got
-            starts = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False).tolist()
-            for row, at in enumerate(index.tolist()):
-                fast[lines[at]] = (row, starts[row])
-    when: int | None = None
-    waiting: list[dict] = []  # unreadable lines met before the block's first record
-    taken: list[int] = []  # rows of `parsed` in the interval
-    taken_lines: list[int] = []
+    lines, parsed, taken = None, None, None
+    fast_at, fast_times = np.zeros(0, np.int64), np.zeros(0, np.int64)  # line and start time of each parsed row
+    if block.batch is None:
+        lines = block.data.split(b"\n")
+        if job.dataset.format in ("auto", "ctpipe"):
+            limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
+            got = columns.parse_lines(lines if len(block.data) <= limit else [b"" if len(x) > limit else x for x in lines])
+            if got is not None:
+                parsed, fast_at = got
+                fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
+                taken = np.zeros(len(lines), bool)
+                taken[fast_at] = True
+    part.formats["ctpipe"] += len(fast_at)
+
+    # The other lines, one by one: records (with their start times) and rejected items, by line.
     slow: list[tuple[str, int, traces.TraceRecord]] = []
-
-    def settle(at: int | None) -> None:
-        for q in waiting:
-            if at is None or lo <= at < hi:
-                part.read += 1
-                part.quarantine.append(q)
-        waiting.clear()
-
-    def reject(n: int, reason: str, detail: str, raw: str) -> None:
-        waiting.append(_quarantined(block.file, n, reason, detail, raw))
-        if when is not None:
-            settle(when)
-
-    def arrived(at: int) -> bool:
-        nonlocal when
-        if when is None:
-            settle(at)
-        when = at
-        inside = lo <= at < hi
-        part.read += inside
-        part.outside += not inside
-        return inside
-
-    for i, (n, raw) in enumerate(entries):
-        if fast[i] is not None:
-            row, at = fast[i]
-            part.formats["ctpipe"] += 1
-            if arrived(at):
-                taken.append(row)
-                taken_lines.append(n)
-            continue
+    slow_times: list[int] = []
+    record_lines: list[tuple[int, int, int]] = []  # (line, first start time, last start time) of lines with records
+    rejected: list[tuple[int, dict]] = []
+    for n, raw in sources.entries(block, lines, taken):
         if isinstance(raw, sources.Item):  # an oversized line, or the damage that ends a file
-            reject(n, raw.reason, raw.detail, raw.raw)
+            rejected.append((n, _quarantined(block.file, n, raw.reason, raw.detail, raw.raw)))
             continue
         try:
             fmt, recs = _from_doc(raw, job.dataset.format) if isinstance(raw, dict) else _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
-            reject(n, e.reason, str(e), text)
+            rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
         part.formats[fmt] += len(recs)
         if fmt == "langfuse":
             part.langfuse.append((recs[0], (block.file, n)))
             continue
-        for rec in recs:
-            if arrived(columns.micros(rec.start_time)):
-                slow.append((block.file, n, rec))
-    hour = traces.partition_hour(block.file)
-    settle(when if when is not None else (columns.micros(hour) if hour else None))
+        if recs:
+            times = [columns.micros(rec.start_time) for rec in recs]
+            record_lines.append((n, times[0], times[-1]))
+            slow += [(block.file, n, rec) for rec in recs]
+            slow_times += times
 
-    tables = [columns.from_records(slow)]
-    if taken:
-        rows = parsed.take(taken)
-        tables.append(pa.Table.from_arrays(rows.columns + [pa.array([block.file] * len(taken), pa.string()),
-                                                           pa.array(taken_lines, pa.int64())], schema=columns.RAW_SCHEMA))
+    # Which records are in the interval, and to which interval each rejected item belongs.
+    inside_fast = (fast_times >= lo) & (fast_times < hi)
+    inside_slow = [lo <= t < hi for t in slow_times]
+    part.read += int(inside_fast.sum()) + sum(inside_slow)
+    part.outside += len(inside_fast) + len(inside_slow) - part.read
+    if rejected:
+        lines_with = np.concatenate([block.first + fast_at, np.array([n for n, _, _ in record_lines], np.int64)])
+        firsts = np.concatenate([fast_times, np.array([t for _, t, _ in record_lines], np.int64)])
+        lasts = np.concatenate([fast_times, np.array([t for _, _, t in record_lines], np.int64)])
+        order = np.argsort(lines_with, kind="stable")
+        lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
+        hour = traces.partition_hour(block.file)
+        for n, q in rejected:
+            before = int(np.searchsorted(lines_with, n))
+            at = (int(lasts[before - 1]) if before else int(firsts[0]) if len(firsts)
+                  else columns.micros(hour) if hour else None)
+            if at is None or lo <= at < hi:
+                part.read += 1
+                part.quarantine.append(q)
+
+    tables = [columns.from_records([r for r, inside in zip(slow, inside_slow) if inside])]
+    if inside_fast.any():
+        keep = np.flatnonzero(inside_fast)
+        tables.append(pa.Table.from_arrays(parsed.take(keep).columns + [
+            pa.array([block.file] * len(keep), pa.string()), pa.array(block.first + fast_at[keep], pa.int64())],
+            schema=columns.RAW_SCHEMA))
     table = pa.concat_tables(tables)
-    if slow and taken:  # a stable sort: the records of one line keep their order
+    if len(tables[0]) and len(tables) > 1:  # a stable sort: the records of one line keep their order
         table = table.take(pc.sort_indices(table["source_line"]))
     return table
 

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
 
@@ -172,14 +174,20 @@ def decode_line(file: str, n: int, raw: bytes) -> Item:
         return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
 
 
-def entries(block: Block) -> Iterator[tuple[int, Any]]:
+def entries(block: Block, lines: list[bytes] | None = None, taken=None) -> Iterator[tuple[int, Any]]:
     """(line or row, content) of a block in order, blank lines skipped: a dict per Parquet row, the bytes
-    of a JSONL line, or an :class:`Item` for what cannot be read (an oversized line, the block's damage)."""
+    of a JSONL line, or an :class:`Item` for what cannot be read (an oversized line, the block's damage).
+
+    ``lines`` is the block's data split at newlines, when the caller has it already; ``taken``
+    (a mask over those lines) the lines it read another way, which are left out.
+    """
     if block.batch is not None:
         for i, row in enumerate(block.batch.to_pylist()):
             yield block.first + i, row
     else:
-        for i, raw in enumerate(block.data.split(b"\n")):
+        lines = block.data.split(b"\n") if lines is None else lines
+        for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
+            raw = lines[i]
             if raw.strip():
                 n, raw = block.first + i, raw.rstrip(b"\r")
                 yield n, oversized(block.file, n, raw) or raw
