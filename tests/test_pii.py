@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+import re
 from collections import Counter
 
 import pytest
 
+from ctpipe import pii
 from ctpipe.pii import scrub
 
 
@@ -36,3 +39,29 @@ def test_each_kind_is_replaced_and_counted(text, kind):
 def test_ordinary_text_and_numbers_are_kept(text):
     found = Counter()
     assert scrub(text, found) == text and not +found
+
+
+def test_numbers_scrubbed_run_by_run_as_in_the_whole_text():
+    def whole(text: str, counts: Counter) -> str:  # both patterns over all of the text, as the rule reads
+        def card(m: re.Match) -> str:
+            digits = re.sub(r"\D", "", m.group())
+            if 13 <= len(digits) <= 19 and pii.luhn(digits):
+                counts["card"] += 1
+                return "<CARD>"
+            return m.group()
+
+        text, n = pii._PHONE.subn("<PHONE>", pii._CARD.sub(card, text))
+        counts["phone"] += n
+        return text
+
+    rng = random.Random(0)
+    pieces = ["4111 1111 1111 1111", "4111-1111-1111-1111", "+1 415-555-0100", "(030) 1234 5678", "030 1234 5678",
+              "12345678", "123456789", "5555555555554444", "٣٣٣٣٣٣٣٣٣", "a", "x", "-", " ", "(", ")", "+", ".", "1", "22",
+              "4444", "word", "\n", "_"]
+    changed = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
+        expected, got = Counter(), Counter()
+        assert pii._numbers(text, got) == whole(text, expected) and got == expected, text
+        changed += bool(+got)
+    assert changed > 5000

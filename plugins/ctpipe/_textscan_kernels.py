@@ -37,41 +37,38 @@ def _word(data, j):
             | _u64(data[j + 7]) << _u64(56))
 
 
+@numba.njit(inline="always")
+def _hash(data, a, b):
+    h = _SEED
+    j = a
+    while j + 8 <= b:
+        h = _block(h, _word(data, j))
+        j += 8
+    tail = _u64(0)
+    for t in range(b - j):
+        tail |= _u64(data[j + t]) << _u64(8 * t)
+    return _final(h, tail, b - a)
+
+
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def hashes(data, offsets, out):
     for i in range(len(offsets) - 1):
-        a, b = offsets[i], offsets[i + 1]
-        h = _SEED
-        j = a
-        while j + 8 <= b:
-            h = _block(h, _word(data, j))
-            j += 8
-        tail = _u64(0)
-        for t in range(b - j):
-            tail |= _u64(data[j + t]) << _u64(8 * t)
-        out[i] = _final(h, tail, b - a)
+        out[i] = _hash(data, offsets[i], offsets[i + 1])
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def squashed_hashes(data, offsets, squash, keep, out, ascii):
-    # The same hash as hashes() of each text's squashed bytes, without writing them out.
+    scratch = np.empty(8 + max(0, np.max(offsets[1:] - offsets[:-1])) if len(offsets) > 1 else 8, np.uint8)
     for i in range(len(offsets) - 1):
-        h = _SEED
-        w = _u64(0)
-        n = 0  # bytes in w
-        kept = 0
+        # Compact the kept bytes first (branch-free), then hash them as hashes() would.
+        k = 0
         high = 0
         for j in range(offsets[i], offsets[i + 1]):
             c = data[j]
             high |= c
-            w |= squash[c] << _u64(8 * n)  # an ignored byte is 0 here and adds nothing to n
-            n += keep[c]
-            if n == 8:
-                h = _block(h, w)
-                kept += 8
-                w = _u64(0)
-                n = 0
-        out[i] = _final(h, w, kept + n)
+            scratch[k] = squash[c]
+            k += keep[c]
+        out[i] = _hash(scratch, 0, k)
         ascii[i] = high < 128
 
 

@@ -21,9 +21,9 @@ import pyarrow as pa
 # What normalization ignores: ASCII punctuation and whitespace (letters of any script are kept).
 IGNORED = (string.punctuation + string.whitespace).encode()
 _LOWER = [c | 0x20 if 65 <= c <= 90 else c for c in range(256)]
-# Byte -> the normalized-duplicate form (lower case, ignored bytes dropped): its value, and whether kept.
+# Byte -> the normalized-duplicate form (lower case, ignored bytes dropped): its value, and whether it is kept.
 _KEEP = np.array([c not in IGNORED for c in range(256)], np.int64)
-_SQUASH = np.array([_LOWER[c] * keep for c, keep in enumerate(_KEEP)], np.uint64)
+_SQUASH = np.array(_LOWER, np.uint8)
 # Byte -> the n-gram search form: lower case, a space for an ignored byte.
 _NORMAL = np.array([32 if c in IGNORED else _LOWER[c] for c in range(256)], np.uint8)
 
