@@ -6,6 +6,7 @@ import gzip
 import json
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -228,3 +229,30 @@ def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):
     assert not [p for p in fs.ls("/datasets", detail=False) if ".tmp-" in p]
     assert m.read("quarantine")["reason"].to_pylist() == ["invalid_json"]
     assert run("memory://traces", "memory://datasets").version == m.version
+
+
+def test_dedup_verdicts_are_those_of_one_row_at_a_time_in_order():
+    def one_by_one(parts):  # the rule: first occurrence wins, exact content before id before normalized content
+        ids, exact, norm, out = set(), set(), set(), []
+        for part in parts:
+            verdicts = {}
+            for i, (k_id, k_exact, k_norm) in enumerate(zip(*part)):
+                if k_exact in exact:
+                    verdicts[i] = "duplicate"
+                elif k_id in ids:
+                    verdicts[i] = "duplicate_trace_id"
+                elif k_norm in norm:
+                    verdicts[i] = "near_duplicate"
+                else:
+                    ids.add(k_id), exact.add(k_exact), norm.add(k_norm)
+            out.append(verdicts)
+        return out
+
+    rng = np.random.default_rng(0)
+    for keyspace in (5, 40, 1000):  # small key spaces: many repeats within and across parts
+        parts = [[rng.integers(0, keyspace, size, dtype=np.uint64) for _ in range(3)]
+                 for size in rng.integers(0, 60, 30)]
+        dedup = mat._Dedup()
+        got = [dedup.verdicts(dict(zip(("id_key", "exact_key", "norm_key"), part))) for part in parts]
+        assert got == one_by_one(parts)
+        assert any(got)

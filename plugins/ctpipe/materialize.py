@@ -80,7 +80,7 @@ class Part:
 
     index: int
     quarantine: list[dict]
-    keys: dict[str, list[int]] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
+    keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
     pii: Counter = field(default_factory=Counter)
@@ -355,7 +355,7 @@ def process(item: tuple[int, sources.Block]) -> Part:
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``, the rows themselves left in a file for :func:`finish`."""
-    part.keys = {name: rows[name].to_pylist() for name in ("id_key", "exact_key", "norm_key")}
+    part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
     with pa.ipc.new_file(_temporary("rows", part.index), rows.schema) as w:
         w.write_table(rows)
     return part
@@ -592,10 +592,25 @@ class _Dedup:
         self.exact: set[int] = set()
         self.norm: set[int] = set()
 
-    def verdicts(self, keys: dict[str, list[int]]) -> dict[int, str]:
+    def verdicts(self, keys: dict[str, np.ndarray]) -> dict[int, str]:
         """Position -> reason of the duplicates among a part's rows."""
+        columns = [keys["id_key"], keys["exact_key"], keys["norm_key"]]
+        known = [self.ids, self.exact, self.norm]
+        # A row whose keys are all new (to the sets and to the rows before it in the part) is kept
+        # whatever else happens: those rows go in at once; only the others are decided one by one.
+        # A later sure row never shares a key with an unsure one (it would not be that key's first).
+        unsure = np.zeros(len(columns[0]), bool)
+        for column, seen in zip(columns, known):
+            first = np.zeros(len(column), bool)
+            first[np.unique(column, return_index=True)[1]] = True
+            unsure |= ~first
+            if hits := seen.intersection(column.tolist()):
+                unsure |= np.isin(column, np.fromiter(hits, np.uint64, len(hits)))
+        for column, seen in zip(columns, known):
+            seen.update(column[~unsure].tolist())
         out: dict[int, str] = {}
-        for i, (id_key, exact, norm) in enumerate(zip(keys["id_key"], keys["exact_key"], keys["norm_key"])):
+        for i in np.flatnonzero(unsure).tolist():
+            id_key, exact, norm = (int(column[i]) for column in columns)
             if exact in self.exact:  # the same content again (a record logged twice, or another user's)
                 reason = "duplicate"
             elif id_key in self.ids:  # a known id with content never seen: two traces under one id
