@@ -65,3 +65,5 @@ def test_a_column_is_checked_as_each_text_alone():
              "WHAT\tIS 57 -- PLUS 38!!", "Ünïcode: what is 57 plus 38?", "Ünïcode, nothing", "", "what is 57\nplus 38", "a NUL \x00 what is 57 plus 38"]
     assert index.overlaps_array(pa.array(texts)).tolist() == index.overlaps_many(texts) == [
         True, False, True, False, True, True, False, False, True, True]
+    only_other = ["Ünïcode: what is 57 plus 38?", "Ünïcode, nothing"]
+    assert index.overlaps_array(pa.array(only_other)).tolist() == [True, False]

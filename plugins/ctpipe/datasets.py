@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
 
-CODE_VERSION = "4"  # bumped whenever the same input and config would give other tables
+CODE_VERSION = "3"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))

@@ -17,13 +17,20 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
 
-from ctpipe import textscan
-
-_IGNORED = textscan.IGNORED
+# What normalization ignores: ASCII punctuation and whitespace (letters of any script are kept).
+# bytes.translate handles it at memory speed, where a Unicode-class regex costs ten times more on 2 KB texts.
+_IGNORED = (string.punctuation + string.whitespace).encode()
 _SEPARATORS = bytes.maketrans(_IGNORED, b" " * len(_IGNORED))
 _ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase.encode())
+
+
 _RUNS = re.compile(rb"  +")
+# normalize() of ASCII text as one translation: upper case lowered, ignored characters made spaces.
+_ASCII_NORMAL = bytes.maketrans(string.ascii_uppercase.encode() + _IGNORED,
+                                string.ascii_lowercase.encode() + b" " * len(_IGNORED))
 
 
 def _normal_bytes(text: str) -> bytes:
@@ -55,9 +62,8 @@ def words(text: str) -> list[str]:
 
 
 def key(text: str | bytes) -> int:
-    """A 64-bit key (:func:`ctpipe.textscan.hashes`), stable across processes and runs (unlike ``hash``)."""
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    return int(textscan.hashes(pa.array([data], pa.binary()))[0])
+    """A 64-bit key, stable across processes and runs (unlike ``hash``)."""
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
 
 
 def fingerprint(text: str) -> int:
@@ -66,7 +72,7 @@ def fingerprint(text: str) -> int:
 
 
 # Mixing two 64-bit keys into one, vectorized: a multiply-add (a bijection in either argument for the
-# other fixed, and order-sensitive) and MurmurHash3's finalizer to spread it.
+# other fixed, and order-sensitive) and MurmurHash3's finalizer to spread it. The inputs are xxh3 keys.
 _K, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 
 
@@ -80,15 +86,20 @@ def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
-    """:func:`key` (or, when ``normalized``, :func:`fingerprint`) of each text of a string column,
-    computed over its buffers; only a non-ASCII text to normalize becomes a Python string."""
+    """:func:`key` (or, when ``normalized``, :func:`fingerprint`) of each text of a string column, read
+    straight from its buffer: no Python string is made, except for a non-ASCII text to normalize."""
+    texts = texts.cast(pa.string())
+    offsets = np.frombuffer(texts.buffers()[1], np.int32)[texts.offset:texts.offset + len(texts) + 1].tolist()
+    data = texts.buffers()[2]
+    data = data.to_pybytes() if data is not None else b""
+    h = xxhash.xxh3_64_intdigest
     if not normalized:
-        return textscan.hashes(texts)
-    out, ascii = textscan.squashed_hashes(texts)
-    other = np.flatnonzero(~ascii)
-    if len(other):  # str.lower, as squash does, not an ASCII table
-        squashed = [squash(t) for t in texts.take(pa.array(other)).to_pylist()]
-        out[other] = textscan.hashes(pa.array(squashed, pa.binary()))
+        return np.fromiter((h(data[a:b]) for a, b in zip(offsets, offsets[1:])), np.uint64, len(texts))
+    out = np.fromiter((h(data[a:b].translate(_ASCII_LOWER, _IGNORED)) for a, b in zip(offsets, offsets[1:])),
+                      np.uint64, len(texts))
+    other = np.flatnonzero(~pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False))
+    for i in other.tolist():  # str.lower, as squash does, not an ASCII table
+        out[i] = fingerprint(data[offsets[i]:offsets[i + 1]].decode())
     return out
 
 
@@ -145,16 +156,33 @@ class NgramIndex:
 
     def overlaps_array(self, texts: pa.Array) -> np.ndarray:
         """:meth:`overlaps_many` over a column. ASCII texts are normalized together, one per NUL-ended
-        line (no n-gram holds a NUL), and searched in one pass; the others (and any holding a NUL) one by one."""
+        line (no n-gram holds a NUL), and searched in one pass; the others (and any holding a NUL)
+        one by one."""
         out = np.zeros(len(texts), bool)
         if self._automaton is None or not len(texts):
             return out
-        blob, ascii = textscan.normalized_lines(texts)
+        together = pc.fill_null(pc.string_is_ascii(texts), False).to_numpy(zero_copy_only=False)
+        blob = self._lines(texts, together)
+        ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
+        if len(ends) != together.sum():  # a text holds a NUL (rare, so only looked for now)
+            together &= ~pc.fill_null(pc.match_substring(texts, "\0"), False).to_numpy(zero_copy_only=False)
+            blob = self._lines(texts, together)
+            ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
         found = np.array([start for _, start, _ in self._automaton.find_matches_as_indexes(blob)], np.int64)
         if len(found):
-            ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
-            out[np.flatnonzero(ascii)[np.searchsorted(ends, found)]] = True
-        if not ascii.all():
-            rest = np.flatnonzero(~ascii)
+            out[np.flatnonzero(together)[np.searchsorted(ends, found)]] = True
+        if not together.all():
+            rest = np.flatnonzero(~together)
             out[rest] = self.overlaps_many(texts.take(pa.array(rest)).to_pylist())
         return out
+
+    @staticmethod
+    def _lines(texts: pa.Array, chosen: np.ndarray) -> bytes:
+        """The chosen (ASCII) texts normalized as :func:`normalize` does, each as " words " on a NUL-ended line."""
+        if not chosen.any():
+            return b""
+        lines = pc.binary_join_element_wise(" ", texts.filter(pa.array(chosen)), " \0", "")
+        offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
+        blob = np.frombuffer(lines.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]].translate(_ASCII_NORMAL), np.uint8)
+        spaces = blob == 32
+        return blob[np.r_[True, ~(spaces[1:] & spaces[:-1])]].tobytes()  # a run of spaces becomes one
