@@ -107,7 +107,8 @@ def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int]) -> tu
     """(exact, normalized) keys per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``):
     equal for chats with the same roles and texts in the same order (texts compared by :func:`squash`
     for the normalized key). A text met again, such as a system prompt, is normalized once."""
-    role_keys = keys(roles)
+    roles = pc.dictionary_encode(roles)  # a handful of distinct roles: each hashed once
+    role_keys = keys(roles.dictionary)[roles.indices.to_numpy()]  # a message always has a role
     exact = keys(contents)
     _, first, again = np.unique(exact, return_index=True, return_inverse=True)
     normalized = keys(contents.take(pa.array(first)), normalized=True)[again]
