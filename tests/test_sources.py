@@ -48,3 +48,26 @@ def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
     assert list(read(str(tmp_path / "empty.jsonl"))) == []
     with pytest.raises(SourceError, match=r"source '.*/nope' does not exist"):
         list(read(str(tmp_path / "nope")))
+
+
+@pytest.mark.parametrize("block_bytes", [7, 64, 1 << 20])
+def test_a_block_sent_to_another_process_is_read_back_from_its_file(tmp_path, monkeypatch, block_bytes):
+    import pickle
+
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 100)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", block_bytes)
+    big = b'{"big": "' + b"x" * 200 + b'"}'
+    (tmp_path / "a.jsonl").write_bytes(b'{"n": 1}\r\n' + big + b'\n{"n": 2}\n\n{"n": 3}\n' + big + b'\n{"n": 4}')
+    with gzip.open(tmp_path / "b.jsonl.gz", "wb") as f:
+        f.write(b'{"n": 5}\n{"n": 6}\n')
+    fs, files = sources.list_files(str(tmp_path))
+    blocks = list(sources.blocks(fs, files))
+    assert any(b.at is not None for b in blocks) and all(b.at is None for b in blocks if b.file.endswith(".gz"))
+    sent = [pickle.loads(pickle.dumps(b)) for b in blocks]
+    assert sum(len(b.data) for b in sent) < sum(len(b.data) for b in blocks)
+    assert [b.load() for b in sent] == blocks
+    (tmp_path / "a.jsonl").write_bytes(b"")
+    with pytest.raises(SourceError, match="changed while it was read"):
+        next(b for b in sent if b.size).load()

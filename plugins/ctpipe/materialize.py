@@ -348,7 +348,7 @@ def _digest(block: sources.Block) -> bytes:
 
 def process(item: tuple[int, sources.Block]) -> Part:
     """One block, decoded to deduplication keys (in a worker, or in this process for small sources)."""
-    index, block = item
+    index, block = item[0], item[1].load()
     part = Part(index, [], digest=_digest(block))
     return _keyed(part, _rows(_read(block, _JOB, part), part))
 
