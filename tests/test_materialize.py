@@ -43,7 +43,10 @@ def at(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, timezone.utc)
 
 
-def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # with workers, the Langfuse join is still labeled in this process
+def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path, monkeypatch, workers):
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     src = tmp_path / "src"
     src.mkdir()
     (src / "ours.jsonl").write_bytes(lines(trace(1, "What is 103 plus 3?", "106")))
@@ -63,7 +66,8 @@ def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path)
     (src / "other.jsonl").write_bytes(lines({"hello": "world"}))
     created = OPENAI["response"]["created"]
     m = run(src, tmp_path / "out", at(created) - HOUR, T0 + HOUR,
-            reward=RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0))
+            reward=RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0),
+            dataset=DatasetConfig(workers=workers))
     assert m.source["formats"] == {"ctpipe": 1, "langfuse": 2, "openai": 1, "otel": 1}
     assert accounted(m) and m.quarantine_reasons == {"unknown_format": 1}
     (q,) = table(m, "quarantine")

@@ -69,7 +69,7 @@ class Job:
     dataset: DatasetConfig
     eval_items: tuple[str, ...]
     staging: Staging  # where the version's parts are written
-    spill_dir: str  # rows between their processing and their writing, and rows for pairing
+    spill_dir: str  # rows for pairing, between their writing and their pairing
     buckets: int
 
 
@@ -135,6 +135,7 @@ class Labeler:
 _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
+_ROWS: dict[int, pa.Table] = {}  # rows of the parts this process made, until they are finished
 
 
 def _init(job: Job) -> None:
@@ -354,15 +355,10 @@ def process(item: tuple[int, sources.Block]) -> Part:
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
-    """``part`` with the keys of ``rows``, the rows themselves left in a file for :func:`finish`."""
+    """``part`` with the keys of ``rows``, the rows themselves kept in this process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
-    with pa.ipc.new_file(_temporary("rows", part.index), rows.schema) as w:
-        w.write_table(rows)
+    _ROWS[part.index] = rows
     return part
-
-
-def _temporary(kind: str, index: int) -> str:
-    return os.path.join(_JOB.spill_dir, f"{kind}-{index:06d}.arrow")
 
 
 @dataclass
@@ -388,10 +384,7 @@ class Written:
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table, its quarantined items,
     and its rows for pairing, by bucket."""
-    path = _temporary("rows", item.index)
-    with pa.memory_map(path) as source:
-        rows = pa.ipc.open_file(source).read_all()
-    os.remove(path)  # still mapped until the table goes
+    rows = _ROWS.pop(item.index)
     quarantine = list(item.quarantine)
     if item.duplicates:
         positions = sorted(item.duplicates)
@@ -408,7 +401,7 @@ def finish(item: Finish) -> Written:
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
     if rows.num_rows:
         written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        written.spill = _temporary("spill", item.index)
+        written.spill = os.path.join(_JOB.spill_dir, f"spill-{item.index:06d}.arrow")
         written.buckets = _spill(rows, item.first, written.spill)
     return written
 
@@ -466,37 +459,42 @@ def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
 
 class _Pool:
     """Worker processes for both steps (processing blocks, then pairing buckets), started once: a
-    spawned worker costs about a second of imports, as much as it processes of a 100k-trace source."""
+    spawned worker costs about a second of imports, as much as it processes of a 100k-trace source.
+
+    Item ``i`` of :meth:`ordered` goes to worker ``i % workers``, and :meth:`submit` can send a task
+    to the worker of an item: a part is finished where it was made, with the rows it kept in memory.
+    """
 
     def __init__(self, job: Job, workers: int):
         _init(job)  # this process also labels (Langfuse joins, small sources)
-        self.workers = workers
-        self.pool = (ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_init, initargs=(job,))
-                     if workers > 1 else None)
+        context = get_context("spawn")
+        self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_init, initargs=(job,))
+                        for _ in range(workers)] if workers > 1 else []
 
     def ordered(self, fn, items: Iterable) -> Iterator:
         """``fn`` of each item, in order; at most two items per worker in flight, so memory stays bounded."""
-        if self.pool is None:
+        if not self.workers:
             yield from map(fn, items)
             return
         pending: deque = deque()
-        for item in items:
-            pending.append(self.pool.submit(fn, item))
-            if len(pending) >= 2 * self.workers:
+        for i, item in enumerate(items):
+            pending.append(self.submit(fn, item, i))
+            if len(pending) >= 2 * len(self.workers):
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
 
-    def submit(self, fn, item) -> Future:
-        if self.pool is not None:
-            return self.pool.submit(fn, item)
+    def submit(self, fn, item, worker: int | None) -> Future:
+        """``fn(item)`` in the worker of item number ``worker`` of :meth:`ordered` (None: in this process)."""
+        if self.workers and worker is not None:
+            return self.workers[worker % len(self.workers)].submit(fn, item)
         done: Future = Future()
         done.set_result(fn(item))
         return done
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+        for pool in self.workers:
+            pool.shutdown(cancel_futures=True)
 
 
 # ------------------------------------------------------------------------------------------ pairing
@@ -700,7 +698,7 @@ def materialize(
             for bucket, batch in w.buckets.items():
                 pieces[bucket].append((w.spill, batch))
 
-        def take(part: Part) -> None:
+        def take(part: Part, worker: int | None) -> None:
             digest.update(part.digest)
             counts["traces_in"] += part.read
             counts["outside_interval"] += part.outside
@@ -713,16 +711,16 @@ def materialize(
                     counts["traces_in"] += 1
                     part.quarantine.append(_quarantined(where[0], where[1], e.reason, str(e), json.dumps(doc, default=str)))
             duplicates = dedupe.verdicts(part.keys)
-            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, part.quarantine)))
+            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, part.quarantine), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())
 
         index = -1
         for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
-            take(part)
-        if join.generations:
-            take(_langfuse_part(join, index + 1))
+            take(part, index)
+        if join.generations:  # joined here, so finished here
+            take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
         dedupe = None  # its keys (some 200 MB a million traces) are not needed for pairing
