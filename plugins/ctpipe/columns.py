@@ -98,7 +98,7 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         [pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating")], fields=list(_FEEDBACK)))
     table = table.set_column(10, "scores", pa.ListArray.from_arrays(scores.offsets, scores.values, type=SCORES))
     keep = np.flatnonzero(valid)
-    return table.take(keep), np.asarray(shaped)[keep]
+    return (table if len(keep) == len(table) else table.take(keep)), np.asarray(shaped)[keep]
 
 
 def _ok(mask) -> np.ndarray:

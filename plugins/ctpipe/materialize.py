@@ -246,7 +246,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     tables = [columns.from_records([r for r, inside in zip(slow, inside_slow) if inside])]
     if inside_fast.any():
         keep = np.flatnonzero(inside_fast)
-        tables.append(pa.Table.from_arrays(parsed.take(keep).columns + [
+        rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
+        tables.append(pa.Table.from_arrays(rows.columns + [
             pa.array([block.file] * len(keep), pa.string()), pa.array(block.first + fast_at[keep], pa.int64())],
             schema=columns.RAW_SCHEMA))
     table = pa.concat_tables(tables)
@@ -510,26 +511,28 @@ def pair_bucket(item: tuple[int, list[tuple[str, int]]]) -> tuple[dict | None, d
         with pa.memory_map(path) as source:
             batches.append(pa.ipc.open_file(source).get_batch(batch))
     table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
-    table = table.sort_by([("prompt_key", "ascending"), ("row", "ascending")])
-    keys, rows = table["prompt_key"].to_numpy(), table["row"].to_numpy()
+    # Rows by prompt, then by source order: an order of row numbers, not a sorted copy of the texts.
+    order = pc.sort_indices(table.select(["prompt_key", "row"]),
+                            sort_keys=[("prompt_key", "ascending"), ("row", "ascending")]).to_numpy()
+    keys, rows = table["prompt_key"].to_numpy()[order], table["row"].to_numpy()[order]
     new = np.r_[True, keys[1:] != keys[:-1]] if len(keys) else np.zeros(0, bool)
     starts = np.flatnonzero(new)  # the first (earliest) row of each prompt
     by_appearance = np.argsort(rows[starts], kind="stable")
     rank = np.empty(len(starts), np.int64)
     rank[by_appearance] = np.arange(len(starts))
-    first = starts[by_appearance]
-    grpo = first[table["reference_answer"].is_valid().to_numpy()[first]].tolist()
+    first = order[starts[by_appearance]]
+    grpo = first[table["reference_answer"].is_valid().to_numpy(zero_copy_only=False)[first]].tolist()
     if cfg.dpo_strategy == "best_vs_worst":
-        chosen, rejected = best_vs_worst(rank[np.cumsum(new) - 1], table["final_reward"], table["trace_id"],
-                                         table["completion"], cfg)
+        group = np.empty(len(order), np.int64)
+        group[order] = rank[np.cumsum(new) - 1]
+        chosen, rejected = best_vs_worst(group, table["final_reward"], table["trace_id"], table["completion"], cfg)
     else:
         chosen, rejected = [], []
         ids, finals, completions = (table[c].to_pylist() for c in ("trace_id", "final_reward", "completion"))
         bounds = np.r_[starts, len(keys)]
         for g in by_appearance.tolist():
-            lo, hi = int(bounds[g]), int(bounds[g + 1])
             answers = [{"i": i, "trace_id": ids[i], "final_reward": finals[i], "completion": completions[i]}
-                       for i in range(lo, hi)]
+                       for i in order[bounds[g]:bounds[g + 1]].tolist()]
             for c, r in dpo_pairs(answers, cfg):
                 chosen.append(c["i"])
                 rejected.append(r["i"])
