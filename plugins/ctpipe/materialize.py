@@ -98,37 +98,33 @@ class Labeler:
 
     def __init__(self, cfg: RewardConfig):
         self.cfg, self.weights = cfg, cfg.weights()
-        self.answer = re.compile(cfg.answer_regex)
+        answer = re.compile(cfg.answer_regex)
+        # The verifiable reward of a (completion, reference), picked once, not per trace; None: no such signal.
+        self.verify = {"math": rewards.math_reward, "exact": rewards.exact_reward,
+                       "regex": lambda completion, reference: rewards.extracted_reward(completion, reference, answer),
+                       }.get(cfg.verifier)
 
-    def reference(self, prompt: str, given: str | None) -> str | None:
-        if self.cfg.verifier == "arith":
-            return arith.reference_answer(prompt)
-        return given
-
-    def verifiable(self, prompt: str, completion: str, reference: str | None) -> float | None:
-        if reference is None or self.cfg.verifier == "none":
-            return None
-        if self.cfg.verifier == "arith":  # the question, not its reference, says which answers are right
-            return arith.verify(prompt, completion)
-        if self.cfg.verifier == "math":
-            return rewards.math_reward(completion, reference)
-        if self.cfg.verifier == "regex":
-            return rewards.extracted_reward(completion, reference, self.answer)
-        return rewards.exact_reward(completion, reference)
-
-    def labels(self, prompts: list[str], completions: list[str], references: list[str | None], feedback: pa.Array,
-               scores: pa.Array) -> list[pa.Array]:
-        """(verifiable, feedback, judge, final) rewards of many traces, as columns."""
-        verifiable = np.array([math.nan if v is None else v for v in map(self.verifiable, prompts, completions, references)],
-                              float)
+    def labels(self, prompts: pa.Array, completions: pa.Array, given: pa.Array, feedback: pa.Array,
+               scores: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
+        """(each trace's reference answer; its verifiable, feedback, judge and final rewards), as columns."""
+        references = given
+        if self.cfg.verifier == "arith":  # the question, not a logged reference, says which answers are right
+            questions = prompts.to_pylist()
+            answers = [arith.reference_answer(q) for q in questions]
+            found = [None if r is None else arith.verify(q, c) for q, c, r in zip(questions, completions.to_pylist(), answers)]
+            references = pa.array(answers, pa.string())
+        elif self.verify is not None:
+            found = [None if r is None else self.verify(c, r) for c, r in zip(completions.to_pylist(), given.to_pylist())]
+        else:
+            found = [None] * len(prompts)
         low, high = self.cfg.judge_range
         signals = {
-            "verifiable": verifiable,
+            "verifiable": np.array([math.nan if v is None else v for v in found], float),
             "feedback": rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating")),
             "judge": rewards.judge_rewards(scores, self.cfg.judge_score, low, high),
         }
         final = rewards.combine_columns(signals, self.weights, self.cfg.missing, len(prompts))
-        return [pa.array(x, pa.float64(), from_pandas=True) for x in (*signals.values(), final)]
+        return references, [pa.array(x, pa.float64(), from_pandas=True) for x in (*signals.values(), final)]
 
 
 # ------------------------------------------------------------------------------------------ workers
@@ -297,10 +293,8 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     users = np.flatnonzero(pc.equal(roles, "user").to_numpy(zero_copy_only=False))
     np.maximum.at(last_user, np.repeat(np.arange(raw.num_rows), lengths)[users], users)
     prompt = contents.take(pa.array(last_user))
-    prompts = prompt.to_pylist()
     feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
-    references = [labeler.reference(p, r) for p, r in zip(prompts, raw["reference_answer"].to_pylist())]
-    labels = labeler.labels(prompts, completions.to_pylist(), references, feedback, scores)
+    references, labels = labeler.labels(prompt, completions, raw["reference_answer"].combine_chunks(), feedback, scores)
     prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
@@ -313,7 +307,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "messages": messages,
         "prompt": prompt,
         "completion": completions,
-        "reference_answer": pa.array(references, pa.string()),
+        "reference_answer": references,
         "feedback_thumb": pc.struct_field(feedback, "thumb"),
         "feedback_rating": pc.struct_field(feedback, "rating"),
         "scores": scores,
