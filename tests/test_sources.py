@@ -71,3 +71,21 @@ def test_a_block_sent_to_another_process_is_read_back_from_its_file(tmp_path, mo
     (tmp_path / "a.jsonl").write_bytes(b"")
     with pytest.raises(SourceError, match="changed while it was read"):
         next(b for b in sent if b.size).load()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, monkeypatch, gz):
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 100)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64)
+    data = b"x" * 191 + b"\n" + b'{"n": 1}\n{"n": 2}\n'  # the long line's newline is the last byte of a 64-byte read
+    path = tmp_path / ("a.jsonl.gz" if gz else "a.jsonl")
+    if gz:  # gzip hands out its own pieces: the same long line, cut elsewhere
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+    items = list(read(str(path)))
+    assert [(i.position, i.reason, i.doc) for i in items] == [(1, "record_too_large", None), (2, None, {"n": 1}),
+                                                              (3, None, {"n": 2})]

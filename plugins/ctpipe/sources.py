@@ -143,8 +143,12 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
                 line += 1
                 at += skipped[0] + end + 1
                 skipped = None
-                chunk = chunk[end + 1:] if end >= 0 else b""
+                if end < 0:  # the file ended inside the line
+                    return
+                chunk = chunk[end + 1:]
                 cut = chunk.rfind(b"\n")
+                if not chunk:  # the line ended with the chunk; the file goes on
+                    continue
             if not chunk:
                 if pending:
                     yield Block(file, line, data=b"".join(pending), at=at if plain else None)
