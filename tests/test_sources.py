@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,7 +52,8 @@ def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("block_bytes", [7, 64, 1 << 20])
-def test_a_block_sent_to_another_process_is_read_back_from_its_file(tmp_path, monkeypatch, block_bytes):
+def test_a_plain_local_file_gives_the_blocks_of_the_general_reader_as_places_in_the_file(tmp_path, monkeypatch,
+                                                                                          block_bytes):
     import pickle
 
     import ctpipe.sources as sources
@@ -59,18 +61,16 @@ def test_a_block_sent_to_another_process_is_read_back_from_its_file(tmp_path, mo
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 100)
     monkeypatch.setattr(sources, "BLOCK_BYTES", block_bytes)
     big = b'{"big": "' + b"x" * 200 + b'"}'
-    (tmp_path / "a.jsonl").write_bytes(b'{"n": 1}\r\n' + big + b'\n{"n": 2}\n\n{"n": 3}\n' + big + b'\n{"n": 4}')
-    with gzip.open(tmp_path / "b.jsonl.gz", "wb") as f:
-        f.write(b'{"n": 5}\n{"n": 6}\n')
-    fs, files = sources.list_files(str(tmp_path))
-    blocks = list(sources.blocks(fs, files))
-    assert any(b.at is not None for b in blocks) and all(b.at is None for b in blocks if b.file.endswith(".gz"))
-    sent = [pickle.loads(pickle.dumps(b)) for b in blocks]
-    assert sum(len(b.data) for b in sent) < sum(len(b.data) for b in blocks)
-    assert [b.load() for b in sent] == blocks
-    (tmp_path / "a.jsonl").write_bytes(b"")
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"n": 1}\r\n' + big + b'\n{"n": 2}\n\n\n{"n": 3}\n' + big + b'\n{"n": 4}')
+    fs, files = sources.list_files(str(path))
+    general = list(sources._jsonl_blocks(fs, files[0]))
+    places = list(sources.blocks(fs, files))
+    assert all(not b.data for b in places) and any(b.size for b in places)
+    assert [replace(pickle.loads(pickle.dumps(b)).load(), at=None) for b in places] == general
+    path.write_bytes(b"")
     with pytest.raises(SourceError, match="changed while it was read"):
-        next(b for b in sent if b.size).load()
+        next(b for b in places if b.size).load()
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -89,3 +89,21 @@ def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, mon
     items = list(read(str(path)))
     assert [(i.position, i.reason, i.doc) for i in items] == [(1, "record_too_large", None), (2, None, {"n": 1}),
                                                               (3, None, {"n": 2})]
+
+
+def test_plain_and_general_readers_cut_random_files_alike(tmp_path, monkeypatch):
+    import random
+
+    import ctpipe.sources as sources
+
+    rng = random.Random(0)
+    path = tmp_path / "a.jsonl"
+    fs, _ = sources.list_files(str(tmp_path))
+    for _ in range(400):
+        monkeypatch.setattr(sources, "BLOCK_BYTES", rng.choice([1, 2, 3, 7, 16, 64, 200]))
+        monkeypatch.setattr(sources, "MAX_RECORD_BYTES", rng.choice([5, 30, 100, 1000]))
+        lines = [rng.choice([b"", b"y" * rng.randrange(50, 400), b'{"n": %d}' % rng.randrange(10**6), b'{"n": 1}\r'])
+                 for _ in range(rng.randrange(0, 12))]
+        path.write_bytes(b"\n".join(lines) + rng.choice([b"", b"\n"]))
+        general = list(sources._jsonl_blocks(fs, str(path)))
+        assert [replace(b.load(), at=None) for b in sources._plain_blocks(str(path))] == general

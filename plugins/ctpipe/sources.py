@@ -50,26 +50,24 @@ class Item:
 
 @dataclass(frozen=True)
 class Block:
-    """Consecutive lines (``data``: whole lines, ``\\n``-separated) or rows (``batch``) of one file."""
+    """Consecutive lines (``data``: whole lines, ``\\n``-separated) or rows (``batch``) of one file.
+
+    A block of a plain local file comes as its place in the file (``at``, ``size``) and no data:
+    :meth:`load` reads it where it is processed, from the page cache, which costs far less than
+    sending megabytes to a worker process through a pipe.
+    """
 
     file: str
     first: int  # line or row number of the first item
     data: bytes = b""
     batch: Any = None  # a pyarrow RecordBatch
     damage: Item | None = None  # an item that could not be read at all, in its place after the block
-    at: int | None = None  # where ``data`` starts in the file, when it is a plain local file
-    size: int = 0  # the length of ``data`` when it was left in the file (see __reduce__)
-
-    def __reduce__(self):
-        # Sent to another process, a block of a plain local file travels as its place in the file: the
-        # receiver reads it from the page cache (load()), which costs far less than piping megabytes through.
-        if self.at is None or not self.data:
-            return Block, (self.file, self.first, self.data, self.batch, self.damage, self.at, self.size)
-        return Block, (self.file, self.first, b"", None, self.damage, self.at, len(self.data))
+    at: int | None = None  # where the lines start in the file
+    size: int = 0  # their length, while they are still there
 
     def load(self) -> Block:
-        """This block with its data, read back from the file if it was left there."""
-        if not self.size or self.data:
+        """This block with its data."""
+        if not self.size:
             return self
         with open(self.file, "rb") as f:
             f.seek(self.at)
@@ -115,8 +113,6 @@ def _gunzip(f) -> Iterator[bytes]:
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
     line = 1  # number of the first line not yet handed out
-    plain = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) and not file.endswith(".gz")
-    at = 0  # its byte offset
     pending: list[bytes] = []  # the start of a line that has not ended yet, in pieces (joined once, not per read)
     size = 0
     skipped: tuple[int, bytes] | None = None  # (bytes, head) of an oversized line being read through
@@ -141,7 +137,6 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
                                                     detail=f"{skipped[0] + max(end, 0)} bytes > {MAX_RECORD_BYTES}",
                                                     raw=skipped[1][:200].decode("utf-8", "replace")))
                 line += 1
-                at += skipped[0] + end + 1
                 skipped = None
                 if end < 0:  # the file ended inside the line
                     return
@@ -151,7 +146,7 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
                     continue
             if not chunk:
                 if pending:
-                    yield Block(file, line, data=b"".join(pending), at=at if plain else None)
+                    yield Block(file, line, data=b"".join(pending))
                 return
             if cut < 0:
                 pending.append(chunk)
@@ -162,9 +157,8 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
                 continue
             block = b"".join([*pending, chunk[:cut]])
             pending, size = [chunk[cut + 1:]], len(chunk) - cut - 1
-            yield Block(file, line, data=block, at=at if plain else None)
+            yield Block(file, line, data=block)
             line += block.count(b"\n") + 1
-            at += len(block) + 1
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
@@ -180,10 +174,55 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
 
 
+def _plain_blocks(file: str) -> Iterator[Block]:
+    """:func:`_jsonl_blocks` of a plain local file: the same blocks, cut at the same places, each as its
+    place in the file, for :meth:`Block.load` to read where it is processed. The file is only scanned
+    for newlines here, into one reused buffer: nothing is copied, joined or sent."""
+    buf = bytearray(BLOCK_BYTES)
+    line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of buf
+    pending = False  # whether a block starts at `at` (possibly empty), as _jsonl_blocks' pending pieces
+    head = b""  # the first bytes of the first pending piece, for a record_too_large item
+    skipping = False  # through an oversized line, which started at `at`
+    with open(file, "rb") as f:
+        while n := f.readinto(buf):
+            newlines = np.flatnonzero(np.frombuffer(buf, np.uint8, n) == 10)
+            start = 0  # where the chunk's unread part begins
+            if skipping:
+                if not len(newlines):
+                    pos += n
+                    continue
+                end = int(newlines[0])
+                yield Block(file, line, damage=Item(file, line, reason="record_too_large",
+                                                    detail=f"{pos - at + end} bytes > {MAX_RECORD_BYTES}",
+                                                    raw=head[:200].decode("utf-8", "replace")))
+                line, at, skipping, start, newlines = line + 1, pos + end + 1, False, end + 1, newlines[1:]
+            if len(newlines):
+                cut = int(newlines[-1])
+                yield Block(file, line, at=at, size=pos + cut - at)
+                line, at, pending, head = line + len(newlines), pos + cut + 1, True, bytes(buf[cut + 1:min(cut + 201, n)])
+            elif start < n:
+                if not pending:
+                    pending, head = True, bytes(buf[start:min(start + 200, n)])
+                if pos + n - at > MAX_RECORD_BYTES:
+                    pending, skipping = False, True
+            pos += n
+    if skipping:
+        yield Block(file, line, damage=Item(file, line, reason="record_too_large", detail=f"{pos - at} bytes > {MAX_RECORD_BYTES}",
+                                            raw=head[:200].decode("utf-8", "replace")))
+    elif pending:
+        yield Block(file, line, at=at, size=pos - at)
+
+
 def blocks(fs, files: list[str]) -> Iterator[Block]:
     """Every file's blocks, in order."""
+    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file in files:
-        yield from (_parquet_blocks if file.endswith(".parquet") else _jsonl_blocks)(fs, file)
+        if file.endswith(".parquet"):
+            yield from _parquet_blocks(fs, file)
+        elif local and not file.endswith(".gz"):
+            yield from _plain_blocks(file)
+        else:
+            yield from _jsonl_blocks(fs, file)
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
@@ -238,4 +277,4 @@ def read(uri: str) -> Iterator[Item]:
     """Every line or row of every file under ``uri``, in order."""
     fs, files = list_files(uri)
     for block in blocks(fs, files):
-        yield from items(block)
+        yield from items(block.load())
