@@ -3,12 +3,12 @@
 Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each
 block into canonical rows (:mod:`ctpipe.columns`: our own schema at native speed, any format of
 :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII and label
-rewards, column by column. A worker keeps a block's rows in a file and sends this process only
+rewards, column by column. A worker keeps a block's rows in memory and sends this process only
 their dedup keys; this process decides, in source order, which rows are duplicates (the first
 occurrence stays) and which trace ids were seen twice with different content, so the answer is
-the same whatever the number of workers. A worker then writes the block's kept rows as a part of
-the version's traces table, its quarantined items as a part of the quarantine table, and its rows
-for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
+the same whatever the number of workers. The same worker then writes the block's kept rows as a
+part of the version's traces table, its quarantined items as a part of the quarantine table, and
+its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
 the bucket size and 8-byte keys per trace, whatever the input size.
 
@@ -76,11 +76,11 @@ class Job:
 
 @dataclass
 class Part:
-    """One block, processed: its rows (kept in a file until this process has deduplicated them by
-    their keys), its quarantined items in source order, and what it counted."""
+    """One block, processed: the keys of its rows (the rows themselves, and its quarantined items,
+    stay in the worker until this process has deduplicated them), and what it counted."""
 
     index: int
-    quarantine: list[dict]
+    quarantine: list[dict]  # while it is processed; then only items this process adds (Langfuse joins)
     keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
@@ -132,7 +132,7 @@ class Labeler:
 _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
-_ROWS: dict[int, pa.Table] = {}  # rows of the parts this process made, until they are finished
+_ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
 
 
 def _init(job: Job) -> None:
@@ -351,9 +351,10 @@ def process(item: tuple[int, sources.Block]) -> Part:
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
-    """``part`` with the keys of ``rows``, the rows themselves kept in this process for :func:`finish`."""
+    """``part`` with the keys of ``rows``; the rows and quarantined items stay in this process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
-    _ROWS[part.index] = rows
+    _ROWS[part.index] = rows, part.quarantine
+    part.quarantine = []
     return part
 
 
@@ -364,7 +365,7 @@ class Finish:
     index: int
     first: int  # the number of traces kept before this part's
     duplicates: dict[int, str]
-    quarantine: list[dict]
+    quarantine: list[dict]  # items to add to the part's own
 
 
 @dataclass
@@ -380,8 +381,8 @@ class Written:
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table, its quarantined items,
     and its rows for pairing, by bucket."""
-    rows = _ROWS.pop(item.index)
-    quarantine = list(item.quarantine)
+    rows, quarantine = _ROWS.pop(item.index)
+    quarantine += item.quarantine
     if item.duplicates:
         positions = sorted(item.duplicates)
         for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
