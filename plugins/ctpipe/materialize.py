@@ -412,10 +412,10 @@ def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
 
 
 def _spill(rows: pa.Table, first: int, path: str) -> dict[int, tuple[int, int]]:
-    """Kept rows, for pairing once every row is in: an Arrow stream per bucket (a hash of the prompt),
-    one after another in the file, so that pairing a bucket reads only its own bytes (opening an Arrow
-    file for one batch costs a quarter of a millisecond, and pairing a million traces takes some
-    40,000 pieces). Returns bucket -> (offset, size) of its stream."""
+    """Kept rows, for pairing once every row is in: an Arrow stream with a record batch per bucket (a
+    hash of the prompt), whose place in the file is noted, so that pairing a bucket reads only its
+    own bytes (opening an Arrow file for one batch costs a quarter of a millisecond, and a million
+    traces make some 40,000 pieces). Returns bucket -> (offset, size) of its batch."""
     spill = pa.table({
         "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
         **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
@@ -424,17 +424,17 @@ def _spill(rows: pa.Table, first: int, path: str) -> dict[int, tuple[int, int]]:
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
     order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
     spill, bucket = spill.take(order), bucket.take(order)
-    streams: dict[int, tuple[int, int]] = {}
+    batches: dict[int, tuple[int, int]] = {}
     start = 0
-    with pa.OSFile(path, "wb") as f:  # uncompressed: compressing cost more than the disk it saved
+    # Uncompressed: compressing cost more than the disk it saved.
+    with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, _SPILL_SCHEMA) as w:
         for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
             for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
-                at = f.tell()
-                with pa.ipc.new_stream(f, _SPILL_SCHEMA) as w:
-                    w.write_table(spill.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
-                streams[b] = (at, f.tell() - at)
+                at = f.tell()  # the first batch's piece also holds the stream's schema
+                w.write_table(spill.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
+                batches[b] = (at, f.tell() - at)
                 start = end
-    return streams
+    return batches
 
 
 def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
@@ -530,12 +530,13 @@ def pair_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> tuple[dict | No
     (spill file, offset, size) pieces), in order of first appearance; their parts, and their counts."""
     bucket, pieces = item
     cfg = _JOB.dataset
-    tables = []
+    batches = []
     for path, at, size in pieces:
         with open(path, "rb") as f:
             f.seek(at)
-            tables.append(pa.ipc.open_stream(f.read(size)).read_all())
-    table = pa.concat_tables(tables) if tables else _SPILL_SCHEMA.empty_table()
+            messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(f.read(size)))
+        batches += [pa.ipc.read_record_batch(m, _SPILL_SCHEMA) for m in messages if m.type == "record batch"]
+    table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
     # Rows by prompt, then by source order: an order of row numbers, not a sorted copy of the texts.
     order = pc.sort_indices(table.select(["prompt_key", "row"]),
                             sort_keys=[("prompt_key", "ascending"), ("row", "ascending")]).to_numpy()
