@@ -29,6 +29,7 @@ import shutil
 import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
+from itertools import compress
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -627,14 +628,17 @@ class _Dedup:
         # whatever else happens: those rows go in at once; only the others are decided one by one.
         # A later sure row never shares a key with an unsure one (it would not be that key's first).
         unsure = np.zeros(len(columns[0]), bool)
-        for column, seen in zip(columns, known):
-            first = np.zeros(len(column), bool)
-            first[np.unique(column, return_index=True)[1]] = True
-            unsure |= ~first
-            if hits := seen.intersection(column.tolist()):
+        values = [column.tolist() for column in columns]
+        for column, listed, seen in zip(columns, values, known):
+            if len(set(listed)) < len(listed):  # a key repeated within the part: its later rows are unsure
+                first = np.zeros(len(column), bool)
+                first[np.unique(column, return_index=True)[1]] = True
+                unsure |= ~first
+            if hits := seen.intersection(listed):
                 unsure |= np.isin(column, np.fromiter(hits, np.uint64, len(hits)))
-        for column, seen in zip(columns, known):
-            seen.update(column[~unsure].tolist())
+        sure = (~unsure).tolist()
+        for listed, seen in zip(values, known):
+            seen.update(compress(listed, sure))
         out: dict[int, str] = {}
         for i in np.flatnonzero(unsure).tolist():
             id_key, exact, norm = (int(column[i]) for column in columns)
