@@ -29,11 +29,11 @@ import shutil
 import tempfile
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
-from itertools import compress
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import compress
 from multiprocessing import get_context
 
 import msgspec
@@ -224,8 +224,9 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     # Which records are in the interval, and to which interval each rejected item belongs.
     inside_fast = (fast_times >= lo) & (fast_times < hi)
     inside_slow = [lo <= t < hi for t in slow_times]
-    part.read += int(inside_fast.sum()) + sum(inside_slow)
-    part.outside += len(inside_fast) + len(inside_slow) - part.read
+    inside = int(inside_fast.sum()) + sum(inside_slow)
+    part.read += inside
+    part.outside += len(inside_fast) + len(inside_slow) - inside
     if rejected:
         lines_with = np.concatenate([block.first + fast_at, np.array([n for n, _, _ in record_lines], np.int64)])
         firsts = np.concatenate([fast_times, np.array([t for _, t, _ in record_lines], np.int64)])
@@ -777,6 +778,7 @@ def materialize(
         raise
     finally:
         pool.close()
+        _ROWS.clear()  # what this process kept of a run that failed
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
