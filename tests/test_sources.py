@@ -71,6 +71,9 @@ def test_a_plain_local_file_gives_the_blocks_of_the_general_reader_as_places_in_
     path.write_bytes(b"")
     with pytest.raises(SourceError, match="changed while it was read"):
         next(b for b in places if b.size).load()
+    path.unlink()
+    with pytest.raises(SourceError, match="could not be read again"):
+        next(b for b in places if b.size).load()
 
 
 @pytest.mark.parametrize("gz", [False, True])

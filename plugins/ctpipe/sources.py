@@ -69,9 +69,12 @@ class Block:
         """This block with its data."""
         if not self.size:
             return self
-        with open(self.file, "rb") as f:
-            f.seek(self.at)
-            data = f.read(self.size)
+        try:
+            with open(self.file, "rb") as f:
+                f.seek(self.at)
+                data = f.read(self.size)
+        except OSError as e:
+            raise SourceError(f"{self.file} could not be read again: {e}") from None
         if len(data) != self.size:
             raise SourceError(f"{self.file} changed while it was read")
         return Block(self.file, self.first, data, None, self.damage, self.at)
