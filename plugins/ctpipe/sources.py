@@ -115,53 +115,74 @@ def _gunzip(f) -> Iterator[bytes]:
 
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
-    line = 1  # number of the first line not yet handed out
-    pending: list[bytes] = []  # the start of a line that has not ended yet, in pieces (joined once, not per read)
-    size = 0
-    skipped: tuple[int, bytes] | None = None  # (bytes, head) of an oversized line being read through
+    """The blocks of a JSONL file behind any filesystem, gzip or not, with their lines."""
     with fs.open(file, "rb") as f:
-        chunks = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
-        while True:
-            try:
-                chunk = next(chunks, b"")
-            except (EOFError, zlib.error) as e:
-                # Every whole line before the damage was handed out; the cut one is the damaged item.
-                head = b"".join(pending)[:2000] if skipped is None else skipped[1]
-                yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
-                                                    raw=head.decode("utf-8", "replace")))
-                return
-            cut = chunk.rfind(b"\n")
-            if skipped is not None:
-                end = chunk.find(b"\n")
-                if end < 0 and chunk:
-                    skipped = (skipped[0] + len(chunk), skipped[1])
-                    continue
-                yield Block(file, line, damage=Item(file, line, reason="record_too_large",
-                                                    detail=f"{skipped[0] + max(end, 0)} bytes > {MAX_RECORD_BYTES}",
-                                                    raw=skipped[1][:200].decode("utf-8", "replace")))
-                line += 1
-                skipped = None
-                if end < 0:  # the file ended inside the line
-                    return
-                chunk = chunk[end + 1:]
-                cut = chunk.rfind(b"\n")
-                if not chunk:  # the line ended with the chunk; the file goes on
-                    continue
-            if not chunk:
-                if pending:
-                    yield Block(file, line, data=b"".join(pending))
-                return
-            if cut < 0:
-                pending.append(chunk)
-                size += len(chunk)
-                if size > MAX_RECORD_BYTES:
-                    head = b"".join(pending[:1])[:200]
-                    skipped, pending, size = (size, head), [], 0
+        pieces = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
+        yield from _cut(file, ((piece, len(piece)) for piece in pieces), keep=True)
+
+
+def _plain_blocks(file: str) -> Iterator[Block]:
+    """The blocks of a plain local file as places in the file, for :meth:`Block.load` to read where
+    they are processed: the file is only scanned for newlines here, into one reused buffer."""
+    buf = bytearray(BLOCK_BYTES)
+    with open(file, "rb") as f:
+        yield from _cut(file, iter(lambda: (buf, f.readinto(buf)), (buf, 0)), keep=False)
+
+
+def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool) -> Iterator[Block]:
+    """Blocks of whole lines from a file's successive chunks (a chunk's first n bytes): a block ends at
+    the last newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unloaded
+    and given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
+    ``truncated_gzip`` item. With ``keep``, a block carries its lines; without, only their place."""
+    line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
+    pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces (only kept with `keep`)
+    head = b""  # the first bytes of the first pending piece, for a record_too_large item
+    skipping = False  # through an oversized line, which started at `at`
+    while True:
+        try:
+            data, n = next(chunks, (b"", 0))
+        except (EOFError, zlib.error) as e:
+            # Every whole line before the damage was handed out; the cut one is the damaged item.
+            raw = head if skipping else b"".join(pending or [])[:2000]
+            yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
+                                                raw=raw.decode("utf-8", "replace")))
+            return
+        if not n:
+            break
+        count = int(np.count_nonzero(np.frombuffer(data, np.uint8, n) == 10))  # thrice bytes.count's speed
+        start = 0  # where the chunk's unread part begins
+        if skipping:
+            if not count:
+                pos += n
                 continue
-            block = b"".join([*pending, chunk[:cut]])
-            pending, size = [chunk[cut + 1:]], len(chunk) - cut - 1
-            yield Block(file, line, data=block)
-            line += block.count(b"\n") + 1
+            end = data.find(b"\n", 0, n)
+            yield _too_large(file, line, pos - at + end, head)
+            line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
+        if count:
+            cut = data.rfind(b"\n", 0, n)
+            if keep:
+                yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
+            else:
+                yield Block(file, line, at=at, size=pos + cut - at)
+            line, at, head = line + count, pos + cut + 1, bytes(data[cut + 1:min(cut + 201, n)])
+            pending = [data[cut + 1:n]] if keep else []
+        elif start < n:
+            if pending is None:
+                pending, head = [], bytes(data[start:min(start + 200, n)])
+            if keep:
+                pending.append(data[start:n])
+            if pos + n - at > MAX_RECORD_BYTES:
+                pending, skipping = None, True
+        pos += n
+    if skipping:
+        yield _too_large(file, line, pos - at, head)
+    elif pending is not None:
+        yield Block(file, line, data=b"".join(pending)) if keep else Block(file, line, at=at, size=pos - at)
+
+
+def _too_large(file: str, line: int, size: int, head: bytes) -> Block:
+    return Block(file, line, damage=Item(file, line, reason="record_too_large", detail=f"{size} bytes > {MAX_RECORD_BYTES}",
+                                         raw=head[:200].decode("utf-8", "replace")))
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
@@ -175,45 +196,6 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                 row += batch.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
-
-
-def _plain_blocks(file: str) -> Iterator[Block]:
-    """:func:`_jsonl_blocks` of a plain local file: the same blocks, cut at the same places, each as its
-    place in the file, for :meth:`Block.load` to read where it is processed. The file is only scanned
-    for newlines here, into one reused buffer: nothing is copied, joined or sent."""
-    buf = bytearray(BLOCK_BYTES)
-    line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of buf
-    pending = False  # whether a block starts at `at` (possibly empty), as _jsonl_blocks' pending pieces
-    head = b""  # the first bytes of the first pending piece, for a record_too_large item
-    skipping = False  # through an oversized line, which started at `at`
-    with open(file, "rb") as f:
-        while n := f.readinto(buf):
-            count = int(np.count_nonzero(np.frombuffer(buf, np.uint8, n) == 10))  # thrice bytes.count's speed
-            start = 0  # where the chunk's unread part begins
-            if skipping:
-                if not count:
-                    pos += n
-                    continue
-                end = buf.find(b"\n", 0, n)
-                yield Block(file, line, damage=Item(file, line, reason="record_too_large",
-                                                    detail=f"{pos - at + end} bytes > {MAX_RECORD_BYTES}",
-                                                    raw=head[:200].decode("utf-8", "replace")))
-                line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
-            if count:
-                cut = buf.rfind(b"\n", 0, n)
-                yield Block(file, line, at=at, size=pos + cut - at)
-                line, at, pending, head = line + count, pos + cut + 1, True, bytes(buf[cut + 1:min(cut + 201, n)])
-            elif start < n:
-                if not pending:
-                    pending, head = True, bytes(buf[start:min(start + 200, n)])
-                if pos + n - at > MAX_RECORD_BYTES:
-                    pending, skipping = False, True
-            pos += n
-    if skipping:
-        yield Block(file, line, damage=Item(file, line, reason="record_too_large", detail=f"{pos - at} bytes > {MAX_RECORD_BYTES}",
-                                            raw=head[:200].decode("utf-8", "replace")))
-    elif pending:
-        yield Block(file, line, at=at, size=pos - at)
 
 
 def blocks(fs, files: list[str]) -> Iterator[Block]:
