@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -77,7 +77,7 @@ class Block:
             raise SourceError(f"{self.file} could not be read again: {e}") from None
         if len(data) != self.size:
             raise SourceError(f"{self.file} changed while it was read")
-        return Block(self.file, self.first, data, None, self.damage, self.at)
+        return replace(self, data=data, size=0)
 
 
 def list_files(uri: str) -> tuple[Any, list[str]]:
@@ -226,7 +226,8 @@ def decode_line(file: str, n: int, raw: bytes) -> Item:
         return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
 
 
-def entries(block: Block, lines: list[bytes] | None = None, taken=None) -> Iterator[tuple[int, Any]]:
+def entries(block: Block, lines: list[bytes] | None = None,
+            taken: np.ndarray | None = None) -> Iterator[tuple[int, Any]]:
     """(line or row, content) of a block in order, blank lines skipped: a dict per Parquet row, the bytes
     of a JSONL line, or an :class:`Item` for what cannot be read (an oversized line, the block's damage).
 
