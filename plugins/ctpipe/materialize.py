@@ -228,9 +228,9 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     part.read += inside
     part.outside += len(inside_fast) + len(inside_slow) - inside
     if rejected:
-        lines_with = np.concatenate([block.first + fast_at, np.array([n for n, _, _ in record_lines], np.int64)])
-        firsts = np.concatenate([fast_times, np.array([t for _, t, _ in record_lines], np.int64)])
-        lasts = np.concatenate([fast_times, np.array([t for _, _, t in record_lines], np.int64)])
+        slow_lines = np.array(record_lines, np.int64).reshape(-1, 3)
+        lines_with = np.concatenate([block.first + fast_at, slow_lines[:, 0]])
+        firsts, lasts = (np.concatenate([fast_times, slow_lines[:, i]]) for i in (1, 2))
         order = np.argsort(lines_with, kind="stable")
         lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
         hour = traces.partition_hour(block.file)
@@ -242,7 +242,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
                 part.read += 1
                 part.quarantine.append(q)
 
-    tables = [columns.from_records([r for r, inside in zip(slow, inside_slow) if inside])]
+    tables = [columns.from_records([r for r, kept in zip(slow, inside_slow) if kept])]
     if inside_fast.any():
         keep = np.flatnonzero(inside_fast)
         rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
