@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -55,6 +56,14 @@ def ask(proxy, n: int) -> Counter:
     )
 
 
+def logged(proxy, n: int) -> list:
+    """The access log once it holds ``n`` requests: nginx writes a request's line after its response is sent."""
+    deadline = time.monotonic() + 10
+    while len(entries := proxy.requests()) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return entries
+
+
 def test_traffic_follows_the_weights_step_by_step_and_the_log_names_each_upstream(proxy):
     (champion_srv, champion), (canary_srv, canary) = server("champion"), server("canary")
     proxy.start((Backend(champion, 90), Backend(canary, 10)))
@@ -63,8 +72,8 @@ def test_traffic_follows_the_weights_step_by_step_and_the_log_names_each_upstrea
     assert ask(proxy, 100) == {(200, "champion"): 50, (200, "canary"): 50}
     proxy.set_weights((Backend(champion, 100), Backend(canary, 0)))  # rolled back: the canary gets nothing
     assert ask(proxy, 20) == {(200, "champion"): 20}
-    logged = Counter(r.upstream for r in proxy.requests())
-    assert logged == {champion: 160, canary: 60}
+    upstreams = Counter(r.upstream for r in logged(proxy, 220))
+    assert upstreams == {champion: 160, canary: 60}
     for s in (champion_srv, canary_srv):
         s.shutdown()
 
@@ -85,7 +94,7 @@ def test_a_failing_canary_shows_as_its_own_errors(proxy):
     proxy.start((Backend(champion, 75), Backend(canary, 25)))
     answers = ask(proxy, 40)
     assert answers == {(200, "champion"): 30, (500, "canary"): 10}  # not retried on the champion
-    statuses = Counter((r.upstream, r.status) for r in proxy.requests())
+    statuses = Counter((r.upstream, r.status) for r in logged(proxy, 40))
     assert statuses == {(champion, 200): 30, (canary, 500): 10}
     a.shutdown()
     b.shutdown()

@@ -163,7 +163,11 @@ http {{
                 time.sleep(0.05)
 
     def requests(self, since: float = 0.0) -> list[Request]:
-        """The logged requests that ended at or after ``since`` (epoch seconds)."""
+        """The logged requests that ended at or after ``since`` (epoch seconds).
+
+        nginx writes a request's line only after its response has gone out, so a read made right
+        after the last answer arrived may not hold that request yet.
+        """
         out = []
         if not self.access_log.exists():
             return out
