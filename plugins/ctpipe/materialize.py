@@ -391,7 +391,9 @@ def finish(item: Finish) -> Written:
             reason = item.duplicates[i]
             quarantine.append(_quarantined(row["source_file"], row["source_line"], reason, _DEDUP_DETAIL[reason],
                                            msgspec.json.encode(row).decode()))
-        rows = rows.filter(pa.array([i not in item.duplicates for i in range(rows.num_rows)]))
+        kept = np.ones(rows.num_rows, bool)
+        kept[positions] = False
+        rows = rows.filter(kept)
     quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
     staging = _JOB.staging
     written = Written(None, None, Counter(q["reason"] for q in quarantine), _reward_stats(rows["final_reward"]))
