@@ -134,8 +134,6 @@ _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
 _ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
-_SPILLED: set[int] = set()  # prompt keys whose messages this process has spilled (see _spill)
-_SPILLED_MAX = 1 << 20  # forgotten beyond this many: memory stays bounded, and forgetting only spills more
 
 
 def _init(job: Job) -> None:
@@ -421,27 +419,11 @@ def _spill(rows: pa.Table, first: int, path: str) -> dict[int, tuple[int, int]]:
     """Kept rows, for pairing once every row is in: an Arrow stream with a record batch per bucket (a
     hash of the prompt), whose place in the file is noted, so that pairing a bucket reads only its
     own bytes (opening an Arrow file for one batch costs a quarter of a millisecond, and a million
-    traces make some 40,000 pieces). Returns bucket -> (offset, size) of its batch.
-
-    The rows of one prompt share its messages, so a row carries them only when this process has not
-    spilled them before: the first row of every prompt always does (a process that spilled the
-    prompt before would have spilled an earlier row), and pairing takes a prompt's messages from it.
-    """
-    global _SPILLED
-    keys = rows["prompt_key"].to_numpy()
-    firsts = np.unique(keys, return_index=True)[1]
-    if len(_SPILLED) > _SPILLED_MAX:
-        _SPILLED = set()
-    fresh = [k not in _SPILLED for k in keys[firsts].tolist()]
-    firsts = firsts[fresh]
-    _SPILLED.update(keys[firsts].tolist())
-    carried = np.full(rows.num_rows, -1)
-    carried[firsts] = firsts
+    traces make some 40,000 pieces). Returns bucket -> (offset, size) of its batch."""
     spill = pa.table({
         "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
-        **{name: rows[name] for name in _SPILL_SCHEMA.names if name not in ("row", "messages")},
-        "messages": rows["messages"].take(pa.array(carried, mask=carried < 0)),
-    }).select(_SPILL_SCHEMA.names).cast(_SPILL_SCHEMA)
+        **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
+    }, schema=_SPILL_SCHEMA)
     top = pc.shift_right(spill["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
     order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
@@ -554,12 +536,10 @@ def pair_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> tuple[dict | No
     cfg = _JOB.dataset
     batches = []
     for path, at, size in pieces:
-        # Mapped, not read: only the pages of the texts taken below are touched (the mapping outlives
-        # the file's closing for as long as the batches use it).
-        with pa.memory_map(path) as f:
+        with open(path, "rb") as f:
             f.seek(at)
-            messages = pa.ipc.MessageReader.open_stream(f.read_buffer(size))
-            batches += [pa.ipc.read_record_batch(m, _SPILL_SCHEMA) for m in messages if m.type == "record batch"]
+            messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(f.read(size)))
+        batches += [pa.ipc.read_record_batch(m, _SPILL_SCHEMA) for m in messages if m.type == "record batch"]
     table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
     # Rows by prompt, then by source order: an order of row numbers, not a sorted copy of the texts.
     order = pc.sort_indices(table.select(["prompt_key", "row"]),
@@ -571,8 +551,6 @@ def pair_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> tuple[dict | No
     rank = np.empty(len(starts), np.int64)
     rank[by_appearance] = np.arange(len(starts))
     first = order[starts[by_appearance]]
-    lead = np.empty(len(order), np.int64)  # each row's prompt's first row, the one that carries its messages
-    lead[order] = order[starts][np.cumsum(new) - 1]
     grpo = first[table["reference_answer"].is_valid().to_numpy(zero_copy_only=False)[first]].tolist()
     if cfg.dpo_strategy == "best_vs_worst":
         group = np.empty(len(order), np.int64)
@@ -599,7 +577,7 @@ def pair_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> tuple[dict | No
 
     grpo_table = pa.table({"prompt": table["messages"].take(grpo), "answer": table["reference_answer"].take(grpo)},
                           schema=GRPO_SCHEMA)
-    dpo_table = pa.table({"prompt": table["messages"].take(lead[chosen.to_numpy()]), "chosen": said(chosen), "rejected": said(rejected),
+    dpo_table = pa.table({"prompt": table["messages"].take(chosen), "chosen": said(chosen), "rejected": said(rejected),
                           "chosen_reward": table["final_reward"].take(chosen),
                           "rejected_reward": table["final_reward"].take(rejected)}, schema=DPO_SCHEMA)
     staging = _JOB.staging
