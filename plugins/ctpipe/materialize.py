@@ -10,7 +10,8 @@ the same whatever the number of workers. The same worker then writes the block's
 part of the version's traces table, its quarantined items as a part of the quarantine table, and
 its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
-the bucket size and 8-byte keys per trace, whatever the input size.
+the bucket size and the three 64-bit keys of each kept trace (about 50 bytes a trace in
+:class:`~ctpipe.keyset.KeySet`: some 50 MB a million traces).
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
@@ -33,7 +34,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import compress
 from multiprocessing import get_context
 
 import msgspec
@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
+from ctpipe.keyset import KeySet
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
@@ -615,48 +616,45 @@ def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArr
 
 
 class _Dedup:
-    """First occurrence wins, in source order. Three sets of 64-bit keys: about 200 MB for a million
-    kept traces (a dict of id to content would cost a fifth more)."""
+    """First occurrence wins, in source order. Three sets of 64-bit keys (:class:`KeySet`): 16 to 32
+    bytes a key, some 50 MB for a million kept traces, where Python sets of ints took 200 (the main
+    process then outgrew the workers, and the whole run passed 1 GB at about two million traces)."""
 
     def __init__(self):
-        self.ids: set[int] = set()
-        self.exact: set[int] = set()
-        self.norm: set[int] = set()
+        self.ids, self.exact, self.norm = KeySet(), KeySet(), KeySet()
 
     def verdicts(self, keys: dict[str, np.ndarray]) -> dict[int, str]:
         """Position -> reason of the duplicates among a part's rows."""
         columns = [keys["id_key"], keys["exact_key"], keys["norm_key"]]
         known = [self.ids, self.exact, self.norm]
         # A row whose keys are all new (to the sets and to the rows before it in the part) is kept
-        # whatever else happens: those rows go in at once; only the others are decided one by one.
-        # A later sure row never shares a key with an unsure one (it would not be that key's first).
-        unsure = np.zeros(len(columns[0]), bool)
-        values = [column.tolist() for column in columns]
-        for column, listed, seen in zip(columns, values, known):
-            if len(set(listed)) < len(listed):  # a key repeated within the part: its later rows are unsure
-                first = np.zeros(len(column), bool)
-                first[np.unique(column, return_index=True)[1]] = True
-                unsure |= ~first
-            if hits := seen.intersection(listed):
-                unsure |= np.isin(column, np.fromiter(hits, np.uint64, len(hits)))
-        sure = (~unsure).tolist()
-        for listed, seen in zip(values, known):
-            seen.update(compress(listed, sure))
+        # whatever else happens; only the others are decided one by one, in order. A sure row never
+        # shares a key with an unsure row before it (the sure one would not be that key's first).
+        seen = [found.contains(column) for found, column in zip(known, columns)]
+        unsure = seen[0] | seen[1] | seen[2]
+        for column in columns:
+            first = np.zeros(len(column), bool)
+            first[np.unique(column, return_index=True)[1]] = True
+            unsure |= ~first  # a key repeated within the part: its later rows are unsure
+        kept = ~unsure
         out: dict[int, str] = {}
-        for i in np.flatnonzero(unsure).tolist():
-            id_key, exact, norm = (int(column[i]) for column in columns)
-            if exact in self.exact:  # the same content again (a record logged twice, or another user's)
-                reason = "duplicate"
-            elif id_key in self.ids:  # a known id with content never seen: two traces under one id
-                reason = "duplicate_trace_id"
-            elif norm in self.norm:
-                reason = "near_duplicate"
-            else:
-                self.ids.add(id_key)
-                self.exact.add(exact)
-                self.norm.add(norm)
-                continue
-            out[i] = reason
+        if unsure.any():
+            # The keys of this part's kept rows that an unsure row may meet again (the sets do not hold
+            # them yet): the sure rows' keys that unsure rows also have, then each kept unsure row's.
+            ids, exact, norm = (set(column[kept & np.isin(column, column[unsure])].tolist()) for column in columns)
+            for i in np.flatnonzero(unsure).tolist():
+                id_key, exact_key, norm_key = (int(column[i]) for column in columns)
+                if seen[1][i] or exact_key in exact:  # the same content again (a record logged twice, or another user's)
+                    out[i] = "duplicate"
+                elif seen[0][i] or id_key in ids:  # a known id with content never seen: two traces under one id
+                    out[i] = "duplicate_trace_id"
+                elif seen[2][i] or norm_key in norm:
+                    out[i] = "near_duplicate"
+                else:
+                    ids.add(id_key), exact.add(exact_key), norm.add(norm_key)
+                    kept[i] = True
+        for found, column in zip(known, columns):
+            found.add(column[kept])
         return out
 
 
@@ -759,7 +757,7 @@ def materialize(
             take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
-        dedupe = None  # its keys (some 200 MB a million traces) are not needed for pairing
+        dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
             staging.discard()
