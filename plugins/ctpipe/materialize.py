@@ -42,12 +42,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
-from ctpipe.keyset import KeySet
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
     dpo_pairs,
 )
+from ctpipe.keyset import KeySet
 
 log = logging.getLogger(__name__)
 
@@ -651,7 +651,9 @@ class _Dedup:
                 elif seen[2][i] or norm_key in norm:
                     out[i] = "near_duplicate"
                 else:
-                    ids.add(id_key), exact.add(exact_key), norm.add(norm_key)
+                    ids.add(id_key)
+                    exact.add(exact_key)
+                    norm.add(norm_key)
                     kept[i] = True
         for found, column in zip(known, columns):
             found.add(column[kept])
