@@ -53,6 +53,11 @@ log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+# Kept rows a process gathers for pairing before it writes them as one spill file. Pairing a bucket
+# reads a piece of every spill file, so pieces are (spill files x buckets), both growing with the
+# input: spilling every block (6 MB) made 300,000 pieces at three million traces, and the pairing
+# step grew five times for three times the input.
+_SPILL_BYTES = 24 * 1024 * 1024
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -135,6 +140,7 @@ _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
 _ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
+_SPILLING: list[pa.Table] = []  # kept rows of the parts finished here, for pairing, not written yet
 
 
 def _init(job: Job) -> None:
@@ -372,18 +378,25 @@ class Finish:
 
 
 @dataclass
+class Spill:
+    """A spill file: kept rows for pairing, a record batch per bucket."""
+
+    path: str
+    buckets: dict[int, tuple[int, int]]  # bucket -> (offset, size) of its batch in the file
+
+
+@dataclass
 class Written:
     traces: dict | None
     quarantine: dict | None
     reasons: Counter
     rewards: tuple[int, float, float, float]  # labeled, sum, min, max
-    spill: str = ""
-    buckets: dict[int, tuple[int, int]] = field(default_factory=dict)  # bucket -> (offset, size) in the spill file
+    spill: Spill | None = None  # when this part's rows made the process's gathered rows a spill file
 
 
 def finish(item: Finish) -> Written:
-    """Write a deduplicated part: its kept rows as a part of the traces table, its quarantined items,
-    and its rows for pairing, by bucket."""
+    """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
+    items; keep its rows for pairing (see :func:`spill`)."""
     rows, quarantine = _ROWS.pop(item.index)
     quarantine += item.quarantine
     if item.duplicates:
@@ -403,8 +416,12 @@ def finish(item: Finish) -> Written:
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
     if rows.num_rows:
         written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        written.spill = os.path.join(_JOB.spill_dir, f"spill-{item.index:06d}.arrow")
-        written.buckets = _spill(rows, item.first, written.spill)
+        _SPILLING.append(pa.table({
+            "row": pa.array(range(item.first, item.first + rows.num_rows), pa.int64()),
+            **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
+        }, schema=_SPILL_SCHEMA))
+        if sum(t.get_total_buffer_size() for t in _SPILLING) >= _SPILL_BYTES:  # what they keep in memory
+            written.spill = spill()
     return written
 
 
@@ -416,19 +433,19 @@ def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
     return len(valid), pc.sum(valid).as_py(), low_high["min"], low_high["max"]
 
 
-def _spill(rows: pa.Table, first: int, path: str) -> dict[int, tuple[int, int]]:
-    """Kept rows, for pairing once every row is in: an Arrow stream with a record batch per bucket (a
-    hash of the prompt), whose place in the file is noted, so that pairing a bucket reads only its
-    own bytes (opening an Arrow file for one batch costs a quarter of a millisecond, and a million
-    traces make some 40,000 pieces). Returns bucket -> (offset, size) of its batch."""
-    spill = pa.table({
-        "row": pa.array(range(first, first + rows.num_rows), pa.int64()),
-        **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
-    }, schema=_SPILL_SCHEMA)
-    top = pc.shift_right(spill["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
+def spill(_: object = None) -> Spill | None:
+    """The kept rows this process has gathered, written for pairing once every row is in: an Arrow
+    stream with a record batch per bucket (a hash of the prompt), whose place in the file is noted,
+    so that pairing a bucket reads only its own bytes. None when there is nothing to write."""
+    if not _SPILLING:
+        return None
+    rows = pa.concat_tables(_SPILLING)
+    _SPILLING.clear()
+    path = os.path.join(_JOB.spill_dir, f"spill-{pc.min(rows['row']).as_py():012d}.arrow")  # rows are never in two
+    top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
     order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
-    spill, bucket = spill.take(order), bucket.take(order)
+    rows, bucket = rows.take(order), bucket.take(order)
     batches: dict[int, tuple[int, int]] = {}
     start = 0
     # Uncompressed: compressing cost more than the disk it saved.
@@ -436,10 +453,10 @@ def _spill(rows: pa.Table, first: int, path: str) -> dict[int, tuple[int, int]]:
         for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
             for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
                 at = f.tell()  # the first batch's piece also holds the stream's schema
-                w.write_table(spill.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
+                w.write_table(rows.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
                 batches[b] = (at, f.tell() - at)
                 start = end
-    return batches
+    return Spill(path, batches)
 
 
 def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
@@ -726,13 +743,16 @@ def materialize(
         join = formats.LangfuseJoin()
         finishing: deque[Future] = deque()
 
+        def spilled(s: Spill | None) -> None:
+            for bucket, (at, size) in (s.buckets.items() if s else ()):
+                pieces[bucket].append((s.path, at, size))
+
         def written(w: Written) -> None:
             parts["traces"] += [w.traces] if w.traces else []
             parts["quarantine"] += [w.quarantine] if w.quarantine else []
             reasons.update(w.reasons)
             stats.add(*w.rewards)
-            for bucket, (at, size) in w.buckets.items():
-                pieces[bucket].append((w.spill, at, size))
+            spilled(w.spill)
 
         def take(part: Part, worker: int | None) -> None:
             digest.update(part.digest)
@@ -759,6 +779,8 @@ def materialize(
             take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
+        for worker in [None, *range(len(pool.workers))]:  # the rows each process still holds for pairing
+            spilled(pool.submit(spill, None, worker).result())
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
@@ -781,6 +803,7 @@ def materialize(
     finally:
         pool.close()
         _ROWS.clear()  # what this process kept of a run that failed
+        _SPILLING.clear()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
