@@ -10,8 +10,8 @@ the same whatever the number of workers. The same worker then writes the block's
 part of the version's traces table, its quarantined items as a part of the quarantine table, and
 its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
-the bucket size and the three 64-bit keys of each kept trace (about 50 bytes a trace in
-:class:`~ctpipe.keyset.KeySet`: some 50 MB a million traces).
+the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace, which grow
+with the input (48 to 96 bytes a trace in :class:`~ctpipe.keyset.KeySet`: some 50 MB a million).
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
