@@ -200,9 +200,12 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
     assert many.version == one.version and many.counts == one.counts
     for name in ("traces", "quarantine"):
         assert table(many, name) == table(one, name)
+    monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # in one process again, a spill file per block: the same pieces, cut finer
+    finer = run(tmp_path / "a.jsonl", tmp_path / "finer", dataset=DatasetConfig(workers=1))
     for name in ("grpo", "dpo"):  # the same rows; bucketed pairing may order prompts differently
         key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
         assert sorted(map(key, table(many, name))) == sorted(map(key, table(one, name)))
+        assert table(finer, name) == table(many, name)
 
 
 def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interval(tmp_path, capsys):

@@ -441,7 +441,7 @@ def spill(_: object = None) -> Spill | None:
         return None
     rows = pa.concat_tables(_SPILLING)
     _SPILLING.clear()
-    path = os.path.join(_JOB.spill_dir, f"spill-{pc.min(rows['row']).as_py():012d}.arrow")  # rows are never in two
+    path = os.path.join(_JOB.spill_dir, f"spill-{pc.min(rows['row']).as_py():012d}.arrow")  # a row is in one file
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
     order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
