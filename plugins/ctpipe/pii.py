@@ -61,18 +61,23 @@ def scrub(text: str, found: Counter | None = None) -> str:
     if "@" in text:
         text, n = _EMAIL.subn("<EMAIL>", text)
         counts["email"] += n
-    if _MANY_DIGITS.search(text):
-        text = _numbers(text, counts)
-    return text
+    return _numbers(text, counts)
 
 
 # Every character a card or phone number can hold. Their matches lie inside runs of these, and
 # their lookarounds look one character out, which is never in a run's set: so scrubbing each run
-# (with the character on either side) is scrubbing the text, minus scanning all of it twice.
+# (with the character on either side) is scrubbing the text, minus scanning all of it twice. The
+# gate (nine digits close together somewhere) is made of those characters too, so it is asked of
+# the runs as well.
 _NUMBER_RUNS = re.compile(r"[\d ().+-]{8,}")  # no card or phone number is shorter
 
 
 def _numbers(text: str, counts: Counter) -> str:
+    """``text`` with card and phone numbers replaced, when it has nine digits close together."""
+    runs = list(_NUMBER_RUNS.finditer(text))
+    if not any(_MANY_DIGITS.search(run.group()) for run in runs):
+        return text
+
     def card(m: re.Match) -> str:
         digits = re.sub(r"\D", "", m.group())
         if 13 <= len(digits) <= 19 and luhn(digits):
@@ -81,7 +86,7 @@ def _numbers(text: str, counts: Counter) -> str:
         return m.group()
 
     out, done = [], 0
-    for run in _NUMBER_RUNS.finditer(text):
+    for run in runs:
         start, end = run.span()
         a, b = max(start - 1, 0), min(end + 1, len(text))
         window, n = _PHONE.subn("<PHONE>", _CARD.sub(card, text[a:b]))
