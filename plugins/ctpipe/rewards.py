@@ -153,4 +153,5 @@ def combine_columns(signals: Mapping[str, np.ndarray], weights: Mapping[str, flo
         weight += w if missing == "zero" else np.where(present, w, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         label = np.where((weight > 0) & ~dropped, total / weight, math.nan)
-    return np.array([round(x, 6) for x in label.tolist()], float)
+    distinct, at = np.unique(label, return_inverse=True)  # labels repeat: each value is rounded once
+    return np.array([round(x, 6) for x in distinct.tolist()], float)[at.reshape(-1)]
