@@ -156,7 +156,7 @@ def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool)
                 pos += n
                 continue
             end = data.find(b"\n", 0, n)
-            yield _too_large(file, line, pos - at + end, head)
+            yield Block(file, line, damage=_too_large(file, line, pos - at + end, head))
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n", 0, n)
@@ -175,14 +175,15 @@ def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool)
                 pending, skipping = None, True
         pos += n
     if skipping:
-        yield _too_large(file, line, pos - at, head)
+        yield Block(file, line, damage=_too_large(file, line, pos - at, head))
     elif pending is not None:
         yield Block(file, line, data=b"".join(pending)) if keep else Block(file, line, at=at, size=pos - at)
 
 
-def _too_large(file: str, line: int, size: int, head: bytes) -> Block:
-    return Block(file, line, damage=Item(file, line, reason="record_too_large", detail=f"{size} bytes > {MAX_RECORD_BYTES}",
-                                         raw=head[:200].decode("utf-8", "replace")))
+def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
+    """The item of a line of ``size`` bytes over :data:`MAX_RECORD_BYTES`, which starts with ``head``."""
+    return Item(file, line, reason="record_too_large", detail=f"{size} bytes > {MAX_RECORD_BYTES}",
+                raw=head[:200].decode("utf-8", "replace"))
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
@@ -211,10 +212,7 @@ def blocks(fs, files: list[str]) -> Iterator[Block]:
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
-    if len(raw) <= MAX_RECORD_BYTES:
-        return None
-    return Item(file, n, reason="record_too_large", detail=f"{len(raw)} bytes > {MAX_RECORD_BYTES}",
-                raw=raw[:200].decode("utf-8", "replace"))
+    return _too_large(file, n, len(raw), raw) if len(raw) > MAX_RECORD_BYTES else None
 
 
 def decode_line(file: str, n: int, raw: bytes) -> Item:
