@@ -433,7 +433,7 @@ def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
     return len(valid), pc.sum(valid).as_py(), low_high["min"], low_high["max"]
 
 
-def spill(_: object = None) -> Spill | None:
+def spill() -> Spill | None:
     """The kept rows this process has gathered, written for pairing once every row is in: an Arrow
     stream with a record batch per bucket (a hash of the prompt), whose place in the file is noted,
     so that pairing a bucket reads only its own bytes. None when there is nothing to write."""
@@ -538,6 +538,10 @@ class _Pool:
         done: Future = Future()
         done.set_result(fn(item))
         return done
+
+    def everywhere(self, fn) -> list:
+        """``fn()`` in this process and in every worker: what each of them holds."""
+        return [fn(), *(pool.submit(fn).result() for pool in self.workers)]
 
     def close(self) -> None:
         for pool in self.workers:
@@ -779,8 +783,8 @@ def materialize(
             take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
-        for worker in [None, *range(len(pool.workers))]:  # the rows each process still holds for pairing
-            spilled(pool.submit(spill, None, worker).result())
+        for s in pool.everywhere(spill):  # the rows each process still holds for pairing
+            spilled(s)
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
