@@ -154,4 +154,4 @@ def combine_columns(signals: Mapping[str, np.ndarray], weights: Mapping[str, flo
     with np.errstate(invalid="ignore", divide="ignore"):
         label = np.where((weight > 0) & ~dropped, total / weight, math.nan)
     distinct, at = np.unique(label, return_inverse=True)  # labels repeat: each value is rounded once
-    return np.array([round(x, 6) for x in distinct.tolist()], float)[at.reshape(-1)]
+    return np.array([round(x, 6) for x in distinct.tolist()], float)[at]
