@@ -662,19 +662,20 @@ class _Dedup:
         if unsure.any():
             # The keys of this part's kept rows that an unsure row may meet again (the sets do not hold
             # them yet): the sure rows' keys that unsure rows also have, then each kept unsure row's.
-            ids, exact, norm = (set(column[kept & np.isin(column, column[unsure])].tolist()) for column in columns)
+            part_ids, part_exact, part_norm = (set(column[kept & np.isin(column, column[unsure])].tolist())
+                                               for column in columns)
             for i in np.flatnonzero(unsure).tolist():
                 id_key, exact_key, norm_key = (int(column[i]) for column in columns)
-                if seen[1][i] or exact_key in exact:  # the same content again (a record logged twice, or another user's)
+                if seen[1][i] or exact_key in part_exact:  # the same content again (a record logged twice, or another user's)
                     out[i] = "duplicate"
-                elif seen[0][i] or id_key in ids:  # a known id with content never seen: two traces under one id
+                elif seen[0][i] or id_key in part_ids:  # a known id with content never seen: two traces under one id
                     out[i] = "duplicate_trace_id"
-                elif seen[2][i] or norm_key in norm:
+                elif seen[2][i] or norm_key in part_norm:
                     out[i] = "near_duplicate"
                 else:
-                    ids.add(id_key)
-                    exact.add(exact_key)
-                    norm.add(norm_key)
+                    part_ids.add(id_key)
+                    part_exact.add(exact_key)
+                    part_norm.add(norm_key)
                     kept[i] = True
         for found, column in zip(known, columns):
             found.add(column[kept])
