@@ -256,8 +256,9 @@ class Staging:
                     os.rename(self.dir, final)
                 except OSError:  # a concurrent writer of the same version got there first
                     self.discard()
-            else:
-                out.fs.mv(self.dir, final, recursive=True)
+            else:  # an object store has no directories to rename: each file is copied, then removed
+                staged = out.fs.find(self.dir)
+                out.fs.mv(staged, [final + path[len(self.dir):] for path in staged])
             body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
                     "schemas": self.schemas, "code_version": CODE_VERSION}
             out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
@@ -274,6 +275,7 @@ class Output:
 
         self.uri = str(uri)
         self.fs, root = url_to_fs(self.uri)
+        self.fs.invalidate_cache()  # listings another process (a concurrent run, a reader) has made stale
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
 

@@ -88,6 +88,9 @@ def list_files(uri: str) -> tuple[Any, list[str]]:
         fs, path = url_to_fs(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"source {uri!r}: {e}") from None
+    # fsspec shares one filesystem object per URI kind within a process, and an object store's keeps
+    # the listings it made: a process that reads the next interval must see the files added since.
+    fs.invalidate_cache()
     if not fs.exists(path):
         raise SourceError(f"source {uri!r} does not exist")
     if fs.isdir(path):

@@ -1,0 +1,110 @@
+"""Sources and dataset versions on S3, through s3fs against a local S3 server (moto's, on loopback).
+
+Credentials and the endpoint come from the environment, as they would on a cluster (AWS_* variables,
+or a pod's role): nothing in the code names them. moto's server speaks the S3 REST API that s3fs
+and botocore speak to AWS; what it cannot show is AWS's own consistency and permissions.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from ctpipe import materialize as mat
+from ctpipe import sources
+from ctpipe.cli import main
+from tests.conftest import T0, free_port, trace
+from tests.test_materialize import HOUR, lines, run
+
+pytest.importorskip("s3fs")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                requests.get(url, timeout=1)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"moto's S3 server did not answer on {url}")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture
+def s3(s3_endpoint, monkeypatch):
+    """An empty "traces" and "datasets" bucket, and the environment a job on a cluster would have."""
+    import fsspec
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(name, value)
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    for bucket in ("traces", "datasets"):
+        if fs.exists(bucket):
+            fs.rm(bucket, recursive=True)
+        fs.mkdir(bucket)
+    fs.invalidate_cache()
+    return fs
+
+
+def _put(fs, path: str, data: bytes) -> None:
+    with fs.open(path, "wb") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_version_is_built_from_s3_traces_and_published_to_s3(s3, monkeypatch, workers):
+    if workers > 1:  # blocks read here, processed and written to S3 by two worker processes
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    hour = "traces/date=2026-11-22/hour=10"
+    _put(s3, f"{hour}/part-a.jsonl.gz", gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
+    _put(s3, f"{hour}/part-b.jsonl", lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(2, 40))))
+    from ctpipe.config import DatasetConfig
+
+    m = run("s3://traces", "s3://datasets", dataset=DatasetConfig(workers=workers))
+    assert m.uri == f"s3://datasets/{m.version}"
+    assert m.counts["traces_in"] == 40 and m.counts["traces"] == 39 and m.quarantine_reasons == {"invalid_json": 1}
+    assert sorted(s3.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
+    manifest = json.loads(s3.cat(f"datasets/{m.version}/manifest.json"))
+    for name, entry in manifest["files"].items():  # every listed part is where the manifest says
+        assert all(s3.exists(f"datasets/{m.version}/{name}/{p.split('/')[-1]}") for p in entry["parts"])
+    assert m.read("traces").num_rows == 39 and m.read("quarantine")["source_line"].to_pylist() == [2]
+    assert s3.cat("datasets/LATEST").decode().strip() == m.version
+    written = s3.info(f"datasets/{m.version}/manifest.json")["LastModified"]
+    assert run("s3://traces", "s3://datasets", dataset=DatasetConfig(workers=workers)).version == m.version
+    assert s3.info(f"datasets/{m.version}/manifest.json")["LastModified"] == written
+
+
+def test_the_cli_reads_and_writes_s3_and_names_a_missing_source(s3, capsys):
+    _put(s3, "traces/a.jsonl", lines(*(trace(i, f"What is {i} plus 2?", str(i + 2)) for i in range(3))))
+    args = ["materialize", "--source", "s3://traces", "--out", "s3://datasets",
+            "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()]
+    assert main(args) == 0
+    assert "traces in 3 = 3 rows + 0 quarantined" in capsys.readouterr().out
+    with pytest.raises(sources.SourceError, match="source 's3://traces/nope' does not exist"):
+        run("s3://traces/nope", "s3://datasets")
+
+
+def test_a_file_added_since_the_last_run_is_read(s3):
+    """A scheduler's process runs interval after interval: the object store's listing must be new each time."""
+    _put(s3, "traces/date=2026-11-22/hour=10/part-a.jsonl", lines(trace(1, "What is 1 plus 1?", "2")))
+    first = run("s3://traces", "s3://datasets", end=T0 + 2 * HOUR)
+    _put(s3, "traces/date=2026-11-22/hour=11/part-a.jsonl", lines(trace(2, "What is 2 plus 2?", "4", at=T0 + HOUR)))
+    second = run("s3://traces", "s3://datasets", end=T0 + 2 * HOUR)
+    assert (first.counts["traces_in"], second.counts["traces_in"]) == (1, 2) and second.version != first.version
