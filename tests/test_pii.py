@@ -68,3 +68,18 @@ def test_numbers_scrubbed_run_by_run_as_in_the_whole_text():
         assert pii._numbers(text, got) == whole(text, expected) and got == expected, text
         changed += bool(+got)
     assert changed > 5000
+
+
+def test_a_column_is_scrubbed_and_counted_as_each_text_alone():
+    import pyarrow as pa
+
+    rng = random.Random(1)
+    pieces = ["write to jo@example.com", "call +1 415-555-0100", "card 4111 1111 1111 1111", "order 123456789",
+              "sk-abcdefghijklmnopqrstuvwx", "What is 2 plus 3?", "You are a careful assistant. " * 40, " ", "7"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 4))) for _ in range(50)]
+    column = [rng.choice(texts) if rng.random() < 0.9 else None for _ in range(2000)]  # most texts recur
+    expected, got = Counter(), Counter()
+    assert pii.scrub_array(pa.array(column), got).to_pylist() == [t if t is None else scrub(t, expected) for t in column]
+    assert got == expected and got["email"] > 100
+    clean = pa.array(["What is 2 plus 3?", None, "order 123456789"])  # a pre-check hit, nothing to scrub
+    assert pii.scrub_array(clean, got) is clean

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -99,22 +100,27 @@ def _numbers(text: str, counts: Counter) -> str:
 
 
 def scrub_array(texts: pa.Array, found: Counter) -> pa.Array:
-    """:func:`scrub` over a column of texts: the pre-check runs vectorized, so clean texts cost a
-    scan, and a text met again (a system prompt, a question asked twice) is scrubbed once.
+    """:func:`scrub` over a column of texts, counting what it finds in every occurrence. The
+    pre-check runs vectorized over the distinct texts only, and each text that needs it is scrubbed
+    once: chats repeat their system prompt, which in production often runs to kilobytes.
 
-    >>> c = Counter(); texts = pa.array(["2 plus 2", "write to x@y.org", "write to x@y.org"])
+    >>> c = Counter(); texts = pa.array(["2 plus 2", "write to x@y.org", None, "write to x@y.org"])
     >>> scrub_array(texts, c).to_pylist(), dict(c)
-    (['2 plus 2', 'write to <EMAIL>', 'write to <EMAIL>'], {'email': 2})
+    (['2 plus 2', 'write to <EMAIL>', None, 'write to <EMAIL>'], {'email': 2})
     """
-    hit = pc.fill_null(pc.match_substring_regex(texts, PRECHECK), False)
+    encoded = pc.dictionary_encode(texts)
+    distinct = encoded.dictionary
+    hit = pc.fill_null(pc.match_substring_regex(distinct, PRECHECK), False)
     if not pc.any(hit).as_py():
         return texts
-    done: dict[str, tuple[str, Counter]] = {}
+    uses = np.bincount(encoded.indices.drop_null().to_numpy(), minlength=len(distinct))
+    suspects = distinct.filter(hit).to_pylist()
     clean = []
-    for text in texts.filter(hit).to_pylist():
-        if text not in done:
-            kinds: Counter = Counter()
-            done[text] = (scrub(text, kinds), kinds)
-        found.update(done[text][1])
-        clean.append(done[text][0])
-    return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
+    for i, text in zip(np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist(), suspects):
+        kinds: Counter = Counter()
+        clean.append(scrub(text, kinds))
+        for kind, n in kinds.items():
+            found[kind] += n * int(uses[i])
+    if clean == suspects:  # numbers or hints, but nothing to scrub
+        return texts
+    return pc.replace_with_mask(distinct, hit, pa.array(clean, pa.string())).take(encoded.indices)
