@@ -259,6 +259,7 @@ class Staging:
             else:  # an object store has no directories to rename: each file is copied, then removed
                 staged = out.fs.find(self.dir)
                 out.fs.mv(staged, [final + path[len(self.dir):] for path in staged])
+                self.discard()  # the folders left, on a filesystem that has them
             body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
                     "schemas": self.schemas, "code_version": CODE_VERSION}
             out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
