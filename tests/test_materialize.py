@@ -238,7 +238,7 @@ def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):
     assert run("memory://traces", "memory://datasets").version == m.version
 
 
-def test_dedup_verdicts_are_those_of_one_row_at_a_time_in_order():
+def test_dedup_verdicts_are_those_of_one_row_at_a_time_in_order(tmp_path):
     def one_by_one(parts):  # the rule: first occurrence wins, exact content before id before normalized content
         ids, exact, norm, out = set(), set(), set(), []
         for part in parts:
@@ -256,10 +256,11 @@ def test_dedup_verdicts_are_those_of_one_row_at_a_time_in_order():
         return out
 
     rng = np.random.default_rng(0)
-    for keyspace in (5, 40, 1000):  # small key spaces: many repeats within and across parts
+    for keyspace, hot_keys in ((5, 1 << 20), (40, 1 << 20), (1000, 1 << 20), (1000, 64)):  # 64: keys moved to disk
         parts = [[rng.integers(0, keyspace, size, dtype=np.uint64) for _ in range(3)]
                  for size in rng.integers(0, 60, 30)]
-        dedup = mat._Dedup()
+        dedup = mat._Dedup(str(tmp_path), hot_keys=hot_keys)
         got = [dedup.verdicts(dict(zip(("id_key", "exact_key", "norm_key"), part))) for part in parts]
         assert got == one_by_one(parts)
         assert any(got)
+    assert dedup.ids.runs and dedup.exact.runs

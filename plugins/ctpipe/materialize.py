@@ -10,8 +10,9 @@ the same whatever the number of workers. The same worker then writes the block's
 part of the version's traces table, its quarantined items as a part of the quarantine table, and
 its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
-the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace, which grow
-with the input (48 to 96 bytes a trace in :class:`~ctpipe.keyset.KeySet`: some 50 MB a million).
+the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace: a million of
+each in hash tables (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk
+with 2 bytes a key left in memory (6 bytes a trace: some 60 MB for ten million).
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
@@ -638,11 +639,12 @@ def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArr
 
 class _Dedup:
     """First occurrence wins, in source order. Three sets of 64-bit keys (:class:`KeySet`): 16 to 32
-    bytes a key, some 50 MB for a million kept traces, where Python sets of ints took 200 (the main
-    process then outgrew the workers, and the whole run passed 1 GB at about two million traces)."""
+    bytes a key up to a million, where Python sets of ints took 70 (the main process then outgrew the
+    workers, and the whole run passed 1 GB at about two million traces); past that, the keys go to
+    ``spill_dir`` in runs and cost 2 bytes each in memory."""
 
-    def __init__(self):
-        self.ids, self.exact, self.norm = KeySet(), KeySet(), KeySet()
+    def __init__(self, spill_dir: str, **keyset):
+        self.ids, self.exact, self.norm = (KeySet(spill_dir=spill_dir, **keyset) for _ in range(3))
 
     def verdicts(self, keys: dict[str, np.ndarray]) -> dict[int, str]:
         """Position -> reason of the duplicates among a part's rows."""
@@ -739,7 +741,7 @@ def materialize(
     reasons: Counter = Counter()
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
-    dedupe = _Dedup()
+    dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
     pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(buckets)]  # (spill file, offset, size) of each bucket
