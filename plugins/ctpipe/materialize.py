@@ -12,7 +12,7 @@ its rows for pairing, hashed by prompt into buckets; once every block is in, eac
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
 the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace: a million of
 each in hash tables (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk
-with 2 bytes a key left in memory (6 bytes a trace: some 60 MB for ten million).
+with 2 bytes a key left in memory (the key sets of ten million traces take about 200 MB).
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
