@@ -104,11 +104,7 @@ class _Run:
         # A blocked Bloom filter: a key's word is chosen by its low bits, and sets _PROBES bits of it
         # chosen by its high bits (the keys are hashes: their bits are independent).
         self.words = np.zeros(1 << max(0, (len(keys) * 16 // 64 - 1).bit_length()), np.uint64)
-        word, bits = self._where(keys)
-        order = np.argsort(word, kind="stable")
-        word, bits = word[order], bits[order]
-        starts = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
-        self.words[word[starts]] = np.bitwise_or.reduceat(bits, starts)
+        np.bitwise_or.at(self.words, *self._where(keys))
 
     def _where(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         word = keys & np.uint64(len(self.words) - 1)
