@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
+from ctpipe.sources import filesystem
 
 CODE_VERSION = "3"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
@@ -271,12 +272,10 @@ class Output:
     """Where versions are published: a local path or any fsspec URI."""
 
     def __init__(self, uri: str | Path):
-        from fsspec.core import url_to_fs
         from fsspec.implementations.local import LocalFileSystem
 
         self.uri = str(uri)
-        self.fs, root = url_to_fs(self.uri)
-        self.fs.invalidate_cache()  # listings another process (a concurrent run, a reader) has made stale
+        self.fs, root = filesystem(self.uri)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
 

@@ -80,17 +80,23 @@ class Block:
         return replace(self, data=data, size=0)
 
 
-def list_files(uri: str) -> tuple[Any, list[str]]:
-    """(filesystem, the source's readable files in a stable order); SourceError when there is nothing."""
+def filesystem(uri: str) -> tuple[Any, str]:
+    """(filesystem, path) of any fsspec URI, as the store is now. fsspec shares one filesystem object
+    per kind of URI within a process, and an object store's keeps the listings it made: a process
+    that runs interval after interval would miss the files added since, and versions published since."""
     from fsspec.core import url_to_fs
 
+    fs, path = url_to_fs(uri)
+    fs.invalidate_cache()
+    return fs, path
+
+
+def list_files(uri: str) -> tuple[Any, list[str]]:
+    """(filesystem, the source's readable files in a stable order); SourceError when there is nothing."""
     try:
-        fs, path = url_to_fs(uri)
+        fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"source {uri!r}: {e}") from None
-    # fsspec shares one filesystem object per URI kind within a process, and an object store's keeps
-    # the listings it made: a process that reads the next interval must see the files added since.
-    fs.invalidate_cache()
     if not fs.exists(path):
         raise SourceError(f"source {uri!r} does not exist")
     if fs.isdir(path):
