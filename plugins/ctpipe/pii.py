@@ -111,12 +111,13 @@ def scrub_array(texts: pa.Array, found: Counter) -> pa.Array:
     encoded = pc.dictionary_encode(texts)
     distinct = encoded.dictionary
     hit = pc.fill_null(pc.match_substring_regex(distinct, PRECHECK), False)
-    if not pc.any(hit).as_py():
+    at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    if not len(at):
         return texts
     uses = np.bincount(encoded.indices.drop_null().to_numpy(), minlength=len(distinct))
-    suspects = distinct.filter(hit).to_pylist()
+    suspects = distinct.take(at).to_pylist()
     clean = []
-    for i, text in zip(np.flatnonzero(hit.to_numpy(zero_copy_only=False)).tolist(), suspects):
+    for i, text in zip(at.tolist(), suspects):
         kinds: Counter = Counter()
         clean.append(scrub(text, kinds))
         for kind, n in kinds.items():
