@@ -126,7 +126,8 @@ def pretrain(recipe: BaseModelRecipe, task: TaskConfig, out_dir: Path) -> dict:
     from ctpipe.generation import accuracy
 
     torch.manual_seed(recipe.seed)
-    # One thread keeps the float reduction order, and so the weights, the same on every machine.
+    # One thread keeps the float reduction order, and so the weights, the same on every machine, with
+    # the AVX2 kernels that importing ctpipe pins (AVX-512 ones sum in another order).
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
