@@ -1,4 +1,5 @@
-"""The numpy key set against Python's set, with its keys in memory or moved to disk, including keys that all want the same slots."""
+"""The numpy key set against Python's set, its keys in memory or moved to disk, including keys that all
+want the same slots."""
 
 import numpy as np
 import pytest
