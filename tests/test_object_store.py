@@ -58,7 +58,6 @@ def s3(s3_endpoint, monkeypatch):
         if fs.exists(bucket):
             fs.rm(bucket, recursive=True)
         fs.mkdir(bucket)
-    fs.invalidate_cache()
     return fs
 
 
