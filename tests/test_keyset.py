@@ -1,5 +1,5 @@
-"""The numpy key set against Python's set, its keys in memory or moved to disk, including keys that all
-want the same slots."""
+"""The numpy key set against Python's set, its keys in memory, moved to disk, or moved to disk and merged
+under a small filter budget, including keys that all want the same slots."""
 
 import numpy as np
 import pytest
@@ -8,10 +8,12 @@ from ctpipe.keyset import KeySet
 
 
 @pytest.mark.parametrize("spread", ["hashes", "same_low_bits", "small"])
-@pytest.mark.parametrize("on_disk", [False, True])  # True: past 100 keys, the table becomes a run on disk
+# runs: past 100 keys, the table becomes a run on disk; merged: and past 2 KB of filters, the runs merge
+@pytest.mark.parametrize("on_disk", [None, "runs", "merged"])
 def test_a_key_set_answers_as_a_python_set_through_growth(tmp_path, spread, on_disk):
     rng = np.random.default_rng(1)
-    ours = KeySet(capacity=8, **({"spill_dir": str(tmp_path), "hot_keys": 100} if on_disk else {}))
+    budget = 2048 if on_disk == "merged" else 1 << 30
+    ours = KeySet(capacity=8, **({"spill_dir": str(tmp_path), "hot_keys": 100, "filter_bytes": budget} if on_disk else {}))
     reference = set()
     for _ in range(60):
         batch = rng.integers(0, 2**64 - 1, int(rng.integers(0, 300)), dtype=np.uint64, endpoint=True)
@@ -27,7 +29,12 @@ def test_a_key_set_answers_as_a_python_set_through_growth(tmp_path, spread, on_d
         assert len(ours) == len(reference)
     assert len(ours.slots) >= 2 * ours.hot and ours.contains(np.fromiter(reference, np.uint64)).all()
     if on_disk:
-        assert len(ours.runs) >= 3 and ours.hot < 100 and len(list(tmp_path.iterdir())) == len(ours.runs)
+        assert ours.hot < 100 and len(list(tmp_path.iterdir())) == len(ours.runs)
+        assert sum(run.words.nbytes for run in ours.runs) <= budget
+    if on_disk == "runs":
+        assert len(ours.runs) >= 3
+    if on_disk == "merged" and spread != "small":  # one merged run, and the few made since (500 keys make no merge)
+        assert len(ours.runs) <= 5 and ours.runs[0].size > len(reference) / 2
 
 
 def test_a_capacity_that_is_no_power_of_two_is_refused():

@@ -1,5 +1,5 @@
 """A set of 64-bit keys held in one numpy array, asked and filled a batch at a time, that moves its
-keys to disk beyond a size so that its memory stays nearly flat however many it holds.
+keys to disk beyond a size so that its memory stays flat however many it holds.
 
 The materializer's duplicate check keeps three keys of every trace it has kept. In Python sets
 those cost about 70 bytes each (an int object and a slot) and a Python int per lookup; here a key
@@ -11,32 +11,40 @@ before it is half full, so probe runs stay short. Slot value 0 means free; the k
 remembered apart.
 
 Given a folder, a set whose table holds ``hot_keys`` keys writes them there, sorted, as a run, and
-starts an empty table. Of a run, memory keeps a Bloom filter (16 bits a key, one 64-bit word per
-key, so a key is asked with one read) and the first key of each 4 KB page: 2 bytes a key instead of
-16 to 32. A key the filter lets through (a duplicate, or about one in 300 others) costs reading the
-page it would be in.
+starts an empty table. Of a run, memory keeps a Bloom filter (one 64-bit word per key, so a key is
+asked with one read) and the first key of each 4 KB page (a 512th of its keys). A key the filter
+lets through (a duplicate, or a false positive) costs reading the page it would be in.
+
+The filters of all runs share a budget, ``filter_bytes``: a new run's filter has 16 bits a key
+(about one false positive in 300), and when the filters outgrow the budget, every run is merged
+into one whose filter takes half of it. Past that size the filter has fewer bits a key and lets
+more keys through to a page read, so a set of a billion keys is slower to ask, not larger.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 _PAGE = 512  # keys in a page of a run: 4 KB read per key that a run's filter lets through
-_PROBES = 5  # bits a key sets in its filter word
+_BITS = 16  # filter bits a key, while the budget allows
+_MERGE_KEYS = 1 << 20  # keys a merge holds in memory at once (8 MB)
 
 
 class KeySet:
-    def __init__(self, capacity: int = 1 << 16, spill_dir: str | None = None, hot_keys: int = 1 << 20):
+    def __init__(self, capacity: int = 1 << 16, spill_dir: str | None = None, hot_keys: int = 1 << 20,
+                 filter_bytes: int = 32 << 20):
         if capacity & (capacity - 1):
             raise ValueError(f"capacity={capacity} is not a power of two")
-        self.capacity, self.spill_dir, self.hot_keys = capacity, spill_dir, hot_keys
+        self.capacity, self.spill_dir, self.hot_keys, self.filter_bytes = capacity, spill_dir, hot_keys, filter_bytes
         self.slots = np.zeros(capacity, np.uint64)
         self.hot = 0  # keys in the table
         self.size = 0  # keys in the set, runs included
         self.zero = False  # whether the key 0 is in the set
         self.runs: list[_Run] = []
+        self._files = 0
 
     def __len__(self) -> int:
         return self.size
@@ -74,9 +82,18 @@ class KeySet:
         self.hot += len(keys)
         self.size += len(keys)
         if self.spill_dir is not None and self.hot >= self.hot_keys:
-            path = os.path.join(self.spill_dir, f"keys-{id(self):x}-{len(self.runs)}.u64")
-            self.runs.append(_Run(path, np.sort(self.slots[self.slots != 0])))
+            keys = np.sort(self.slots[self.slots != 0])
             self.slots, self.hot = np.zeros(self.capacity, np.uint64), 0
+            self.runs.append(_Run(self._path(), [keys], len(keys), _BITS * len(keys) // 8))
+            if sum(run.words.nbytes for run in self.runs) > self.filter_bytes:
+                merged = _Run(self._path(), _merge(self.runs), sum(r.size for r in self.runs), self.filter_bytes // 2)
+                for run in self.runs:
+                    os.remove(run.path)
+                self.runs = [merged]
+
+    def _path(self) -> str:
+        self._files += 1
+        return os.path.join(self.spill_dir, f"keys-{id(self):x}-{self._files}.u64")
 
     def _resize(self, at_least: int) -> None:
         old = self.slots[self.slots != 0]
@@ -95,21 +112,40 @@ class KeySet:
             keys, at = keys[left], (at[left] + np.uint64(1)) & mask
 
 
+def _merge(runs: list[_Run]) -> Iterator[np.ndarray]:
+    """The keys of ``runs`` (distinct across them), sorted, a range of key values at a time: the keys
+    are hashes, so equal ranges hold about equal numbers of keys."""
+    n = sum(run.size for run in runs)
+    ranges = max(1, n // _MERGE_KEYS)
+    bounds = [(i << 64) // ranges for i in range(ranges)] + [None]
+    for low, high in zip(bounds, bounds[1:]):
+        # Each run's piece is sorted: the stable sort (timsort) merges them rather than sorting anew.
+        yield np.sort(np.concatenate([run.between(low, high) for run in runs]), kind="stable")
+
+
 class _Run:
     """Keys written to a file, sorted; in memory, their filter and the first key of each page."""
 
-    def __init__(self, path: str, keys: np.ndarray):
-        keys.tofile(path)
-        self.path, self.fences = path, keys[::_PAGE].copy()
-        # A blocked Bloom filter: a key's word is chosen by its low bits, and sets _PROBES bits of it
-        # chosen by its high bits (the keys are hashes: their bits are independent).
-        self.words = np.zeros(1 << max(0, (len(keys) * 16 // 64 - 1).bit_length()), np.uint64)
-        np.bitwise_or.at(self.words, *self._where(keys))
+    def __init__(self, path: str, chunks: Iterable[np.ndarray], size: int, filter_bytes: int):
+        # A blocked Bloom filter: a key's word is chosen by its low bits, and sets some bits of it
+        # chosen by its high bits (the keys are hashes: their bits are independent). A power of two
+        # words, at most filter_bytes, and as many bits a key as that leaves, up to _BITS.
+        self.words = np.zeros(1 << max(0, (max(filter_bytes, 8) // 8).bit_length() - 1), np.uint64)
+        self.probes = _probes(self.words.size * 64 / max(size, 1))
+        self.path, self.size = path, 0
+        fences = []
+        with open(path, "wb") as f:
+            for keys in chunks:
+                keys.tofile(f)
+                fences.append(keys[-self.size % _PAGE::_PAGE])
+                np.bitwise_or.at(self.words, *self._where(keys))
+                self.size += len(keys)
+        self.fences = np.concatenate(fences) if fences else np.zeros(0, np.uint64)
 
     def _where(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         word = keys & np.uint64(len(self.words) - 1)
         bits = np.zeros(len(keys), np.uint64)
-        for i in range(_PROBES):
+        for i in range(self.probes):
             bits |= np.uint64(1) << ((keys >> np.uint64(34 + 6 * i)) & np.uint64(63))
         return word, bits
 
@@ -119,13 +155,38 @@ class _Run:
         maybe = np.flatnonzero((self.words[word] & bits) == bits)
         page = np.searchsorted(self.fences, keys[maybe], side="right") - 1  # -1: below the run's first key
         maybe, page = maybe[page >= 0], page[page >= 0]
-        order = np.argsort(page, kind="stable")
-        maybe, page = maybe[order], page[order]
-        starts = np.flatnonzero(np.r_[True, page[1:] != page[:-1]]) if len(page) else np.zeros(0, np.int64)
-        with open(self.path, "rb") as f:
-            for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(page)]):
-                f.seek(int(page[start]) * _PAGE * 8)
-                stored = np.fromfile(f, np.uint64, _PAGE)
-                asked = keys[maybe[start:end]]
-                found[maybe[start:end]] = stored[np.minimum(np.searchsorted(stored, asked), len(stored) - 1)] == asked
+        if not len(maybe):
+            return found
+        # A binary search in each key's page, all keys a step at a time; the file is mapped only
+        # meanwhile, so the pages read leave memory with it.
+        stored = np.memmap(self.path, np.uint64, mode="r", shape=(self.size,))
+        asked = keys[maybe]
+        at = page * _PAGE  # the last key <= asked lies in [at, last]
+        last = np.minimum(at + _PAGE, self.size) - 1
+        step = _PAGE
+        while step > 1:
+            half = step // 2
+            ahead = np.minimum(at + half, last)
+            at = np.where((at + half <= last) & (stored[ahead] <= asked), at + half, at)
+            step -= half
+        found[maybe] = stored[at] == asked
+        del stored
         return found
+
+    def between(self, low: int, high: int | None) -> np.ndarray:
+        """The keys in [low, high) (high None: no upper bound), read from the file."""
+        start, end = self._rank(low), self.size if high is None else self._rank(high)
+        return np.fromfile(self.path, np.uint64, end - start, offset=8 * start)
+
+    def _rank(self, key: int) -> int:
+        """How many keys are below ``key``."""
+        page = max(int(np.searchsorted(self.fences, np.uint64(key), side="left")) - 1, 0)
+        keys = np.fromfile(self.path, np.uint64, min(_PAGE, self.size - page * _PAGE), offset=8 * page * _PAGE)
+        return page * _PAGE + int(np.searchsorted(keys, np.uint64(key), side="left"))
+
+
+def _probes(bits_per_key: float) -> int:
+    """Bits a key sets in its filter word: fewer as the filter grows crowded. Measured best, with the
+    false positives they let through: 5 at 16 bits a key (0.4%), 4 at 8 (3.4%), 3 at 4 (16%), 1 at
+    2 (39%)."""
+    return 5 if bits_per_key >= 12 else 4 if bits_per_key >= 6 else 3 if bits_per_key >= 3 else 1

@@ -21,6 +21,7 @@ anything is published. The layout and publication rules are in :mod:`ctpipe.data
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -54,10 +55,10 @@ log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
-# Kept rows a process gathers for pairing before it writes them as one spill file. Pairing a bucket
-# reads a piece of every spill file, so pieces are (spill files x buckets), both growing with the
-# input: spilling every block (6 MB) made 300,000 pieces at three million traces, and the pairing
-# step grew five times for three times the input.
+# Kept rows a process gathers for pairing before it appends them to the buckets' spill files. Each
+# spill adds a record batch to every bucket, so batches are (spills x buckets), both growing with
+# the input: spilling every block (6 MB) made 300,000 of them at three million traces, and the
+# pairing step grew five times for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
@@ -379,20 +380,11 @@ class Finish:
 
 
 @dataclass
-class Spill:
-    """A spill file: kept rows for pairing, a record batch per bucket."""
-
-    path: str
-    buckets: dict[int, tuple[int, int]]  # bucket -> (offset, size) of its batch in the file
-
-
-@dataclass
 class Written:
     traces: dict | None
     quarantine: dict | None
     reasons: Counter
     rewards: tuple[int, float, float, float]  # labeled, sum, min, max
-    spill: Spill | None = None  # when this part's rows made the process's gathered rows a spill file
 
 
 def finish(item: Finish) -> Written:
@@ -422,7 +414,7 @@ def finish(item: Finish) -> Written:
             **{name: rows[name] for name in _SPILL_SCHEMA.names if name != "row"},
         }, schema=_SPILL_SCHEMA))
         if sum(t.get_total_buffer_size() for t in _SPILLING) >= _SPILL_BYTES:  # what they keep in memory
-            written.spill = spill()
+            spill()
     return written
 
 
@@ -434,30 +426,35 @@ def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
     return len(valid), pc.sum(valid).as_py(), low_high["min"], low_high["max"]
 
 
-def spill() -> Spill | None:
-    """The kept rows this process has gathered, written for pairing once every row is in: an Arrow
-    stream with a record batch per bucket (a hash of the prompt), whose place in the file is noted,
-    so that pairing a bucket reads only its own bytes. None when there is nothing to write."""
+def spill() -> None:
+    """Append the kept rows this process has gathered to the spill files of their buckets (a hash of
+    the prompt), to be paired once every row is in.
+
+    A bucket has a file per process, an Arrow stream that each spill appends a record batch to, so
+    pairing a bucket reads a few whole files, and nothing about the pieces is kept in memory: with a
+    file per spill, the (spill, bucket) pieces grew with the square of the input (a million of them,
+    and 100 MB to list them, at ten million traces)."""
     if not _SPILLING:
-        return None
+        return
     rows = pa.concat_tables(_SPILLING)
     _SPILLING.clear()
-    path = os.path.join(_JOB.spill_dir, f"spill-{pc.min(rows['row']).as_py():012d}.arrow")  # a row is in one file
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
     order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
     rows, bucket = rows.take(order), bucket.take(order)
-    batches: dict[int, tuple[int, int]] = {}
     start = 0
-    # Uncompressed: compressing cost more than the disk it saved.
-    with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, _SPILL_SCHEMA) as w:
-        for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
-            for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
-                at = f.tell()  # the first batch's piece also holds the stream's schema
-                w.write_table(rows.slice(start, end - start).combine_chunks(), max_chunksize=end - start)
-                batches[b] = (at, f.tell() - at)
-                start = end
-    return Spill(path, batches)
+    for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
+        for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
+            # Uncompressed: compressing cost more than the disk it saved.
+            with open(_spill_path(b, os.getpid()), "ab") as f:
+                if not f.tell():  # a new stream: its schema first
+                    f.write(_SPILL_SCHEMA.serialize())
+                f.write(rows.slice(start, end - start).combine_chunks().to_batches()[0].serialize())
+            start = end
+
+
+def _spill_path(bucket: int, pid: int | str) -> str:
+    return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
 def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
@@ -552,17 +549,16 @@ class _Pool:
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(item: tuple[int, list[tuple[str, int, int]]]) -> tuple[dict | None, dict | None, int, int]:
-    """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket (given as its
-    (spill file, offset, size) pieces), in order of first appearance; their parts, and their counts."""
-    bucket, pieces = item
+def pair_bucket(bucket: int) -> tuple[dict | None, dict | None, int, int]:
+    """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket, in order of first
+    appearance; their parts, and their counts."""
     cfg = _JOB.dataset
     batches = []
-    for path, at, size in pieces:
-        with open(path, "rb") as f:
-            f.seek(at)
-            messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(f.read(size)))
-        batches += [pa.ipc.read_record_batch(m, _SPILL_SCHEMA) for m in messages if m.type == "record batch"]
+    for path in sorted(glob.glob(_spill_path(bucket, "*"))):
+        with pa.OSFile(path) as f:
+            batches += pa.ipc.open_stream(f).read_all().to_batches()
+    if not batches:
+        return None, None, 0, 0
     table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
     # Rows by prompt, then by source order: an order of row numbers, not a sorted copy of the texts.
     order = pc.sort_indices(table.select(["prompt_key", "row"]),
@@ -744,22 +740,16 @@ def materialize(
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
-    pieces: list[list[tuple[str, int, int]]] = [[] for _ in range(buckets)]  # (spill file, offset, size) of each bucket
     pool = _Pool(job, workers)
     try:
         join = formats.LangfuseJoin()
         finishing: deque[Future] = deque()
-
-        def spilled(s: Spill | None) -> None:
-            for bucket, (at, size) in (s.buckets.items() if s else ()):
-                pieces[bucket].append((s.path, at, size))
 
         def written(w: Written) -> None:
             parts["traces"] += [w.traces] if w.traces else []
             parts["quarantine"] += [w.quarantine] if w.quarantine else []
             reasons.update(w.reasons)
             stats.add(*w.rewards)
-            spilled(w.spill)
 
         def take(part: Part, worker: int | None) -> None:
             digest.update(part.digest)
@@ -786,8 +776,7 @@ def materialize(
             take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
-        for s in pool.everywhere(spill):  # the rows each process still holds for pairing
-            spilled(s)
+        pool.everywhere(spill)  # the rows each process still holds for pairing
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
@@ -796,7 +785,7 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, ((b, p) for b, p in enumerate(pieces) if p)):
+        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, range(buckets)):
             parts["grpo"] += [grpo] if grpo else []
             parts["dpo"] += [dpo] if dpo else []
             counts["grpo_prompts"] += n_grpo
