@@ -21,7 +21,6 @@ anything is published. The layout and publication rules are in :mod:`ctpipe.data
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import logging
@@ -426,16 +425,17 @@ def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
     return len(valid), pc.sum(valid).as_py(), low_high["min"], low_high["max"]
 
 
-def spill() -> None:
+def spill() -> int:
     """Append the kept rows this process has gathered to the spill files of their buckets (a hash of
     the prompt), to be paired once every row is in.
 
     A bucket has a file per process, an Arrow stream that each spill appends a record batch to, so
     pairing a bucket reads a few whole files, and nothing about the pieces is kept in memory: with a
-    file per spill, the (spill, bucket) pieces grew with the square of the input (a million of them,
-    and 100 MB to list them, at ten million traces)."""
+    file per spill, the list of (spill, bucket) pieces grew with the square of the input (about a
+    million pieces, some 100 MB, at ten million traces). Returns this process's id, which names its
+    files."""
     if not _SPILLING:
-        return
+        return os.getpid()
     rows = pa.concat_tables(_SPILLING)
     _SPILLING.clear()
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
@@ -451,9 +451,10 @@ def spill() -> None:
                     f.write(_SPILL_SCHEMA.serialize())
                 f.write(rows.slice(start, end - start).combine_chunks().to_batches()[0].serialize())
             start = end
+    return os.getpid()
 
 
-def _spill_path(bucket: int, pid: int | str) -> str:
+def _spill_path(bucket: int, pid: int) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
@@ -549,12 +550,13 @@ class _Pool:
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(bucket: int) -> tuple[dict | None, dict | None, int, int]:
-    """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket, in order of first
-    appearance; their parts, and their counts."""
+def pair_bucket(item: tuple[int, list[int]]) -> tuple[dict | None, dict | None, int, int]:
+    """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket (by the processes
+    ``pids``), in order of first appearance; their parts, and their counts."""
+    bucket, pids = item
     cfg = _JOB.dataset
     batches = []
-    for path in sorted(glob.glob(_spill_path(bucket, "*"))):
+    for path in filter(os.path.exists, (_spill_path(bucket, pid) for pid in pids)):
         with pa.OSFile(path) as f:
             batches += pa.ipc.open_stream(f).read_all().to_batches()
     if not batches:
@@ -776,7 +778,7 @@ def materialize(
             take(_langfuse_part(join, index + 1), None)
         while finishing:
             written(finishing.popleft().result())
-        pool.everywhere(spill)  # the rows each process still holds for pairing
+        pids = pool.everywhere(spill)  # the rows each process still holds for pairing
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
@@ -785,7 +787,7 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, range(buckets)):
+        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, ((b, pids) for b in range(buckets))):
             parts["grpo"] += [grpo] if grpo else []
             parts["dpo"] += [dpo] if dpo else []
             counts["grpo_prompts"] += n_grpo
