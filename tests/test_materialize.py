@@ -264,3 +264,47 @@ def test_dedup_verdicts_are_those_of_one_row_at_a_time_in_order(tmp_path):
         assert got == one_by_one(parts)
         assert any(got)
     assert dedup.ids.runs and dedup.exact.runs
+
+
+@pytest.mark.parametrize("strategy", ["best_vs_worst", "all_pairs"])
+def test_spills_keep_only_the_answers_pairing_can_take_and_pair_as_before(strategy):
+    from ctpipe.datasets import dpo_pairs
+
+    rng = np.random.default_rng(1)
+    for k in (1, 2, 3):
+        cfg = DatasetConfig(dpo_strategy=strategy, dpo_max_pairs_per_prompt=k, dpo_min_margin=0.25)
+        n = 3000
+        rows = pa.table({  # crowded prompts, tied rewards, texts said again (with other spacing)
+            "row": rng.permutation(n), "prompt_key": rng.integers(0, 40, n).astype(np.uint64),
+            "trace_id": [f"t{i}" for i in rng.permutation(n)],
+            "completion": [str(c) + " " * int(s) for c, s in zip(rng.integers(0, 6, n), rng.integers(0, 2, n))],
+            "final_reward": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 40, n) / 40), from_pandas=True)})
+
+        def pairing(table):  # each prompt: its earliest row, and its pairs
+            out = {}
+            for r in table.to_pylist():
+                out.setdefault(r["prompt_key"], []).append(r)
+            return {key: (min(a["row"] for a in answers), [(c["trace_id"], r["trace_id"]) for c, r in dpo_pairs(answers, cfg)])
+                    for key, answers in out.items()}
+
+        whole = pairing(rows)
+        assert sum(len(pairs) for _, pairs in whole.values()) > 20
+        spills = [mat._pairable(rows.slice(at, 1000), k) for at in (0, 1000, 2000)]  # as three spills would
+        assert pairing(pa.concat_tables(spills)) == whole
+        assert pairing(mat._pairable(pa.concat_tables(spills), k)) == whole
+        assert sum(map(len, spills)) < n / 2
+
+
+def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path, monkeypatch):
+    records = [trace(i, "What is 2 plus 3?", f"{i % 7} apples", feedback={"thumb": "up" if i % 3 else "down", "rating": None},
+                     reference_answer="5") for i in range(400)]
+    (tmp_path / "a.jsonl").write_bytes(lines(*records))
+    monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # a spill per block: pairing gathers what many spills kept
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    reward = RewardConfig(verifier="exact", verifiable_weight=0.5, feedback_weight=0.5)
+    few = run(tmp_path / "a.jsonl", tmp_path / "few", reward=reward)
+    monkeypatch.setattr(mat, "_pairable", lambda rows, k: rows)
+    every = run(tmp_path / "a.jsonl", tmp_path / "every", reward=reward)
+    assert few.version == every.version and few.counts == every.counts and few.counts["dpo_pairs"] == 2
+    for name in ("grpo", "dpo"):
+        assert table(few, name) == table(every, name)

@@ -12,7 +12,7 @@ its rows for pairing, hashed by prompt into buckets; once every block is in, eac
 prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
 the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace: a million of
 each in hash tables (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk
-with 2 bytes a key left in memory (the key sets of ten million traces take about 200 MB).
+behind Bloom filters with a fixed budget, 32 MB a set.
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
@@ -22,6 +22,7 @@ anything is published. The layout and publication rules are in :mod:`ctpipe.data
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -436,7 +437,7 @@ def spill() -> int:
     files."""
     if not _SPILLING:
         return os.getpid()
-    rows = pa.concat_tables(_SPILLING)
+    rows = _pairable(pa.concat_tables(_SPILLING), _JOB.dataset.dpo_max_pairs_per_prompt)
     _SPILLING.clear()
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
@@ -452,6 +453,48 @@ def spill() -> int:
                 f.write(rows.slice(start, end - start).combine_chunks().to_batches()[0].serialize())
             start = end
     return os.getpid()
+
+
+def _pairable(rows: pa.Table, k: int) -> pa.Table:
+    """``rows`` less the answers that can never be paired, whatever other rows come, given at most
+    ``k`` pairs a prompt: of a prompt with many answers, only its earliest row (its GRPO row, the
+    one that orders it) and the answers at either end of its ranking, where every pair lies.
+
+    An answer is left out when ``k + 1`` answers of distinct texts rank above it: whatever answer it
+    would pair with, at least ``k`` of them make pairs as wide or wider that come first (a tie goes
+    to the higher-ranked answer), so neither strategy takes it; best_vs_worst only looks ``k`` deep
+    anyway. From below, only answers of a strictly lower reward count (a tie goes to the lower
+    trace id). More rows only add answers above and below, so leaving these out of a spill leaves
+    pairing as it is, and a prompt that a million users sent costs a few rows a spill, not a million
+    in one bucket's memory."""
+    _, group, sizes = np.unique(rows["prompt_key"].to_numpy(), return_inverse=True, return_counts=True)
+    crowded = np.flatnonzero(sizes[group] > 2 * k + 3)  # fewer rows always fit in the two ends
+    if not len(crowded):
+        return rows
+    keep = np.ones(rows.num_rows, bool)
+    keep[crowded] = False
+    prompts: dict[int, list[tuple[int, dict]]] = {}
+    for i, row in zip(crowded.tolist(), rows.select(["row", "final_reward", "trace_id", "completion"])
+                      .take(crowded).to_pylist()):
+        prompts.setdefault(int(group[i]), []).append((i, row))
+    for answers in prompts.values():
+        keep[min(answers, key=lambda a: a[1]["row"])[0]] = True
+        ranked = sorted((a for a in answers if a[1]["final_reward"] is not None),
+                        key=lambda a: (-a[1]["final_reward"], a[1]["trace_id"]))
+        above: set[str] = set()
+        for i, row in ranked:
+            if len(above) > k:
+                break
+            keep[i] = True
+            above.add(row["completion"].strip())
+        below: set[str] = set()
+        for _, tied in itertools.groupby(reversed(ranked), key=lambda a: a[1]["final_reward"]):
+            if len(below) > k:
+                break
+            tied = list(tied)
+            keep[[i for i, _ in tied]] = True
+            below.update(row["completion"].strip() for _, row in tied)
+    return rows.filter(keep)
 
 
 def _spill_path(bucket: int, pid: int) -> str:
@@ -639,7 +682,7 @@ class _Dedup:
     """First occurrence wins, in source order. Three sets of 64-bit keys (:class:`KeySet`): 16 to 32
     bytes a key up to a million, where Python sets of ints took 70 (the main process then outgrew the
     workers, and the whole run passed 1 GB at about two million traces); past that, the keys go to
-    ``spill_dir`` in runs and cost 2 bytes each in memory."""
+    ``spill_dir`` in runs, whose filters share a fixed budget, so the sets stop growing."""
 
     def __init__(self, spill_dir: str, **keyset):
         self.ids, self.exact, self.norm = (KeySet(spill_dir=spill_dir, **keyset) for _ in range(3))
