@@ -468,7 +468,7 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
     pairing as it is, and a prompt that a million users sent costs a few rows a spill, not a million
     in one bucket's memory."""
     _, group, sizes = np.unique(rows["prompt_key"].to_numpy(), return_inverse=True, return_counts=True)
-    crowded = np.flatnonzero(sizes[group] > 2 * k + 3)  # fewer rows always fit in the two ends
+    crowded = np.flatnonzero(sizes[group] > 2 * k + 3)  # the two ends hold at least 2k + 2 rows: fewer are kept whole
     if not len(crowded):
         return rows
     keep = np.ones(rows.num_rows, bool)
