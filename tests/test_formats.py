@@ -116,3 +116,36 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
     ]
     with pytest.raises(FormatError, match=r"score x: value='high' is not a number"):
         join.add({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})
+
+
+def test_a_langfuse_join_gives_the_same_traces_a_chunk_at_a_time_as_all_at_once():
+    """Chunks meet scores and versions of ids in other chunks, ids of other types (1 is not "1"), and
+    Parquet's datetimes, which come back as they went in."""
+    from datetime import datetime, timezone
+
+    from ctpipe.formats import LangfuseJoin
+
+    def generation(i):
+        return {"id": i if i % 3 else str(i), "traceId": f"t{i % 4}", "type": "GENERATION",
+                "startTime": datetime(2026, 11, 22, 10, i, tzinfo=timezone.utc), "model": "m",
+                "input": [{"role": "user", "content": f"q{i}"}], "output": f"a{i}"}
+
+    rows = []
+    for i in range(12):
+        rows.append(generation(i))
+        rows.append({"id": f"s{i}", "traceId": f"t{i % 4}", "observationId": str(i), "name": "judge", "value": i,
+                     "dataType": "NUMERIC", "source": "EVAL"})
+        rows.append({"id": f"r{i}", "traceId": f"t{i % 4}", "name": "trace-level", "value": 1, "dataType": "BOOLEAN",
+                     "source": "API"})
+        rows.append({"id": f"t{i % 4}", "timestamp": "2026-11-22T10:00:00Z", "release": f"v{i}"})  # the last one wins
+    joins = [LangfuseJoin(), LangfuseJoin()]
+    for join in joins:
+        for row in rows:
+            join.add(row)
+    whole, chunked = (list(join.traces(chunk=size)) for join, size in zip(joins, (1000, 5)))
+    assert chunked == whole and [t["trace_id"] for t, _ in whole] == [f"t{i % 4}:{i}" for i in range(12)]
+    by_id = {t["trace_id"]: t for t, _ in whole}
+    assert [s["value"] for s in by_id["t3:3"]["scores"]] == [3.0, 1.0, 1.0, 1.0]  # "3": its own judge score
+    assert [s["value"] for s in by_id["t1:1"]["scores"]] == [1.0, 1.0, 1.0]  # 1 is not "1": no judge score
+    assert {t["model"]["version"] for t in by_id.values()} == {"v8", "v9", "v10", "v11"}
+    assert by_id["t2:2"]["start_time"] == "2026-11-22T10:02:00+00:00"

@@ -308,3 +308,25 @@ def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path
     assert few.version == every.version and few.counts == every.counts and few.counts["dpo_pairs"] == 2
     for name in ("grpo", "dpo"):
         assert table(few, name) == table(every, name)
+
+
+def test_a_langfuse_export_is_joined_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "scores.jsonl").write_bytes(lines(*(  # scores first, in another file than their generations
+        {"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i / 10,
+         "dataType": "NUMERIC", "source": "EVAL"} for i in range(10))))
+    (src / "observations.jsonl").write_bytes(lines(*(
+        {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
+         "startTime": "yesterday" if i == 4 else (T0 + (2 * HOUR if i == 7 else timedelta(minutes=i))).isoformat(),
+         "input": [{"role": "user", "content": f"What is {i} plus 1?"}], "output": f"{i + 1}"} for i in range(10))))
+    reward = RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0)
+    whole = run(src, tmp_path / "whole", reward=reward)
+    monkeypatch.setattr(mat, "_LANGFUSE_PART", 3)
+    parts = run(src, tmp_path / "parts", reward=reward)
+    assert parts.version == whole.version and parts.counts == whole.counts
+    assert len(parts.files["traces"]["parts"]) == 4 > len(whole.files["traces"]["parts"])  # ten generations, three a part
+    for name in ("traces", "quarantine"):
+        assert table(parts, name) == table(whole, name)
+    assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 1}
+    assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]

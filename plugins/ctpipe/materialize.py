@@ -60,6 +60,7 @@ _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the 
 # the input: spilling every block (6 MB) made 300,000 of them at three million traces, and the
 # pairing step grew five times for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
+_LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -501,25 +502,31 @@ def _spill_path(bucket: int, pid: int) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
-def _langfuse_part(join: formats.LangfuseJoin, index: int) -> Part:
-    """Langfuse generations, joined with their scores across files, as one more part."""
-    part = Part(index, [])
-    found = []
-    for doc, (file, n) in join.traces():
-        try:
-            if isinstance(doc, formats.FormatError):
-                raise doc
-            rec = traces.convert(doc)
-        except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
-            part.read += 1
-            part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
-            continue
-        if _JOB.start <= rec.start_time < _JOB.end:
-            part.read += 1
-            found.append((file, n, rec))
-        else:
-            part.outside += 1
-    return _keyed(part, _rows(columns.from_records(found), part))
+def _langfuse_parts(join: formats.LangfuseJoin, first: int) -> Iterator[Part]:
+    """Langfuse generations, joined with their scores across files, as more parts (numbered from
+    ``first``) of at most :data:`_LANGFUSE_PART` generations each, in the order they were read."""
+    generations = join.traces()
+    for index in itertools.count(first):
+        chunk = list(itertools.islice(generations, _LANGFUSE_PART))
+        if not chunk:
+            return
+        part = Part(index, [])
+        found = []
+        for doc, (file, n) in chunk:
+            try:
+                if isinstance(doc, formats.FormatError):
+                    raise doc
+                rec = traces.convert(doc)
+            except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
+                part.read += 1
+                part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
+                continue
+            if _JOB.start <= rec.start_time < _JOB.end:
+                part.read += 1
+                found.append((file, n, rec))
+            else:
+                part.outside += 1
+        yield _keyed(part, _rows(columns.from_records(found), part))
 
 
 # Workers keep the memory they free for their next block instead of handing it back to the system
@@ -786,8 +793,8 @@ def materialize(
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
     pool = _Pool(job, workers)
+    join = formats.LangfuseJoin()
     try:
-        join = formats.LangfuseJoin()
         finishing: deque[Future] = deque()
 
         def written(w: Written) -> None:
@@ -817,8 +824,8 @@ def materialize(
         index = -1
         for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
             take(part, index)
-        if join.generations:  # joined here, so finished here
-            take(_langfuse_part(join, index + 1), None)
+        for part in _langfuse_parts(join, index + 1):  # joined here, so finished here
+            take(part, None)
         while finishing:
             written(finishing.popleft().result())
         pids = pool.everywhere(spill)  # the rows each process still holds for pairing
@@ -843,6 +850,7 @@ def materialize(
         raise
     finally:
         pool.close()
+        join.close()
         _ROWS.clear()  # what this process kept of a run that failed
         _SPILLING.clear()
         shutil.rmtree(spill_dir, ignore_errors=True)
