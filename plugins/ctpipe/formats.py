@@ -273,9 +273,11 @@ class LangfuseJoin:
     """
 
     def __init__(self):
-        # "": a temporary database, in a small page cache and then a file, deleted on close.
+        # "": a temporary database, in a small page cache and then a file, deleted on close (a file
+        # even where SQLite was built to keep temporary data in memory, as far as the build allows).
         self._db = sqlite3.connect("")
         self._db.executescript("""
+            PRAGMA temp_store = FILE;
             CREATE TABLE generations (seq INTEGER PRIMARY KEY, row BLOB, place BLOB);
             CREATE TABLE scores (seq INTEGER PRIMARY KEY, id BLOB, score BLOB);
             CREATE INDEX scores_by_id ON scores (id);
