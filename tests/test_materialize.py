@@ -43,7 +43,7 @@ def at(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, timezone.utc)
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # with workers, the Langfuse join is still labeled in this process
+@pytest.mark.parametrize("workers", [1, 2])  # with workers, the joined Langfuse generations are labeled there too
 def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path, monkeypatch, workers):
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
@@ -310,7 +310,7 @@ def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path
         assert table(few, name) == table(every, name)
 
 
-def test_a_langfuse_export_is_joined_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
+def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "scores.jsonl").write_bytes(lines(*(  # scores first, in another file than their generations
@@ -323,7 +323,8 @@ def test_a_langfuse_export_is_joined_a_part_at_a_time_as_all_at_once(tmp_path, m
     reward = RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0)
     whole = run(src, tmp_path / "whole", reward=reward)
     monkeypatch.setattr(mat, "_LANGFUSE_PART", 3)
-    parts = run(src, tmp_path / "parts", reward=reward)
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)  # the parts go to two workers, a bad generation's error too
+    parts = run(src, tmp_path / "parts", reward=reward, dataset=DatasetConfig(workers=2))
     assert parts.version == whole.version and parts.counts == whole.counts
     assert len(parts.files["traces"]["parts"]) == 4 > len(whole.files["traces"]["parts"])  # ten generations, three a part
     for name in ("traces", "quarantine"):

@@ -43,6 +43,9 @@ class FormatError(ValueError):
         super().__init__(message)
         self.reason = reason
 
+    def __reduce__(self):  # to and from worker processes (the default would call cls(message))
+        return type(self), (self.reason, str(self))
+
 
 _CTPIPE_KEYS = frozenset({"trace_id", "start_time", "end_time", "model", "messages", "completion", "usage", "latency_ms"})
 

@@ -502,31 +502,38 @@ def _spill_path(bucket: int, pid: int) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
-def _langfuse_parts(join: formats.LangfuseJoin, first: int) -> Iterator[Part]:
-    """Langfuse generations, joined with their scores across files, as more parts (numbered from
-    ``first``) of at most :data:`_LANGFUSE_PART` generations each, in the order they were read."""
+def _langfuse_chunks(join: formats.LangfuseJoin, first: int) -> Iterator[tuple[int, list]]:
+    """(part index, numbered from ``first``; up to :data:`_LANGFUSE_PART` generations joined with their
+    scores across files), in the order the generations were read."""
     generations = join.traces()
     for index in itertools.count(first):
         chunk = list(itertools.islice(generations, _LANGFUSE_PART))
         if not chunk:
             return
-        part = Part(index, [])
-        found = []
-        for doc, (file, n) in chunk:
-            try:
-                if isinstance(doc, formats.FormatError):
-                    raise doc
-                rec = traces.convert(doc)
-            except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
-                part.read += 1
-                part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
-                continue
-            if _JOB.start <= rec.start_time < _JOB.end:
-                part.read += 1
-                found.append((file, n, rec))
-            else:
-                part.outside += 1
-        yield _keyed(part, _rows(columns.from_records(found), part))
+        yield index, chunk
+
+
+def langfuse_part(item: tuple[int, list]) -> Part:
+    """A chunk of joined Langfuse generations (see :func:`_langfuse_chunks`) as one more part, as
+    :func:`process` makes a block's."""
+    index, chunk = item
+    part = Part(index, [])
+    found = []
+    for doc, (file, n) in chunk:
+        try:
+            if isinstance(doc, formats.FormatError):
+                raise doc
+            rec = traces.convert(doc)
+        except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
+            part.read += 1
+            part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
+            continue
+        if _JOB.start <= rec.start_time < _JOB.end:
+            part.read += 1
+            found.append((file, n, rec))
+        else:
+            part.outside += 1
+    return _keyed(part, _rows(columns.from_records(found), part))
 
 
 # Workers keep the memory they free for their next block instead of handing it back to the system
@@ -559,7 +566,7 @@ class _Pool:
     """
 
     def __init__(self, job: Job, workers: int):
-        _init(job)  # this process also labels (Langfuse joins, small sources)
+        _init(job)  # this process labels small sources itself
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_init, initargs=(job,))
                         for _ in range(workers)] if workers > 1 else []
@@ -824,8 +831,9 @@ def materialize(
         index = -1
         for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
             take(part, index)
-        for part in _langfuse_parts(join, index + 1):  # joined here, so finished here
-            take(part, None)
+        # Langfuse rows join across files, so their parts come once every block is read.
+        for i, part in enumerate(pool.ordered(langfuse_part, _langfuse_chunks(join, index + 1))):
+            take(part, i)
         while finishing:
             written(finishing.popleft().result())
         pids = pool.everywhere(spill)  # the rows each process still holds for pairing

@@ -97,6 +97,9 @@ class InvalidTrace(ValueError):
         self.reason = reason
         self.detail = detail
 
+    def __reduce__(self):  # to and from worker processes (the default would call cls(message))
+        return type(self), (self.reason, self.detail)
+
 
 _DECODER = msgspec.json.Decoder(TraceRecord)
 
