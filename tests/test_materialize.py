@@ -315,7 +315,8 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     src.mkdir()
     (src / "scores.jsonl").write_bytes(lines(*(  # scores first, in another file than their generations
         {"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i / 10,
-         "dataType": "NUMERIC", "source": "EVAL"} for i in range(10))))
+         "dataType": "NUMERIC", "source": "EVAL"} for i in range(10)),
+        {"id": "bad", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"}))
     (src / "observations.jsonl").write_bytes(lines(*(
         {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
          "startTime": "yesterday" if i == 4 else (T0 + (2 * HOUR if i == 7 else timedelta(minutes=i))).isoformat(),
@@ -329,5 +330,6 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     assert len(parts.files["traces"]["parts"]) == 4 > len(whole.files["traces"]["parts"])  # ten generations, three a part
     for name in ("traces", "quarantine"):
         assert table(parts, name) == table(whole, name)
-    assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 1}
+    assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 2}
+    assert {q["source_file"].rsplit("/", 1)[1] for q in table(parts, "quarantine")} == {"observations.jsonl", "scores.jsonl"}
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]

@@ -287,21 +287,29 @@ class LangfuseJoin:
             CREATE TABLE versions (id BLOB PRIMARY KEY, version TEXT);
         """)
 
-    def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
-        """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
+    @staticmethod
+    def entry(row: dict, where: tuple[str, int] | None = None) -> tuple | None:
+        """What :meth:`add_entry` keeps of one export row (None: nothing), made where the row was read:
+        a few pickled values, cheaper to send between processes than the row. FormatError for a row
+        that is no Langfuse row, or a score that cannot be read."""
         kind = langfuse_kind(row)
         if kind == "observation":
-            if row.get("type") == "GENERATION":
-                self._db.execute("INSERT INTO generations (row, place) VALUES (?, ?)", (_pickled(row), _pickled(where)))
-        elif kind == "score":  # by observation id, or by trace id for trace-level scores
-            self._db.execute("INSERT INTO scores (id, score) VALUES (?, ?)",
-                             (_pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))))
-        elif kind == "trace":
-            if row.get("release") or row.get("version"):  # the last one read wins
-                self._db.execute("INSERT OR REPLACE INTO versions VALUES (?, ?)",
-                                 (_pickled(row["id"]), str(row.get("release") or row.get("version"))))
-        else:
-            raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
+            return ("generation", _pickled(row), _pickled(where)) if row.get("type") == "GENERATION" else None
+        if kind == "score":  # by observation id, or by trace id for trace-level scores
+            return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
+        if kind == "trace":
+            version = row.get("release") or row.get("version")
+            return ("version", _pickled(row["id"]), str(version)) if version else None
+        raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
+
+    def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
+        """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
+        self.add_entry(self.entry(row, where))
+
+    def add_entry(self, entry: tuple | None) -> None:
+        if entry is not None:
+            kind, *values = entry
+            self._db.execute(_INSERT[kind], values)
 
     def traces(self, chunk: int = 1000) -> Iterator[tuple[dict | FormatError, tuple[str, int] | None]]:
         """(canonical trace, or the FormatError of a generation that cannot map; where it was read)."""
@@ -349,6 +357,13 @@ class LangfuseJoin:
             "latency_ms": (end - start) * 1000,
             "scores": scores.get(_pickled(gid), []) + scores.get(_pickled(tid), []),
         }
+
+
+_INSERT = {
+    "generation": "INSERT INTO generations (row, place) VALUES (?, ?)",
+    "score": "INSERT INTO scores (id, score) VALUES (?, ?)",
+    "version": "INSERT OR REPLACE INTO versions VALUES (?, ?)",  # the last one read wins
+}
 
 
 def _pickled(value: Any) -> bytes:

@@ -90,14 +90,14 @@ class Part:
     stay in the worker until this process has deduplicated them), and what it counted."""
 
     index: int
-    quarantine: list[dict]  # while it is processed; then only items this process adds (Langfuse joins)
+    quarantine: list[dict]  # while it is processed (then they wait with its rows, see _keyed)
     keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
-    langfuse: list[tuple[dict, tuple[str, int]]] = field(default_factory=list)
+    langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -222,8 +222,12 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
         part.formats[fmt] += len(recs)
-        if fmt == "langfuse":
-            part.langfuse.append((recs[0], (block.file, n)))
+        if fmt == "langfuse":  # joined across files by this process; a row that cannot join is quarantined here
+            try:
+                part.langfuse.append(formats.LangfuseJoin.entry(recs[0], (block.file, n)))
+            except formats.FormatError as e:
+                part.read += 1
+                part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
             continue
         if recs:
             times = [columns.micros(rec.start_time) for rec in recs]
@@ -377,7 +381,6 @@ class Finish:
     index: int
     first: int  # the number of traces kept before this part's
     duplicates: dict[int, str]
-    quarantine: list[dict]  # items to add to the part's own
 
 
 @dataclass
@@ -392,7 +395,6 @@ def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
     items; keep its rows for pairing (see :func:`spill`)."""
     rows, quarantine = _ROWS.pop(item.index)
-    quarantine += item.quarantine
     if item.duplicates:
         positions = sorted(item.duplicates)
         for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
@@ -816,14 +818,10 @@ def materialize(
             counts["outside_interval"] += part.outside
             found_pii.update(part.pii)
             found_formats.update(part.formats)
-            for doc, where in part.langfuse:
-                try:
-                    join.add(doc, where)
-                except formats.FormatError as e:
-                    counts["traces_in"] += 1
-                    part.quarantine.append(_quarantined(where[0], where[1], e.reason, str(e), json.dumps(doc, default=str)))
+            for entry in part.langfuse:
+                join.add_entry(entry)
             duplicates = dedupe.verdicts(part.keys)
-            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, part.quarantine), worker))
+            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())
