@@ -222,12 +222,15 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
         part.formats[fmt] += len(recs)
-        if fmt == "langfuse":  # joined across files by this process; a row that cannot join is quarantined here
+        if fmt == "langfuse":  # joined across files by the main process; a row that cannot join is quarantined here
             try:
-                part.langfuse.append(formats.LangfuseJoin.entry(recs[0], (block.file, n)))
+                entry = formats.LangfuseJoin.entry(recs[0], (block.file, n))
             except formats.FormatError as e:
                 part.read += 1
                 part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
+                continue
+            if entry is not None:
+                part.langfuse.append(entry)
             continue
         if recs:
             times = [columns.micros(rec.start_time) for rec in recs]
