@@ -592,9 +592,9 @@ class _Pool:
         while pending:
             yield pending.popleft().result()
 
-    def submit(self, fn, item, worker: int | None) -> Future:
-        """``fn(item)`` in the worker of item number ``worker`` of :meth:`ordered` (None: in this process)."""
-        if self.workers and worker is not None:
+    def submit(self, fn, item, worker: int) -> Future:
+        """``fn(item)`` in the worker of item number ``worker`` of :meth:`ordered` (in this process, without workers)."""
+        if self.workers:
             return self.workers[worker % len(self.workers)].submit(fn, item)
         done: Future = Future()
         done.set_result(fn(item))
@@ -815,7 +815,7 @@ def materialize(
             reasons.update(w.reasons)
             stats.add(*w.rewards)
 
-        def take(part: Part, worker: int | None) -> None:
+        def take(part: Part, worker: int) -> None:
             digest.update(part.digest)
             counts["traces_in"] += part.read
             counts["outside_interval"] += part.outside
