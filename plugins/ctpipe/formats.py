@@ -313,9 +313,15 @@ class LangfuseJoin:
 
     def traces(self, chunk: int = 1000) -> Iterator[tuple[dict | FormatError, tuple[str, int] | None]]:
         """(canonical trace, or the FormatError of a generation that cannot map; where it was read)."""
+        for generations in self.chunks(chunk):
+            yield from generations
+
+    def chunks(self, size: int) -> Iterator[list[tuple[dict | FormatError, tuple[str, int] | None]]]:
+        """:meth:`traces`, ``size`` at a time, in the order the generations were added; each chunk is
+        read with the scores and versions of its own ids."""
         last = 0
         while rows := self._db.execute("SELECT seq, row, place FROM generations WHERE seq > ? ORDER BY seq LIMIT ?",
-                                       (last, chunk)).fetchall():
+                                       (last, size)).fetchall():
             last = rows[-1][0]
             generations = [(pickle.loads(row), pickle.loads(place)) for _, row, place in rows]
             ids = list({_pickled(g.get(k)) for g, _ in generations for k in ("id", "traceId")})
@@ -324,39 +330,44 @@ class LangfuseJoin:
             for key, score in self._db.execute(f"SELECT id, score FROM scores WHERE id IN ({marks}) ORDER BY seq", ids):
                 scores.setdefault(key, []).append(pickle.loads(score))
             versions = dict(self._db.execute(f"SELECT id, version FROM versions WHERE id IN ({marks})", ids))
+            chunk = []
             for g, where in generations:
+                gid, tid = _pickled(g.get("id")), _pickled(g.get("traceId"))
                 try:
-                    yield self._trace(g, scores, versions), where
+                    chunk.append((_trace(g, scores.get(gid, []) + scores.get(tid, []), versions.get(tid)), where))
                 except FormatError as e:
-                    yield e, where
+                    chunk.append((e, where))
+            yield chunk
 
     def close(self) -> None:
         self._db.close()
 
-    @staticmethod
-    def _trace(g: dict, scores: dict[bytes, list[dict]], versions: dict[bytes, str]) -> dict:
-        gid, tid = g.get("id"), g.get("traceId")
-        start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
-        end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-        usage = g.get("usageDetails") or g.get("usage") or {}
-        prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
-        completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
-        output = g.get("output")
-        completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
-        model = g.get("model") or ""
-        return {
-            "trace_id": f"{tid}:{gid}",
-            "start_time": _iso(start),
-            "end_time": _iso(end),
-            "model": {"name": model, "version": str(g.get("version") or versions.get(_pickled(tid)) or model)},
-            "messages": _langfuse_messages(g.get("input")),
-            "completion": completion,
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
-            "feedback": {"thumb": None, "rating": None},
-            "latency_ms": (end - start) * 1000,
-            "scores": scores.get(_pickled(gid), []) + scores.get(_pickled(tid), []),
-        }
+
+def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
+    """A Langfuse generation as a canonical trace, given its scores (its own, then its trace's) and
+    its trace's version."""
+    gid, tid = g.get("id"), g.get("traceId")
+    start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
+    end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
+    usage = g.get("usageDetails") or g.get("usage") or {}
+    prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
+    completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
+    output = g.get("output")
+    completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
+    model = g.get("model") or ""
+    return {
+        "trace_id": f"{tid}:{gid}",
+        "start_time": _iso(start),
+        "end_time": _iso(end),
+        "model": {"name": model, "version": str(g.get("version") or version or model)},
+        "messages": _langfuse_messages(g.get("input")),
+        "completion": completion,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
+        "feedback": {"thumb": None, "rating": None},
+        "latency_ms": (end - start) * 1000,
+        "scores": scores,
+    }
 
 
 _INSERT = {

@@ -507,20 +507,9 @@ def _spill_path(bucket: int, pid: int) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
-def _langfuse_chunks(join: formats.LangfuseJoin, first: int) -> Iterator[tuple[int, list]]:
-    """(part index, numbered from ``first``; up to :data:`_LANGFUSE_PART` generations joined with their
-    scores across files), in the order the generations were read."""
-    generations = join.traces()
-    for index in itertools.count(first):
-        chunk = list(itertools.islice(generations, _LANGFUSE_PART))
-        if not chunk:
-            return
-        yield index, chunk
-
-
 def langfuse_part(item: tuple[int, list]) -> Part:
-    """A chunk of joined Langfuse generations (see :func:`_langfuse_chunks`) as one more part, as
-    :func:`process` makes a block's."""
+    """A chunk of joined Langfuse generations (:meth:`~ctpipe.formats.LangfuseJoin.chunks`) as one
+    more part, as :func:`process` makes a block's."""
     index, chunk = item
     part = Part(index, [])
     found = []
@@ -833,7 +822,7 @@ def materialize(
         for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
             take(part, index)
         # Langfuse rows join across files, so their parts come once every block is read.
-        for i, part in enumerate(pool.ordered(langfuse_part, _langfuse_chunks(join, index + 1))):
+        for i, part in enumerate(pool.ordered(langfuse_part, enumerate(join.chunks(_LANGFUSE_PART), index + 1))):
             take(part, i)
         while finishing:
             written(finishing.popleft().result())
