@@ -149,3 +149,19 @@ def test_a_langfuse_join_gives_the_same_traces_a_chunk_at_a_time_as_all_at_once(
     assert [s["value"] for s in by_id["t1:1"]["scores"]] == [1.0, 1.0, 1.0]  # 1 is not "1": no judge score
     assert {t["model"]["version"] for t in by_id.values()} == {"v8", "v9", "v10", "v11"}
     assert by_id["t2:2"]["start_time"] == "2026-11-22T10:02:00+00:00"
+
+
+def test_a_langfuse_chunk_with_more_ids_than_old_sqlite_takes_in_one_query():
+    import sqlite3
+
+    from ctpipe.formats import LangfuseJoin
+
+    join = LangfuseJoin()
+    join._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # SQLite before 3.32
+    for i in range(1500):
+        join.add({"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                  "model": "m", "input": "q", "output": "a"})
+        join.add({"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i,
+                  "dataType": "NUMERIC", "source": "EVAL"})
+    (chunk,) = join.chunks(1500)
+    assert [t["scores"][0]["value"] for t, _ in chunk] == [float(i) for i in range(1500)]

@@ -325,11 +325,14 @@ class LangfuseJoin:
             last = rows[-1][0]
             generations = [(pickle.loads(row), pickle.loads(place)) for _, row, place in rows]
             ids = list({_pickled(g.get(k)) for g, _ in generations for k in ("id", "traceId")})
-            marks = ",".join("?" * len(ids))
             scores: dict[bytes, list[dict]] = {}
-            for key, score in self._db.execute(f"SELECT id, score FROM scores WHERE id IN ({marks}) ORDER BY seq", ids):
-                scores.setdefault(key, []).append(pickle.loads(score))
-            versions = dict(self._db.execute(f"SELECT id, version FROM versions WHERE id IN ({marks})", ids))
+            versions: dict[bytes, str] = {}
+            for at in range(0, len(ids), _IDS_PER_QUERY):
+                some = ids[at:at + _IDS_PER_QUERY]
+                marks = ",".join("?" * len(some))
+                for key, score in self._db.execute(f"SELECT id, score FROM scores WHERE id IN ({marks}) ORDER BY seq", some):
+                    scores.setdefault(key, []).append(pickle.loads(score))
+                versions.update(self._db.execute(f"SELECT id, version FROM versions WHERE id IN ({marks})", some))
             chunk = []
             for g, where in generations:
                 gid, tid = _pickled(g.get("id")), _pickled(g.get("traceId"))
@@ -370,6 +373,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     }
 
 
+_IDS_PER_QUERY = 900  # SQLite before 3.32 (Ubuntu 20.04 has 3.31) takes at most 999 variables a statement
 _INSERT = {
     "generation": "INSERT INTO generations (row, place) VALUES (?, ?)",
     "score": "INSERT INTO scores (id, score) VALUES (?, ?)",
