@@ -73,7 +73,7 @@ def main(spec_path: str) -> int:
     if not (Path(nemo.home) / "examples").is_dir():
         raise PipelineError(f"train.nemo_rl.home={nemo.home!r} holds no NeMo-RL examples/: run inside {nemo.image}")
     p = paths(spec)
-    prompts = write_train_data(manifest.part_paths("grpo", spec.dataset_uri), p["train_data"])
+    prompts = write_train_data(manifest.read("grpo", ["prompt", "answer"], root=spec.dataset_uri), p["train_data"])
     config = build_config(spec, prompts)
     p["config"].write_text(config_yaml(config))
     resumed = latest_step(p["checkpoints"])

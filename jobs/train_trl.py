@@ -87,7 +87,7 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset.from_parquet(manifest.part_paths(spec.table, spec.dataset_uri))
+    data = Dataset(manifest.read(spec.table, root=spec.dataset_uri))  # a path or any fsspec URI (s3://...)
 
     class SaveOnSigterm(TrainerCallback):
         """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""

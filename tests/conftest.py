@@ -173,9 +173,8 @@ def ray_url(tmp_path_factory) -> str:
     return ensure_local_head(s)
 
 
-@pytest.fixture
-def training_dataset(settings):
-    """A published dataset of 24 questions of the default task, each with a right and a wrong answer."""
+def training_traces() -> list[dict]:
+    """24 questions of the default task, each answered once rightly (thumb up) and once wrongly (thumb down)."""
     lines = []
     for i in range(24):
         a, b = 3 + 41 * i, 3 + 41 * i + 2 + i % 11
@@ -183,7 +182,13 @@ def training_dataset(settings):
             trace(2 * i, f"Name a number between {a} and {b}.", str(a + 1), feedback={"thumb": "up", "rating": None}),
             trace(2 * i + 1, f"Name a number between {a} and {b}.", str(b), feedback={"thumb": "down", "rating": None}),
         ]
-    write_traces(settings.traces_dir, lines)
+    return lines
+
+
+@pytest.fixture
+def training_dataset(settings):
+    """A published dataset of :func:`training_traces`."""
+    write_traces(settings.traces_dir, training_traces())
     return materialize_interval(settings, T0, T0 + timedelta(hours=1))
 
 

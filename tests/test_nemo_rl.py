@@ -88,8 +88,8 @@ def test_a_batch_that_is_not_whole_prompts_is_refused(settings, base_model, trai
 
 
 def test_the_grpo_table_becomes_response_dataset_jsonl(tmp_path, training_dataset):
-    manifest = Manifest.load(Path(training_dataset["uri"]))
-    n = nemo_rl.write_train_data(manifest.part_paths("grpo", training_dataset["uri"]), tmp_path / "t.jsonl")
+    manifest = Manifest.load(training_dataset["uri"])
+    n = nemo_rl.write_train_data(manifest.read("grpo", ["prompt", "answer"]), tmp_path / "t.jsonl")
     rows = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert n == len(rows) == manifest.files["grpo"]["rows"] == 24
     assert rows[0] == {"problem": "Name a number between 3 and 5.", "expected_answer": "4"}

@@ -16,15 +16,19 @@ import time
 import pytest
 import requests
 
+from ctpipe import evaluation, sources
 from ctpipe import materialize as mat
-from ctpipe import sources
 from ctpipe.cli import main
-from ctpipe.config import DatasetConfig
-from tests.conftest import T0, free_port, trace
+from ctpipe.config import DatasetConfig, Settings
+from ctpipe.datasets import Manifest
+from ctpipe.errors import PipelineError
+from ctpipe.jobspec import load_job
+from ctpipe.pipeline import materialize_interval, prepare_training
+from tests.conftest import T0, free_port, run_job, trace, training_traces, write_traces
 from tests.test_materialize import HOUR, lines, run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one port for the session: s3fs keeps its filesystems, endpoint and all
 def s3_endpoint():
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -104,3 +108,26 @@ def test_a_file_added_since_the_last_run_is_read(s3):
     _put(s3, "traces/date=2026-11-22/hour=11/part-a.jsonl", lines(trace(2, "What is 2 plus 2?", "4", at=T0 + HOUR)))
     second = run("s3://traces", "s3://datasets", end=T0 + 2 * HOUR)
     assert (first.counts["traces_in"], second.counts["traces_in"]) == (1, 2) and second.version != first.version
+
+
+def test_training_reads_a_version_from_an_s3_dataset_store(s3, settings, base_model, monkeypatch):
+    """With dataset_store on S3, trace_to_dataset publishes there, the train DAG resolves versions there, and
+    the TRL job (a subprocess, with only the environment's credentials) reads its table from there."""
+    monkeypatch.setenv("CTPIPE_DATASET_STORE", "s3://datasets/versions")
+    s = Settings()
+    write_traces(s.traces_dir, training_traces())
+    published = materialize_interval(s, T0, T0 + HOUR)
+    assert published["uri"] == f"s3://datasets/versions/{published['version']}" and not s.datasets_dir.exists()
+    job = prepare_training(s, {"algorithm": "dpo", "base_checkpoint": str(base_model), "dataset_version": "",
+                               "max_steps": 2, "learning_rate": 1e-3, "seed": 0}, None, "manual__s3")
+    assert job["dataset_version"] == published["version"]  # the latest version, found on S3
+
+    spec, progress = run_job(s, base_model, published, "dpo", "s3", steps=2)
+    assert progress[-1]["done"] is True and [p["step"] for p in progress if not p.get("done")] == [1, 2]
+    manifest = Manifest.load(spec.dataset_uri)  # as the eval gate reads it
+    assert len(evaluation.training_prompts(manifest)) == manifest.counts["grpo_prompts"] == 24
+
+    missing = spec.model_copy(update={"dataset_uri": "s3://datasets/versions/nope", "dataset_version": "nope"})
+    with pytest.raises(PipelineError, match="dataset version 'nope' does not exist: no manifest at "
+                                            "s3://datasets/versions/nope/manifest.json"):
+        load_job(missing.write())

@@ -101,7 +101,7 @@ def cmd_materialize(args) -> int:
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
-    source, out = args.source or str(s.traces_dir), args.out or str(s.datasets_dir)
+    source, out = args.source or str(s.traces_dir), args.out or s.datasets_uri
     if args.end <= args.start:
         raise ValueError(f"interval end {args.end.isoformat()} is not after start {args.start.isoformat()}")
     step = args.every or (args.end - args.start)
@@ -138,11 +138,12 @@ def cmd_k8s_render(args) -> int:
     # GRPO defaults to NeMo-RL on a cluster; DPO always runs TRL.
     trainer = args.trainer or ("nemo_rl" if args.algorithm == "grpo" else "trl")
     run_id = args.run_id
+    store = s.dataset_store or f"{k.home_mount}/datasets"  # as the cluster's pods see it
     spec = JobSpec(
         algorithm=args.algorithm,
         base_checkpoint=f"{k.home_mount}/models/registry/{s.model_name}/champion/checkpoint",
         base_version="champion",
-        dataset_uri=f"{k.home_mount}/datasets/{args.dataset_version}",
+        dataset_uri=f"{store.rstrip('/')}/{args.dataset_version}",
         dataset_version=args.dataset_version,
         run_dir=f"{k.home_mount}/runs/{run_id}",
         max_steps=s.train.max_steps,

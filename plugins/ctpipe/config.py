@@ -381,6 +381,10 @@ class Settings(BaseSettings):
         None, description="Where trace_to_dataset reads traces: a path or fsspec URI (s3://, gs://, ...); "
         "None: the local trace store under home.",
     )
+    dataset_store: str | None = Field(
+        None, description="Where trace_to_dataset publishes dataset versions and training jobs read them: a path "
+        "or fsspec URI (s3://bucket/datasets, gs://...; the Ray workers need read access too); None: under home.",
+    )
     launcher: Literal["ray_jobs", "kuberay"] = Field(
         "ray_jobs",
         description="ray_jobs: submit to a Ray cluster's Jobs API (local head by default); "
@@ -405,6 +409,11 @@ class Settings(BaseSettings):
     @property
     def datasets_dir(self) -> Path:
         return self.home / "datasets"
+
+    @property
+    def datasets_uri(self) -> str:
+        """Where dataset versions are published and looked up."""
+        return self.dataset_store or str(self.datasets_dir)
 
     @property
     def runs_dir(self) -> Path:

@@ -147,11 +147,11 @@ class Manifest:
         training job's mount of it, say), the version's own folder by default."""
         return [f"{str(root or self.uri).rstrip('/')}/{part}" for part in self.files[table]["parts"]]
 
-    def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        """The whole ``table``, wherever the version is (any fsspec URI)."""
-        version = Output(self.uri)
-        return pa.concat_tables(pq.read_table(path, columns=columns, filesystem=version.fs)
-                                for path in self.part_paths(table, version.root))
+    def read(self, table: str, columns: list[str] | None = None, root: str | Path | None = None) -> pa.Table:
+        """The whole ``table``, from the version's folder or from ``root`` (as :meth:`part_paths`); either
+        may be any fsspec URI."""
+        fs, path = filesystem(str(root or self.uri))
+        return pa.concat_tables(pq.read_table(part, columns=columns, filesystem=fs) for part in self.part_paths(table, path))
 
     def asset_extra(self) -> dict:
         return {
@@ -165,8 +165,12 @@ class Manifest:
         }
 
     @classmethod
-    def load(cls, version_dir: Path) -> Manifest:
-        return cls(**json.loads((version_dir / "manifest.json").read_text()))
+    def load(cls, version_uri: str | Path) -> Manifest:
+        """The manifest of the version at ``version_uri`` (a folder, or any fsspec URI); FileNotFoundError
+        when there is none."""
+        fs, path = filesystem(str(version_uri))
+        with fs.open(f"{path.rstrip('/')}/manifest.json", "r") as f:
+            return cls(**json.load(f))
 
 
 def resolve(datasets_dir: Path | str, version: str | None) -> Manifest:
@@ -302,8 +306,7 @@ class Output:
         return self.load(version)
 
     def load(self, version: str) -> Manifest:
-        with self.fs.open(f"{self.root}/{version}/manifest.json", "r") as f:
-            return Manifest(**json.load(f))
+        return Manifest.load(self.uri_of(version))
 
     def point_latest(self, version: str) -> None:
         self.write_text(f"{self.root}/{LATEST}", version + "\n")

@@ -36,7 +36,7 @@ class JobSpec(BaseModel):
     algorithm: Algorithm
     base_checkpoint: str = Field(description="Hugging Face directory the run starts from (and DPO's reference).")
     base_version: str = Field(description="Registry version of the base checkpoint.")
-    dataset_uri: str = Field(description="Dataset version directory (holds manifest.json).")
+    dataset_uri: str = Field(description="Dataset version folder (holds manifest.json): a path or fsspec URI.")
     dataset_version: str
     run_dir: str = Field(description="Unique per DAG run; a retry of the run reuses it and resumes.")
     max_steps: int = Field(ge=1)
@@ -82,12 +82,11 @@ def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
         raise PipelineError(f"job spec {path} does not exist") from None
     except ValidationError as e:
         raise PipelineError(f"job spec {path} is invalid: {e}") from None
-    manifest_path = Path(spec.dataset_uri) / "manifest.json"
-    if not manifest_path.is_file():
-        raise PipelineError(
-            f"dataset version {spec.dataset_version!r} does not exist: no manifest at {manifest_path}"
-        )
-    manifest = Manifest.load(Path(spec.dataset_uri))
+    try:
+        manifest = Manifest.load(spec.dataset_uri)
+    except FileNotFoundError:
+        raise PipelineError(f"dataset version {spec.dataset_version!r} does not exist: no manifest at "
+                            f"{spec.dataset_uri.rstrip('/')}/manifest.json") from None
     table = spec.table
     if manifest.files[table]["rows"] == 0:
         raise PipelineError(f"dataset version {spec.dataset_version!r} has no {table} rows: nothing to train on")

@@ -21,11 +21,14 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from ctpipe.jobspec import JobSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 BASE_CONFIG = "examples/configs/grpo_math_1B.yaml"
 ENTRYPOINT = "examples/run_grpo.py"
@@ -259,13 +262,10 @@ def config_yaml(config: MasterConfig) -> str:
     return yaml.safe_dump(config.model_dump(by_alias=True), sort_keys=False)
 
 
-def write_train_data(grpo_parts: list[str], out: Path) -> int:
-    """Our GRPO table (its Parquet parts, in order) as ResponseDataset JSONL: the user's question and the
-    reference answer, as a string."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows = pa.concat_tables(pq.read_table(p, columns=["prompt", "answer"]) for p in grpo_parts).to_pylist()
+def write_train_data(grpo: pa.Table, out: Path) -> int:
+    """Our GRPO table (its ``prompt`` and ``answer`` columns) as ResponseDataset JSONL: the user's question
+    and the reference answer, as a string."""
+    rows = grpo.to_pylist()
     lines = []
     for r in rows:
         question = next(m["content"] for m in reversed(r["prompt"]) if m["role"] == "user")

@@ -35,7 +35,7 @@ def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict | 
     if s.trace_source is None:
         s.traces_dir.mkdir(parents=True, exist_ok=True)
     manifest = materialize(
-        s.trace_source or str(s.traces_dir), str(s.datasets_dir), start, end, task=s.task, reward=s.reward, dataset=s.dataset
+        s.trace_source or str(s.traces_dir), s.datasets_uri, start, end, task=s.task, reward=s.reward, dataset=s.dataset
     )
     if manifest is None:
         log.info("no traces between %s and %s", start.isoformat(), end.isoformat())
@@ -85,7 +85,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
         raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
     wanted = params.get("dataset_version") or (triggered_by or {}).get("version") or ""
     try:
-        manifest = datasets.resolve(s.datasets_dir, wanted)
+        manifest = datasets.resolve(s.datasets_uri, wanted)
     except datasets.DatasetNotFound as e:
         raise PipelineError(f"dataset_version={wanted!r}: {e}") from None
     table = table_of(algorithm)
@@ -188,8 +188,7 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     if not (ckpt / "config.json").exists():
         raise PipelineError(f"checkpoint={str(ckpt)!r} does not exist or is not a model directory")
     test = arith.splits(s.task).test
-    dataset_dir = Path(candidate["dataset_uri"])
-    manifest = datasets.Manifest.load(dataset_dir)
+    manifest = datasets.Manifest.load(candidate["dataset_uri"])
     try:
         evaluation.check_disjoint(evaluation.training_prompts(manifest), [q.prompt for q in test])
     except evaluation.ContaminationError as e:
