@@ -11,7 +11,8 @@ missing or mistyped fields, non-finite numbers, oversized records, truncated
 files, unknown formats, evaluation contamination, duplicates); the task log
 says `traces in = rows + quarantined`. PII is scrubbed, rewards are labeled
 (verifiable, feedback, judge; weights in config), and a GRPO prompt set and DPO
-preference pairs are built, published atomically as Parquet with a manifest.
+preference pairs are built, published atomically as Parquet with a manifest
+under `CTPIPE_DATASET_STORE` (any fsspec URI; default: the local dataset store).
 An asset event on `ctpipe_training_dataset` names the version; the `train` DAG
 runs on it.
 

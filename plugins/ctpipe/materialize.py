@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -793,6 +794,7 @@ def materialize(
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
+    started = time.monotonic()
     pool = _Pool(job, workers)
     join = formats.LangfuseJoin()
     try:
@@ -827,6 +829,7 @@ def materialize(
         while finishing:
             written(finishing.popleft().result())
         pids = pool.everywhere(spill)  # the rows each process still holds for pairing
+        read = time.monotonic()
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
         if counts["traces_in"] == 0:
@@ -843,6 +846,7 @@ def materialize(
         for name, schema in (("traces", TRACES_SCHEMA), ("quarantine", QUARANTINE_SCHEMA), ("grpo", GRPO_SCHEMA),
                              ("dpo", DPO_SCHEMA)):
             staging.add_table(name, schema, parts[name])
+        paired = time.monotonic()
     except BaseException:
         staging.discard()
         raise
@@ -866,6 +870,9 @@ def materialize(
         config=config,
     )
     output.remember(start, end, config, file_keys, manifest.version)
+    log.info("%s: %d traces in %.1f s with %d workers: read, labeled and deduplicated in %.1f s, %d buckets paired "
+             "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
+             read - started, buckets, paired - read, time.monotonic() - paired)
     return manifest
 
 
