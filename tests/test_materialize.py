@@ -43,6 +43,33 @@ def at(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, timezone.utc)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeypatch, capsys, workers):
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "export.csv").write_bytes(b"trace_id,prompt,completion\nt1,What is 1 plus 1?,2\n")
+    (src / "_SUCCESS").write_bytes(b"")
+    (src / ".part-0.jsonl.crc").write_bytes(b"\x00\x01")
+    (src / "array.json").write_bytes(lines([trace(9)], {"id": 1}))
+    (src / "ours.jsonl").write_bytes(lines(trace(1), {**trace(2), "completion": None}))  # one good, one broken
+    (src / "broken.jsonl").write_bytes(lines({k: v for k, v in trace(3).items() if k != "model"}, b"{cut"))
+    (src / "mixed.jsonl").write_bytes(lines(trace(4, "What is 4 plus 4?", "8"), {"hello": "world"}))
+    (src / "more.ndjson").write_bytes(lines(trace(5, "What is 5 plus 5?", "10")))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces"] == 3 and m.counts["traces_in"] == 9
+    # Every line of array.json is in no format at all; the others hold traces, or broken records of ours.
+    assert m.source["unrecognized_files"] == {str(src / "array.json"): 2}
+    assert m.source["skipped_files"] == [str(src / "export.csv")]  # markers and hidden files go unsaid
+    assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "out"), "--start", T0.isoformat(),
+                 "--end", (T0 + HOUR).isoformat()]) == 0
+    out = capsys.readouterr().out
+    assert f"{src / 'array.json'}: no trace in a known format, 2 items quarantined" in out
+    assert f"{src / 'export.csv'}: not read, its name ends in none of .jsonl .ndjson" in out
+    assert "mixed.jsonl" not in out and "_SUCCESS" not in out
+
+
 @pytest.mark.parametrize("workers", [1, 2])  # with workers, the joined Langfuse generations are labeled there too
 def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path, monkeypatch, workers):
     if workers > 1:
@@ -72,6 +99,7 @@ def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path,
     assert accounted(m) and m.quarantine_reasons == {"unknown_format": 1}
     (q,) = table(m, "quarantine")
     assert q["source_file"].endswith("other.jsonl") and "hello" in q["detail"]
+    assert m.source["unrecognized_files"] == {str(src / "other.jsonl"): 1}
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     assert rows["lf-1:obs-1"]["judge_reward"] == 0.5 and rows["lf-1:obs-1"]["final_reward"] == 0.5
     assert rows["chatcmpl-1"]["completion"] == "5" and rows["chatcmpl-1"]["source_file"].endswith("openai.jsonl.gz")

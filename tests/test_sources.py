@@ -63,7 +63,7 @@ def test_a_plain_local_file_gives_the_blocks_of_the_general_reader_as_places_in_
     big = b'{"big": "' + b"x" * 200 + b'"}'
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"n": 1}\r\n' + big + b'\n{"n": 2}\n\n\n{"n": 3}\n' + big + b'\n{"n": 4}')
-    fs, files = sources.list_files(str(path))
+    fs, files, _ = sources.list_files(str(path))
     general = list(sources._jsonl_blocks(fs, files[0]))
     places = list(sources.blocks(fs, files))
     assert all(not b.data for b in places) and any(b.size for b in places)
@@ -101,7 +101,7 @@ def test_plain_and_general_readers_cut_random_files_alike(tmp_path, monkeypatch)
 
     rng = random.Random(0)
     path = tmp_path / "a.jsonl"
-    fs, _ = sources.list_files(str(tmp_path))
+    fs, _, _ = sources.list_files(str(tmp_path))
     for _ in range(400):
         monkeypatch.setattr(sources, "BLOCK_BYTES", rng.choice([1, 2, 3, 7, 16, 64, 200]))
         monkeypatch.setattr(sources, "MAX_RECORD_BYTES", rng.choice([5, 30, 100, 1000]))

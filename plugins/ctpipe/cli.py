@@ -98,6 +98,7 @@ def _duration(text: str) -> timedelta:
 
 def cmd_materialize(args) -> int:
     from ctpipe.materialize import materialize
+    from ctpipe.sources import SUFFIXES
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
@@ -111,8 +112,10 @@ def cmd_materialize(args) -> int:
         m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
         if args.json:  # one object per interval, for scripts
             print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
-                              **({"version": None} if m is None else {**m.asset_extra(), "scrubbed": m.scrubbed,
-                                                                       "quarantine_reasons": m.quarantine_reasons})}))
+                              **({"version": None} if m is None else {
+                                  **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
+                                  "unrecognized_files": m.source.get("unrecognized_files", {}),
+                                  "skipped_files": m.source.get("skipped_files", [])})}))
         elif m is None:
             print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
         else:
@@ -122,7 +125,11 @@ def cmd_materialize(args) -> int:
                   f"{json.dumps(m.quarantine_reasons)}\n"
                   f"  {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} DPO pairs; reward {json.dumps(m.reward_stats)}\n"
                   f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
-                  f"  {m.uri}")
+                  + "".join(f"  {f}: no trace in a known format, {n} items quarantined\n"
+                            for f, n in m.source.get("unrecognized_files", {}).items())
+                  + "".join(f"  {f}: not read, its name ends in none of {' '.join(SUFFIXES)}\n"
+                            for f in m.source.get("skipped_files", []))
+                  + f"  {m.uri}")
         start = end
     return 0
 

@@ -62,6 +62,9 @@ _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the 
 # pairing step grew five times for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
+# Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
+# a file whose every line fails so is reported by name, not guessed at.
+_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8"})
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
@@ -99,6 +102,8 @@ class Part:
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
     langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
+    file: str = ""  # the block's file (a Langfuse part has none of its own)
+    unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -258,6 +263,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
                   else columns.micros(hour) if hour else None)
             if at is None or lo <= at < hi:
                 part.read += 1
+                part.unformatted += q["reason"] in _NO_FORMAT
                 part.quarantine.append(q)
 
     tables = [columns.from_records([r for r, kept in zip(slow, inside_slow) if kept])]
@@ -366,7 +372,7 @@ def _digest(block: sources.Block) -> bytes:
 def process(item: tuple[int, sources.Block]) -> Part:
     """One block, decoded to deduplication keys (in a worker, or in this process for small sources)."""
     index, block = item[0], item[1].load()
-    part = Part(index, [], digest=_digest(block))
+    part = Part(index, [], digest=_digest(block), file=block.file)
     return _keyed(part, _rows(_read(block, _JOB, part), part))
 
 
@@ -770,8 +776,12 @@ def materialize(
     start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
-    fs, files = sources.list_files(source)
+    fs, files, skipped = sources.list_files(source)
     files = [f for f in files if _may_hold(f, start, end)]
+    skipped = [f for f in skipped if _may_hold(f, start, end)]
+    if skipped:
+        log.warning("%d files of the source are not read, their names not those of trace files (%s): %s%s",
+                    len(skipped), ", ".join(sources.SUFFIXES), ", ".join(skipped[:20]), ", ..." if len(skipped) > 20 else "")
     config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"})}
     output = Output(out)
     file_keys = [(f, fs.ukey(f)) for f in files]
@@ -791,6 +801,7 @@ def materialize(
     reasons: Counter = Counter()
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
+    by_file: dict[str, list[int]] = {}  # items read in the interval, of them in no format, records in a format
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
@@ -812,6 +823,9 @@ def materialize(
             counts["outside_interval"] += part.outside
             found_pii.update(part.pii)
             found_formats.update(part.formats)
+            if part.file:
+                seen = by_file.setdefault(part.file, [0, 0, 0])
+                seen[0], seen[1], seen[2] = seen[0] + part.read, seen[1] + part.unformatted, seen[2] + part.formats.total()
             for entry in part.langfuse:
                 join.add_entry(entry)
             duplicates = dedupe.verdicts(part.keys)
@@ -858,6 +872,12 @@ def materialize(
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
+    unrecognized = {f: read for f, (read, unformatted, known) in sorted(by_file.items())
+                    if read and read == unformatted and not known}
+    if unrecognized:
+        log.warning("files with no trace in %s (all they hold is quarantined): %s",
+                    "any known format" if dataset.format == "auto" else f"format {dataset.format}",
+                    ", ".join(f"{f} ({n} items)" for f, n in unrecognized.items()))
     manifest = staging.publish(
         version,
         interval=(start.isoformat(), end.isoformat()),
@@ -866,7 +886,7 @@ def materialize(
         reward_stats=stats.summary(),
         scrubbed=dict(sorted(found_pii.items())),
         source={"uri": source, "files": len(files), "formats": dict(sorted(found_formats.items())),
-                "content_hash": digest.hexdigest()},
+                "unrecognized_files": unrecognized, "skipped_files": skipped, "content_hash": digest.hexdigest()},
         config=config,
     )
     output.remember(start, end, config, file_keys, manifest.version)

@@ -4,9 +4,12 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 ``gs://`` (install ``s3fs``/``gcsfs``; credentials come from the usual places: environment,
 config files, instance metadata, never from code). Files are read as:
 
-* ``*.jsonl``, ``*.json`` (one document per line; gzip when the name ends in ``.gz``), in blocks of
-  whole lines of about :data:`BLOCK_BYTES`;
+* ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line; gzip when the name ends in ``.gz``), in
+  blocks of whole lines of about :data:`BLOCK_BYTES`;
 * ``*.parquet`` (one document per row), in record batches.
+
+Other files in a source folder are skipped and listed by name, except hidden ones and markers
+(``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
@@ -28,7 +31,7 @@ import numpy as np
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
 
-SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")
+SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".parquet")
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048
@@ -91,19 +94,20 @@ def filesystem(uri: str) -> tuple[Any, str]:
     return fs, path
 
 
-def list_files(uri: str) -> tuple[Any, list[str]]:
-    """(filesystem, the source's readable files in a stable order); SourceError when there is nothing."""
+def list_files(uri: str) -> tuple[Any, list[str], list[str]]:
+    """(filesystem, the source's files to read, the other files of a source folder), each in a stable
+    order; SourceError when there is nothing. A file named as the source is read whatever its name."""
     try:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"source {uri!r}: {e}") from None
     if not fs.exists(path):
         raise SourceError(f"source {uri!r} does not exist")
-    if fs.isdir(path):
-        files = sorted(p for p in fs.find(path) if p.endswith(SUFFIXES))
-    else:
-        files = [path]
-    return fs, files
+    if not fs.isdir(path):
+        return fs, [path], []
+    found = sorted(fs.find(path))
+    skipped = [p for p in found if not p.endswith(SUFFIXES) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+    return fs, [p for p in found if p.endswith(SUFFIXES)], skipped
 
 
 def _gunzip(f) -> Iterator[bytes]:
@@ -268,6 +272,6 @@ def items(block: Block) -> Iterator[Item]:
 
 def read(uri: str) -> Iterator[Item]:
     """Every line or row of every file under ``uri``, in order."""
-    fs, files = list_files(uri)
+    fs, files, _ = list_files(uri)
     for block in blocks(fs, files):
         yield from items(block.load())
