@@ -154,7 +154,7 @@ def test_a_langfuse_join_gives_the_same_traces_a_chunk_at_a_time_as_all_at_once(
 def test_a_langfuse_chunk_with_more_ids_than_old_sqlite_takes_in_one_query():
     import sqlite3
 
-    from ctpipe.formats import LangfuseJoin
+    from ctpipe.formats import LangfuseJoin, joined
 
     join = LangfuseJoin()
     join._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # SQLite before 3.32
@@ -164,4 +164,4 @@ def test_a_langfuse_chunk_with_more_ids_than_old_sqlite_takes_in_one_query():
         join.add({"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i,
                   "dataType": "NUMERIC", "source": "EVAL"})
     (chunk,) = join.chunks(1500)
-    assert [t["scores"][0]["value"] for t, _ in chunk] == [float(i) for i in range(1500)]
+    assert [t["scores"][0]["value"] for t, _ in map(joined, chunk)] == [float(i) for i in range(1500)]

@@ -15,6 +15,8 @@ from ctpipe import materialize as mat
 from ctpipe import sources
 from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+from ctpipe.formats import FormatError
+from ctpipe.traces import InvalidTrace, decode
 from tests.conftest import T0, trace
 from tests.test_formats import OPENAI, kv, otlp
 
@@ -103,6 +105,20 @@ def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path,
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     assert rows["lf-1:obs-1"]["judge_reward"] == 0.5 and rows["lf-1:obs-1"]["final_reward"] == 0.5
     assert rows["chatcmpl-1"]["completion"] == "5" and rows["chatcmpl-1"]["source_file"].endswith("openai.jsonl.gz")
+
+
+def test_a_line_without_a_trace_id_key_skips_our_typed_decoding_and_keeps_its_reason():
+    ours_unnamed = {k: v for k, v in trace(1).items() if k != "trace_id"}  # ours, with a field missing
+    for line, reason in {b"[1, 2]": "not_an_object", b'"text"': "not_an_object", b"{cut": "invalid_json",
+                         b'{"a": NaN}': "non_finite_number", b'{"a": "\xff"}': "invalid_utf8",
+                         json.dumps(ours_unnamed).encode(): "missing_field", b'{"hello": 1}': "unknown_format"}.items():
+        with pytest.raises((InvalidTrace, FormatError)) as e:
+            mat._decode(line, "auto")
+        assert e.value.reason == reason, line
+        assert reason != "missing_field" or "trace_id" in str(e.value)
+    escaped = json.dumps(trace(2)).replace('"trace_id"', '"trace\\u005fid"').encode()  # ours all the same
+    assert mat._decode(escaped, "auto") == ("ctpipe", [decode(json.dumps(trace(2)))])
+    assert mat._decode(json.dumps(OPENAI).encode(), "auto")[0] == "openai"
 
 
 def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp_path, monkeypatch):

@@ -25,10 +25,12 @@ reported, never guessed at.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import sqlite3
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -269,19 +271,22 @@ def _langfuse_messages(value: Any) -> list[dict]:
 class LangfuseJoin:
     """Generations of a Langfuse export with their scores and trace versions; rows may come in any order.
 
-    Rows wait in a private SQLite database on disk (pickled, so Parquet rows keep their types), not
-    in memory: held as dicts, an export of 400,000 generations made the run peak at 5.4 GB. They come
-    back in the order they were added, a chunk at a time, each chunk with the scores and versions
-    of its own ids.
+    Rows wait on disk, pickled (so Parquet rows keep their types), not in memory: held as dicts, an
+    export of 400,000 generations made the run peak at 5.4 GB. Generations, which only ever come back
+    in the order they were added, go to a plain temporary file; scores and trace versions, looked up
+    by id, to a private SQLite database. Generations come back a chunk at a time, each with the scores
+    and version of its own ids, all still pickled: the join only stores and looks up, and whoever maps
+    a chunk to traces (:func:`joined`, in the workers) unpickles it. Done in the joining process, that
+    work made it the bottleneck of an export, at about 11,500 generations a second.
     """
 
     def __init__(self):
+        self._generations = tempfile.TemporaryFile(prefix="ctpipe-langfuse-")  # lists of entries, pickled
         # "": a temporary database, in a small page cache and then a file, deleted on close (a file
         # even where SQLite was built to keep temporary data in memory, as far as the build allows).
         self._db = sqlite3.connect("")
         self._db.executescript("""
             PRAGMA temp_store = FILE;
-            CREATE TABLE generations (seq INTEGER PRIMARY KEY, row BLOB, place BLOB);
             CREATE TABLE scores (seq INTEGER PRIMARY KEY, id BLOB, score BLOB);
             CREATE INDEX scores_by_id ON scores (id);
             CREATE TABLE versions (id BLOB PRIMARY KEY, version TEXT);
@@ -289,12 +294,14 @@ class LangfuseJoin:
 
     @staticmethod
     def entry(row: dict, where: tuple[str, int] | None = None) -> tuple | None:
-        """What :meth:`add_entry` keeps of one export row (None: nothing), made where the row was read:
+        """What :meth:`add_entries` keeps of one export row (None: nothing), made where the row was read:
         a few pickled values, cheaper to send between processes than the row. FormatError for a row
         that is no Langfuse row, or a score that cannot be read."""
         kind = langfuse_kind(row)
         if kind == "observation":
-            return ("generation", _pickled(row), _pickled(where)) if row.get("type") == "GENERATION" else None
+            if row.get("type") != "GENERATION":
+                return None
+            return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), _pickled(where)
         if kind == "score":  # by observation id, or by trace id for trace-level scores
             return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
         if kind == "trace":
@@ -304,46 +311,61 @@ class LangfuseJoin:
 
     def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
         """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
-        self.add_entry(self.entry(row, where))
+        self.add_entries([self.entry(row, where)])
 
-    def add_entry(self, entry: tuple | None) -> None:
-        if entry is not None:
-            kind, *values = entry
-            self._db.execute(_INSERT[kind], values)
+    def add_entries(self, entries: Iterable[tuple | None]) -> None:
+        """Store :meth:`entry`\\ s, in their order, before :meth:`chunks` reads them back."""
+        for kind, group in itertools.groupby(filter(None, entries), key=lambda e: e[0]):
+            if kind == "generation":
+                pickle.dump([values for _, *values in group], self._generations, protocol=5)
+            else:
+                self._db.executemany(_INSERT[kind], (values for _, *values in group))
 
     def traces(self, chunk: int = 1000) -> Iterator[tuple[dict | FormatError, tuple[str, int] | None]]:
         """(canonical trace, or the FormatError of a generation that cannot map; where it was read)."""
         for generations in self.chunks(chunk):
-            yield from generations
+            yield from map(joined, generations)
 
-    def chunks(self, size: int) -> Iterator[list[tuple[dict | FormatError, tuple[str, int] | None]]]:
-        """:meth:`traces`, ``size`` at a time, in the order the generations were added; each chunk is
-        read with the scores and versions of its own ids."""
-        last = 0
-        while rows := self._db.execute("SELECT seq, row, place FROM generations WHERE seq > ? ORDER BY seq LIMIT ?",
-                                       (last, size)).fetchall():
-            last = rows[-1][0]
-            generations = [(pickle.loads(row), pickle.loads(place)) for _, row, place in rows]
-            ids = list({_pickled(g.get(k)) for g, _ in generations for k in ("id", "traceId")})
-            scores: dict[bytes, list[dict]] = {}
+    def chunks(self, size: int) -> Iterator[list[tuple[bytes, bytes, list[bytes], str | None]]]:
+        """The generations ``size`` at a time, in the order they were added, each as (its row, where it
+        was read, its scores (its own, then its trace's), its trace's version), pickled as stored:
+        :func:`joined` maps one to a trace."""
+        stored = self._stored()
+        while rows := list(itertools.islice(stored, size)):
+            ids = list({key for gid, tid, _, _ in rows for key in (gid, tid)})
+            scores: dict[bytes, list[bytes]] = {}
             versions: dict[bytes, str] = {}
             for at in range(0, len(ids), _IDS_PER_QUERY):
                 some = ids[at:at + _IDS_PER_QUERY]
                 marks = ",".join("?" * len(some))
                 for key, score in self._db.execute(f"SELECT id, score FROM scores WHERE id IN ({marks}) ORDER BY seq", some):
-                    scores.setdefault(key, []).append(pickle.loads(score))
+                    scores.setdefault(key, []).append(score)
                 versions.update(self._db.execute(f"SELECT id, version FROM versions WHERE id IN ({marks})", some))
-            chunk = []
-            for g, where in generations:
-                gid, tid = _pickled(g.get("id")), _pickled(g.get("traceId"))
-                try:
-                    chunk.append((_trace(g, scores.get(gid, []) + scores.get(tid, []), versions.get(tid)), where))
-                except FormatError as e:
-                    chunk.append((e, where))
-            yield chunk
+            yield [(row, place, scores.get(gid, []) + scores.get(tid, []), versions.get(tid))
+                   for gid, tid, row, place in rows]
+
+    def _stored(self) -> Iterator[list[bytes]]:
+        """The generations' entries (id, trace id, row, place), as they were added."""
+        self._generations.seek(0)
+        while True:
+            try:
+                yield from pickle.load(self._generations)
+            except EOFError:
+                return
 
     def close(self) -> None:
+        self._generations.close()
         self._db.close()
+
+
+def joined(generation: tuple[bytes, bytes, list[bytes], str | None]) -> tuple[dict | FormatError, tuple[str, int] | None]:
+    """One generation of :meth:`LangfuseJoin.chunks` as (its canonical trace, or the FormatError of one
+    that cannot map; where it was read)."""
+    row, place, scores, version = generation
+    try:
+        return _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version), pickle.loads(place)
+    except FormatError as e:
+        return e, pickle.loads(place)
 
 
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
@@ -375,7 +397,6 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
 
 _IDS_PER_QUERY = 900  # SQLite before 3.32 (Ubuntu 20.04 has 3.31) takes at most 999 variables a statement
 _INSERT = {
-    "generation": "INSERT INTO generations (row, place) VALUES (?, ?)",
     "score": "INSERT INTO scores (id, score) VALUES (?, ?)",
     "version": "INSERT OR REPLACE INTO versions VALUES (?, ?)",  # the last one read wins
 }

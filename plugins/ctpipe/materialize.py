@@ -164,6 +164,13 @@ def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
 
 def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     """(format, canonical records) of one line; InvalidTrace or FormatError when it has none."""
+    if fmt == "auto" and b'"trace_id"' not in raw:
+        # Another format's line, most likely: our schema's typed decoding would fail it only after
+        # parsing all of it, and it would be parsed again as a document. Anything else goes on below.
+        doc = traces.loads(raw)
+        found = formats.detect(doc)
+        if isinstance(doc, dict) and found != "ctpipe":
+            return _from_doc(doc, fmt, found)
     if fmt in ("auto", "ctpipe"):
         try:
             return "ctpipe", [traces.decode(raw)]
@@ -175,11 +182,11 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
                 raise
     else:
         doc = traces.loads(raw)
-    return _from_doc(doc, fmt)
+    return _from_doc(doc, fmt, formats.detect(doc))
 
 
-def _from_doc(doc, fmt: str) -> tuple[str, list]:
-    found = formats.detect(doc)
+def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
+    """(format, canonical records) of a decoded document of format ``found`` (:func:`formats.detect`)."""
     if found == "langfuse" and fmt in ("auto", "langfuse"):
         return "langfuse", [doc]
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
@@ -222,7 +229,10 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
             rejected.append((n, _quarantined(block.file, n, raw.reason, raw.detail, raw.raw)))
             continue
         try:
-            fmt, recs = _from_doc(raw, job.dataset.format) if isinstance(raw, dict) else _decode(raw, job.dataset.format)
+            if isinstance(raw, dict):  # a Parquet row
+                fmt, recs = _from_doc(raw, job.dataset.format, formats.detect(raw))
+            else:
+                fmt, recs = _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
@@ -520,7 +530,7 @@ def langfuse_part(item: tuple[int, list]) -> Part:
     index, chunk = item
     part = Part(index, [])
     found = []
-    for doc, (file, n) in chunk:
+    for doc, (file, n) in map(formats.joined, chunk):
         try:
             if isinstance(doc, formats.FormatError):
                 raise doc
@@ -826,8 +836,7 @@ def materialize(
             if part.file:
                 seen = by_file.setdefault(part.file, [0, 0, 0])
                 seen[0], seen[1], seen[2] = seen[0] + part.read, seen[1] + part.unformatted, seen[2] + part.formats.total()
-            for entry in part.langfuse:
-                join.add_entry(entry)
+            join.add_entries(part.langfuse)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
