@@ -349,9 +349,10 @@ class LangfuseJoin:
         self._generations.seek(0)
         while True:
             try:
-                yield from pickle.load(self._generations)
+                batch = pickle.load(self._generations)
             except EOFError:
                 return
+            yield from batch
 
     def close(self) -> None:
         self._generations.close()

@@ -789,9 +789,9 @@ def materialize(
     fs, files, skipped = sources.list_files(source)
     files = [f for f in files if _may_hold(f, start, end)]
     skipped = [f for f in skipped if _may_hold(f, start, end)]
-    if skipped:
-        log.warning("%d files of the source are not read, their names not those of trace files (%s): %s%s",
-                    len(skipped), ", ".join(sources.SUFFIXES), ", ".join(skipped[:20]), ", ..." if len(skipped) > 20 else "")
+    if skipped:  # named in the manifest too, all of them
+        log.warning("%d files of the source are not read, their names not those of trace files (%s): %s",
+                    len(skipped), " ".join(sources.SUFFIXES), ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
     config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"})}
     output = Output(out)
     file_keys = [(f, fs.ukey(f)) for f in files]
@@ -881,8 +881,7 @@ def materialize(
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
-    unrecognized = {f: read for f, (read, unformatted, known) in sorted(by_file.items())
-                    if read and read == unformatted and not known}
+    unrecognized = {f: n for f, (n, unformatted, known) in sorted(by_file.items()) if n and n == unformatted and not known}
     if unrecognized:
         log.warning("files with no trace in %s (all they hold is quarantined): %s",
                     "any known format" if dataset.format == "auto" else f"format {dataset.format}",
