@@ -217,7 +217,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
                 fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
                 taken = np.zeros(len(lines), bool)
                 taken[fast_at] = True
-    part.formats["ctpipe"] += len(fast_at)
+    if len(fast_at):
+        part.formats["ctpipe"] += len(fast_at)
 
     # The other lines, one by one: records (with their start times) and rejected items, by line.
     slow: list[tuple[str, int, traces.TraceRecord]] = []

@@ -1,0 +1,137 @@
+"""Materializer throughput per input format, against our own schema, side by side.
+
+Usage:
+    python bench/formats.py [--traces 400000] [--dir /tmp/ctpipe-bench-formats]
+
+Writes the same synthetic conversations (a system prompt, a question asked twice, answered once
+rightly and once wrongly with a worked answer ending in "#### <answer>", and the user's verdict:
+a judge score, or a thumb where the format has no scores) once per format, as JSONL:
+
+* ctpipe: our schema, one trace a line, with a judge score;
+* openai: chat-completions logs, request beside response, with a thumb in the metadata;
+* langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
+  files, so that every generation is joined across files with its score and its trace's release.
+
+Then materializes each, in its own process, one after the other (the settings of
+``bench/materialize.py``: the regex verifier, feedback and judge weighted), and prints traces/s and the peak RSS of each process
+tree, and the ratio of each format's throughput to our schema's. Run it while nothing else loads
+the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from materialize import T0, WORDS, _sample_peak, settings_for_bench
+
+FORMATS = ("ctpipe", "openai", "langfuse")
+
+
+def generate(root: Path, n: int, seed: int = 0) -> None:
+    """``n`` conversations under ``root/<format>/`` in every format."""
+    import msgspec
+
+    rng = random.Random(seed)
+    enc = msgspec.json.Encoder()
+    system = " ".join(rng.choices(WORDS, k=70))
+    files = {}
+    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("langfuse", ["observations", "scores", "traces"])):
+        (root / fmt).mkdir(parents=True, exist_ok=True)
+        files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
+    for i in range(n):
+        if i % 2 == 0:  # each question twice, so that DPO pairs are built too
+            a, b = rng.randrange(1000), rng.randrange(1000)
+            question = " ".join(rng.choices(WORDS, k=110)) + f" What is {a} plus {b}?"
+        right = i % 2 == 0
+        answer = " ".join(rng.choices(WORDS, k=190)) + f" #### {a + b if right else a + b + 1}"
+        judge = round(rng.uniform(7, 10) if right else rng.uniform(0, 3), 1)
+        start = T0 + timedelta(microseconds=int(i * 3_600_000_000 / n))
+        end = start + timedelta(milliseconds=900)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        usage = {"prompt_tokens": 210, "completion_tokens": 230, "total_tokens": 440}
+        rows = {
+            ("ctpipe", "traces"): {
+                "trace_id": f"tr-{i:09d}", "start_time": start.isoformat(), "end_time": end.isoformat(),
+                "model": {"name": "assistant", "version": "v7"}, "messages": messages, "completion": answer,
+                "usage": usage, "feedback": {"thumb": None, "rating": None}, "latency_ms": 900.0,
+                "scores": [{"name": "judge", "value": judge, "source": "eval"}]},
+            ("openai", "logs"): {
+                "request": {"model": "assistant", "messages": messages},
+                "response": {"id": f"chatcmpl-{i:09d}", "object": "chat.completion", "created": int(start.timestamp()),
+                             "model": "assistant", "usage": usage, "choices": [
+                                 {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+                "metadata": {"model_version": "v7", "thumb": "up" if right else "down"}, "latency_ms": 900.0},
+            ("langfuse", "observations"): {
+                "id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": start.isoformat(),
+                "endTime": end.isoformat(), "model": "assistant", "input": messages,
+                "output": {"role": "assistant", "content": answer},
+                "usageDetails": {"input": 210, "output": 230, "total": 440}},
+            ("langfuse", "scores"): {
+                "id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": judge,
+                "dataType": "NUMERIC", "source": "EVAL"},
+            ("langfuse", "traces"): {"id": f"t{i}", "timestamp": start.isoformat(), "release": "v7"},
+        }
+        for key, row in rows.items():
+            files[key].write(enc.encode(row) + b"\n")
+    for f in files.values():
+        f.close()
+
+
+def child(fmt: str, src: Path, out: Path) -> None:
+    from ctpipe.materialize import materialize
+
+    task, reward, dataset = settings_for_bench()
+    stop = threading.Event()
+    peak = _sample_peak(stop)
+    started = time.perf_counter()
+    m = materialize(str(src), str(out), T0, T0 + timedelta(hours=1), task=task, reward=reward, dataset=dataset)
+    seconds = time.perf_counter() - started
+    stop.set()
+    print("RESULT " + json.dumps({"seconds": seconds, "peak_rss_mb": peak[0], "counts": m.counts,
+                                  "formats": m.source["formats"]}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--traces", type=int, default=400_000)
+    p.add_argument("--dir", type=Path, default=Path("/tmp/ctpipe-bench-formats"))
+    p.add_argument("--child", choices=FORMATS, help=argparse.SUPPRESS)
+    p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args.child, args.src, args.out)
+        return
+    root = args.dir / f"traces-{args.traces}"
+    if not (root / "DONE").exists():
+        print(f"writing {args.traces} conversations in {len(FORMATS)} formats to {root} ...", flush=True)
+        generate(root, args.traces)
+        (root / "DONE").write_text("")
+    rates = {}
+    for fmt in FORMATS:
+        out = args.dir / f"out-{fmt}"
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+        done = subprocess.run([sys.executable, __file__, "--child", fmt, "--src", str(root / fmt), "--out", str(out)],
+                              capture_output=True, text=True)
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"{fmt} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        r = json.loads(line[7:])
+        if r["counts"]["traces"] != args.traces:
+            sys.exit(f"{fmt}: {r['counts']['traces']} of {args.traces} traces kept: {r['counts']}")
+        rates[fmt] = args.traces / r["seconds"]
+        print(f"{fmt:8s} {r['seconds']:7.1f} s  {rates[fmt]:8.0f} traces/s  peak RSS {r['peak_rss_mb']:6.0f} MB  "
+              f"{r['counts']['dpo_pairs']} DPO pairs, formats {r['formats']}", flush=True)
+    print(" ".join(f"ratio_{fmt}_vs_ctpipe={rates[fmt] / rates['ctpipe']:.2f}" for fmt in FORMATS[1:]))
+
+
+if __name__ == "__main__":
+    main()
