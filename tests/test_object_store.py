@@ -131,3 +131,23 @@ def test_training_reads_a_version_from_an_s3_dataset_store(s3, settings, base_mo
     with pytest.raises(PipelineError, match="dataset version 'nope' does not exist: no manifest at "
                                             "s3://datasets/versions/nope/manifest.json"):
         load_job(missing.write())
+
+
+def test_a_store_that_refuses_is_named_not_left_to_its_client(s3, monkeypatch, tmp_path):
+    """No credentials anywhere: the error says which source or dataset store could not be reached."""
+    from s3fs import S3FileSystem
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    for name, value in {"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+                        "AWS_CONFIG_FILE": str(tmp_path / "none")}.items():
+        monkeypatch.setenv(name, value)
+    S3FileSystem.clear_instance_cache()  # a filesystem made earlier keeps the credentials it found
+    write_traces(tmp_path / "traces", [trace(1)])
+    try:
+        with pytest.raises(sources.SourceError, match="source 's3://traces' could not be reached: NoCredentialsError"):
+            run("s3://traces", tmp_path / "out")
+        with pytest.raises(PipelineError, match="dataset store 's3://datasets' could not be reached: NoCredentialsError"):
+            run(tmp_path / "traces", "s3://datasets")
+    finally:
+        S3FileSystem.clear_instance_cache()

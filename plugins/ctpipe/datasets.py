@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
-from ctpipe.sources import filesystem
+from ctpipe.sources import filesystem, reachable
 
 CODE_VERSION = "3"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
@@ -282,6 +282,7 @@ class Output:
         self.fs, root = filesystem(self.uri)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
+        reachable(self.fs, self.root, f"dataset store {self.uri!r}")
 
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"

@@ -94,6 +94,19 @@ def filesystem(uri: str) -> tuple[Any, str]:
     return fs, path
 
 
+def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineError) -> bool:
+    """Whether ``path`` exists; ``error`` naming ``what`` when the store refuses to say (credentials,
+    permissions, network), rather than the client's own exception, which names neither. (``exists``
+    would not do: s3fs answers False for a bucket it could not ask about.)"""
+    try:
+        fs.info(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except Exception as e:  # noqa: BLE001 - each filesystem raises its own types
+        raise error(f"{what} could not be reached: {type(e).__name__}: {e}") from e
+
+
 def list_files(uri: str) -> tuple[Any, list[str], list[str]]:
     """(filesystem, the source's files to read, the other files of a source folder), each in a stable
     order; SourceError when there is nothing. A file named as the source is read whatever its name."""
@@ -101,7 +114,7 @@ def list_files(uri: str) -> tuple[Any, list[str], list[str]]:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"source {uri!r}: {e}") from None
-    if not fs.exists(path):
+    if not reachable(fs, path, f"source {uri!r}", SourceError):
         raise SourceError(f"source {uri!r} does not exist")
     if not fs.isdir(path):
         return fs, [path], []
