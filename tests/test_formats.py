@@ -165,3 +165,22 @@ def test_a_langfuse_chunk_with_more_ids_than_old_sqlite_takes_in_one_query():
                   "dataType": "NUMERIC", "source": "EVAL"})
     (chunk,) = join.chunks(1500)
     assert [t["scores"][0]["value"] for t, _ in map(joined, chunk)] == [float(i) for i in range(1500)]
+
+
+def test_a_langfuse_join_read_in_part_refuses_more_generations_rather_than_overwrite_them():
+    from ctpipe.formats import LangfuseJoin
+
+    def generation(i):
+        return {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                "model": "m", "input": "q", "output": f"a{i}"}
+
+    join = LangfuseJoin()
+    join.add(generation(1))
+    join.add(generation(2))
+    reading = join.traces(chunk=1)
+    next(reading)
+    with pytest.raises(RuntimeError, match="added after the join was read"):
+        join.add(generation(3))
+    assert [t["completion"] for t, _ in join.traces()] == ["a1", "a2"]
+    join.add(generation(3))  # once read to the end, the file ends where it was written
+    assert [t["completion"] for t, _ in join.traces()] == ["a1", "a2", "a3"]

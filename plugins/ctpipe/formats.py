@@ -282,6 +282,7 @@ class LangfuseJoin:
 
     def __init__(self):
         self._generations = tempfile.TemporaryFile(prefix="ctpipe-langfuse-")  # lists of entries, pickled
+        self._written = 0
         # "": a temporary database, in a small page cache and then a file, deleted on close (a file
         # even where SQLite was built to keep temporary data in memory, as far as the build allows).
         self._db = sqlite3.connect("")
@@ -317,7 +318,10 @@ class LangfuseJoin:
         """Store :meth:`entry`\\ s, in their order, before :meth:`chunks` reads them back."""
         for kind, group in itertools.groupby(filter(None, entries), key=lambda e: e[0]):
             if kind == "generation":
+                if self._generations.tell() != self._written:  # a read moved the file: appending would overwrite
+                    raise RuntimeError("Langfuse generations added after the join was read")
                 pickle.dump([values for _, *values in group], self._generations, protocol=5)
+                self._written = self._generations.tell()
             else:
                 self._db.executemany(_INSERT[kind], (values for _, *values in group))
 
