@@ -75,6 +75,7 @@ class JobSpec(BaseModel):
 def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
     """The spec at ``path`` and its dataset's manifest; a clear error when either is unusable."""
     from ctpipe.datasets import Manifest
+    from ctpipe.sources import filesystem, reachable
 
     try:
         spec = JobSpec.read(path)
@@ -82,11 +83,11 @@ def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
         raise PipelineError(f"job spec {path} does not exist") from None
     except ValidationError as e:
         raise PipelineError(f"job spec {path} is invalid: {e}") from None
-    try:
-        manifest = Manifest.load(spec.dataset_uri)
-    except FileNotFoundError:
+    fs, root = filesystem(spec.dataset_uri)
+    if not reachable(fs, f"{root.rstrip('/')}/manifest.json", f"dataset_uri {spec.dataset_uri!r}"):
         raise PipelineError(f"dataset version {spec.dataset_version!r} does not exist: no manifest at "
-                            f"{spec.dataset_uri.rstrip('/')}/manifest.json") from None
+                            f"{spec.dataset_uri.rstrip('/')}/manifest.json")
+    manifest = Manifest.load(spec.dataset_uri)
     table = spec.table
     if manifest.files[table]["rows"] == 0:
         raise PipelineError(f"dataset version {spec.dataset_version!r} has no {table} rows: nothing to train on")
