@@ -20,17 +20,15 @@ the machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import subprocess
 import sys
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
-from materialize import T0, WORDS, _sample_peak, settings_for_bench
+from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
 FORMATS = ("ctpipe", "openai", "langfuse")
 
@@ -100,13 +98,7 @@ def child(fmt: str, src: Path, out: Path) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--traces", type=int, default=400_000)
-    p.add_argument("--dir", type=Path, default=Path("/tmp/ctpipe-bench-formats"))
-    p.add_argument("--child", choices=FORMATS, help=argparse.SUPPRESS)
-    p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = arguments(__doc__, 400_000, "/tmp/ctpipe-bench-formats", list(FORMATS))
     if args.child:
         child(args.child, args.src, args.out)
         return
@@ -117,14 +109,7 @@ def main() -> None:
         (root / "DONE").write_text("")
     rates = {}
     for fmt in FORMATS:
-        out = args.dir / f"out-{fmt}"
-        subprocess.run(["rm", "-rf", str(out)], check=True)
-        done = subprocess.run([sys.executable, __file__, "--child", fmt, "--src", str(root / fmt), "--out", str(out)],
-                              capture_output=True, text=True)
-        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if line is None:
-            sys.exit(f"{fmt} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        r = json.loads(line[7:])
+        r = run_child(__file__, fmt, root / fmt, args.dir / f"out-{fmt}")
         if r["counts"]["traces"] != args.traces:
             sys.exit(f"{fmt}: {r['counts']['traces']} of {args.traces} traces kept: {r['counts']}")
         rates[fmt] = args.traces / r["seconds"]

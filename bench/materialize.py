@@ -298,14 +298,30 @@ def child(kind: str, src: Path, out: Path) -> None:
     print("RESULT " + json.dumps(result, default=str))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--traces", type=int, default=1_000_000)
-    p.add_argument("--dir", type=Path, default=Path("/tmp/ctpipe-bench-materialize"))
-    p.add_argument("--child", choices=["ctpipe", "duckdb", "floor"], help=argparse.SUPPRESS)
+def arguments(doc: str, traces: int, folder: str, kinds: list[str]) -> argparse.Namespace:
+    """A bench's command line: the size and folder, and how it calls itself to run one of ``kinds``."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--traces", type=int, default=traces)
+    p.add_argument("--dir", type=Path, default=Path(folder))
+    p.add_argument("--child", choices=kinds, help=argparse.SUPPRESS)
     p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def run_child(script: str, kind: str, src: Path, out: Path) -> dict:
+    """``script --child kind`` in a process of its own, on an empty ``out``: the result it printed."""
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    done = subprocess.run([sys.executable, script, "--child", kind, "--src", str(src), "--out", str(out)],
+                          capture_output=True, text=True)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        sys.exit(f"{kind} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return json.loads(line[7:])
+
+
+def main() -> None:
+    args = arguments(__doc__, 1_000_000, "/tmp/ctpipe-bench-materialize", ["ctpipe", "duckdb", "floor"])
     if args.child:
         child(args.child, args.src, args.out)
         return
@@ -318,14 +334,7 @@ def main() -> None:
     print(f"input: {args.traces} traces, {size / 1e9:.2f} GB, {size / args.traces:.0f} bytes each", flush=True)
     results = {}
     for kind in ("ctpipe", "duckdb", "floor"):
-        out = args.dir / f"out-{kind}"
-        subprocess.run(["rm", "-rf", str(out)], check=True)
-        done = subprocess.run([sys.executable, __file__, "--child", kind, "--src", str(src), "--out", str(out)],
-                              capture_output=True, text=True)
-        line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
-        if line is None:
-            sys.exit(f"{kind} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        results[kind] = r = json.loads(line[7:])
+        results[kind] = r = run_child(__file__, kind, src, args.dir / f"out-{kind}")
         r["rate"] = args.traces / r["seconds"]
         print(f"{kind:7s} {r['seconds']:7.1f} s  {r['rate']:9.0f} traces/s  peak RSS {r['peak_rss_mb']:7.0f} MB  "
               f"{ {k: v for k, v in r.items() if k not in ('seconds', 'rate', 'peak_rss_mb')} }", flush=True)
