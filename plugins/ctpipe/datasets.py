@@ -285,7 +285,7 @@ class Output:
         self.fs, root = filesystem(self.uri)
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
-        reachable(self.fs, self.root, f"dataset store {self.uri!r}")
+        reachable(self.fs, self.root, f"dataset store {self.uri!r}")  # fails now, naming the store, if it refuses
 
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"

@@ -368,9 +368,10 @@ def joined(generation: tuple[bytes, bytes, list[bytes], str | None]) -> tuple[di
     that cannot map; where it was read)."""
     row, place, scores, version = generation
     try:
-        return _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version), pickle.loads(place)
+        trace: dict | FormatError = _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version)
     except FormatError as e:
-        return e, pickle.loads(place)
+        trace = e
+    return trace, pickle.loads(place)
 
 
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:

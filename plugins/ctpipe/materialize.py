@@ -178,11 +178,13 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
             if fmt == "ctpipe" or e.reason not in ("missing_field", "invalid_field"):
                 raise
             doc = traces.loads(raw)
-            if formats.detect(doc) == "ctpipe":
+            found = formats.detect(doc)
+            if found == "ctpipe":
                 raise
     else:
         doc = traces.loads(raw)
-    return _from_doc(doc, fmt, formats.detect(doc))
+        found = formats.detect(doc)
+    return _from_doc(doc, fmt, found)
 
 
 def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
@@ -217,8 +219,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
                 fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
                 taken = np.zeros(len(lines), bool)
                 taken[fast_at] = True
-    if len(fast_at):
-        part.formats["ctpipe"] += len(fast_at)
+    part.formats["ctpipe"] += len(fast_at)
 
     # The other lines, one by one: records (with their start times) and rejected items, by line.
     slow: list[tuple[str, int, traces.TraceRecord]] = []
@@ -812,7 +813,7 @@ def materialize(
     reasons: Counter = Counter()
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
-    by_file: dict[str, list[int]] = {}  # items read in the interval, of them in no format, records in a format
+    by_file: dict[str, Counter] = {}  # items read in the interval, of them in no format, records in a format
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
@@ -835,8 +836,8 @@ def materialize(
             found_pii.update(part.pii)
             found_formats.update(part.formats)
             if part.file:
-                seen = by_file.setdefault(part.file, [0, 0, 0])
-                seen[0], seen[1], seen[2] = seen[0] + part.read, seen[1] + part.unformatted, seen[2] + part.formats.total()
+                by_file.setdefault(part.file, Counter()).update(
+                    read=part.read, unformatted=part.unformatted, known=part.formats.total())
             join.add_entries(part.langfuse)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates), worker))
@@ -882,7 +883,8 @@ def materialize(
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
-    unrecognized = {f: n for f, (n, unformatted, known) in sorted(by_file.items()) if n and n == unformatted and not known}
+    unrecognized = {f: c["read"] for f, c in sorted(by_file.items())
+                    if c["read"] and c["read"] == c["unformatted"] and not c["known"]}
     if unrecognized:
         log.warning("files with no trace in %s (all they hold is quarantined): %s",
                     "any known format" if dataset.format == "auto" else f"format {dataset.format}",
@@ -894,7 +896,7 @@ def materialize(
         quarantine_reasons=dict(sorted(reasons.items())),
         reward_stats=stats.summary(),
         scrubbed=dict(sorted(found_pii.items())),
-        source={"uri": source, "files": len(files), "formats": dict(sorted(found_formats.items())),
+        source={"uri": source, "files": len(files), "formats": dict(sorted((+found_formats).items())),
                 "unrecognized_files": unrecognized, "skipped_files": skipped, "content_hash": digest.hexdigest()},
         config=config,
     )
