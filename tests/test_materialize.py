@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import tempfile
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -246,10 +247,27 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
         assert table(many, name) == table(one, name)
     monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # in one process again, a spill file per block: the same pieces, cut finer
     finer = run(tmp_path / "a.jsonl", tmp_path / "finer", dataset=DatasetConfig(workers=1))
+    monkeypatch.setattr(mat, "_FANOUT", 2)  # spilled into two buckets, each split again when paired
+    split = run(tmp_path / "a.jsonl", tmp_path / "split", dataset=DatasetConfig(workers=2))
+    assert len(split.files["dpo"]["parts"]) > 2 and split.counts == one.counts
     for name in ("grpo", "dpo"):  # the same rows; bucketed pairing may order prompts differently
         key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
         assert sorted(map(key, table(many, name))) == sorted(map(key, table(one, name)))
+        assert sorted(map(key, table(split, name))) == sorted(map(key, table(one, name)))
         assert table(finer, name) == table(many, name)
+
+
+def test_workers_that_cannot_start_leave_no_spill_files_nor_staged_parts(tmp_path, monkeypatch):
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 101 plus 1?", "102")))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def refused(self, job, workers):
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(mat._Pool, "__init__", refused)
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
 
 def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interval(tmp_path, capsys):

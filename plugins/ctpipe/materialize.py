@@ -8,11 +8,12 @@ their dedup keys; this process decides, in source order, which rows are duplicat
 occurrence stays) and which trace ids were seen twice with different content, so the answer is
 the same whatever the number of workers. The same worker then writes the block's kept rows as a
 part of the version's traces table, its quarantined items as a part of the quarantine table, and
-its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket yields its
-prompts' GRPO rows and DPO pairs as parts of those tables. Memory is bounded by the block size,
-the bucket size and the spill buffer, plus the three 64-bit keys of each kept trace: a million of
-each in hash tables (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk
-behind Bloom filters with a fixed budget, 32 MB a set.
+its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket (split
+again first, past a thousand buckets) yields its prompts' GRPO rows and DPO pairs as parts of
+those tables. Memory is bounded by the block size, the bucket size and the spill buffer, plus the
+three 64-bit keys of each kept trace: a million of each in hash tables
+(:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
+with a fixed budget, 32 MB a set.
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
@@ -32,7 +33,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -57,10 +58,15 @@ log = logging.getLogger(__name__)
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
 # Kept rows a process gathers for pairing before it appends them to the buckets' spill files. Each
-# spill adds a record batch to every bucket, so batches are (spills x buckets), both growing with
-# the input: spilling every block (6 MB) made 300,000 of them at three million traces, and the
-# pairing step grew five times for three times the input.
+# spill adds a record batch to every bucket, so batches are (spills x buckets): spilling every
+# block (6 MB) made 300,000 of them at three million traces, and the pairing step grew five times
+# for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
+# Buckets a spill writes to, at most (sources up to 24 GB); a larger source's buckets are split
+# again when they are paired (see pair_bucket). With as many buckets as the source needs, a spill's
+# appends grew with the input, so all spills' with its square: a million traces spilled into the
+# 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
+_FANOUT = 1024
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
@@ -85,7 +91,8 @@ class Job:
     eval_items: tuple[str, ...]
     staging: Staging  # where the version's parts are written
     spill_dir: str  # rows for pairing, between their writing and their pairing
-    buckets: int
+    buckets: int  # spilled into, by the top bits of the prompt key
+    splits: int = 1  # sub-buckets of each, by its low bits, when it is paired
 
 
 @dataclass
@@ -466,18 +473,24 @@ def spill() -> int:
     _SPILLING.clear()
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
-    order = pc.sort_indices(bucket)  # stable: rows keep their order within a bucket
-    rows, bucket = rows.take(order), bucket.take(order)
+    _append_runs(rows, bucket, lambda b: _spill_path(b, os.getpid()))
+    return os.getpid()
+
+
+def _append_runs(rows: pa.Table, target: pa.Array, path: Callable[[int], str]) -> None:
+    """Append each row of ``rows`` to the Arrow stream file ``path(target)``, a record batch per file;
+    rows keep their order within a file."""
+    order = pc.sort_indices(target)  # stable
+    rows, target = rows.take(order), target.take(order)
     start = 0
-    for run in pc.run_end_encode(bucket).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
+    for run in pc.run_end_encode(target).cast(pa.run_end_encoded(pa.int32(), pa.int64())).chunks:
         for end, b in zip(run.run_ends.to_pylist(), run.values.to_pylist()):
             # Uncompressed: compressing cost more than the disk it saved.
-            with open(_spill_path(b, os.getpid()), "ab") as f:
+            with open(path(b), "ab") as f:
                 if not f.tell():  # a new stream: its schema first
                     f.write(_SPILL_SCHEMA.serialize())
                 f.write(rows.slice(start, end - start).combine_chunks().to_batches()[0].serialize())
             start = end
-    return os.getpid()
 
 
 def _pairable(rows: pa.Table, k: int) -> pa.Table:
@@ -522,7 +535,7 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
     return rows.filter(keep)
 
 
-def _spill_path(bucket: int, pid: int) -> str:
+def _spill_path(bucket: int, pid: int | str) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
 
 
@@ -620,18 +633,62 @@ class _Pool:
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(item: tuple[int, list[int]]) -> tuple[dict | None, dict | None, int, int]:
+def pair_bucket(item: tuple[int, list[int]]) -> list[tuple[dict | None, dict | None, int, int]]:
     """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket (by the processes
-    ``pids``), in order of first appearance; their parts, and their counts."""
+    ``pids``): a part of each per (sub-)bucket, prompts in order of first appearance; their parts,
+    and their counts."""
     bucket, pids = item
-    cfg = _JOB.dataset
+    paths = [p for p in (_spill_path(bucket, pid) for pid in pids) if os.path.exists(p)]
+    if _JOB.splits == 1:
+        return [_pair(bucket, _read_spilled(paths))] if paths else []
+    return [_pair(bucket * _JOB.splits + i, _read_spilled([path])) for i, path in _split(bucket, paths)]
+
+
+def _read_spilled(paths: list[str]) -> pa.Table:
     batches = []
-    for path in filter(os.path.exists, (_spill_path(bucket, pid) for pid in pids)):
+    for path in paths:
         with pa.OSFile(path) as f:
             batches += pa.ipc.open_stream(f).read_all().to_batches()
-    if not batches:
+    return pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
+
+
+def _split(bucket: int, paths: list[str]) -> Iterator[tuple[int, str]]:
+    """Spread a bucket's spilled rows over :attr:`Job.splits` files by the low bits of their prompt
+    keys (the top bits chose the bucket), a record batch at a time, and remove its files: (sub-bucket,
+    file) of those that got rows. Rows keep their order within a sub-bucket."""
+    n = _JOB.splits
+    held: list[pa.RecordBatch] = []
+
+    def flush() -> None:
+        rows = pa.Table.from_batches(held, schema=_SPILL_SCHEMA)
+        held.clear()
+        low = pc.bit_wise_and(rows["prompt_key"], pa.scalar(0xFFFFFFFF, pa.uint64()))
+        sub = pc.shift_right(pc.multiply(low, pa.scalar(n, pa.uint64())), pa.scalar(32, pa.uint64()))
+        _append_runs(rows, pc.cast(sub, pa.int64()), lambda i: _spill_path(bucket, f"split-{i:04d}"))
+
+    size = 0
+    for path in paths:
+        with pa.OSFile(path) as f:
+            for batch in pa.ipc.open_stream(f):
+                held.append(batch)
+                size += batch.get_total_buffer_size()
+                if size >= _SPILL_BYTES:
+                    flush()
+                    size = 0
+        os.remove(path)
+    flush()
+    for i in range(n):
+        path = _spill_path(bucket, f"split-{i:04d}")
+        if os.path.exists(path):
+            yield i, path
+            os.remove(path)  # paired by now: its disk is free for the next
+
+
+def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, int]:
+    """The GRPO rows and DPO pairs of the spilled rows of ``table`` (all rows of their prompts), as part ``index``."""
+    if not table.num_rows:
         return None, None, 0, 0
-    table = pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
+    cfg = _JOB.dataset
     # Rows by prompt, then by source order: an order of row numbers, not a sorted copy of the texts.
     order = pc.sort_indices(table.select(["prompt_key", "row"]),
                             sort_keys=[("prompt_key", "ascending"), ("row", "ascending")]).to_numpy()
@@ -672,8 +729,8 @@ def pair_bucket(item: tuple[int, list[int]]) -> tuple[dict | None, dict | None, 
                           "chosen_reward": table["final_reward"].take(chosen),
                           "rejected_reward": table["final_reward"].take(rejected)}, schema=DPO_SCHEMA)
     staging = _JOB.staging
-    return (staging.write_part("grpo", bucket, grpo_table) if grpo_table.num_rows else None,
-            staging.write_part("dpo", bucket, dpo_table) if dpo_table.num_rows else None,
+    return (staging.write_part("grpo", index, grpo_table) if grpo_table.num_rows else None,
+            staging.write_part("dpo", index, dpo_table) if dpo_table.num_rows else None,
             grpo_table.num_rows, dpo_table.num_rows)
 
 
@@ -803,10 +860,12 @@ def materialize(
 
     size = sum(fs.size(f) or 0 for f in files)
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
-    buckets = max(1, math.ceil(size / _BUCKET_BYTES))
+    needed = max(1, math.ceil(size / _BUCKET_BYTES))
+    buckets = min(needed, _FANOUT)
+    splits = math.ceil(needed / buckets)
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset), staging, spill_dir, buckets)
+    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset), staging, spill_dir, buckets, splits)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
@@ -818,9 +877,10 @@ def materialize(
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
     started = time.monotonic()
-    pool = _Pool(job, workers)
     join = formats.LangfuseJoin()
-    try:
+    pool = None
+    try:  # from here on, a failure (starting the workers too) leaves no spill files nor staged parts
+        pool = _Pool(job, workers)
         finishing: deque[Future] = deque()
 
         def written(w: Written) -> None:
@@ -863,11 +923,12 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        for grpo, dpo, n_grpo, n_dpo in pool.ordered(pair_bucket, ((b, pids) for b in range(buckets))):
-            parts["grpo"] += [grpo] if grpo else []
-            parts["dpo"] += [dpo] if dpo else []
-            counts["grpo_prompts"] += n_grpo
-            counts["dpo_pairs"] += n_dpo
+        for paired_parts in pool.ordered(pair_bucket, ((b, pids) for b in range(buckets))):
+            for grpo, dpo, n_grpo, n_dpo in paired_parts:
+                parts["grpo"] += [grpo] if grpo else []
+                parts["dpo"] += [dpo] if dpo else []
+                counts["grpo_prompts"] += n_grpo
+                counts["dpo_pairs"] += n_dpo
         for name, schema in (("traces", TRACES_SCHEMA), ("quarantine", QUARANTINE_SCHEMA), ("grpo", GRPO_SCHEMA),
                              ("dpo", DPO_SCHEMA)):
             staging.add_table(name, schema, parts[name])
@@ -876,7 +937,8 @@ def materialize(
         staging.discard()
         raise
     finally:
-        pool.close()
+        if pool is not None:
+            pool.close()
         join.close()
         _ROWS.clear()  # what this process kept of a run that failed
         _SPILLING.clear()
@@ -903,7 +965,7 @@ def materialize(
     output.remember(start, end, config, file_keys, manifest.version)
     log.info("%s: %d traces in %.1f s with %d workers: read, labeled and deduplicated in %.1f s, %d buckets paired "
              "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
-             read - started, buckets, paired - read, time.monotonic() - paired)
+             read - started, buckets * splits, paired - read, time.monotonic() - paired)
     return manifest
 
 
