@@ -1,5 +1,6 @@
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -82,10 +83,10 @@ def test_either_pairing_strategy_makes_the_same_pair_here(mixed, strategy):
 
 def test_rerunning_an_interval_gives_the_same_version_untouched(mixed):
     first = run(mixed)
-    stamp = (first.path / "manifest.json").stat().st_mtime_ns
+    stamp = (Path(first.uri) / "manifest.json").stat().st_mtime_ns
     again = run(mixed)
     assert again.version == first.version
-    assert (first.path / "manifest.json").stat().st_mtime_ns == stamp
+    assert (Path(first.uri) / "manifest.json").stat().st_mtime_ns == stamp
     assert not [p for p in mixed.datasets_dir.iterdir() if p.name.startswith(".tmp")]
     assert datasets.resolve(mixed.datasets_dir, "").version == first.version
 
@@ -146,7 +147,7 @@ def test_dpo_all_pairs_takes_the_widest_gaps_first_and_skips_ties():
 
 def test_manifest_records_hashes_and_counts(mixed):
     m = run(mixed)
-    on_disk = json.loads((m.path / "manifest.json").read_text())
+    on_disk = json.loads((Path(m.uri) / "manifest.json").read_text())
     assert on_disk["files"]["traces"]["rows"] == m.counts["traces"]
     assert len(on_disk["files"]["dpo"]["sha256"]) == 64
     assert m.asset_extra()["rows"]["grpo_prompts"] == 2

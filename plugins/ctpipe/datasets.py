@@ -138,10 +138,6 @@ class Manifest:
     source: dict = field(default_factory=dict)  # uri, files, formats, content_hash
     schemas: dict = field(default_factory=dict)  # table -> Arrow schema, as text
 
-    @property
-    def path(self) -> Path:
-        return Path(self.uri)
-
     def part_paths(self, table: str, root: str | Path | None = None) -> list[str]:
         """The files of ``table``, in row order, under ``root``: where the version is seen from (a
         training job's mount of it, say), the version's own folder by default."""
