@@ -92,7 +92,7 @@ class Job:
     staging: Staging  # where the version's parts are written
     spill_dir: str  # rows for pairing, between their writing and their pairing
     buckets: int  # spilled into, by the top bits of the prompt key
-    splits: int = 1  # sub-buckets of each, by its low bits, when it is paired
+    splits: int  # sub-buckets of each, by its low bits, when it is paired
 
 
 @dataclass
