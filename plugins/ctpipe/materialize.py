@@ -63,7 +63,7 @@ _BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the 
 # for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
 # Buckets a spill writes to, at most (sources up to 24 GB); a larger source's buckets are split
-# again when they are paired (see pair_bucket). With as many buckets as the source needs, a spill's
+# again when they are paired (see _sub_buckets). With as many buckets as the source needs, a spill's
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
@@ -535,8 +535,9 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
     return rows.filter(keep)
 
 
-def _spill_path(bucket: int, pid: int | str) -> str:
-    return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{pid}.arrow")
+def _spill_path(bucket: int, writer: int | str) -> str:
+    """A bucket's spill file written by ``writer``: a process id, or the bucket's split (see _sub_buckets)."""
+    return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{writer}.arrow")
 
 
 def langfuse_part(item: tuple[int, list]) -> Part:
@@ -639,9 +640,7 @@ def pair_bucket(item: tuple[int, list[int]]) -> list[tuple[dict | None, dict | N
     and their counts."""
     bucket, pids = item
     paths = [p for p in (_spill_path(bucket, pid) for pid in pids) if os.path.exists(p)]
-    if _JOB.splits == 1:
-        return [_pair(bucket, _read_spilled(paths))] if paths else []
-    return [_pair(bucket * _JOB.splits + i, _read_spilled([path])) for i, path in _split(bucket, paths)]
+    return [_pair(bucket * _JOB.splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths)]
 
 
 def _read_spilled(paths: list[str]) -> pa.Table:
@@ -652,11 +651,15 @@ def _read_spilled(paths: list[str]) -> pa.Table:
     return pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
 
 
-def _split(bucket: int, paths: list[str]) -> Iterator[tuple[int, str]]:
-    """Spread a bucket's spilled rows over :attr:`Job.splits` files by the low bits of their prompt
-    keys (the top bits chose the bucket), a record batch at a time, and remove its files: (sub-bucket,
-    file) of those that got rows. Rows keep their order within a sub-bucket."""
+def _sub_buckets(bucket: int, paths: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(sub-bucket, its spill files) of a bucket: the bucket itself when :attr:`Job.splits` is 1;
+    otherwise its rows spread over that many files by the low bits of their prompt keys (the top
+    bits chose the bucket), a spill buffer at a time, its own files removed as they are read. A
+    sub-bucket's file is removed once its caller has paired it. Rows keep their order within one."""
     n = _JOB.splits
+    if n == 1:
+        yield 0, paths
+        return
     held: list[pa.RecordBatch] = []
 
     def flush() -> None:
@@ -680,7 +683,7 @@ def _split(bucket: int, paths: list[str]) -> Iterator[tuple[int, str]]:
     for i in range(n):
         path = _spill_path(bucket, f"split-{i:04d}")
         if os.path.exists(path):
-            yield i, path
+            yield i, [path]
             os.remove(path)  # paired by now: its disk is free for the next
 
 
