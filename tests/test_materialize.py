@@ -372,6 +372,29 @@ def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path
         assert table(few, name) == table(every, name)
 
 
+def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_stay_out(tmp_path, monkeypatch):
+    unrated = {"thumb": None, "rating": None}
+    records = [trace(0, "What is 2 plus 3?", "no idea", feedback=unrated),  # first of its prompt: no reward, yet its GRPO row
+               trace(1, "What is 2 plus 3?", "5", feedback={"thumb": "up", "rating": None}),
+               trace(2, "What is 2 plus 3?", "four", feedback=unrated),  # no reward and not first: never paired
+               trace(3, "What is 2 plus 3?", "6", feedback={"thumb": "down", "rating": None}),
+               trace(4, "What is 9 plus 1?", "10", feedback=unrated, reference_answer="10")]
+    (tmp_path / "a.jsonl").write_bytes(lines(*records))
+    spilled = []
+    pair = mat._pair
+    monkeypatch.setattr(mat, "_pair", lambda index, table: spilled.append(table) or pair(index, table))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"),
+            dataset=DatasetConfig(dpo_min_margin=0.5))
+    rows = sorted((r for t in spilled for r in t.to_pylist()), key=lambda r: r["row"])
+    assert [(r["trace_id"], r["messages"] is not None) for r in rows] == [
+        ("t0", True), ("t1", False), ("t3", False), ("t4", True)]
+    asked = [{"role": "user", "content": "What is 2 plus 3?"}]
+    assert table(m, "dpo") == [{"prompt": asked, "chosen": [{"role": "assistant", "content": "5"}],
+                                "rejected": [{"role": "assistant", "content": "6"}], "chosen_reward": 1.0,
+                                "rejected_reward": 0.0}]
+    assert table(m, "grpo") == [{"prompt": [{"role": "user", "content": "What is 9 plus 1?"}], "answer": "10"}]
+
+
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
