@@ -1,6 +1,7 @@
 """RayJobs rendered from typed config, checked against KubeRay's CRD schema (no API server runs here)."""
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
@@ -81,6 +82,16 @@ def test_a_run_directory_off_the_shared_volume_is_refused(settings):
     spec = dpo_spec(settings, "/tmp/runs/x")
     with pytest.raises(PipelineError, match="not on the shared volume mounted at /mnt/ctpipe"):
         rayjob.render(spec, KubernetesConfig(), name="ctpipe-x", labels={})
+
+
+def test_a_rendered_job_reads_the_spec_where_the_train_dag_writes_it(capsys, settings):
+    from ctpipe.pipeline import run_dir_for
+
+    run_id = "scheduled__2026-11-24T10:00:00+00:00"
+    job = rendered(capsys, "--algorithm", "dpo", "--scheduler", "none", "--run-id", run_id)
+    on_volume = run_dir_for(settings.model_copy(update={"home": Path(KubernetesConfig().home_mount)}), run_id)
+    assert job["spec"]["entrypoint"].endswith(f" --spec {on_volume}/job.json")
+    assert str(on_volume) == "/mnt/ctpipe/runs/scheduled__2026-11-24T10_00_00_00_00"
 
 
 def test_long_label_values_are_shortened_not_rejected(settings):

@@ -20,6 +20,7 @@ import json
 import logging
 import sys
 from datetime import datetime, timedelta
+from pathlib import PurePosixPath
 
 from pydantic import ValidationError
 
@@ -139,20 +140,22 @@ def cmd_k8s_render(args) -> int:
 
     from ctpipe.jobspec import JobSpec
     from ctpipe.k8s import rayjob, schema
+    from ctpipe.pipeline import run_dir_for
 
     s = _settings()
     k = s.kubernetes.model_copy(update={"scheduler": args.scheduler, "capacity": args.capacity or s.kubernetes.capacity})
     # GRPO defaults to NeMo-RL on a cluster; DPO always runs TRL.
     trainer = args.trainer or ("nemo_rl" if args.algorithm == "grpo" else "trl")
     run_id = args.run_id
-    store = s.dataset_store or f"{k.home_mount}/datasets"  # as the cluster's pods see it
+    pods = s.model_copy(update={"home": PurePosixPath(k.home_mount)})  # the folders as the cluster's pods see them
+    store = s.dataset_store or str(pods.datasets_dir)
     spec = JobSpec(
         algorithm=args.algorithm,
-        base_checkpoint=f"{k.home_mount}/models/registry/{s.model_name}/champion/checkpoint",
+        base_checkpoint=str(pods.models_dir / "registry" / s.model_name / "champion"),  # resolved by the DAG
         base_version="champion",
         dataset_uri=f"{store.rstrip('/')}/{args.dataset_version}",
         dataset_version=args.dataset_version,
-        run_dir=f"{k.home_mount}/runs/{run_id}",
+        run_dir=str(run_dir_for(pods, run_id)),
         max_steps=s.train.max_steps,
         learning_rate=s.train.rate_for(args.algorithm),
         seed=s.train.seed,
