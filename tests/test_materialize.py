@@ -246,6 +246,7 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
     for name in ("traces", "quarantine"):
         assert table(many, name) == table(one, name)
     monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # in one process again, a spill file per block: the same pieces, cut finer
+    monkeypatch.setattr(mat, "_PROMPT_SLOTS", 2)  # and prompts' messages forgotten, so spilled again and again
     finer = run(tmp_path / "a.jsonl", tmp_path / "finer", dataset=DatasetConfig(workers=1))
     monkeypatch.setattr(mat, "_FANOUT", 2)  # spilled into two buckets, each split again when paired
     split = run(tmp_path / "a.jsonl", tmp_path / "split", dataset=DatasetConfig(workers=2))

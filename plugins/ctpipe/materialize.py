@@ -11,7 +11,7 @@ part of the version's traces table, its quarantined items as a part of the quara
 its rows for pairing, hashed by prompt into buckets; once every block is in, each bucket (split
 again first, past a thousand buckets) yields its prompts' GRPO rows and DPO pairs as parts of
 those tables. Memory is bounded by the block size, the bucket size and the spill buffer, plus the
-three 64-bit keys of each kept trace and one of each prompt: a million of each in hash tables
+three 64-bit keys of each kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
 with a fixed budget, 32 MB a set.
 
@@ -102,7 +102,7 @@ class Part:
 
     index: int
     quarantine: list[dict]  # while it is processed (then they wait with its rows, see _keyed)
-    keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key, prompt_key of each row
+    keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
     pii: Counter = field(default_factory=Counter)
@@ -157,11 +157,16 @@ _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
 _ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
 _SPILLING: list[pa.Table] = []  # kept rows of the parts finished here, for pairing, not written yet
+# Prompt keys whose messages this process has spilled, a key to a slot (its low bits), the last one
+# kept: 8 MB whatever the number of prompts. A prompt it forgot only has its messages spilled again.
+_PROMPT_SLOTS = 1 << 20
+_SPILLED_PROMPTS = np.zeros(0, np.uint64)
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS
     _JOB, _LABELER = job, Labeler(job.reward)
+    _SPILLED_PROMPTS = np.zeros(_PROMPT_SLOTS, np.uint64)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
 
@@ -397,7 +402,7 @@ def process(item: tuple[int, sources.Block]) -> Part:
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``; the rows and quarantined items stay in this process for :func:`finish`."""
-    part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key", "prompt_key")}
+    part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
     _ROWS[part.index] = rows, part.quarantine
     part.quarantine = []
     return part
@@ -410,7 +415,6 @@ class Finish:
     index: int
     first: int  # the number of traces kept before this part's
     duplicates: dict[int, str]
-    openers: np.ndarray  # positions of the kept rows that are the first of their prompt in the source
 
 
 @dataclass
@@ -425,8 +429,6 @@ def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
     items; keep its rows for pairing (see :func:`spill`)."""
     rows, quarantine = _ROWS.pop(item.index)
-    kept_openers = np.zeros(rows.num_rows, bool)
-    kept_openers[item.openers] = True
     if item.duplicates:
         positions = sorted(item.duplicates)
         for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
@@ -436,7 +438,6 @@ def finish(item: Finish) -> Written:
         kept = np.ones(rows.num_rows, bool)
         kept[positions] = False
         rows = rows.filter(kept)
-        kept_openers = kept_openers[kept]
     quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
     staging = _JOB.staging
     written = Written(None, None, Counter(q["reason"] for q in quarantine), _reward_stats(rows["final_reward"]))
@@ -445,24 +446,35 @@ def finish(item: Finish) -> Written:
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
     if rows.num_rows:
         written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        _SPILLING.append(_for_pairing(rows, kept_openers, item.first))
+        _SPILLING.append(_for_pairing(rows, item.first))
         if sum(t.get_total_buffer_size() for t in _SPILLING) >= _SPILL_BYTES:  # what they keep in memory
             spill()
     return written
 
 
-def _for_pairing(rows: pa.Table, openers: np.ndarray, first: int) -> pa.Table:
-    """The kept rows a part spills for pairing (numbered from ``first`` in the source's order of kept
-    rows): all that a GRPO row or a DPO pair can take from them. A prompt's messages are the same in
-    each of its rows, so only its first row carries them; a row without a reward can pair with none,
-    so only a first row is spilled without one (a third less to spill at a million bench traces)."""
+def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
+    """The kept rows of a part, numbered from ``first`` (in the source's order of kept rows), as they
+    are spilled for pairing: with all that a GRPO row or a DPO pair takes from them.
+
+    A prompt's messages are the same in each of its rows, so a row carries them only when this
+    process has not spilled them already (as far as :data:`_SPILLED_PROMPTS` remembers), and a row
+    without a reward, which pairs with none, is spilled only when it carries them. The first row
+    of a prompt in the whole source always does (no kept row of it came before, here or anywhere),
+    and pairing takes a prompt's messages from its first row. At a million bench traces, this
+    spills a quarter less."""
+    keys = rows["prompt_key"].to_numpy()
+    slots = (keys & np.uint64(len(_SPILLED_PROMPTS) - 1)).astype(np.intp)
+    _, once = np.unique(keys, return_index=True)  # a prompt's first row in the part
+    openers = np.zeros(len(keys), bool)
+    openers[once] = (_SPILLED_PROMPTS[slots[once]] != keys[once]) | (keys[once] == 0)  # 0 is an empty slot
+    _SPILLED_PROMPTS[slots[openers]] = keys[openers]
     wanted = openers | rows["final_reward"].is_valid().to_numpy(zero_copy_only=False)
     at = np.flatnonzero(wanted)
-    rows = rows.take(at) if len(at) < rows.num_rows else rows
-    messages = rows["messages"].take(pa.array(np.where(openers[at], np.arange(len(at)), -1), mask=~openers[at]))
+    rest = rows.select([name for name in _SPILL_SCHEMA.names if name not in ("row", "messages")])
+    rest = rest.take(at) if len(at) < rows.num_rows else rest
+    messages = rows["messages"].take(pa.array(np.where(openers[at], at, -1), mask=~openers[at]))
     return pa.table({"row": pa.array(first + at, pa.int64()), "messages": messages,
-                     **{name: rows[name] for name in _SPILL_SCHEMA.names if name not in ("row", "messages")}},
-                    schema=_SPILL_SCHEMA)
+                     **{name: rest[name] for name in rest.column_names}}, schema=_SPILL_SCHEMA)
 
 
 def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
@@ -716,7 +728,7 @@ def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, i
     by_appearance = np.argsort(rows[starts], kind="stable")
     rank = np.empty(len(starts), np.int64)
     rank[by_appearance] = np.arange(len(starts))
-    first = order[starts[by_appearance]]  # a prompt's first row: the one that carries its messages
+    first = order[starts[by_appearance]]  # a prompt's first row, which carries its messages (see _for_pairing)
     grpo = first[table["reference_answer"].is_valid().to_numpy(zero_copy_only=False)[first]].tolist()
     opener = np.empty(len(order), np.int64)  # of each row, the first row of its prompt
     opener[order] = order[starts[np.cumsum(new) - 1]]
@@ -789,7 +801,7 @@ class _Dedup:
     ``spill_dir`` in runs, whose filters share a fixed budget, so the sets stop growing."""
 
     def __init__(self, spill_dir: str, **keyset):
-        self.ids, self.exact, self.norm, self.prompts = (KeySet(spill_dir=spill_dir, **keyset) for _ in range(4))
+        self.ids, self.exact, self.norm = (KeySet(spill_dir=spill_dir, **keyset) for _ in range(3))
 
     def verdicts(self, keys: dict[str, np.ndarray]) -> dict[int, str]:
         """Position -> reason of the duplicates among a part's rows."""
@@ -827,18 +839,6 @@ class _Dedup:
         for found, column in zip(known, columns):
             found.add(column[kept])
         return out
-
-
-    def openers(self, prompt_keys: np.ndarray, duplicates: dict[int, str]) -> np.ndarray:
-        """Positions of the kept rows of a part (the others are ``duplicates``) whose prompt no kept row before had."""
-        kept = np.ones(len(prompt_keys), bool)
-        kept[list(duplicates)] = False
-        at = np.flatnonzero(kept)
-        _, first = np.unique(prompt_keys[at], return_index=True)
-        at = at[np.sort(first)]
-        new = ~self.prompts.contains(prompt_keys[at])
-        self.prompts.add(prompt_keys[at[new]])
-        return at[new]
 
 
 _DEDUP_DETAIL = {
@@ -932,8 +932,7 @@ def materialize(
                     read=part.read, unformatted=part.unformatted, known=part.formats.total())
             join.add_entries(part.langfuse)
             duplicates = dedupe.verdicts(part.keys)
-            openers = dedupe.openers(part.keys["prompt_key"], duplicates)
-            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, openers), worker))
+            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())
