@@ -757,7 +757,8 @@ def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, i
 
     grpo_table = pa.table({"prompt": table["messages"].take(grpo), "answer": table["reference_answer"].take(grpo)},
                           schema=GRPO_SCHEMA)
-    dpo_table = pa.table({"prompt": table["messages"].take(opener[chosen.to_numpy()]), "chosen": said(chosen), "rejected": said(rejected),
+    dpo_table = pa.table({"prompt": table["messages"].take(opener[chosen.to_numpy()]),
+                          "chosen": said(chosen), "rejected": said(rejected),
                           "chosen_reward": table["final_reward"].take(chosen),
                           "rejected_reward": table["final_reward"].take(rejected)}, schema=DPO_SCHEMA)
     staging = _JOB.staging
