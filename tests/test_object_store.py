@@ -1,8 +1,10 @@
-"""Sources and dataset versions on S3, through s3fs against a local S3 server (moto's, on loopback).
+"""Sources and dataset versions on object stores: S3 through s3fs against moto's S3 server, and GCS
+through gcsfs against gcp-storage-emulator (tests/gcs_server.py), both on loopback.
 
-Credentials and the endpoint come from the environment, as they would on a cluster (AWS_* variables,
-or a pod's role): nothing in the code names them. moto's server speaks the S3 REST API that s3fs
-and botocore speak to AWS; what it cannot show is AWS's own consistency and permissions.
+Credentials and endpoints come from the environment, as they would on a cluster (AWS_* variables or
+a pod's role; STORAGE_EMULATOR_HOST, which Google's clients honour, or a service account): nothing in
+the code names them. These servers speak the REST APIs that s3fs and gcsfs speak to the clouds; what
+they cannot show is the clouds' own consistency and permissions.
 """
 
 from __future__ import annotations
@@ -28,25 +30,40 @@ from tests.conftest import T0, free_port, run_job, trace, training_traces, write
 from tests.test_materialize import HOUR, lines, run
 
 
-@pytest.fixture(scope="session")  # one port for the session: s3fs keeps its filesystems, endpoint and all
-def s3_endpoint():
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _serve(args: list[str], probe: str, port: int):
+    """A server started as ``python <args> <port>`` on loopback, once ``probe`` answers: its URL."""
+    server = subprocess.Popen([sys.executable, *args, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
             try:
-                requests.get(url, timeout=1)
+                requests.get(url + probe, timeout=1)
                 break
             except requests.ConnectionError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError(f"moto's S3 server did not answer on {url}")
+            raise RuntimeError(f"{' '.join(args)} did not answer on {url}")
         yield url
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")  # one port for the session: s3fs keeps its filesystems, endpoint and all
+def s3_endpoint():
+    yield from _serve(["-m", "moto.server", "-H", "127.0.0.1", "-p"], "/", free_port())
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint():
+    yield from _serve(["-m", "tests.gcs_server"], "/storage/v1/b", free_port())
+
+
+def _empty_buckets(fs) -> None:
+    for bucket in ("traces", "datasets"):
+        if fs.exists(bucket):
+            fs.rm(bucket, recursive=True)
+        fs.mkdir(bucket)
 
 
 @pytest.fixture
@@ -58,54 +75,77 @@ def s3(s3_endpoint, monkeypatch):
                         "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_endpoint}.items():
         monkeypatch.setenv(name, value)
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    for bucket in ("traces", "datasets"):
-        if fs.exists(bucket):
-            fs.rm(bucket, recursive=True)
-        fs.mkdir(bucket)
+    _empty_buckets(fs)
     return fs
 
 
-def _put(fs, path: str, data: bytes) -> None:
-    with fs.open(path, "wb") as f:
-        f.write(data)
+@pytest.fixture
+def gcs(gcs_endpoint, monkeypatch):
+    """The same on GCS."""
+    import fsspec
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_endpoint)
+    # gcsfs otherwise asks the Storage Control gRPC API whether a bucket is hierarchical, which the
+    # emulator does not serve: a minute's timeout per bucket, then the plain filesystem anyway.
+    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    fs = fsspec.filesystem("gs", skip_instance_cache=True)
+    _empty_buckets(fs)
+    return fs
+
+
+@pytest.fixture(params=["s3", "gs"])
+def store(request):
+    """(URI scheme, filesystem) of each object store."""
+    return request.param, request.getfixturevalue({"s3": "s3", "gs": "gcs"}[request.param])
+
+
+def _written(fs, path: str):
+    """What changes when an object is written again: its generation on GCS, its time on S3."""
+    info = fs.info(path)
+    return info.get("generation") or info["LastModified"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_version_is_built_from_s3_traces_and_published_to_s3(s3, monkeypatch, workers):
-    if workers > 1:  # blocks read here, processed and written to S3 by two worker processes
+def test_a_version_is_built_from_object_store_traces_and_published_there(store, monkeypatch, workers):
+    scheme, fs = store
+    if workers > 1:  # blocks read here, processed and written to the store by two worker processes
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     hour = "traces/date=2026-11-22/hour=10"
-    _put(s3, f"{hour}/part-a.jsonl.gz", gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
-    _put(s3, f"{hour}/part-b.jsonl", lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(2, 40))))
-    m = run("s3://traces", "s3://datasets", dataset=DatasetConfig(workers=workers))
-    assert m.uri == f"s3://datasets/{m.version}"
+    fs.pipe(f"{hour}/part-a.jsonl.gz", gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
+    fs.pipe(f"{hour}/part-b.jsonl", lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(2, 40))))
+    started = time.monotonic()
+    m = run(f"{scheme}://traces", f"{scheme}://datasets", dataset=DatasetConfig(workers=workers))
+    assert time.monotonic() - started < 20  # parts moved into place, not retried (gcsfs backs off for 30 s)
+    assert m.uri == f"{scheme}://datasets/{m.version}"
     assert m.counts["traces_in"] == 40 and m.counts["traces"] == 39 and m.quarantine_reasons == {"invalid_json": 1}
-    assert sorted(s3.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
-    manifest = json.loads(s3.cat(f"datasets/{m.version}/manifest.json"))
-    for entry in manifest["files"].values():  # every listed part is where the manifest says
-        assert all(s3.exists(f"datasets/{m.version}/{part}") for part in entry["parts"])
+    assert sorted(fs.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
+    manifest = json.loads(fs.cat(f"datasets/{m.version}/manifest.json"))
+    for entry in manifest["files"].values():  # every listed part is where the manifest says, none left staged
+        assert all(fs.exists(f"datasets/{m.version}/{part}") for part in entry["parts"])
+    assert not [p for p in fs.find("datasets") if "/.tmp-" in p]
     assert m.read("traces").num_rows == 39 and m.read("quarantine")["source_line"].to_pylist() == [2]
-    assert s3.cat("datasets/LATEST").decode().strip() == m.version
-    written = s3.info(f"datasets/{m.version}/manifest.json")["LastModified"]
-    assert run("s3://traces", "s3://datasets", dataset=DatasetConfig(workers=workers)).version == m.version
-    assert s3.info(f"datasets/{m.version}/manifest.json")["LastModified"] == written
+    assert fs.cat("datasets/LATEST").decode().strip() == m.version
+    written = _written(fs, f"datasets/{m.version}/manifest.json")
+    assert run(f"{scheme}://traces", f"{scheme}://datasets", dataset=DatasetConfig(workers=workers)).version == m.version
+    assert _written(fs, f"datasets/{m.version}/manifest.json") == written
 
 
-def test_the_cli_reads_and_writes_s3_and_names_a_missing_source(s3, capsys):
-    _put(s3, "traces/a.jsonl", lines(*(trace(i, f"What is {i} plus 2?", str(i + 2)) for i in range(3))))
-    args = ["materialize", "--source", "s3://traces", "--out", "s3://datasets",
+def test_the_cli_reads_and_writes_an_object_store_and_names_a_missing_source(store, capsys):
+    scheme, fs = store
+    fs.pipe("traces/a.jsonl", lines(*(trace(i, f"What is {i} plus 2?", str(i + 2)) for i in range(3))))
+    args = ["materialize", "--source", f"{scheme}://traces", "--out", f"{scheme}://datasets",
             "--start", T0.isoformat(), "--end", (T0 + HOUR).isoformat()]
     assert main(args) == 0
     assert "traces in 3 = 3 rows + 0 quarantined" in capsys.readouterr().out
-    with pytest.raises(sources.SourceError, match="source 's3://traces/nope' does not exist"):
-        run("s3://traces/nope", "s3://datasets")
+    with pytest.raises(sources.SourceError, match=f"source '{scheme}://traces/nope' does not exist"):
+        run(f"{scheme}://traces/nope", f"{scheme}://datasets")
 
 
 def test_a_file_added_since_the_last_run_is_read(s3):
     """A scheduler's process runs interval after interval: the object store's listing must be new each time."""
-    _put(s3, "traces/date=2026-11-22/hour=10/part-a.jsonl", lines(trace(1, "What is 1 plus 1?", "2")))
+    s3.pipe("traces/date=2026-11-22/hour=10/part-a.jsonl", lines(trace(1, "What is 1 plus 1?", "2")))
     first = run("s3://traces", "s3://datasets", end=T0 + 2 * HOUR)
-    _put(s3, "traces/date=2026-11-22/hour=11/part-a.jsonl", lines(trace(2, "What is 2 plus 2?", "4", at=T0 + HOUR)))
+    s3.pipe("traces/date=2026-11-22/hour=11/part-a.jsonl", lines(trace(2, "What is 2 plus 2?", "4", at=T0 + HOUR)))
     second = run("s3://traces", "s3://datasets", end=T0 + 2 * HOUR)
     assert (first.counts["traces_in"], second.counts["traces_in"]) == (1, 2) and second.version != first.version
 
