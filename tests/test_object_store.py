@@ -80,7 +80,7 @@ def s3(s3_endpoint, monkeypatch):
 
 
 @pytest.fixture
-def gcs(gcs_endpoint, monkeypatch):
+def gs(gcs_endpoint, monkeypatch):
     """The same on GCS."""
     import fsspec
 
@@ -96,7 +96,7 @@ def gcs(gcs_endpoint, monkeypatch):
 @pytest.fixture(params=["s3", "gs"])
 def store(request):
     """(URI scheme, filesystem) of each object store."""
-    return request.param, request.getfixturevalue({"s3": "s3", "gs": "gcs"}[request.param])
+    return request.param, request.getfixturevalue(request.param)
 
 
 def _written(fs, path: str):
