@@ -15,8 +15,8 @@ process, one after the other:
   functions for dedup and pairing, zstd Parquet), with its own threads on every core;
 * floor: pyarrow's streaming JSON reader straight into a zstd Parquet writer, nothing else.
 
-Prints traces/s and peak RSS of each (of its whole process tree, workers included, sampled every
-0.1 s), and as its last line:
+Prints traces/s, CPU seconds (user and system, workers and threads included) and peak RSS of
+each (of its whole process tree, workers included, sampled every 0.1 s), and as its last line:
     ratio_vs_duckdb=<x> ratio_vs_floor=<y> peak_rss_mb=<z>
 Run it while nothing else loads the machine.
 """
@@ -280,6 +280,12 @@ def _sample_peak(stop) -> list[float]:
     return peak
 
 
+def _cpu_seconds() -> float:
+    """User and system time of this process, its threads and its finished children (the workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def child(kind: str, src: Path, out: Path) -> None:
     import threading
 
@@ -287,12 +293,13 @@ def child(kind: str, src: Path, out: Path) -> None:
     peak = _sample_peak(stop)
     if kind == "floor":  # the floor's line filter is not part of what it measures
         good = well_formed(src, out)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         result = run_floor(good, out)
     else:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         result = {"ctpipe": run_ctpipe, "duckdb": run_duckdb}[kind](src, out)
     result["seconds"] = time.perf_counter() - started
+    result["cpu_s"] = round(_cpu_seconds() - cpu, 1)
     stop.set()
     result["peak_rss_mb"] = max(peak[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print("RESULT " + json.dumps(result, default=str))
@@ -336,8 +343,9 @@ def main() -> None:
     for kind in ("ctpipe", "duckdb", "floor"):
         results[kind] = r = run_child(__file__, kind, src, args.dir / f"out-{kind}")
         r["rate"] = args.traces / r["seconds"]
-        print(f"{kind:7s} {r['seconds']:7.1f} s  {r['rate']:9.0f} traces/s  peak RSS {r['peak_rss_mb']:7.0f} MB  "
-              f"{ {k: v for k, v in r.items() if k not in ('seconds', 'rate', 'peak_rss_mb')} }", flush=True)
+        print(f"{kind:7s} {r['seconds']:7.1f} s  {r['rate']:9.0f} traces/s  {r['cpu_s']:6.1f} CPU s  "
+              f"peak RSS {r['peak_rss_mb']:7.0f} MB  "
+              f"{ {k: v for k, v in r.items() if k not in ('seconds', 'rate', 'cpu_s', 'peak_rss_mb')} }", flush=True)
     ours = results["ctpipe"]
     print(f"ratio_vs_duckdb={ours['rate'] / results['duckdb']['rate']:.2f} "
           f"ratio_vs_floor={ours['rate'] / results['floor']['rate']:.2f} peak_rss_mb={ours['peak_rss_mb']:.0f}")
