@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import tempfile
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctpipe import materialize as mat
-from ctpipe import sources
+from ctpipe import datasets, sources
 from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
@@ -268,6 +269,22 @@ def test_workers_that_cannot_start_leave_no_spill_files_nor_staged_parts(tmp_pat
     monkeypatch.setattr(mat._Pool, "__init__", refused)
     with pytest.raises(OSError, match="Resource temporarily unavailable"):
         run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
+
+
+def test_a_worker_failing_mid_run_leaves_no_staged_parts_and_its_error_is_the_one_raised(tmp_path, monkeypatch):
+    """The other worker is still writing parts when the failure reaches this process: the staged
+    version is removed only once it has stopped, so nothing is left and nothing hides the error."""
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(400))))
+    fixed = uuid.UUID(int=7)
+    monkeypatch.setattr(datasets.uuid, "uuid4", lambda: fixed)
+    # Part 5's file cannot be written (a folder is in its place), by the second worker, while the first goes on.
+    (tmp_path / "out" / f".tmp-{fixed.hex}" / "traces" / "part-00005.parquet").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match="part-00005"):
+        run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(workers=2))
     assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
 

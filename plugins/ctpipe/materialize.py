@@ -910,7 +910,7 @@ def materialize(
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
     started = time.monotonic()
     join = formats.LangfuseJoin()
-    pool = None
+    pool, failed = None, False
     try:  # from here on, a failure (starting the workers too) leaves no spill files nor staged parts
         pool = _Pool(job, workers)
         finishing: deque[Future] = deque()
@@ -966,11 +966,13 @@ def materialize(
             staging.add_table(name, schema, parts[name])
         paired = time.monotonic()
     except BaseException:
-        staging.discard()
+        failed = True
         raise
     finally:
         if pool is not None:
-            pool.close()
+            pool.close()  # waits for the tasks the workers have begun: no part is written after this
+        if failed:
+            staging.discard()
         join.close()
         _ROWS.clear()  # what this process kept of a run that failed
         _SPILLING.clear()
