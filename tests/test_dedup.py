@@ -67,3 +67,20 @@ def test_a_column_is_checked_as_each_text_alone():
         True, False, True, False, True, True, False, False, True, True]
     only_other = ["Ünïcode: what is 57 plus 38?", "Ünïcode, nothing"]
     assert index.overlaps_array(pa.array(only_other)).tolist() == [True, False]
+
+
+def test_a_text_checked_lately_is_not_searched_again_and_a_forgotten_one_is(monkeypatch):
+    texts = ["Hey, what is 57 plus 38? Thanks", "what is 57 plus 39", "WHAT IS 57 PLUS 38!!", "nothing here"]
+    expected = [True, False, True, False]
+    for remembered in (1 << 19, 2, 1):  # with one or two slots, texts crowd each other out
+        index = NgramIndex(["What is 57 plus 38?"], remembered=remembered)
+        searched = []
+        search = index._search
+        monkeypatch.setattr(index, "_search", lambda column: searched.append(column.to_pylist()) or search(column))
+        for _ in range(3):
+            assert index.overlaps_array(pa.array(texts)).tolist() == expected
+            assert index.overlaps_array(pa.array(texts[::-1])).tolist() == expected[::-1]
+        if remembered > 2:
+            assert searched == [texts]  # once, then remembered
+        else:
+            assert sum(map(len, searched)) > len(texts)

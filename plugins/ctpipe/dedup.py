@@ -134,7 +134,7 @@ class NgramIndex:
     thousands of n-grams falls off RE2's fast path and costs ten times more).
     """
 
-    def __init__(self, items: Iterable[str], n: int = 13):
+    def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):
         import ahocorasick_rs
 
         self.n = n
@@ -143,6 +143,11 @@ class NgramIndex:
             size = min(n, len(ws))
             grams.update(" ".join(ws[i:i + size]) for i in range(len(ws) - size + 1) if ws)
         self._automaton = ahocorasick_rs.BytesAhoCorasick([f" {g} ".encode() for g in sorted(grams)]) if grams else None
+        # The verdicts of the texts checked lately, by their :func:`key`: a key to a slot (its low bits),
+        # the last one kept (4.5 MB). Prompts come back, since pairing wants several answers to one, and a
+        # prompt met again is not searched again: at a million bench traces, half of them are not.
+        self._known = np.zeros(remembered, np.uint64)
+        self._verdicts = np.zeros(remembered, bool)
 
     def overlaps(self, text: str) -> bool:
         return self.overlaps_many([text])[0]
@@ -157,12 +162,24 @@ class NgramIndex:
         return [distinct[t] for t in texts]
 
     def overlaps_array(self, texts: pa.Array) -> np.ndarray:
-        """:meth:`overlaps_many` over a column. ASCII texts are normalized together, one per NUL-ended
-        line (no n-gram holds a NUL), and searched in one pass; the others (and any holding a NUL)
-        one by one."""
+        """:meth:`overlaps_many` over a column of texts (no nulls), those checked lately remembered."""
         out = np.zeros(len(texts), bool)
         if self._automaton is None or not len(texts):
             return out
+        found = keys(texts)
+        slots = (found & np.uint64(len(self._known) - 1)).astype(np.intp)
+        known = (self._known[slots] == found) & (found != 0)  # 0: an empty slot
+        out[known] = self._verdicts[slots[known]]
+        new = np.flatnonzero(~known)
+        if len(new):
+            out[new] = self._search(texts.take(pa.array(new)) if len(new) < len(texts) else texts)
+            self._known[slots[new]], self._verdicts[slots[new]] = found[new], out[new]
+        return out
+
+    def _search(self, texts: pa.Array) -> np.ndarray:
+        """ASCII texts are normalized together, one per NUL-ended line (no n-gram holds a NUL), and
+        searched in one pass; the others (and any holding a NUL) one by one."""
+        out = np.zeros(len(texts), bool)
         together = pc.fill_null(pc.string_is_ascii(texts), False).to_numpy(zero_copy_only=False)
         blob = self._lines(texts, together)
         ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
