@@ -213,6 +213,20 @@ def test_prompts_sharing_13_words_with_an_eval_set_are_excluded(tmp_path):
     m = run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")]))
     assert m.quarantine_reasons == {"eval_contamination": 2}
     assert [r["trace_id"] for r in table(m, "traces")] == ["t2", "t3"]
+    # An eval set that grew since: the same interval is built again against it, not answered from before.
+    (tmp_path / "eval.jsonl").open("ab").write(lines({"question": "Tell me: what is 107 plus 5?"}))
+    again = run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")]))
+    assert again.version != m.version and again.quarantine_reasons == {"eval_contamination": 3}
+    assert run(tmp_path / "a.jsonl", tmp_path / "out",
+               dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")])).version == again.version
+
+
+def test_a_missing_eval_set_is_named_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 101 plus 1?", "102")))
+    with pytest.raises(sources.SourceError, match=f"eval set '{tmp_path / 'nope.jsonl'}' does not exist"):
+        run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(eval_sets=[str(tmp_path / "nope.jsonl")]))
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
 
 @pytest.mark.parametrize("reward, expected", [

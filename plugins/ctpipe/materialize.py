@@ -851,7 +851,7 @@ _DEDUP_DETAIL = {
 def _eval_items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
     items = sorted(arith.splits(task).held_out_prompts())
     for uri in dataset.eval_sets:
-        for item in sources.read(uri):
+        for item in sources.read(uri, "eval set"):
             doc = item.doc
             text = doc.get("prompt") or doc.get("question") if isinstance(doc, dict) else doc
             if not isinstance(text, str):
@@ -883,7 +883,11 @@ def materialize(
     if skipped:  # named in the manifest too, all of them
         log.warning("%d files of the source are not read, their names not those of trace files (%s): %s",
                     len(skipped), " ".join(sources.SUFFIXES), ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
-    config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"})}
+    # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
+    # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
+    eval_items = _eval_items(task, dataset)
+    config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"}),
+              "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
     output = Output(out)
     file_keys = [(f, fs.ukey(f)) for f in files]
     known = output.known_version(start, end, config, file_keys)
@@ -897,7 +901,7 @@ def materialize(
     splits = math.ceil(needed / buckets)
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, _eval_items(task, dataset), staging, spill_dir, buckets, splits)
+    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, splits)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()

@@ -107,15 +107,16 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
         raise error(f"{what} could not be reached: {type(e).__name__}: {e}") from e
 
 
-def list_files(uri: str) -> tuple[Any, list[str], list[str]]:
+def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str]]:
     """(filesystem, the source's files to read, the other files of a source folder), each in a stable
-    order; SourceError when there is nothing. A file named as the source is read whatever its name."""
+    order; SourceError, naming the source as ``what``, when there is nothing. A file named as the
+    source is read whatever its name."""
     try:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
-        raise SourceError(f"source {uri!r}: {e}") from None
-    if not reachable(fs, path, f"source {uri!r}", SourceError):
-        raise SourceError(f"source {uri!r} does not exist")
+        raise SourceError(f"{what} {uri!r}: {e}") from None
+    if not reachable(fs, path, f"{what} {uri!r}", SourceError):
+        raise SourceError(f"{what} {uri!r} does not exist")
     if not fs.isdir(path):
         return fs, [path], []
     found = sorted(fs.find(path))
@@ -283,8 +284,8 @@ def items(block: Block) -> Iterator[Item]:
             yield decode_line(block.file, n, content)
 
 
-def read(uri: str) -> Iterator[Item]:
-    """Every line or row of every file under ``uri``, in order."""
-    fs, files, _ = list_files(uri)
+def read(uri: str, what: str = "source") -> Iterator[Item]:
+    """Every line or row of every file under ``uri``, in order (see :func:`list_files` for ``what``)."""
+    fs, files, _ = list_files(uri, what)
     for block in blocks(fs, files):
         yield from items(block.load())
