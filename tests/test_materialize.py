@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import tempfile
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -298,6 +300,24 @@ def test_a_worker_failing_mid_run_leaves_no_staged_parts_and_its_error_is_the_on
     # Part 5's file cannot be written (a folder is in its place), by the second worker, while the first goes on.
     (tmp_path / "out" / f".tmp-{fixed.hex}" / "traces" / "part-00005.parquet").mkdir(parents=True)
     with pytest.raises(IsADirectoryError, match="part-00005"):
+        run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(workers=2))
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
+
+
+def _process_or_die(item):
+    """A worker's block, unless it is the tenth: then the worker dies, as the out-of-memory killer ends it."""
+    if item[0] == 9:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return mat.process(item)
+
+
+def test_a_worker_killed_mid_run_is_reported_as_such_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(4000))))
+    monkeypatch.setattr(mat, "process", _process_or_die)
+    with pytest.raises(mat.WorkerLost, match="out-of-memory killer"):
         run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(workers=2))
     assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 

@@ -35,6 +35,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -794,6 +795,10 @@ def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArr
 # ------------------------------------------------------------------------------------------ driver
 
 
+class WorkerLost(RuntimeError):
+    """A worker process died mid-run: the environment's doing (memory, a signal), not the input's."""
+
+
 class _Dedup:
     """First occurrence wins, in source order. Three sets of 64-bit keys (:class:`KeySet`): 16 to 32
     bytes a key up to a million, where Python sets of ints took 70 (the main process then outgrew the
@@ -969,6 +974,10 @@ def materialize(
                              ("dpo", DPO_SCHEMA)):
             staging.add_table(name, schema, parts[name])
         paired = time.monotonic()
+    except BrokenProcessPool as e:  # retried by Airflow: a worker killed for memory may fit next time
+        failed = True
+        raise WorkerLost("a worker process stopped abruptly (killed from outside, as by the out-of-memory "
+                         "killer, or crashed); nothing was published") from e
     except BaseException:
         failed = True
         raise
