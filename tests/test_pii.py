@@ -78,8 +78,11 @@ def test_a_column_is_scrubbed_and_counted_as_each_text_alone():
               "sk-abcdefghijklmnopqrstuvwx", "What is 2 plus 3?", "You are a careful assistant. " * 40, " ", "7"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 4))) for _ in range(50)]
     column = [rng.choice(texts) if rng.random() < 0.9 else None for _ in range(2000)]  # most texts recur
-    expected, got = Counter(), Counter()
-    assert pii.scrub_array(pa.array(column), got).to_pylist() == [t if t is None else scrub(t, expected) for t in column]
-    assert got == expected and got["email"] > 100
-    clean = pa.array(["What is 2 plus 3?", None, "order 123456789"])  # a pre-check hit, nothing to scrub
-    assert pii.scrub_array(clean, got) is clean
+    expected = Counter()
+    want = [t if t is None else scrub(t, expected) for t in column]
+    for repeats in (True, False):  # each distinct text once, or every text as it comes
+        got = Counter()
+        assert pii.scrub_array(pa.array(column), got, repeats=repeats).to_pylist() == want
+        assert got == expected and got["email"] > 100
+        clean = pa.array(["What is 2 plus 3?", None, "order 123456789"])  # a pre-check hit, nothing to scrub
+        assert pii.scrub_array(clean, got, repeats=repeats) is clean

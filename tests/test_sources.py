@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,9 +50,15 @@ def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
         list(read(str(tmp_path / "nope")))
 
 
+def _items(blocks) -> list[tuple]:
+    from ctpipe.sources import items, numbered
+
+    return [(i.position, i.reason, i.doc, i.detail) for b in numbered(blocks) for i in items(b)]
+
+
 @pytest.mark.parametrize("block_bytes", [7, 64, 1 << 20])
-def test_a_plain_local_file_gives_the_blocks_of_the_general_reader_as_places_in_the_file(tmp_path, monkeypatch,
-                                                                                          block_bytes):
+def test_a_plain_local_file_comes_as_places_in_the_file_numbered_where_they_are_loaded(tmp_path, monkeypatch,
+                                                                                       block_bytes):
     import pickle
 
     import ctpipe.sources as sources
@@ -64,10 +69,14 @@ def test_a_plain_local_file_gives_the_blocks_of_the_general_reader_as_places_in_
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"n": 1}\r\n' + big + b'\n{"n": 2}\n\n\n{"n": 3}\n' + big + b'\n{"n": 4}')
     fs, files, _ = sources.list_files(str(path))
-    general = list(sources._jsonl_blocks(fs, files[0]))
     places = list(sources.blocks(fs, files))
-    assert all(not b.data for b in places) and any(b.size for b in places)
-    assert [replace(pickle.loads(pickle.dumps(b)).load(), at=None) for b in places] == general
+    assert all(not b.data and b.first is None for b in places) and any(b.size for b in places)
+    got = _items(pickle.loads(pickle.dumps(b)) for b in places)  # as a worker gets them
+    assert got == _items(sources._jsonl_blocks(fs, files[0]))
+    assert [(n, reason) for n, reason, *_ in got] == [(1, None), (2, "record_too_large"), (3, None), (6, None),
+                                                      (7, "record_too_large"), (8, None)]
+    too_large = [i for b in sources.numbered(places) for i in sources.items(b) if i.reason]
+    assert [i.raw for i in too_large] == [big[:200].decode()] * 2  # its start, whatever the block size
     path.write_bytes(b"")
     with pytest.raises(SourceError, match="changed while it was read"):
         next(b for b in places if b.size).load()
@@ -94,7 +103,7 @@ def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, mon
                                                               (3, None, {"n": 2})]
 
 
-def test_plain_and_general_readers_cut_random_files_alike(tmp_path, monkeypatch):
+def test_plain_and_general_readers_read_random_files_alike(tmp_path, monkeypatch):
     import random
 
     import ctpipe.sources as sources
@@ -108,5 +117,8 @@ def test_plain_and_general_readers_cut_random_files_alike(tmp_path, monkeypatch)
         lines = [rng.choice([b"", b"y" * rng.randrange(50, 400), b'{"n": %d}' % rng.randrange(10**6), b'{"n": 1}\r'])
                  for _ in range(rng.randrange(0, 12))]
         path.write_bytes(b"\n".join(lines) + rng.choice([b"", b"\n"]))
-        general = list(sources._jsonl_blocks(fs, str(path)))
-        assert [replace(b.load(), at=None) for b in sources._plain_blocks(str(path))] == general
+        plain = list(sources._plain_blocks(str(path)))
+        assert _items(plain) == _items(sources._jsonl_blocks(fs, str(path)))
+        # Only a line longer than a block makes a longer one, and nothing over the limit is ever loaded.
+        assert all(b.size <= sources.BLOCK_BYTES or b"\n" not in path.read_bytes()[b.at:b.at + b.size] for b in plain)
+        assert all(b.size <= sources.MAX_RECORD_BYTES or b.size <= sources.BLOCK_BYTES for b in plain)

@@ -302,7 +302,7 @@ class LangfuseJoin:
         if kind == "observation":
             if row.get("type") != "GENERATION":
                 return None
-            return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), _pickled(where)
+            return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), where
         if kind == "score":  # by observation id, or by trace id for trace-level scores
             return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
         if kind == "trace":
@@ -314,13 +314,16 @@ class LangfuseJoin:
         """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
         self.add_entries([self.entry(row, where)])
 
-    def add_entries(self, entries: Iterable[tuple | None]) -> None:
-        """Store :meth:`entry`\\ s, in their order, before :meth:`chunks` reads them back."""
+    def add_entries(self, entries: Iterable[tuple | None], lines_before: int = 0) -> None:
+        """Store :meth:`entry`\\ s, in their order, before :meth:`chunks` reads them back; the line of
+        each generation's place moved on by ``lines_before`` (rows read numbered from 1 in their block)."""
         for kind, group in itertools.groupby(filter(None, entries), key=lambda e: e[0]):
             if kind == "generation":
                 if self._generations.tell() != self._written:  # a read moved the file: appending would overwrite
                     raise RuntimeError("Langfuse generations added after the join was read")
-                pickle.dump([values for _, *values in group], self._generations, protocol=5)
+                stored = [(gid, tid, row, place and (place[0], place[1] + lines_before))
+                          for _, gid, tid, row, place in group]
+                pickle.dump(stored, self._generations, protocol=5)
                 self._written = self._generations.tell()
             else:
                 self._db.executemany(_INSERT[kind], (values for _, *values in group))
@@ -330,9 +333,9 @@ class LangfuseJoin:
         for generations in self.chunks(chunk):
             yield from map(joined, generations)
 
-    def chunks(self, size: int) -> Iterator[list[tuple[bytes, bytes, list[bytes], str | None]]]:
+    def chunks(self, size: int) -> Iterator[list[tuple[bytes, tuple[str, int] | None, list[bytes], str | None]]]:
         """The generations ``size`` at a time, in the order they were added, each as (its row, where it
-        was read, its scores (its own, then its trace's), its trace's version), pickled as stored:
+        was read, its scores (its own, then its trace's), its trace's version), ids and rows pickled as stored:
         :func:`joined` maps one to a trace."""
         stored = self._stored()
         while rows := list(itertools.islice(stored, size)):
@@ -348,7 +351,7 @@ class LangfuseJoin:
             yield [(row, place, scores.get(gid, []) + scores.get(tid, []), versions.get(tid))
                    for gid, tid, row, place in rows]
 
-    def _stored(self) -> Iterator[list[bytes]]:
+    def _stored(self) -> Iterator[list]:
         """The generations' entries (id, trace id, row, place), as they were added."""
         self._generations.seek(0)
         while True:
@@ -363,7 +366,7 @@ class LangfuseJoin:
         self._db.close()
 
 
-def joined(generation: tuple[bytes, bytes, list[bytes], str | None]) -> tuple[dict | FormatError, tuple[str, int] | None]:
+def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | None]) -> tuple[dict | FormatError, tuple[str, int] | None]:
     """One generation of :meth:`LangfuseJoin.chunks` as (its canonical trace, or the FormatError of one
     that cannot map; where it was read)."""
     row, place, scores, version = generation
@@ -371,7 +374,7 @@ def joined(generation: tuple[bytes, bytes, list[bytes], str | None]) -> tuple[di
         trace: dict | FormatError = _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version)
     except FormatError as e:
         trace = e
-    return trace, pickle.loads(place)
+    return trace, place
 
 
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:

@@ -112,6 +112,9 @@ class Part:
     langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
     file: str = ""  # the block's file (a Langfuse part has none of its own)
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
+    # Lines of its file the block covers, when they were not counted before it was loaded: then its
+    # items are numbered from 1, until this process, taking parts in order, says where it starts.
+    lines: int | None = None
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -335,7 +338,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
     completions = raw["completion"].combine_chunks()
     if job.dataset.scrub_pii:
-        contents, completions = (pii.scrub_array(a, part.pii) for a in (contents, completions))
+        contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
     lengths = pc.list_value_length(messages).to_numpy(zero_copy_only=False)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     messages = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
@@ -382,7 +385,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
 def _digest(block: sources.Block) -> bytes:
     import xxhash
 
-    h = xxhash.xxh3_128(f"{block.file}:{block.first}:".encode())
+    h = xxhash.xxh3_128(f"{block.file}:{block.first}:{block.at}:".encode())
     if block.batch is not None:
         for column in block.batch.columns:
             for buf in column.buffers():
@@ -397,7 +400,9 @@ def _digest(block: sources.Block) -> bytes:
 def process(item: tuple[int, sources.Block]) -> Part:
     """One block, decoded to deduplication keys (in a worker, or in this process for small sources)."""
     index, block = item[0], item[1].load()
-    part = Part(index, [], digest=_digest(block), file=block.file)
+    counted = block.first is not None
+    block = block if counted else block.numbered_from(1)  # see Part.lines
+    part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines)
     return _keyed(part, _rows(_read(block, _JOB, part), part))
 
 
@@ -416,6 +421,7 @@ class Finish:
     index: int
     first: int  # the number of traces kept before this part's
     duplicates: dict[int, str]
+    lines_before: int  # lines of its file before its block, when they were not counted (see Part.lines)
 
 
 @dataclass
@@ -430,6 +436,11 @@ def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
     items; keep its rows for pairing (see :func:`spill`)."""
     rows, quarantine = _ROWS.pop(item.index)
+    if item.lines_before:
+        at = rows.schema.get_field_index("source_line")
+        rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
+        for q in quarantine:
+            q["source_line"] += item.lines_before
     if item.duplicates:
         positions = sorted(item.duplicates)
         for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
@@ -914,6 +925,7 @@ def materialize(
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
     by_file: dict[str, Counter] = {}  # items read in the interval, of them in no format, records in a format
+    lines_before: Counter = Counter()  # lines of each file's parts taken so far, where blocks were not counted
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
@@ -939,9 +951,13 @@ def materialize(
             if part.file:
                 by_file.setdefault(part.file, Counter()).update(
                     read=part.read, unformatted=part.unformatted, known=part.formats.total())
-            join.add_entries(part.langfuse)
+            before = 0
+            if part.lines is not None:
+                before = lines_before[part.file]
+                lines_before[part.file] += part.lines
+            join.add_entries(part.langfuse, before)
             duplicates = dedupe.verdicts(part.keys)
-            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates), worker))
+            finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, before), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())

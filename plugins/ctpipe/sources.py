@@ -21,8 +21,9 @@ another process. A missing source is an error naming the URI.
 
 from __future__ import annotations
 
+import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -57,11 +58,13 @@ class Block:
 
     A block of a plain local file comes as its place in the file (``at``, ``size``) and no data:
     :meth:`load` reads it where it is processed, from the page cache, which costs far less than
-    sending megabytes to a worker process through a pipe.
+    sending megabytes to a worker process through a pipe. Such a block does not know its first line
+    number either (``first`` is None): its lines are counted only where it is loaded, and whoever
+    takes the blocks in order adds the lines of the blocks before it (:func:`numbered`).
     """
 
     file: str
-    first: int  # line or row number of the first item
+    first: int | None  # line or row number of the first item; None: not counted (then items number from 1)
     data: bytes = b""
     batch: Any = None  # a pyarrow RecordBatch
     damage: Item | None = None  # an item that could not be read at all, in its place after the block
@@ -81,6 +84,17 @@ class Block:
         if len(data) != self.size:
             raise SourceError(f"{self.file} changed while it was read")
         return replace(self, data=data, size=0)
+
+    @property
+    def lines(self) -> int:
+        """The lines of its file a loaded block of a plain local file covers (it ends before a newline,
+        or at the end of the file); an oversized line's block covers that line."""
+        return 1 if self.damage is not None else self.data.count(b"\n") + 1
+
+    def numbered_from(self, first: int) -> Block:
+        """This block, not counted, with its items numbered from ``first`` on."""
+        damage = self.damage and replace(self.damage, position=self.damage.position + first - 1)
+        return replace(self, first=first, damage=damage)
 
 
 def filesystem(uri: str) -> tuple[Any, str]:
@@ -150,10 +164,46 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
 
 def _plain_blocks(file: str) -> Iterator[Block]:
     """The blocks of a plain local file as places in the file, for :meth:`Block.load` to read where
-    they are processed: the file is only scanned for newlines here, into one reused buffer."""
-    buf = bytearray(BLOCK_BYTES)
+    they are processed. Only the bytes around each cut are read here: counting lines would mean
+    reading every byte in this process as well as in the one that loads the block, which cost the
+    driver of a million traces more CPU than deciding their duplicates, and bounds what any number
+    of workers can read to what one process copies out of the page cache. A block ends at the last
+    newline within :data:`BLOCK_BYTES` of its start; a longer line is a block of its own, or an
+    item of its own when it is over :data:`MAX_RECORD_BYTES` (read through here, never loaded)."""
     with open(file, "rb") as f:
-        yield from _cut(file, iter(lambda: (buf, f.readinto(buf)), (buf, 0)), keep=False)
+        size, at = os.fstat(f.fileno()).st_size, 0
+        while at < size:
+            end = at + BLOCK_BYTES
+            if end >= size:
+                yield Block(file, None, at=at, size=size - at)
+                return
+            cut = _newline(f, at, end, last=True)
+            if cut is None:  # one line longer than a block
+                cut = _newline(f, end, size, last=False)
+                cut = size if cut is None else cut
+                if cut - at > MAX_RECORD_BYTES:
+                    f.seek(at)
+                    yield Block(file, None, damage=_too_large(file, 1, cut - at, f.read(200)))
+                    at = cut + 1
+                    continue
+            yield Block(file, None, at=at, size=cut - at)
+            at = cut + 1
+
+
+def _newline(f, start: int, end: int, last: bool) -> int | None:
+    """The offset of the last (or first) newline of ``f`` in ``[start, end)``, reading a window at a
+    time from that end; None when there is none."""
+    window = 1 << 16
+    while start < end:
+        lo, hi = (max(start, end - window), end) if last else (start, min(end, start + window))
+        f.seek(lo)
+        data = f.read(hi - lo)
+        i = data.rfind(b"\n") if last else data.find(b"\n")
+        if i >= 0:
+            return lo + i
+        end, start = (lo, start) if last else (end, hi)
+        window = min(window * 2, 1 << 22)
+    return None
 
 
 def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool) -> Iterator[Block]:
@@ -266,9 +316,9 @@ def entries(block: Block, lines: list[bytes] | None = None,
         lines = block.data.split(b"\n") if lines is None else lines
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
             raw = lines[i]
-            if raw.strip():
-                n, raw = block.first + i, raw.rstrip(b"\r")
-                yield n, oversized(block.file, n, raw) or raw
+            if raw.strip():  # a line's size counts a carriage return before its newline, as cutting does
+                n = block.first + i
+                yield n, oversized(block.file, n, raw) or raw.rstrip(b"\r")
     if block.damage is not None:
         yield block.damage.position, block.damage
 
@@ -284,8 +334,19 @@ def items(block: Block) -> Iterator[Item]:
             yield decode_line(block.file, n, content)
 
 
+def numbered(blocks: Iterable[Block]) -> Iterator[Block]:
+    """``blocks`` of files in order, loaded, each numbered from its first line (see :class:`Block`)."""
+    before: dict[str, int] = {}  # lines of a file's blocks so far, where they were not counted
+    for block in blocks:
+        block = block.load()
+        if block.first is None:
+            block = block.numbered_from(before.get(block.file, 0) + 1)
+            before[block.file] = block.first - 1 + block.lines
+        yield block
+
+
 def read(uri: str, what: str = "source") -> Iterator[Item]:
     """Every line or row of every file under ``uri``, in order (see :func:`list_files` for ``what``)."""
     fs, files, _ = list_files(uri, what)
-    for block in blocks(fs, files):
-        yield from items(block.load())
+    for block in numbered(blocks(fs, files)):
+        yield from items(block)
