@@ -448,6 +448,7 @@ def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_st
 
 
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)  # files of several blocks, whose lines are counted in the workers
     src = tmp_path / "src"
     src.mkdir()
     (src / "scores.jsonl").write_bytes(lines(*(  # scores first, in another file than their generations
@@ -468,5 +469,6 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     for name in ("traces", "quarantine"):
         assert table(parts, name) == table(whole, name)
     assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 2}
-    assert {q["source_file"].rsplit("/", 1)[1] for q in table(parts, "quarantine")} == {"observations.jsonl", "scores.jsonl"}
+    assert sorted((q["source_file"].rsplit("/", 1)[1], q["source_line"]) for q in table(parts, "quarantine")) == [
+        ("observations.jsonl", 5), ("scores.jsonl", 11)]
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]

@@ -122,3 +122,41 @@ def test_plain_and_general_readers_read_random_files_alike(tmp_path, monkeypatch
         # Only a line longer than a block makes a longer one, and nothing over the limit is ever loaded.
         assert all(b.size <= sources.BLOCK_BYTES or b"\n" not in path.read_bytes()[b.at:b.at + b.size] for b in plain)
         assert all(b.size <= sources.MAX_RECORD_BYTES or b.size <= sources.BLOCK_BYTES for b in plain)
+
+
+def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatch):
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 1 << 20)
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(b'{"n": %d, "pad": "%s"}\n' % (i, b"x" * (i % 500)) for i in range(40_000)))
+    bytes_read = []
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            bytes_read.append(len(data))
+            return data
+
+    monkeypatch.setattr(sources, "open", lambda *a: Counting(open(*a)), raising=False)
+    places = list(sources._plain_blocks(str(path)))
+    size = path.stat().st_size
+    assert len(places) > 8 and sum(bytes_read) < size / 10
+    # The blocks tile the file, each ending before a newline, and their lines are all of the file's.
+    assert places[0].at == 0 and places[-1].at + places[-1].size == size
+    assert [b.at for b in places[1:]] == [b.at + b.size + 1 for b in places[:-1]]
+    monkeypatch.undo()
+    assert sum(b.load().lines for b in places) == path.read_bytes().count(b"\n") + 1
+    assert [i.doc["n"] for b in sources.numbered(places) for i in sources.items(b)] == list(range(40_000))

@@ -159,7 +159,7 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
     """The blocks of a JSONL file behind any filesystem, gzip or not, with their lines."""
     with fs.open(file, "rb") as f:
         pieces = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
-        yield from _cut(file, ((piece, len(piece)) for piece in pieces), keep=True)
+        yield from _cut(file, pieces)
 
 
 def _plain_blocks(file: str) -> Iterator[Block]:
@@ -206,18 +206,19 @@ def _newline(f, start: int, end: int, last: bool) -> int | None:
     return None
 
 
-def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool) -> Iterator[Block]:
-    """Blocks of whole lines from a file's successive chunks (a chunk's first n bytes): a block ends at
-    the last newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unloaded
-    and given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
-    ``truncated_gzip`` item. With ``keep``, a block carries its lines; without, only their place."""
+def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
+    """Blocks of whole lines, counted, from a file's successive chunks: a block ends at the last
+    newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and
+    given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
+    ``truncated_gzip`` item."""
     line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
-    pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces (only kept with `keep`)
+    pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces
     head = b""  # the first bytes of the first pending piece, for a record_too_large item
     skipping = False  # through an oversized line, which started at `at`
     while True:
         try:
-            data, n = next(chunks, (b"", 0))
+            data = next(chunks, b"")
+            n = len(data)
         except (EOFError, zlib.error) as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
@@ -237,24 +238,20 @@ def _cut(file: str, chunks: Iterator[tuple[bytes | bytearray, int]], keep: bool)
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n", 0, n)
-            if keep:
-                yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
-            else:
-                yield Block(file, line, at=at, size=pos + cut - at)
-            line, at, head = line + count, pos + cut + 1, bytes(data[cut + 1:min(cut + 201, n)])
-            pending = [data[cut + 1:n]] if keep else []
+            yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
+            line, at, head = line + count, pos + cut + 1, data[cut + 1:min(cut + 201, n)]
+            pending = [data[cut + 1:n]]
         elif start < n:
             if pending is None:
-                pending, head = [], bytes(data[start:min(start + 200, n)])
-            if keep:
-                pending.append(data[start:n])
+                pending, head = [], data[start:min(start + 200, n)]
+            pending.append(data[start:n])
             if pos + n - at > MAX_RECORD_BYTES:
                 pending, skipping = None, True
         pos += n
     if skipping:
         yield Block(file, line, damage=_too_large(file, line, pos - at, head))
     elif pending is not None:
-        yield Block(file, line, data=b"".join(pending)) if keep else Block(file, line, at=at, size=pos - at)
+        yield Block(file, line, data=b"".join(pending))
 
 
 def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
