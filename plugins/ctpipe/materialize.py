@@ -227,7 +227,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     fast_at, fast_times = np.zeros(0, np.int64), np.zeros(0, np.int64)  # line and start time of each parsed row
     if block.batch is None:
         lines = block.data.split(b"\n")
-        if job.dataset.format in ("auto", "ctpipe"):
+        # Another format's block (no key of ours anywhere) is not worth the fast path's look at every line.
+        if job.dataset.format in ("auto", "ctpipe") and b'"trace_id"' in block.data:
             limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
             got = columns.parse_lines(lines if len(block.data) <= limit else [b"" if len(x) > limit else x for x in lines])
             if got is not None:
