@@ -125,6 +125,8 @@ def test_plain_and_general_readers_read_random_files_alike(tmp_path, monkeypatch
 
 
 def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatch):
+    import io
+
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "BLOCK_BYTES", 1 << 20)
@@ -132,25 +134,13 @@ def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatc
     path.write_bytes(b"".join(b'{"n": %d, "pad": "%s"}\n' % (i, b"x" * (i % 500)) for i in range(40_000)))
     bytes_read = []
 
-    class Counting:
-        def __init__(self, f):
-            self.f = f
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
+    class Counting(io.FileIO):
         def read(self, n=-1):
-            data = self.f.read(n)
+            data = super().read(n)
             bytes_read.append(len(data))
             return data
 
-    monkeypatch.setattr(sources, "open", lambda *a: Counting(open(*a)), raising=False)
+    monkeypatch.setattr(sources, "open", lambda path, mode: Counting(path), raising=False)
     places = list(sources._plain_blocks(str(path)))
     size = path.stat().st_size
     assert len(places) > 8 and sum(bytes_read) < size / 10

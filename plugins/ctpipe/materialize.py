@@ -69,6 +69,7 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
+_OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
 _NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8"})
@@ -180,7 +181,7 @@ def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
 
 def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     """(format, canonical records) of one line; InvalidTrace or FormatError when it has none."""
-    if fmt == "auto" and b'"trace_id"' not in raw:
+    if fmt == "auto" and _OUR_KEY not in raw:
         # Another format's line, most likely: our schema's typed decoding would fail it only after
         # parsing all of it, and it would be parsed again as a document. Anything else goes on below.
         doc = traces.loads(raw)
@@ -228,7 +229,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     if block.batch is None:
         lines = block.data.split(b"\n")
         # Another format's block (no key of ours anywhere) is not worth the fast path's look at every line.
-        if job.dataset.format in ("auto", "ctpipe") and b'"trace_id"' in block.data:
+        if job.dataset.format in ("auto", "ctpipe") and _OUR_KEY in block.data:
             limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
             got = columns.parse_lines(lines if len(block.data) <= limit else [b"" if len(x) > limit else x for x in lines])
             if got is not None:
@@ -926,7 +927,7 @@ def materialize(
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
     by_file: dict[str, Counter] = {}  # items read in the interval, of them in no format, records in a format
-    lines_before: Counter = Counter()  # lines of each file's parts taken so far, where blocks were not counted
+    lines_before = sources.LinesBefore()
     dedupe = _Dedup(spill_dir)
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
@@ -952,10 +953,7 @@ def materialize(
             if part.file:
                 by_file.setdefault(part.file, Counter()).update(
                     read=part.read, unformatted=part.unformatted, known=part.formats.total())
-            before = 0
-            if part.lines is not None:
-                before = lines_before[part.file]
-                lines_before[part.file] += part.lines
+            before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
             join.add_entries(part.langfuse, before)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, before), worker))

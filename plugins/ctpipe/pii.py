@@ -112,23 +112,21 @@ def scrub_array(texts: pa.Array, found: Counter, repeats: bool = True) -> pa.Arr
     >>> scrub_array(texts, c, repeats=False).to_pylist() == scrub_array(texts, c).to_pylist(), c["email"]
     (True, 6)
     """
-    if repeats:
-        encoded = pc.dictionary_encode(texts)
-        distinct = encoded.dictionary
-        uses = np.bincount(encoded.indices.drop_null().to_numpy(), minlength=len(distinct))
-    else:
-        distinct, uses = texts, None
+    encoded = pc.dictionary_encode(texts) if repeats else None
+    distinct = encoded.dictionary if repeats else texts
     hit = pc.fill_null(pc.match_substring_regex(distinct, PRECHECK), False)
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
+    uses = (np.bincount(encoded.indices.drop_null().to_numpy(), minlength=len(distinct))[at] if repeats
+            else np.ones(len(at), np.int64))  # occurrences of each suspect
     suspects = distinct.take(at).to_pylist()
     clean = []
-    for i, text in zip(at.tolist(), suspects):
+    for n_uses, text in zip(uses.tolist(), suspects):
         kinds: Counter = Counter()
         clean.append(scrub(text, kinds))
         for kind, n in kinds.items():
-            found[kind] += n * (int(uses[i]) if repeats else 1)
+            found[kind] += n * n_uses
     if clean == suspects:  # numbers or hints, but nothing to scrub
         return texts
     scrubbed = pc.replace_with_mask(distinct, hit, pa.array(clean, pa.string()))

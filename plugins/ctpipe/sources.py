@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -201,7 +202,10 @@ def _newline(f, start: int, end: int, last: bool) -> int | None:
         i = data.rfind(b"\n") if last else data.find(b"\n")
         if i >= 0:
             return lo + i
-        end, start = (lo, start) if last else (end, hi)
+        if last:
+            end = lo
+        else:
+            start = hi
         window = min(window * 2, 1 << 22)
     return None
 
@@ -227,17 +231,17 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             return
         if not n:
             break
-        count = int(np.count_nonzero(np.frombuffer(data, np.uint8, n) == 10))  # thrice bytes.count's speed
+        count = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))  # thrice bytes.count's speed
         start = 0  # where the chunk's unread part begins
         if skipping:
             if not count:
                 pos += n
                 continue
-            end = data.find(b"\n", 0, n)
+            end = data.find(b"\n")
             yield Block(file, line, damage=_too_large(file, line, pos - at + end, head))
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
-            cut = data.rfind(b"\n", 0, n)
+            cut = data.rfind(b"\n")
             yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
             line, at, head = line + count, pos + cut + 1, data[cut + 1:min(cut + 201, n)]
             pending = [data[cut + 1:n]]
@@ -331,15 +335,26 @@ def items(block: Block) -> Iterator[Item]:
             yield decode_line(block.file, n, content)
 
 
+class LinesBefore:
+    """Where blocks whose lines were not counted start (see :class:`Block`), told their files'
+    blocks in order and the lines each covers."""
+
+    def __init__(self):
+        self._seen: Counter = Counter()
+
+    def take(self, file: str, lines: int) -> int:
+        """The lines of ``file`` before its next block, which covers ``lines`` of them."""
+        before = self._seen[file]
+        self._seen[file] += lines
+        return before
+
+
 def numbered(blocks: Iterable[Block]) -> Iterator[Block]:
     """``blocks`` of files in order, loaded, each numbered from its first line (see :class:`Block`)."""
-    before: dict[str, int] = {}  # lines of a file's blocks so far, where they were not counted
+    before = LinesBefore()
     for block in blocks:
         block = block.load()
-        if block.first is None:
-            block = block.numbered_from(before.get(block.file, 0) + 1)
-            before[block.file] = block.first - 1 + block.lines
-        yield block
+        yield block if block.first is not None else block.numbered_from(before.take(block.file, block.lines) + 1)
 
 
 def read(uri: str, what: str = "source") -> Iterator[Item]:
