@@ -11,6 +11,10 @@ config files, instance metadata, never from code). Files are read as:
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
 (``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
+A plain file on a local disk or an object store is cut where it lies, reading only around each
+cut, and each block is read where it is processed (see :class:`Block`); a gzip file has to be read
+through in order, by the process that cuts it.
+
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
 ``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with the
@@ -24,7 +28,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +41,10 @@ SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz",
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048
+# Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
+# Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
+# through by the process that cuts them, and their blocks sent on.
+_RANGED = frozenset({"s3", "s3a", "gs", "gcs"})
 
 
 class SourceError(PipelineError):
@@ -57,11 +65,13 @@ class Item:
 class Block:
     """Consecutive lines (``data``: whole lines, ``\\n``-separated) or rows (``batch``) of one file.
 
-    A block of a plain local file comes as its place in the file (``at``, ``size``) and no data:
-    :meth:`load` reads it where it is processed, from the page cache, which costs far less than
-    sending megabytes to a worker process through a pipe. Such a block does not know its first line
-    number either (``first`` is None): its lines are counted only where it is loaded, and whoever
-    takes the blocks in order adds the lines of the blocks before it (:func:`numbered`).
+    A block of a plain file on a local disk or an object store (see :data:`_RANGED`) comes as its
+    place in the file (``at``, ``size``) and no data: :meth:`load` reads it where it is processed
+    (from the page cache, or with a ranged GET of its own), which costs far less than one process
+    reading every byte and sending megabytes to each worker through a pipe. Such a block does not
+    know its first line number either (``first`` is None): its lines are counted only where it is
+    loaded, and whoever takes the blocks in order adds the lines of the blocks before it
+    (:func:`numbered`).
     """
 
     file: str
@@ -71,18 +81,26 @@ class Block:
     damage: Item | None = None  # an item that could not be read at all, in its place after the block
     at: int | None = None  # where the lines start in the file
     size: int = 0  # their length, while they are still there
+    fs: Any = None  # the object store of a place in a file (None: the local disk)
+    version: tuple = ()  # what the store said of the object when it was cut, to notice it replaced since
 
     def load(self) -> Block:
         """This block with its data."""
         if not self.size:
             return self
         try:
-            with open(self.file, "rb") as f:
-                f.seek(self.at)
-                data = f.read(self.size)
-        except OSError as e:
-            raise SourceError(f"{self.file} could not be read again: {e}") from None
-        if len(data) != self.size:
+            if self.fs is None:
+                with open(self.file, "rb") as f:
+                    f.seek(self.at)
+                    data = f.read(self.size)
+                changed = len(data) != self.size
+            else:
+                data = self.fs.cat_file(self.file, start=self.at, end=self.at + self.size)
+                self.fs.invalidate_cache(self.file)  # what the store says now, not what a listing said
+                changed = len(data) != self.size or _version(self.fs.info(self.file)) != self.version
+        except Exception as e:  # noqa: BLE001 - OSError locally; each object store raises its own types
+            raise SourceError(f"{self.file} could not be read again: {type(e).__name__}: {e}") from None
+        if changed:
             raise SourceError(f"{self.file} changed while it was read")
         return replace(self, data=data, size=0)
 
@@ -163,42 +181,62 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
         yield from _cut(file, pieces)
 
 
+def _version(info: dict) -> tuple:
+    """What changes when an object is written again: its size, and its ETag (S3) or generation (GCS)."""
+    return info.get("size"), info.get("ETag") or info.get("etag"), info.get("generation")
+
+
 def _plain_blocks(file: str) -> Iterator[Block]:
-    """The blocks of a plain local file as places in the file, for :meth:`Block.load` to read where
-    they are processed. Only the bytes around each cut are read here: counting lines would mean
-    reading every byte in this process as well as in the one that loads the block, which cost the
-    driver of a million traces more CPU than deciding their duplicates, and bounds what any number
-    of workers can read to what one process copies out of the page cache. A block ends at the last
-    newline within :data:`BLOCK_BYTES` of its start; a longer line is a block of its own, or an
-    item of its own when it is over :data:`MAX_RECORD_BYTES` (read through here, never loaded)."""
+    """The blocks of a plain local file as places in the file (see :func:`_places`)."""
     with open(file, "rb") as f:
-        size, at = os.fstat(f.fileno()).st_size, 0
-        while at < size:
-            end = at + BLOCK_BYTES
-            if end >= size:
-                yield Block(file, None, at=at, size=size - at)
-                return
-            cut = _newline(f, at, end, last=True)
-            if cut is None:  # one line longer than a block
-                cut = _newline(f, end, size, last=False)
-                cut = size if cut is None else cut
-                if cut - at > MAX_RECORD_BYTES:
-                    f.seek(at)
-                    yield Block(file, None, damage=_too_large(file, 1, cut - at, f.read(200)))
-                    at = cut + 1
-                    continue
-            yield Block(file, None, at=at, size=cut - at)
-            at = cut + 1
+        def read(lo: int, hi: int) -> bytes:
+            f.seek(lo)
+            return f.read(hi - lo)
+
+        yield from _places(file, os.fstat(f.fileno()).st_size, read)
 
 
-def _newline(f, start: int, end: int, last: bool) -> int | None:
-    """The offset of the last (or first) newline of ``f`` in ``[start, end)``, reading a window at a
-    time from that end; None when there is none."""
+def _ranged_blocks(fs, file: str) -> Iterator[Block]:
+    """The blocks of a plain file on an object store as places in the file (see :func:`_places`), each
+    read around its cut by a ranged GET of a few kilobytes, and pinned to the object as it is now."""
+    info = fs.info(file)
+    yield from _places(file, info["size"], lambda lo, hi: fs.cat_file(file, start=lo, end=hi), fs, _version(info))
+
+
+def _places(file: str, size: int, read: Callable[[int, int], bytes], fs=None, version: tuple = ()) -> Iterator[Block]:
+    """The blocks of a plain file of ``size`` bytes as places in it, for :meth:`Block.load` to read
+    where they are processed; ``read(lo, hi)`` gives its bytes in ``[lo, hi)``. Only the bytes around
+    each cut are read here: counting lines would mean reading every byte in this process as well as
+    in the one that loads the block, which cost the driver of a million traces more CPU than deciding
+    their duplicates, and bounds what any number of workers can read to what one process copies (or
+    downloads). A block ends at the last newline within :data:`BLOCK_BYTES` of its start; a longer
+    line is a block of its own, or an item of its own when it is over :data:`MAX_RECORD_BYTES` (read
+    through here, never loaded)."""
+    at = 0
+    while at < size:
+        end = at + BLOCK_BYTES
+        if end >= size:
+            yield Block(file, None, at=at, size=size - at, fs=fs, version=version)
+            return
+        cut = _newline(read, at, end, last=True)
+        if cut is None:  # one line longer than a block
+            cut = _newline(read, end, size, last=False)
+            cut = size if cut is None else cut
+            if cut - at > MAX_RECORD_BYTES:
+                yield Block(file, None, damage=_too_large(file, 1, cut - at, read(at, at + 200)))
+                at = cut + 1
+                continue
+        yield Block(file, None, at=at, size=cut - at, fs=fs, version=version)
+        at = cut + 1
+
+
+def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool) -> int | None:
+    """The offset of the last (or first) newline in ``[start, end)``, reading a window at a time from
+    that end; None when there is none."""
     window = 1 << 16
     while start < end:
         lo, hi = (max(start, end - window), end) if last else (start, min(end, start + window))
-        f.seek(lo)
-        data = f.read(hi - lo)
+        data = read(lo, hi)
         i = data.rfind(b"\n") if last else data.find(b"\n")
         if i >= 0:
             return lo + i
@@ -279,12 +317,16 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
 
 def blocks(fs, files: list[str]) -> Iterator[Block]:
     """Every file's blocks, in order."""
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+    protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file in files:
         if file.endswith(".parquet"):
             yield from _parquet_blocks(fs, file)
-        elif local and not file.endswith(".gz"):
+        elif file.endswith(".gz"):
+            yield from _jsonl_blocks(fs, file)
+        elif "file" in protocols:
             yield from _plain_blocks(file)
+        elif protocols & _RANGED:
+            yield from _ranged_blocks(fs, file)
         else:
             yield from _jsonl_blocks(fs, file)
 
