@@ -164,6 +164,21 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
     assert q["unknown_format"]["source_line"] == 39
 
 
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_a_files_broken_last_line_takes_the_interval_of_the_record_before_it(tmp_path, monkeypatch, name):
+    """However the file is cut (in place, or read through as a gzip stream is), its last line stays in
+    a block with the lines before it: a crashed writer's half record counts in the interval its file
+    was being written in, not in the day's first hour that a date-only partition would give it."""
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    folder = tmp_path / "src" / "date=2026-11-22"
+    folder.mkdir(parents=True)
+    data = lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(1, 40))) + b'{"trace_id": "t40", "sta'
+    (folder / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    m = run(tmp_path / "src", tmp_path / "out")
+    assert m.counts["traces_in"] == 40 and m.quarantine_reasons == {"invalid_json": 1}
+    assert table(m, "quarantine")[0]["source_line"] == 40
+
+
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):
     with pytest.raises(sources.SourceError, match="does not exist"):
         run(tmp_path / "nope", tmp_path / "out")

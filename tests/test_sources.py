@@ -111,17 +111,20 @@ def test_plain_and_general_readers_read_random_files_alike(tmp_path, monkeypatch
     rng = random.Random(0)
     path = tmp_path / "a.jsonl"
     fs, _, _ = sources.list_files(str(tmp_path))
-    for _ in range(400):
+    for _ in range(2000):
         monkeypatch.setattr(sources, "BLOCK_BYTES", rng.choice([1, 2, 3, 7, 16, 64, 200]))
         monkeypatch.setattr(sources, "MAX_RECORD_BYTES", rng.choice([5, 30, 100, 1000]))
+        monkeypatch.setattr(sources, "_WINDOW", rng.choice([1, 3, 16, 1 << 16]))
+        monkeypatch.setattr(sources, "_AHEAD", rng.choice([1, 2, 64]))
         lines = [rng.choice([b"", b"y" * rng.randrange(50, 400), b'{"n": %d}' % rng.randrange(10**6), b'{"n": 1}\r'])
                  for _ in range(rng.randrange(0, 12))]
         path.write_bytes(b"\n".join(lines) + rng.choice([b"", b"\n"]))
         plain = list(sources._plain_blocks(str(path)))
         assert _items(plain) == _items(sources._jsonl_blocks(fs, str(path)))
-        # Only a line longer than a block makes a longer one, and nothing over the limit is ever loaded.
-        assert all(b.size <= sources.BLOCK_BYTES or b"\n" not in path.read_bytes()[b.at:b.at + b.size] for b in plain)
-        assert all(b.size <= sources.MAX_RECORD_BYTES or b.size <= sources.BLOCK_BYTES for b in plain)
+        # A block is at most a block and a window long, or one line, never over the limit then.
+        longest = sources.BLOCK_BYTES + min(sources._WINDOW, sources.BLOCK_BYTES)
+        assert all(b.size <= longest or b"\n" not in path.read_bytes()[b.at:b.at + b.size] for b in plain)
+        assert all(b.size <= sources.MAX_RECORD_BYTES or b.size <= longest for b in plain)
 
 
 def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatch):

@@ -193,41 +193,66 @@ def _plain_blocks(file: str) -> Iterator[Block]:
             f.seek(lo)
             return f.read(hi - lo)
 
-        yield from _places(file, os.fstat(f.fileno()).st_size, read)
+        yield from _places(file, os.fstat(f.fileno()).st_size, read, lambda ranges: [read(*r) for r in ranges])
 
 
 def _ranged_blocks(fs, file: str) -> Iterator[Block]:
-    """The blocks of a plain file on an object store as places in the file (see :func:`_places`), each
-    read around its cut by a ranged GET of a few kilobytes, and pinned to the object as it is now."""
+    """The blocks of a plain file on an object store as places in the file (see :func:`_places`), the
+    windows around its cuts fetched many at once, and pinned to the object as it is now."""
     info = fs.info(file)
-    yield from _places(file, info["size"], lambda lo, hi: fs.cat_file(file, start=lo, end=hi), fs, _version(info))
+
+    def read_many(ranges: list[tuple[int, int]]) -> list[bytes]:
+        return fs.cat_ranges([file] * len(ranges), [lo for lo, _ in ranges], [hi for _, hi in ranges], on_error="raise")
+
+    yield from _places(file, info["size"], lambda lo, hi: fs.cat_file(file, start=lo, end=hi), read_many, fs,
+                       _version(info))
 
 
-def _places(file: str, size: int, read: Callable[[int, int], bytes], fs=None, version: tuple = ()) -> Iterator[Block]:
+_WINDOW = 1 << 16  # read before each nominal cut to find its newline: lines are rarely longer
+_AHEAD = 64  # windows read at once (concurrently, on an object store: a round trip each would cap the rate)
+
+
+def _places(file: str, size: int, read: Callable[[int, int], bytes],
+            read_many: Callable[[list[tuple[int, int]]], list[bytes]], fs=None, version: tuple = ()) -> Iterator[Block]:
     """The blocks of a plain file of ``size`` bytes as places in it, for :meth:`Block.load` to read
-    where they are processed; ``read(lo, hi)`` gives its bytes in ``[lo, hi)``. Only the bytes around
-    each cut are read here: counting lines would mean reading every byte in this process as well as
-    in the one that loads the block, which cost the driver of a million traces more CPU than deciding
-    their duplicates, and bounds what any number of workers can read to what one process copies (or
-    downloads). A block ends at the last newline within :data:`BLOCK_BYTES` of its start; a longer
-    line is a block of its own, or an item of its own when it is over :data:`MAX_RECORD_BYTES` (read
-    through here, never loaded)."""
-    at = 0
-    while at < size:
-        end = at + BLOCK_BYTES
-        if end >= size:
-            yield Block(file, None, at=at, size=size - at, fs=fs, version=version)
-            return
-        cut = _newline(read, at, end, last=True)
-        if cut is None:  # one line longer than a block
-            cut = _newline(read, end, size, last=False)
-            cut = size if cut is None else cut
-            if cut - at > MAX_RECORD_BYTES:
-                yield Block(file, None, damage=_too_large(file, 1, cut - at, read(at, at + 200)))
-                at = cut + 1
+    where they are processed; ``read(lo, hi)`` gives its bytes in ``[lo, hi)``, ``read_many`` those of
+    several ranges.
+
+    Only a window before each multiple of :data:`BLOCK_BYTES` is read here, where a block ends at its
+    last newline: counting lines would mean reading every byte in this process as well as in the one
+    that loads the block, which cost the driver of a million traces more CPU than deciding their
+    duplicates, and bounds what any number of workers can read to what one process copies (or
+    downloads). Cuts at fixed places let the windows be read ahead, before the cuts before them are
+    known. A line running over a cut with no newline in its window is a block of its own (an item of
+    its own when over :data:`MAX_RECORD_BYTES`: read through here, never loaded); so a block holds at
+    most ``BLOCK_BYTES`` plus a window, or a single line."""
+    window = min(_WINDOW, BLOCK_BYTES)
+    cuts = range(BLOCK_BYTES, size, BLOCK_BYTES)
+    at = 0  # where the next block starts
+    for first in range(0, len(cuts), _AHEAD):
+        batch = cuts[first:first + _AHEAD]
+        for cut, before in zip(batch, read_many([(cut - window, cut) for cut in batch])):
+            if cut <= at:  # a line running over it was a block of its own
                 continue
-        yield Block(file, None, at=at, size=cut - at, fs=fs, version=version)
-        at = cut + 1
+            lo = cut - window
+            i = before.rfind(b"\n", max(at - lo, 0))
+            if i >= 0:
+                yield Block(file, None, at=at, size=lo + i - at, fs=fs, version=version)
+                at = lo + i + 1
+                continue
+            end = _newline(read, at, max(at, lo), last=True)  # the lines before the long one
+            if end is not None:
+                yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
+                at = end + 1
+            end = _newline(read, cut, size, last=False)
+            end = size if end is None else end
+            if end - at > MAX_RECORD_BYTES:
+                yield Block(file, None, damage=_too_large(file, 1, end - at, read(at, at + 200)))
+            else:
+                yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
+            at = end + 1
+    if at < size:
+        yield Block(file, None, at=at, size=size - at, fs=fs, version=version)
 
 
 def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool) -> int | None:
@@ -250,13 +275,15 @@ def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool
 
 def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
     """Blocks of whole lines, counted, from a file's successive chunks: a block ends at the last
-    newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and
-    given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
-    ``truncated_gzip`` item."""
+    newline of a chunk, except that the file's last line stays with the block before it, as where a
+    file is cut in place (an unreadable line takes the interval of the record before it in its
+    block); a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and given as a
+    ``record_too_large`` item; a gzip stream's damage ends the file as a ``truncated_gzip`` item."""
     line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
     pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces
     head = b""  # the first bytes of the first pending piece, for a record_too_large item
     skipping = False  # through an oversized line, which started at `at`
+    held: Block | None = None  # the last block of lines, until it is known whether the last line joins it
     while True:
         try:
             data = next(chunks, b"")
@@ -264,6 +291,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         except (EOFError, zlib.error) as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
+            yield from [held] if held else []
             yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
                                                 raw=raw.decode("utf-8", "replace")))
             return
@@ -280,18 +308,22 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n")
-            yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
+            yield from [held] if held else []
+            held = Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
             line, at, head = line + count, pos + cut + 1, data[cut + 1:min(cut + 201, n)]
             pending = [data[cut + 1:n]]
         elif start < n:
             if pending is None:
                 pending, head = [], data[start:min(start + 200, n)]
             pending.append(data[start:n])
-            if pos + n - at > MAX_RECORD_BYTES:
-                pending, skipping = None, True
+            if pos + n - at > MAX_RECORD_BYTES:  # the item comes after the lines before it
+                yield from [held] if held else []
+                held, pending, skipping = None, None, True
         pos += n
     if skipping:
         yield Block(file, line, damage=_too_large(file, line, pos - at, head))
+    elif held is not None:
+        yield replace(held, data=b"".join([held.data, b"\n", *pending]))
     elif pending is not None:
         yield Block(file, line, data=b"".join(pending))
 
