@@ -106,7 +106,7 @@ class Block:
 
     @property
     def lines(self) -> int:
-        """The lines of its file a loaded block of a plain local file covers (it ends before a newline,
+        """The lines of its file a loaded block of a plain file covers (it ends before a newline,
         or at the end of the file); an oversized line's block covers that line."""
         return 1 if self.damage is not None else self.data.count(b"\n") + 1
 
@@ -178,7 +178,7 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
     """The blocks of a JSONL file behind any filesystem, gzip or not, with their lines."""
     with fs.open(file, "rb") as f:
         pieces = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
-        yield from _cut(file, pieces)
+        yield from _last_line_joined(_cut(file, pieces))
 
 
 def _version(info: dict) -> tuple:
@@ -189,11 +189,14 @@ def _version(info: dict) -> tuple:
 def _plain_blocks(file: str) -> Iterator[Block]:
     """The blocks of a plain local file as places in the file (see :func:`_places`)."""
     with open(file, "rb") as f:
-        def read(lo: int, hi: int) -> bytes:
-            f.seek(lo)
-            return f.read(hi - lo)
+        def read(ranges: list[tuple[int, int]]) -> list[bytes]:
+            out = []
+            for lo, hi in ranges:
+                f.seek(lo)
+                out.append(f.read(hi - lo))
+            return out
 
-        yield from _places(file, os.fstat(f.fileno()).st_size, read, lambda ranges: [read(*r) for r in ranges])
+        yield from _places(file, os.fstat(f.fileno()).st_size, read)
 
 
 def _ranged_blocks(fs, file: str) -> Iterator[Block]:
@@ -201,22 +204,20 @@ def _ranged_blocks(fs, file: str) -> Iterator[Block]:
     windows around its cuts fetched many at once, and pinned to the object as it is now."""
     info = fs.info(file)
 
-    def read_many(ranges: list[tuple[int, int]]) -> list[bytes]:
+    def read(ranges: list[tuple[int, int]]) -> list[bytes]:
         return fs.cat_ranges([file] * len(ranges), [lo for lo, _ in ranges], [hi for _, hi in ranges], on_error="raise")
 
-    yield from _places(file, info["size"], lambda lo, hi: fs.cat_file(file, start=lo, end=hi), read_many, fs,
-                       _version(info))
+    yield from _places(file, info["size"], read, fs, _version(info))
 
 
 _WINDOW = 1 << 16  # read before each nominal cut to find its newline: lines are rarely longer
 _AHEAD = 64  # windows read at once (concurrently, on an object store: a round trip each would cap the rate)
 
 
-def _places(file: str, size: int, read: Callable[[int, int], bytes],
-            read_many: Callable[[list[tuple[int, int]]], list[bytes]], fs=None, version: tuple = ()) -> Iterator[Block]:
+def _places(file: str, size: int, read_many: Callable[[list[tuple[int, int]]], list[bytes]], fs=None,
+            version: tuple = ()) -> Iterator[Block]:
     """The blocks of a plain file of ``size`` bytes as places in it, for :meth:`Block.load` to read
-    where they are processed; ``read(lo, hi)`` gives its bytes in ``[lo, hi)``, ``read_many`` those of
-    several ranges.
+    where they are processed; ``read_many`` gives its bytes in each of several ranges ``[lo, hi)``.
 
     Only a window before each multiple of :data:`BLOCK_BYTES` is read here, where a block ends at its
     last newline: counting lines would mean reading every byte in this process as well as in the one
@@ -226,6 +227,9 @@ def _places(file: str, size: int, read: Callable[[int, int], bytes],
     known. A line running over a cut with no newline in its window is a block of its own (an item of
     its own when over :data:`MAX_RECORD_BYTES`: read through here, never loaded); so a block holds at
     most ``BLOCK_BYTES`` plus a window, or a single line."""
+    def read(lo: int, hi: int) -> bytes:
+        return read_many([(lo, hi)])[0]
+
     window = min(_WINDOW, BLOCK_BYTES)
     cuts = range(BLOCK_BYTES, size, BLOCK_BYTES)
     at = 0  # where the next block starts
@@ -258,7 +262,7 @@ def _places(file: str, size: int, read: Callable[[int, int], bytes],
 def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool) -> int | None:
     """The offset of the last (or first) newline in ``[start, end)``, reading a window at a time from
     that end; None when there is none."""
-    window = 1 << 16
+    window = _WINDOW
     while start < end:
         lo, hi = (max(start, end - window), end) if last else (start, min(end, start + window))
         data = read(lo, hi)
@@ -275,15 +279,13 @@ def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool
 
 def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
     """Blocks of whole lines, counted, from a file's successive chunks: a block ends at the last
-    newline of a chunk, except that the file's last line stays with the block before it, as where a
-    file is cut in place (an unreadable line takes the interval of the record before it in its
-    block); a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and given as a
-    ``record_too_large`` item; a gzip stream's damage ends the file as a ``truncated_gzip`` item."""
+    newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and
+    given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
+    ``truncated_gzip`` item."""
     line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
     pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces
     head = b""  # the first bytes of the first pending piece, for a record_too_large item
     skipping = False  # through an oversized line, which started at `at`
-    held: Block | None = None  # the last block of lines, until it is known whether the last line joins it
     while True:
         try:
             data = next(chunks, b"")
@@ -291,7 +293,6 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         except (EOFError, zlib.error) as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
-            yield from [held] if held else []
             yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
                                                 raw=raw.decode("utf-8", "replace")))
             return
@@ -308,24 +309,34 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n")
-            yield from [held] if held else []
-            held = Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
+            yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
             line, at, head = line + count, pos + cut + 1, data[cut + 1:min(cut + 201, n)]
             pending = [data[cut + 1:n]]
         elif start < n:
             if pending is None:
                 pending, head = [], data[start:min(start + 200, n)]
             pending.append(data[start:n])
-            if pos + n - at > MAX_RECORD_BYTES:  # the item comes after the lines before it
-                yield from [held] if held else []
-                held, pending, skipping = None, None, True
+            if pos + n - at > MAX_RECORD_BYTES:
+                pending, skipping = None, True
         pos += n
     if skipping:
         yield Block(file, line, damage=_too_large(file, line, pos - at, head))
-    elif held is not None:
-        yield replace(held, data=b"".join([held.data, b"\n", *pending]))
     elif pending is not None:
         yield Block(file, line, data=b"".join(pending))
+
+
+def _last_line_joined(blocks: Iterator[Block]) -> Iterator[Block]:
+    """``blocks`` of a file, its last line (after the last newline, which :func:`_cut` gives as a block
+    of its own) joined to the block of lines before it, as where a file is cut in place: an
+    unreadable line takes the interval of the record before it in its block."""
+    held: list[Block] = []
+    for block in blocks:
+        held.append(block)
+        if len(held) > 2:
+            yield held.pop(0)
+    if len(held) == 2 and held[0].damage is None and held[1].damage is None:
+        held = [replace(held[0], data=b"\n".join([held[0].data, held[1].data]))]
+    yield from held
 
 
 def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
