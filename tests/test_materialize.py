@@ -165,6 +165,21 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
 
 
 @pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_records_after_a_byte_order_mark_are_read_as_any_other(tmp_path, name):
+    bom = b"\xef\xbb\xbf"
+    src = tmp_path / "src"
+    src.mkdir()
+    created = OPENAI["response"]["created"]
+    data = (bom + lines(trace(1, "What is 1 plus 1?", "2", at=at(created)), trace(2, "What is 7 plus 1?", "8", at=at(created)))
+            + bom + lines(OPENAI))
+    (src / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    m = run(src, tmp_path / "out", at(created), at(created) + HOUR)
+    assert accounted(m) and m.counts["traces"] == 3 and not m.quarantine_reasons
+    assert [r["source_line"] for r in table(m, "traces")] == [1, 2, 3]
+    assert table(m, "traces")[0]["prompt"] == "What is 1 plus 1?"
+
+
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
 def test_a_files_broken_last_line_takes_the_interval_of_the_record_before_it(tmp_path, monkeypatch, name):
     """However the file is cut (in place, or read through as a gzip stream is), its last line stays in
     a block with the lines before it: a crashed writer's half record counts in the interval its file

@@ -34,6 +34,17 @@ def test_damaged_records_are_reported_with_their_place_and_good_ones_kept(tmp_pa
         (1, None), (2, "invalid_utf8"), (3, "non_finite_number"), (4, "invalid_json"), (5, "record_too_large"), (6, None)]
 
 
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+def test_a_byte_order_mark_before_a_line_is_ignored(tmp_path, name):
+    """As a Windows tool starts a file, and as files joined with cat carry it into the middle."""
+    bom = b"\xef\xbb\xbf"
+    data = bom + b'{"n": 1}\r\n{"n": 2}\n' + bom + b'{"n": 3}\n' + bom + b"\n" + b'{"n": \xef\xbb\xbf4}\n'
+    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    items = list(read(str(tmp_path / name)))
+    assert [(i.position, i.doc, i.reason) for i in items] == [
+        (1, {"n": 1}, None), (2, {"n": 2}, None), (3, {"n": 3}, None), (5, None, "invalid_json")]  # a mark only starts a line
+
+
 def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
     whole = gzip.compress(b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(2000)))
     (tmp_path / "t.jsonl.gz").write_bytes(whole[: len(whole) // 2])

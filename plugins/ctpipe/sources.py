@@ -4,8 +4,8 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 ``gs://`` (install ``s3fs``/``gcsfs``; credentials come from the usual places: environment,
 config files, instance metadata, never from code). Files are read as:
 
-* ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line; gzip when the name ends in ``.gz``), in
-  blocks of whole lines of about :data:`BLOCK_BYTES`;
+* ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line, a byte order mark before one ignored;
+  gzip when the name ends in ``.gz``), in blocks of whole lines of about :data:`BLOCK_BYTES`;
 * ``*.parquet`` (one document per row), in record batches.
 
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
@@ -41,6 +41,9 @@ SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz",
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048
+# Windows tools start a UTF-8 file with a byte order mark, and files joined with cat carry theirs into
+# the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
+_BOM = b"\xef\xbb\xbf"
 # Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them, and their blocks sent on.
@@ -402,9 +405,10 @@ def entries(block: Block, lines: list[bytes] | None = None,
         lines = block.data.split(b"\n") if lines is None else lines
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
             raw = lines[i]
-            if raw.strip():  # a line's size counts a carriage return before its newline, as cutting does
+            text = raw.removeprefix(_BOM)
+            if text.strip():  # its size counts a mark and a carriage return before its newline, as cutting does
                 n = block.first + i
-                yield n, oversized(block.file, n, raw) or raw.rstrip(b"\r")
+                yield n, oversized(block.file, n, raw) or text.rstrip(b"\r")
     if block.damage is not None:
         yield block.damage.position, block.damage
 
