@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pytest
 
-from ctpipe.dedup import NgramIndex, chat_keys, fingerprint, key, keys, squash
+from ctpipe import dedup
+from ctpipe.dedup import NgramIndex, Recent, chat_keys, fingerprint, key, keys, squash
 
 LONG_EVAL = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
              "How many clips did Natalia sell altogether in April and May?")
@@ -46,6 +49,38 @@ def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
     exact, normalized = (k.tolist() for k in chat_keys(pa.array(roles), pa.array(contents), offsets))
     assert exact[0] == exact[1] and len({exact[0], *exact[2:]}) == 6
     assert normalized[0] == normalized[1] == normalized[2] and len({normalized[0], *normalized[3:]}) == 5
+
+
+def test_chat_keys_remembering_texts_are_the_same_and_normalize_a_text_once(monkeypatch):
+    roles = pa.array(["system", "user", "system", "user", "user"])
+    contents = pa.array(["Be brief.", "What is 2 plus 3?", "Be brief.", "Ärger, ÖL!", "what IS 2 plus 3"])
+    offsets = [0, 2, 4, 5]
+    alone = [k.tolist() for k in chat_keys(roles, contents, offsets)]
+    squashed, real = [], dedup.keys
+
+    def counting(texts, normalized=False):
+        squashed.extend(texts.to_pylist() if normalized else [])
+        return real(texts, normalized)
+
+    monkeypatch.setattr(dedup, "keys", counting)
+    for slots in (1 << 10, 1):  # with one slot, texts crowd each other out and are normalized again
+        remembered = Recent(slots, np.uint64)
+        squashed.clear()
+        for _ in range(3):
+            assert [k.tolist() for k in chat_keys(roles, contents, offsets, remembered)] == alone
+        if slots > 1:
+            assert sorted(squashed) == sorted(set(contents.to_pylist()))
+        else:
+            assert len(squashed) > len(set(contents.to_pylist()))
+
+
+def test_recent_remembers_the_last_key_of_a_slot_and_never_key_0():
+    recent = Recent(4, np.uint64)
+    recent.store(np.array([5, 9, 0], np.uint64), np.array([50, 90, 1], np.uint64))  # 5 and 9 share slot 1
+    known, values = recent.recall(np.array([5, 9, 0, 6], np.uint64))
+    assert known.tolist() == [False, True, False, False] and values[1] == 90
+    with pytest.raises(ValueError, match="slots=3"):
+        Recent(3, bool)
 
 
 def test_a_prompt_sharing_13_words_with_an_eval_item_is_contaminated():

@@ -104,16 +104,24 @@ def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
     return out
 
 
-def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int],
+              remembered: Recent | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(exact, normalized) keys per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``):
     equal for chats with the same roles and texts in the same order (texts compared by :func:`squash`
-    for the normalized key). A text met again, such as a system prompt, is normalized once."""
+    for the normalized key). A text met again, such as a system prompt, is normalized once, and not
+    again while ``remembered`` (by its exact key) holds it."""
     roles = pc.dictionary_encode(roles)  # a handful of distinct roles: each hashed once
     role_keys = keys(roles.dictionary)[roles.indices.to_numpy()]  # a message always has a role
     exact = keys(contents)
     _, first, again = np.unique(exact, return_index=True, return_inverse=True)
-    normalized = keys(contents.take(pa.array(first)), normalized=True)[again]
-    return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized), offsets)
+    distinct = exact[first]
+    known, normalized = remembered.recall(distinct) if remembered else (np.zeros(len(first), bool), np.zeros(len(first), np.uint64))
+    new = np.flatnonzero(~known)
+    if len(new):
+        normalized[new] = keys(contents.take(pa.array(first[new])), normalized=True)
+        if remembered:
+            remembered.store(distinct[new], normalized[new])
+    return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized[again]), offsets)
 
 
 def _fold(message: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
@@ -124,6 +132,29 @@ def _fold(message: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
         at = np.flatnonzero(lengths > j)
         out[at] = mix(out[at], message[starts[at] + j])
     return out
+
+
+class Recent:
+    """Values of the 64-bit keys met lately, in a fixed size whatever the number of keys: a key goes to
+    one slot (by its low bits), the last one kept, and a key crowded out is only computed again.
+    Key 0 marks an empty slot, so it is never remembered."""
+
+    def __init__(self, slots: int, dtype: type):
+        if slots & (slots - 1):
+            raise ValueError(f"slots={slots} is not a power of two")
+        self._keys, self._values = np.zeros(slots, np.uint64), np.zeros(slots, dtype)
+
+    def recall(self, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which of the keys ``found`` are remembered; their values, meaningless where not)."""
+        slots = self._slots(found)
+        return (self._keys[slots] == found) & (found != 0), self._values[slots]
+
+    def store(self, found: np.ndarray, values: np.ndarray) -> None:
+        slots = self._slots(found)
+        self._keys[slots], self._values[slots] = found, values
+
+    def _slots(self, found: np.ndarray) -> np.ndarray:
+        return (found & np.uint64(len(self._keys) - 1)).astype(np.intp)
 
 
 class NgramIndex:
@@ -143,11 +174,10 @@ class NgramIndex:
             size = min(n, len(ws))
             grams.update(" ".join(ws[i:i + size]) for i in range(len(ws) - size + 1) if ws)
         self._automaton = ahocorasick_rs.BytesAhoCorasick([f" {g} ".encode() for g in sorted(grams)]) if grams else None
-        # The verdicts of the texts checked lately, by their :func:`key`: a key to a slot (its low bits),
-        # the last one kept (4.5 MB). Prompts come back, since pairing wants several answers to one, and a
-        # prompt met again is not searched again: at a million bench traces, half of them are not.
-        self._known = np.zeros(remembered, np.uint64)
-        self._verdicts = np.zeros(remembered, bool)
+        # The verdicts of the texts checked lately, by their :func:`key` (4.5 MB). Prompts come back, since
+        # pairing wants several answers to one, and a prompt met again is not searched again: at a
+        # million bench traces, half of them are not.
+        self._verdicts = Recent(remembered, bool)
 
     def overlaps(self, text: str) -> bool:
         return self.overlaps_many([text])[0]
@@ -167,13 +197,11 @@ class NgramIndex:
         if self._automaton is None or not len(texts):
             return out
         found = keys(texts)
-        slots = (found & np.uint64(len(self._known) - 1)).astype(np.intp)
-        known = (self._known[slots] == found) & (found != 0)  # 0: an empty slot
-        out[known] = self._verdicts[slots[known]]
+        known, out = self._verdicts.recall(found)
         new = np.flatnonzero(~known)
         if len(new):
             out[new] = self._search(texts.take(pa.array(new)) if len(new) < len(texts) else texts)
-            self._known[slots[new]], self._verdicts[slots[new]] = found[new], out[new]
+            self._verdicts.store(found[new], out[new])
         return out
 
     def _search(self, texts: pa.Array) -> np.ndarray:

@@ -162,16 +162,19 @@ _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
 _ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
 _SPILLING: list[pa.Table] = []  # kept rows of the parts finished here, for pairing, not written yet
-# Prompt keys whose messages this process has spilled, a key to a slot (its low bits), the last one
-# kept: 8 MB whatever the number of prompts. A prompt it forgot only has its messages spilled again.
+# Prompt keys whose messages this process has spilled (9 MB whatever the number of prompts; a prompt
+# it forgot only has its messages spilled again).
 _PROMPT_SLOTS = 1 << 20
-_SPILLED_PROMPTS = np.zeros(0, np.uint64)
+_SPILLED_PROMPTS: dedup.Recent | None = None
+# The normalized keys of message texts met lately, by their exact keys (8 MB): a question asked again,
+# or a system prompt, is not normalized again.
+_NORMALIZED: dedup.Recent | None = None
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED
     _JOB, _LABELER = job, Labeler(job.reward)
-    _SPILLED_PROMPTS = np.zeros(_PROMPT_SLOTS, np.uint64)
+    _SPILLED_PROMPTS, _NORMALIZED = dedup.Recent(_PROMPT_SLOTS, bool), dedup.Recent(1 << 19, np.uint64)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
 
@@ -351,7 +354,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     prompt = contents.take(pa.array(last_user))
     feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
     references, labels = labeler.labels(prompt, completions, raw["reference_answer"].combine_chunks(), feedback, scores)
-    prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets)
+    prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets, _NORMALIZED)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
     out = {
@@ -478,9 +481,8 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
     spills a quarter less."""
     keys = rows["prompt_key"].to_numpy()
     _, once = np.unique(keys, return_index=True)  # a prompt's first row in the part
-    slots = (keys[once] & np.uint64(len(_SPILLED_PROMPTS) - 1)).astype(np.intp)
-    new = (_SPILLED_PROMPTS[slots] != keys[once]) | (keys[once] == 0)  # 0 is an empty slot
-    _SPILLED_PROMPTS[slots[new]] = keys[once][new]
+    new = ~_SPILLED_PROMPTS.recall(keys[once])[0]
+    _SPILLED_PROMPTS.store(keys[once][new], np.ones(new.sum(), bool))
     openers = np.zeros(len(keys), bool)
     openers[once[new]] = True
     wanted = openers | rows["final_reward"].is_valid().to_numpy(zero_copy_only=False)
