@@ -502,3 +502,57 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     assert sorted((q["source_file"].rsplit("/", 1)[1], q["source_line"]) for q in table(parts, "quarantine")) == [
         ("observations.jsonl", 5), ("scores.jsonl", 11)]
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]
+
+
+_ODD_VALUES = [None, "", "x", "2026-11-22T10:00:00Z", -1, 0, 1.5, 10**30, 1e300, True, [], {}, [1], {"k": 1}, [{"k": 1}]]
+
+
+def _mutants(doc, path=()):
+    """``doc`` with one value anywhere in it replaced by each of :data:`_ODD_VALUES`, or its key removed."""
+    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in list(children):
+        for odd in _ODD_VALUES:
+            yield _replaced(doc, key, odd)
+        if isinstance(doc, dict):
+            yield {k: v for k, v in doc.items() if k != key}
+        for mutant in _mutants(value, path + (key,)):
+            yield _replaced(doc, key, mutant)
+
+
+def _replaced(doc, key, value):
+    copy = dict(doc) if isinstance(doc, dict) else list(doc)
+    copy[key] = value
+    return copy
+
+
+_OTEL = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 3),
+              kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}])),
+              kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Hello"}]}]))],
+             [{"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.evaluation.name", "judge"),
+                                                                  kv("gen_ai.evaluation.score.value", 0.9)]}])
+_OTEL_FLAT = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
+                   kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])
+_LANGFUSE = [
+    {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "endTime": "2026-11-22T10:00:01Z",
+     "model": "m", "input": [{"role": "user", "content": "What is 6 plus 1?"}], "output": {"role": "assistant", "content": "7"},
+     "usageDetails": {"input": 19, "output": 2, "total": 21}},
+    {"id": "s1", "traceId": "t1", "observationId": "g1", "name": "judge", "value": 0.5, "dataType": "NUMERIC", "source": "EVAL"},
+    {"id": "t1", "timestamp": "2026-11-22T10:00:00Z", "release": "3"},
+]
+
+
+@pytest.mark.parametrize("records", [[OPENAI], [_OTEL, _OTEL_FLAT], _LANGFUSE, [trace(1, "What is 103 plus 3?", "106")]],
+                         ids=["openai", "otel", "langfuse", "ctpipe"])
+def test_a_value_of_any_type_anywhere_in_a_record_is_quarantined_or_read_never_fatal(tmp_path, records):
+    """Each field of a record of every format, replaced by a value of another type or range (or
+    removed), one field at a time: every mutant is a trace or a quarantined item with its line, and
+    the run goes on."""
+    src = tmp_path / "src"
+    src.mkdir()
+    mutants = [m for r in records for m in _mutants(r)]
+    (src / "a.jsonl").write_bytes(lines(*records, *mutants))
+    created = OPENAI["response"]["created"]
+    m = run(src, tmp_path / "out", at(min(created, 1795340000)) - HOUR, T0 + 2 * HOUR)
+    assert accounted(m) and m.counts["traces"] >= len(records) - (records == _LANGFUSE) * 2
+    assert m.counts["quarantined"] >= len(mutants) // 4
+    assert all(q["source_line"] >= 1 for q in table(m, "quarantine"))

@@ -31,6 +31,7 @@ import pickle
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -47,6 +48,18 @@ class FormatError(ValueError):
 
     def __reduce__(self):  # to and from worker processes (the default would call cls(message))
         return type(self), (self.reason, str(self))
+
+
+@contextmanager
+def _mapping(what: str) -> Iterator[None]:
+    """Where a reader maps one document: a value of a type or range it did not expect, anywhere in
+    user data, makes that document a FormatError (quarantined with its raw text), never a failed run."""
+    try:
+        yield
+    except FormatError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError, RecursionError) as e:
+        raise FormatError("invalid_field", f"{what} does not map: {type(e).__name__}: {e}") from None
 
 
 _CTPIPE_KEYS = frozenset({"trace_id", "start_time", "end_time", "model", "messages", "completion", "usage", "latency_ms"})
@@ -66,8 +79,8 @@ def detect(doc: Any) -> Format | None:
         return None
     if "resourceSpans" in doc:
         return "otel"
-    response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
-    if "choices" in response and "messages" in (doc.get("request") or doc):
+    request, response = (doc.get(k) if isinstance(doc.get(k), dict) else doc for k in ("request", "response"))
+    if "choices" in response and "messages" in request:
         return "openai"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
@@ -95,14 +108,25 @@ def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
     return None
 
 
-def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat()
+def _iso(epoch_s: float, where: str) -> str:
+    try:
+        return datetime.fromtimestamp(epoch_s, timezone.utc).isoformat()
+    except (OverflowError, ValueError, OSError):  # beyond what a datetime (or the platform's time_t) holds
+        raise FormatError("invalid_field", f"{where} is {epoch_s!r} seconds since 1970, not a time") from None
 
 
 def _need(obj: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, kind):  # bool is an int to isinstance, never wanted here
         raise FormatError("invalid_field", f"{where}{key}={value!r} is not a {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _object(obj: dict, key: str, where: str) -> dict:
+    """An optional object: {} when absent or null (or empty), FormatError when it is anything else."""
+    value = obj.get(key) or {}
+    if not isinstance(value, dict):
+        raise FormatError("invalid_field", f"{where}{key}={value!r} is not an object")
     return value
 
 
@@ -124,7 +148,7 @@ def from_openai(doc: dict) -> Iterator[dict]:
     created = _need(response, "created", (int, float), "response.")
     model = _need(response, "model", str, "response.")
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    usage = response.get("usage") or {}
+    usage = _object(response, "usage", "response.")
     latency_ms = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
     choices = _need(response, "choices", list, "response.")
     if not choices:
@@ -135,8 +159,8 @@ def from_openai(doc: dict) -> Iterator[dict]:
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
         yield {
             "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
-            "start_time": _iso(created),
-            "end_time": _iso(created + latency_ms / 1000),
+            "start_time": _iso(created, f"response {rid}: created"),
+            "end_time": _iso(created + latency_ms / 1000, f"response {rid}: created + latency_ms"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
             "messages": [{"role": m.get("role"), "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)],
             "completion": _text(message.get("content")),
@@ -225,8 +249,8 @@ def from_otel(doc: dict) -> Iterator[dict]:
                                        "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
                 yield {
                     "trace_id": span_id,
-                    "start_time": _iso(start / 1e9),
-                    "end_time": _iso(end / 1e9),
+                    "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
+                    "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
                     "model": {"name": model, "version": str(resource.get("service.version") or model)},
                     "messages": messages,
                     "completion": completion,
@@ -298,6 +322,11 @@ class LangfuseJoin:
         """What :meth:`add_entries` keeps of one export row (None: nothing), made where the row was read:
         a few pickled values, cheaper to send between processes than the row. FormatError for a row
         that is no Langfuse row, or a score that cannot be read."""
+        with _mapping("Langfuse row"):
+            return LangfuseJoin._entry(row, where)
+
+    @staticmethod
+    def _entry(row: dict, where: tuple[str, int] | None) -> tuple | None:
         kind = langfuse_kind(row)
         if kind == "observation":
             if row.get("type") != "GENERATION":
@@ -371,7 +400,8 @@ def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | N
     that cannot map; where it was read)."""
     row, place, scores, version = generation
     try:
-        trace: dict | FormatError = _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version)
+        with _mapping("Langfuse generation"):
+            trace: dict | FormatError = _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version)
     except FormatError as e:
         trace = e
     return trace, place
@@ -391,8 +421,8 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     model = g.get("model") or ""
     return {
         "trace_id": f"{tid}:{gid}",
-        "start_time": _iso(start),
-        "end_time": _iso(end),
+        "start_time": _iso(start, f"observation {gid}: startTime"),
+        "end_time": _iso(end, f"observation {gid}: endTime"),
         "model": {"name": model, "version": str(g.get("version") or version or model)},
         "messages": _langfuse_messages(g.get("input")),
         "completion": completion,
@@ -430,4 +460,5 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
         return [doc]
     if fmt == "langfuse":
         raise FormatError("needs_join", "Langfuse rows join across files: feed them to LangfuseJoin")
-    return list(from_openai(doc) if fmt == "openai" else from_otel(doc))
+    with _mapping(f"{fmt} record"):
+        return list(from_openai(doc) if fmt == "openai" else from_otel(doc))

@@ -14,7 +14,7 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
     messages          [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content": str}, ...]
                       the request's chat, with at least one user message; the last one is the prompt
     completion        str, not blank: the model's answer
-    usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, all >= 0
+    usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
     feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
     latency_ms        finite number >= 0
     reference_answer  str or null: the expected answer, when the application knows it   (optional)
@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal, get_args
 import msgspec
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
-Count = Annotated[int, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # a table's int64 holds it
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
