@@ -556,3 +556,18 @@ def test_a_value_of_any_type_anywhere_in_a_record_is_quarantined_or_read_never_f
     assert accounted(m) and m.counts["traces"] >= len(records) - (records == _LANGFUSE) * 2
     assert m.counts["quarantined"] >= len(mutants) // 4
     assert all(q["source_line"] >= 1 for q in table(m, "quarantine"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_json_nested_deeper_than_the_parser_goes_is_quarantined_in_any_format(tmp_path, monkeypatch, workers):
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "src"
+    src.mkdir()
+    deep = "[" * 100_000 + "]" * 100_000
+    (src / "a.jsonl").write_bytes(lines(
+        trace(1, "What is 1 plus 1?", "2"), ('{"trace_id": "t2", "scores": ' + deep + "}").encode(), deep.encode(),
+        json.dumps({**OPENAI, "metadata": "@"}).replace('"@"', deep).encode(), trace(3, "What is 2 plus 1?", "3")))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces"] == 2 and m.quarantine_reasons == {"too_deeply_nested": 3}
+    assert [q["source_line"] for q in table(m, "quarantine")] == [2, 3, 4]

@@ -69,7 +69,7 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         try:
             _SHAPE.decode(line)
             shaped.append(i)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
     if not shaped:
         return None

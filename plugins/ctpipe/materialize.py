@@ -72,7 +72,7 @@ _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
-_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8"})
+_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested"})
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])

@@ -114,6 +114,8 @@ def loads(text: str | bytes) -> Any:
         return msgspec.json.decode(text)
     except UnicodeDecodeError as e:
         raise InvalidTrace("invalid_utf8", str(e)) from None
+    except RecursionError:  # valid JSON, but arrays or objects nested thousands deep: no trace looks so
+        raise InvalidTrace("too_deeply_nested", "arrays or objects nested deeper than the JSON parser goes") from None
     except msgspec.DecodeError as e:
         try:  # the rare failing line: ask the standard library whether bad UTF-8 or a non-finite number was the cause
             json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant)
@@ -157,7 +159,7 @@ def decode(line: bytes | str) -> TraceRecord:
         if line.lstrip()[:1] not in (b"{", "{"):
             raise InvalidTrace("not_an_object", "expected a JSON object") from None
         raise _validation_error(e) from None
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         loads(line)  # raises with the precise reason
         raise
 
