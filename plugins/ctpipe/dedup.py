@@ -115,7 +115,8 @@ def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int],
     exact = keys(contents)
     _, first, again = np.unique(exact, return_index=True, return_inverse=True)
     distinct = exact[first]
-    known, normalized = remembered.recall(distinct) if remembered else (np.zeros(len(first), bool), np.zeros(len(first), np.uint64))
+    known, normalized = (remembered.recall(distinct) if remembered
+                         else (np.zeros(len(first), bool), np.zeros(len(first), np.uint64)))
     new = np.flatnonzero(~known)
     if len(new):
         normalized[new] = keys(contents.take(pa.array(first[new])), normalized=True)

@@ -323,21 +323,17 @@ class LangfuseJoin:
         a few pickled values, cheaper to send between processes than the row. FormatError for a row
         that is no Langfuse row, or a score that cannot be read."""
         with _mapping("Langfuse row"):
-            return LangfuseJoin._entry(row, where)
-
-    @staticmethod
-    def _entry(row: dict, where: tuple[str, int] | None) -> tuple | None:
-        kind = langfuse_kind(row)
-        if kind == "observation":
-            if row.get("type") != "GENERATION":
-                return None
-            return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), where
-        if kind == "score":  # by observation id, or by trace id for trace-level scores
-            return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
-        if kind == "trace":
-            version = row.get("release") or row.get("version")
-            return ("version", _pickled(row["id"]), str(version)) if version else None
-        raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
+            kind = langfuse_kind(row)
+            if kind == "observation":
+                if row.get("type") != "GENERATION":
+                    return None
+                return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), where
+            if kind == "score":  # by observation id, or by trace id for trace-level scores
+                return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
+            if kind == "trace":
+                version = row.get("release") or row.get("version")
+                return ("version", _pickled(row["id"]), str(version)) if version else None
+            raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
 
     def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
         """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
