@@ -158,26 +158,9 @@ def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: dateti
     return path
 
 
-def _ray_running() -> bool:
-    return subprocess.run(["pgrep", "-f", "ray/core/src/ray/gcs/gcs_server"], capture_output=True).returncode == 0
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _ray_stopped_after_the_suite():
-    """The Ray heads the suite starts (this file's and the end-to-end cycle's) are stopped when it ends,
-    so `pytest` leaves no Ray processes behind; a Ray that ran before the suite is left alone, since
-    `ray stop` cannot tell its processes from ours."""
-    before = _ray_running()
-    yield
-    if not before:
-        from ctpipe.raycluster import stop_local_head
-
-        stop_local_head()
-
-
 @pytest.fixture(scope="session")
 def ray_url(tmp_path_factory) -> str:
-    """A real local Ray head, shared by the tests of a session."""
+    """A real local Ray head (left running; `.ci/run` stops Ray when the suite ends)."""
     from ctpipe.raycluster import ensure_local_head
 
     url = os.environ.get("CTPIPE_TEST_RAY_URL")
