@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ctpipe import columns, traces
+from ctpipe import columns, formats, traces
 
 BASE = {
     "trace_id": "tr-1",
@@ -117,3 +117,144 @@ def test_microseconds_of_any_aware_datetime_are_exact():
     expected = 1_795_341_600_123_457
     assert columns.micros(plain) == expected
     assert columns.micros(pendulum.instance(plain)) == expected  # Airflow hands the interval as pendulum times
+
+
+# OpenAI chat-completion logs: the fast path agrees with the reader (formats.from_openai) and the
+# trace's validation, line for line.
+OPENAI = {
+    "request": {"model": "assistant", "messages": [{"role": "system", "content": "Be brief."},
+                                                   {"role": "user", "content": "What is 2 plus 3?"}]},
+    "response": {"id": "chatcmpl-1", "object": "chat.completion", "created": 1795340000, "model": "assistant",
+                 "system_fingerprint": "fp_1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "5"},
+                                                             "finish_reason": "stop"}],
+                 "usage": {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21}},
+    "metadata": {"model_version": "v7", "thumb": "up"},
+    "latency_ms": 41.5,
+}
+
+
+def openai_line(*changes: tuple[str, object]) -> bytes:
+    """OPENAI with each (dotted path, value) set; value ... removes the key."""
+    doc = json.loads(json.dumps(OPENAI))
+    for path, value in changes:
+        *parents, last = path.split(".")
+        at = doc
+        for key in parents:
+            at = at[int(key)] if isinstance(at, list) else at[key]
+        if value is ...:
+            del at[last]
+        elif isinstance(at, list):
+            at[int(last)] = value
+        else:
+            at[last] = value
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+OPENAI_LINES = {
+    "plain": openai_line(),
+    "no metadata": openai_line(("metadata", ...)),
+    "metadata null": openai_line(("metadata", None)),
+    "metadata empty": openai_line(("metadata", {})),
+    "version empty, fingerprint": openai_line(("metadata.model_version", "")),
+    "no version, fingerprint null": openai_line(("metadata.model_version", ...), ("response.system_fingerprint", None)),
+    "fingerprint empty": openai_line(("metadata.model_version", None), ("response.system_fingerprint", "")),
+    "thumb sideways": openai_line(("metadata.thumb", "sideways")),
+    "rating": openai_line(("metadata.rating", 4)),
+    "rating too high": openai_line(("metadata.rating", 5.5)),
+    "no usage": openai_line(("response.usage", ...)),
+    "usage null": openai_line(("response.usage", None)),
+    "usage empty": openai_line(("response.usage", {})),
+    "usage without total": openai_line(("response.usage.total_tokens", ...)),
+    "usage count null": openai_line(("response.usage.total_tokens", None)),
+    "negative tokens": openai_line(("response.usage.prompt_tokens", -1)),
+    "no latency": openai_line(("latency_ms", ...)),
+    "latency null": openai_line(("latency_ms", None)),
+    "negative latency": openai_line(("latency_ms", -1)),
+    "whole latency": openai_line(("latency_ms", 900)),
+    "half a microsecond": openai_line(("latency_ms", 0.0005)),
+    "a microsecond and a half": openai_line(("latency_ms", 0.0015)),
+    "latency of centuries": openai_line(("latency_ms", 1e16)),
+    "created at the epoch": openai_line(("response.created", 0)),
+    "created before the epoch": openai_line(("response.created", -86400)),
+    "created in the year 3000": openai_line(("response.created", 32503680000)),
+    "two choices": openai_line(("response.choices", [OPENAI["response"]["choices"][0]] * 2)),
+    "no choices": openai_line(("response.choices", [])),
+    "choices null": openai_line(("response.choices", None)),
+    "choice null": openai_line(("response.choices", [None])),
+    "answer null": openai_line(("response.choices.0.message", None)),
+    "answer content null": openai_line(("response.choices.0.message.content", None)),
+    "answer blank": openai_line(("response.choices.0.message.content", " \u3000")),
+    "answer without role": openai_line(("response.choices.0.message.role", ...)),
+    "no messages": openai_line(("request.messages", [])),
+    "messages null": openai_line(("request.messages", None)),
+    "a message null": openai_line(("request.messages.0", None)),
+    "system content null": openai_line(("request.messages.0.content", None)),
+    "system without content": openai_line(("request.messages.0.content", ...)),
+    "user content null": openai_line(("request.messages.1.content", None)),
+    "unknown role": openai_line(("request.messages.0.role", "bot")),
+    "no role": openai_line(("request.messages.0.role", ...)),
+    "no user": openai_line(("request.messages.1.role", "assistant")),
+    "request null": openai_line(("request", None), ("messages", OPENAI["request"]["messages"])),
+    "flat": json.dumps({**OPENAI["response"], "messages": OPENAI["request"]["messages"]}).encode(),
+    "empty id": openai_line(("response.id", "")),
+    "empty model": openai_line(("response.model", "")),
+    "no model": openai_line(("response.model", ...)),
+    "no created": openai_line(("response.created", ...)),
+    "also OTLP": openai_line(("resourceSpans", [])),
+    "also ours": openai_line(("trace_id", "t"), ("completion", "5")),
+    "unicode": openai_line(("response.choices.0.message.content", "五")),
+}
+# Lines pyarrow refuses, so that their block goes to the exact path whole.
+OPENAI_REFUSED = {
+    "created as a float": openai_line(("response.created", 1795340000.25)),
+    "content as parts": openai_line(("request.messages.1.content", [{"type": "text", "text": "What is 2 plus 3?"}])),
+    "version as a number": openai_line(("metadata.model_version", 7)),
+    "latency as text": openai_line(("latency_ms", "41")),
+    "usage as text": openai_line(("response.usage", "many")),
+    "duplicate key": openai_line().replace(b'"thumb": "up"', b'"thumb": "up", "thumb": "down"'),
+}
+
+
+def openai_exact(raw: bytes) -> dict | None:
+    try:
+        recs = [traces.convert(d) for d in formats.normalize(traces.loads(raw), "auto")]
+    except (traces.InvalidTrace, formats.FormatError):
+        return None
+    assert len(recs) == 1
+    return columns.from_records([("f", 1, recs[0])]).drop_columns(["source_file", "source_line"]).to_pylist()[0]
+
+
+@pytest.mark.parametrize("name", OPENAI_LINES)
+def test_an_openai_log_the_fast_path_takes_is_the_row_the_reader_makes(name):
+    raw = OPENAI_LINES[name]
+    got = columns.parse_openai_lines([raw])
+    fast = got[0].to_pylist() if got is not None else []
+    assert len(fast) <= 1
+    if fast:
+        assert fast == [openai_exact(raw)], name
+
+
+def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    lines = list(OPENAI_LINES.values())
+    table, index = columns.parse_openai_lines(lines)
+    for row, i in zip(table.to_pylist(), index.tolist()):
+        assert row == openai_exact(lines[i])
+    names = list(OPENAI_LINES)
+    taken = {names[i] for i in index.tolist()}
+    assert {"plain", "no metadata", "metadata null", "version empty, fingerprint", "rating", "no usage", "usage null",
+            "no latency", "whole latency", "half a microsecond", "created at the epoch", "answer without role",
+            "system content null", "also ours", "unicode"} <= taken
+    assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null"}
+    for name, raw in OPENAI_REFUSED.items():
+        assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
+
+
+def test_an_openai_log_ends_where_fromtimestamp_puts_it():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        created, latency = rng.randrange(0, 2**32), rng.choice([rng.uniform(0, 1e7), rng.randrange(10**6) / 8, 0.0005])
+        raw = openai_line(("response.created", created), ("latency_ms", latency))
+        (row,) = columns.parse_openai_lines([raw])[0].to_pylist()
+        assert row == openai_exact(raw), (created, latency)

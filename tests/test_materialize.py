@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
 import signal
@@ -571,3 +572,28 @@ def test_json_nested_deeper_than_the_parser_goes_is_quarantined_in_any_format(tm
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
     assert accounted(m) and m.counts["traces"] == 2 and m.quarantine_reasons == {"too_deeply_nested": 3}
     assert [q["source_line"] for q in table(m, "quarantine")] == [2, 3, 4]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, workers):
+    """Our schema's lines and OpenAI logs, good and bad, interleaved with other formats in blocks of a
+    few lines: the same version, rows and quarantine with the fast paths as without them."""
+    from tests.test_columns import LINES, OPENAI_LINES
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    src = tmp_path / "src"
+    src.mkdir()
+    others = [json.dumps(_OTEL).encode(), b"{broken", json.dumps(_LANGFUSE[0]).encode()]
+    mixed = [x for pair in itertools.zip_longest(LINES.values(), OPENAI_LINES.values(), others) for x in pair if x]
+    (src / "a.jsonl").write_bytes(b"\n".join(mixed) + b"\n")
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    created = OPENAI["response"]["created"]
+    start, end = at(created) - 3 * HOUR, T0 + 2 * HOUR
+    fast = run(src, tmp_path / "fast", start, end, dataset=DatasetConfig(workers=workers))
+    assert fast.source["formats"]["openai"] > 10 and fast.source["formats"]["ctpipe"] > 10
+    monkeypatch.setattr(mat, "_FAST", ())  # in this process: the exact run takes no workers
+    exact = run(src, tmp_path / "exact", start, end, dataset=DatasetConfig(workers=1))
+    assert fast.version == exact.version and fast.counts == exact.counts and fast.source == exact.source
+    for name in ("traces", "quarantine", "grpo", "dpo"):
+        assert table(fast, name) == table(exact, name), name

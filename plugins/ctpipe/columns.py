@@ -53,6 +53,31 @@ class _Shape(msgspec.Struct):
 _SHAPE = msgspec.json.Decoder(_Shape)
 
 
+class _OpenAIRequest(msgspec.Struct):
+    messages: msgspec.Raw
+
+
+class _OpenAIResponse(msgspec.Struct):
+    id: str
+
+
+class _OpenAIShape(msgspec.Struct):
+    request: _OpenAIRequest
+    response: _OpenAIResponse
+
+
+_OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)
+_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
+_OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("request", pa.struct([("messages", pa.list_(_MESSAGE))])),
+    ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
+                            ("system_fingerprint", pa.string()), ("choices", pa.list_(pa.struct([("message", _MESSAGE)]))),
+                            ("usage", _USAGE)])),
+    ("metadata", pa.struct([("model_version", pa.string()), ("thumb", pa.string()), ("rating", pa.float64())])),
+    ("latency_ms", pa.float64()),
+]))
+
+
 def micros(ts: datetime) -> int:
     """Microseconds since the epoch, exactly (a float timestamp would round). Whole-number arithmetic
     on the UTC fields, so that datetime subclasses (Airflow's pendulum times) give the same answer."""
@@ -64,22 +89,10 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     in ``lines`` of each). Lines without a row are undecided, not invalid: the exact path reads them.
     None when the fast path takes none of them.
     """
-    shaped = []
-    for i, line in enumerate(lines):
-        try:
-            _SHAPE.decode(line)
-            shaped.append(i)
-        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-            pass
-    if not shaped:
-        return None
+    shaped = _shaped(lines, _SHAPE)
     chosen = [lines[i] for i in shaped]
-    try:
-        table = pj.read_json(io.BytesIO(b"\n".join(chosen)),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=1 << 30), parse_options=_PARSE)
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        return None
-    if table.num_rows != len(chosen):  # a line pyarrow split or merged differently: not ours to guess
+    table = _read_json(chosen, _PARSE)
+    if table is None:
         return None
     valid = _valid(table, chosen)
     times = []
@@ -101,6 +114,100 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     return (table if len(keep) == len(table) else table.take(keep)), np.asarray(shaped)[keep]
 
 
+def _shaped(lines: list[bytes], shape: msgspec.json.Decoder) -> list[int]:
+    """The index of each line that ``shape`` decodes (skipping, at memory speed, what it does not name)."""
+    shaped = []
+    for i, line in enumerate(lines):
+        try:
+            shape.decode(line)
+            shaped.append(i)
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            pass
+    return shaped
+
+
+def _read_json(lines: list[bytes], options: pj.ParseOptions) -> pa.Table | None:
+    """The lines as one table, or None when pyarrow refuses any of them (a type other than the
+    schema's, a duplicated key, bad UTF-8) or reads them as another number of rows."""
+    if not lines:
+        return None
+    try:
+        table = pj.read_json(io.BytesIO(b"\n".join(lines)),
+                             read_options=pj.ReadOptions(use_threads=False, block_size=1 << 30), parse_options=options)
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    return table if table.num_rows == len(lines) else None
+
+
+def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for OpenAI chat-completion logs of one choice, request beside response:
+    the rows :func:`ctpipe.formats.from_openai` and the trace's validation make of them, with the
+    same values, column by column. Anything else (several choices, a flat log, content as parts,
+    a field null where the reader would tell null from missing, a time beyond 2242) is left to
+    the exact path, as is a block pyarrow refuses.
+    """
+    shaped = [i for i in _shaped(lines, _OPENAI_SHAPE) if b'"resourceSpans"' not in lines[i]]  # that is OTLP
+    chosen = [lines[i] for i in shaped]
+    table = _read_json(chosen, _OPENAI_PARSE)
+    if table is None:
+        return None
+    n = table.num_rows
+    # Children with their parents' nulls (a null request has null messages), by name.
+    request, response, metadata = (_fields(table[name].combine_chunks()) for name in ("request", "response", "metadata"))
+    messages, choices, usage = request["messages"], response["choices"], response["usage"]
+    sure = np.ones(n, bool)
+    for column in (messages, response["id"], response["created"], response["model"], choices):
+        sure &= _ok(column.is_valid())
+    one = _ok(pc.equal(pc.list_value_length(choices), 1))
+    sure &= one
+    first = np.asarray(choices.offsets)[:-1]
+    answer = _fields(_fields(choices.values.take(pa.array(first, mask=~one)))["message"])  # null: a blank completion
+    counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
+    for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
+        sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))
+    entries = messages.values  # a message that is null (skipped by the reader) leaves its chat to the exact path
+    sure &= np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)[~_ok(entries.is_valid())],
+                        minlength=n) == 0
+    # Times as datetime.fromtimestamp makes them: whole seconds, and the end rounded half to even.
+    created = pc.fill_null(response["created"], 0).to_numpy(zero_copy_only=False)
+    latency = pc.fill_null(table["latency_ms"].combine_chunks(), 0.0)
+    end_s = created + latency.to_numpy(zero_copy_only=False) / 1000
+    with np.errstate(invalid="ignore"):
+        sure &= (created >= 0) & (created < 2**33) & (end_s >= 0) & (end_s < 2**33)
+    whole, fraction = np.divmod(np.where(sure, end_s, 0.0), 1.0)
+    end_us = whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+    empty = pa.scalar(None, pa.string())
+    version = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (metadata["model_version"],
+                                                                           response["system_fingerprint"])),
+                          response["model"])
+    message = _fields(entries)
+    canonical = {
+        "trace_id": response["id"],
+        "start_time": pa.array(created * 1_000_000, pa.int64()).cast(_TIME),
+        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
+        "messages": pa.ListArray.from_arrays(messages.offsets, pa.StructArray.from_arrays(
+            [message["role"], pc.fill_null(message["content"], "")], ["role", "content"]), type=MESSAGES),
+        "completion": pc.fill_null(answer["content"], ""),
+        "usage": pa.StructArray.from_arrays([pc.fill_null(c, 0) for c in counts], fields=list(_USAGE)),
+        "latency_ms": latency,
+        "feedback": pa.StructArray.from_arrays([metadata["thumb"], metadata["rating"]], fields=list(_FEEDBACK)),
+        "reference_answer": pa.nulls(n, pa.string()),
+        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type), type=SCORES),
+    }
+    sure &= _canonical(canonical, n) & (end_us >= created * 1_000_000)
+    keep = np.flatnonzero(sure)
+    if not len(keep):
+        return None
+    out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
+    return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[keep]
+
+
+def _fields(struct: pa.StructArray) -> dict[str, pa.Array]:
+    """A struct column's children by name, null where the struct is."""
+    return dict(zip((f.name for f in struct.type), struct.flatten()))
+
+
 def _ok(mask) -> np.ndarray:
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
@@ -111,15 +218,27 @@ def _all_per_row(element_ok: np.ndarray, parents: np.ndarray, n: int) -> np.ndar
 
 def _valid(table: pa.Table, lines: list[bytes]) -> np.ndarray:
     """Which rows the exact path would accept as they are (see the module's doc)."""
-    n = table.num_rows
     col = {name: table[name].combine_chunks() for name in table.column_names}
+    ok = _canonical(col, table.num_rows)
+    for name in ("start_time", "end_time"):
+        ok &= _ok(pc.match_substring_regex(col[name], _RFC3339))
+    # A missing feedback or scores is allowed, an explicit null is not: pyarrow reads both as null,
+    # so a null one is accepted only when its key is nowhere in the line.
+    for name, key in (("feedback", b'"feedback"'), ("scores", b'"scores"')):
+        missing = np.flatnonzero(_ok(col[name].is_null()))
+        for i in missing:
+            if key in lines[i]:
+                ok[i] = False
+    return ok
+
+
+def _canonical(col: dict[str, pa.Array], n: int) -> np.ndarray:
+    """Which rows of canonical columns (times aside) :class:`ctpipe.traces.TraceRecord` accepts."""
 
     def nonempty(a: pa.Array) -> np.ndarray:
         return _ok(pc.greater(pc.utf8_length(a), 0))
 
     ok = nonempty(col["trace_id"])
-    for name in ("start_time", "end_time"):
-        ok &= _ok(pc.match_substring_regex(col[name], _RFC3339))
     model = col["model"]
     ok &= _ok(model.is_valid()) & nonempty(model.field("name")) & nonempty(model.field("version"))
     ok &= _ok(pc.match_substring_regex(col["completion"], _NOT_SPACE))
@@ -147,13 +266,6 @@ def _valid(table: pa.Table, lines: list[bytes]) -> np.ndarray:
     elements = scores.flatten()
     score_parents = pc.list_parent_indices(scores).to_numpy(zero_copy_only=False)
     ok &= _all_per_row(_ok(pc.and_kleene(elements.field("name").is_valid(), elements.field("source").is_valid())), score_parents, n)
-    # A missing feedback or scores is allowed, an explicit null is not: pyarrow reads both as null,
-    # so a null one is accepted only when its key is nowhere in the line.
-    for name, key in (("feedback", b'"feedback"'), ("scores", b'"scores"')):
-        missing = np.flatnonzero(_ok(col[name].is_null()))
-        for i in missing:
-            if key in lines[i]:
-                ok[i] = False
     return ok
 
 

@@ -231,16 +231,11 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     fast_at, fast_times = np.zeros(0, np.int64), np.zeros(0, np.int64)  # line and start time of each parsed row
     if block.batch is None:
         lines = block.data.split(b"\n")
-        # Another format's block (no key of ours anywhere) is not worth the fast path's look at every line.
-        if job.dataset.format in ("auto", "ctpipe") and _OUR_KEY in block.data:
-            limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
-            got = columns.parse_lines(lines if len(block.data) <= limit else [b"" if len(x) > limit else x for x in lines])
-            if got is not None:
-                parsed, fast_at = got
-                fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
-                taken = np.zeros(len(lines), bool)
-                taken[fast_at] = True
-    part.formats["ctpipe"] += len(fast_at)
+        parsed, fast_at = _fast(block.data, lines, job.dataset.format, part.formats)
+        if parsed is not None:
+            fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
+            taken = np.zeros(len(lines), bool)
+            taken[fast_at] = True
 
     # The other lines, one by one: records (with their start times) and rejected items, by line.
     slow: list[tuple[str, int, traces.TraceRecord]] = []
@@ -310,6 +305,34 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     if len(tables[0]) and len(tables) > 1:  # a stable sort: the records of one line keep their order
         table = table.take(pc.sort_indices(table["source_line"]))
     return table
+
+
+# The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
+# (unless escaped): a block without it is not worth the look at every line.
+_FAST = (("ctpipe", _OUR_KEY, columns.parse_lines), ("openai", b'"choices"', columns.parse_openai_lines))
+
+
+def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> tuple[pa.Table | None, np.ndarray]:
+    """(the rows the fast paths take, in line order; the line of each): our schema's first, then
+    OpenAI logs among the lines left. Their formats are counted in ``formats_read``."""
+    limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
+    usable = lines if len(data) <= limit else [b"" if len(x) > limit else x for x in lines]
+    left, tables, at = np.arange(len(lines)), [], []
+    for name, key, parse in _FAST:
+        if fmt in ("auto", name) and key in data and len(left):
+            got = parse(usable if len(left) == len(lines) else [usable[i] for i in left])
+            if got is not None:
+                tables.append(got[0])
+                at.append(left[got[1]])
+                formats_read[name] += len(got[1])
+                left = np.delete(left, got[1])
+    if not tables:
+        return None, np.zeros(0, np.int64)
+    table, at = pa.concat_tables(tables), np.concatenate(at)
+    if len(tables) > 1:
+        order = np.argsort(at, kind="stable")
+        table, at = table.take(order), at[order]
+    return table, at
 
 
 def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
