@@ -219,3 +219,24 @@ def run_job(*args, **kwargs):
     out = subprocess.run(job_command(spec), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
     return spec, [p for p in map(parse_progress, out.stdout.splitlines()) if p]
+
+
+_ODD_VALUES = [None, "", "x", "2026-11-22T10:00:00Z", -1, 0, 1.5, 10**30, 1e300, True, [], {}, [1], {"k": 1}, [{"k": 1}]]
+
+
+def mutated(doc, path=()):
+    """``doc`` with one value anywhere in it replaced by each of :data:`_ODD_VALUES`, or its key removed."""
+    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in list(children):
+        for odd in _ODD_VALUES:
+            yield _replaced(doc, key, odd)
+        if isinstance(doc, dict):
+            yield {k: v for k, v in doc.items() if k != key}
+        for mutant in mutated(value, path + (key,)):
+            yield _replaced(doc, key, mutant)
+
+
+def _replaced(doc, key, value):
+    copy = dict(doc) if isinstance(doc, dict) else list(doc)
+    copy[key] = value
+    return copy

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from ctpipe import columns, formats, traces
+from tests.conftest import mutated
 
 BASE = {
     "trace_id": "tr-1",
@@ -258,3 +259,19 @@ def test_an_openai_log_ends_where_fromtimestamp_puts_it():
         raw = openai_line(("response.created", created), ("latency_ms", latency))
         (row,) = columns.parse_openai_lines([raw])[0].to_pylist()
         assert row == openai_exact(raw), (created, latency)
+
+
+@pytest.mark.parametrize("fast, exact_row, base", [(columns.parse_lines, exact, BASE),
+                                                   (columns.parse_openai_lines, openai_exact, OPENAI)], ids=["ours", "openai"])
+def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, exact_row, base):
+    """Each value of a record replaced by values of other types and ranges, or removed, one at a
+    time (tests.conftest.mutated), each line alone: a row the fast path takes is the exact path's."""
+    taken = 0
+    for doc in mutated(base):
+        raw = json.dumps(doc).encode()
+        got = fast([raw])
+        rows = got[0].to_pylist() if got is not None else []
+        if rows:
+            assert rows == [exact_row(raw)], raw
+            taken += 1
+    assert taken >= 40  # the fast path is exercised: about 50 of ours and 110 OpenAI logs are taken

@@ -22,7 +22,7 @@ from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
-from tests.conftest import T0, trace
+from tests.conftest import T0, mutated, trace
 from tests.test_formats import OPENAI, kv, otlp
 
 HOUR = timedelta(hours=1)
@@ -505,27 +505,6 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]
 
 
-_ODD_VALUES = [None, "", "x", "2026-11-22T10:00:00Z", -1, 0, 1.5, 10**30, 1e300, True, [], {}, [1], {"k": 1}, [{"k": 1}]]
-
-
-def _mutants(doc, path=()):
-    """``doc`` with one value anywhere in it replaced by each of :data:`_ODD_VALUES`, or its key removed."""
-    children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
-    for key, value in list(children):
-        for odd in _ODD_VALUES:
-            yield _replaced(doc, key, odd)
-        if isinstance(doc, dict):
-            yield {k: v for k, v in doc.items() if k != key}
-        for mutant in _mutants(value, path + (key,)):
-            yield _replaced(doc, key, mutant)
-
-
-def _replaced(doc, key, value):
-    copy = dict(doc) if isinstance(doc, dict) else list(doc)
-    copy[key] = value
-    return copy
-
-
 _OTEL = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 3),
               kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}])),
               kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Hello"}]}]))],
@@ -550,7 +529,7 @@ def test_a_value_of_any_type_anywhere_in_a_record_is_quarantined_or_read_never_f
     the run goes on."""
     src = tmp_path / "src"
     src.mkdir()
-    mutants = [m for r in records for m in _mutants(r)]
+    mutants = [m for r in records for m in mutated(r)]
     (src / "a.jsonl").write_bytes(lines(*records, *mutants))
     created = OPENAI["response"]["created"]
     m = run(src, tmp_path / "out", at(min(created, 1795340000)) - HOUR, T0 + 2 * HOUR)
