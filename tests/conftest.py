@@ -224,7 +224,7 @@ def run_job(*args, **kwargs):
 _ODD_VALUES = [None, "", "x", "2026-11-22T10:00:00Z", -1, 0, 1.5, 10**30, 1e300, True, [], {}, [1], {"k": 1}, [{"k": 1}]]
 
 
-def mutated(doc, path=()):
+def mutated(doc):
     """``doc`` with one value anywhere in it replaced by each of :data:`_ODD_VALUES`, or its key removed."""
     children = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
     for key, value in list(children):
@@ -232,7 +232,7 @@ def mutated(doc, path=()):
             yield _replaced(doc, key, odd)
         if isinstance(doc, dict):
             yield {k: v for k, v in doc.items() if k != key}
-        for mutant in mutated(value, path + (key,)):
+        for mutant in mutated(value):
             yield _replaced(doc, key, mutant)
 
 
