@@ -536,6 +536,7 @@ def test_a_value_of_any_type_anywhere_in_a_record_is_quarantined_or_read_never_f
     assert accounted(m) and m.counts["traces"] >= len(records) - (records == _LANGFUSE) * 2
     assert m.counts["quarantined"] >= len(mutants) // 4
     assert all(q["source_line"] >= 1 for q in table(m, "quarantine"))
+    assert not [q["detail"] for q in table(m, "quarantine") if "does not map" in q["detail"]]  # the field is named
 
 
 @pytest.mark.parametrize("workers", [1, 2])

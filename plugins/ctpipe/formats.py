@@ -182,18 +182,43 @@ def _otel_value(v: dict) -> Any:
     if "boolValue" in v:
         return bool(v["boolValue"])
     if "arrayValue" in v:
-        return [_otel_value(x) for x in v["arrayValue"].get("values", [])]
+        return [_otel_value(x) for x in _objects(_object(v, "arrayValue", ""), "values", "arrayValue.")]
     if "kvlistValue" in v:
-        return {kv["key"]: _otel_value(kv.get("value", {})) for kv in v["kvlistValue"].get("values", [])}
+        return _attrs(v["kvlistValue"].get("values"))
     return None
 
 
-def _attrs(items: list | None) -> dict[str, Any]:
-    return {a["key"]: _otel_value(a.get("value") or {}) for a in items or [] if isinstance(a, dict) and "key" in a}
+def _attrs(items: Any) -> dict[str, Any]:
+    """OTLP attributes (``[{"key", "value"}]``) as a dict; items without a string key are passed over."""
+    if items is not None and not isinstance(items, list):
+        raise FormatError("invalid_field", f"attributes={str(items)[:80]} is not a list")
+    out = {}
+    for a in items or []:
+        if isinstance(a, dict) and isinstance(a.get("key"), str):
+            value = a.get("value") or {}
+            try:
+                out[a["key"]] = _otel_value(value)
+            except (TypeError, ValueError, AttributeError, KeyError):
+                raise FormatError("invalid_field", f"attribute {a['key']}: value={str(value)[:80]} is not an OTLP AnyValue") from None
+    return out
+
+
+def _objects(obj: dict, key: str, where: str) -> list[dict]:
+    """An optional list of objects: [] when absent or null, FormatError naming it when it is anything else."""
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise FormatError("invalid_field", f"{where}{key}={str(value)[:80]} is not a list of objects")
+    return value
 
 
 def _parts_text(message: dict) -> str:
-    return "".join(p.get("content", "") for p in message.get("parts", []) if isinstance(p, dict) and p.get("type") == "text")
+    parts = message.get("parts") or []
+    texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"] if isinstance(parts, list) else None
+    if texts is None or not all(isinstance(t, str) for t in texts):
+        raise FormatError("invalid_field", f"message parts={str(parts)[:80]} are not text parts")
+    return "".join(texts)
 
 
 def _otel_messages(a: dict) -> tuple[list[dict], str] | None:
@@ -224,10 +249,10 @@ def _otel_messages(a: dict) -> tuple[list[dict], str] | None:
 
 def from_otel(doc: dict) -> Iterator[dict]:
     """One trace per GenAI span of an OTLP JSON export; other spans (HTTP, DB, ...) are skipped."""
-    for rs in doc.get("resourceSpans") or []:
-        resource = _attrs((rs.get("resource") or {}).get("attributes"))
-        for ss in rs.get("scopeSpans") or []:
-            for span in ss.get("spans") or []:
+    for rs in _objects(doc, "resourceSpans", ""):
+        resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
+        for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
+            for span in _objects(ss, "spans", "scopeSpans[]."):
                 a = _attrs(span.get("attributes"))
                 content = _otel_messages(a)
                 if content is None:
@@ -242,7 +267,7 @@ def from_otel(doc: dict) -> Iterator[dict]:
                 prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
                 completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
                 scores = []
-                for ev in span.get("events") or []:
+                for ev in _objects(span, "events", f"span {span_id}: "):
                     if ev.get("name") == "gen_ai.evaluation.result":
                         e = _attrs(ev.get("attributes"))
                         scores.append({"name": e.get("gen_ai.evaluation.name"), "value": e.get("gen_ai.evaluation.score.value"),
@@ -409,7 +434,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     gid, tid = g.get("id"), g.get("traceId")
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-    usage = g.get("usageDetails") or g.get("usage") or {}
+    usage = _object(g, "usageDetails", f"observation {gid}: ") or _object(g, "usage", f"observation {gid}: ")
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
     output = g.get("output")
@@ -423,7 +448,8 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "messages": _langfuse_messages(g.get("input")),
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": usage.get("total", prompt_tokens + completion_tokens)},
+                  "total_tokens": usage.get("total", prompt_tokens + completion_tokens
+                                            if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int) else 0)},
         "feedback": {"thumb": None, "rating": None},
         "latency_ms": (end - start) * 1000,
         "scores": scores,
