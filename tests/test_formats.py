@@ -114,6 +114,10 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
         {"name": "tone", "value": None, "label": "polite", "source": "api"},
         {"name": "helpful", "value": 4.0, "label": None, "source": "annotation"},
     ]
+    from decimal import Decimal
+
+    decimal = {"id": "d", "traceId": "t1", "name": "q", "value": Decimal("4.50"), "dataType": "NUMERIC", "source": "API"}
+    assert LangfuseJoin.entry(decimal)[0] == "score"  # as a Parquet export's decimal column reads
     with pytest.raises(FormatError, match=r"score x: value='high' is not a number"):
         join.add({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})
 

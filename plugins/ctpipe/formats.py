@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Literal
 
 Format = Literal["ctpipe", "openai", "otel", "langfuse"]
@@ -301,7 +302,7 @@ def _score(row: dict) -> dict:
     if kind not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
         raise FormatError("invalid_field", f"score {row.get('id')}: dataType={kind!r} is not NUMERIC, BOOLEAN or CATEGORICAL")
     value = row.get("value")
-    if kind != "CATEGORICAL" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+    if kind != "CATEGORICAL" and (isinstance(value, bool) or not isinstance(value, (int, float, Decimal))):  # Parquet decimals too
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
     return {"name": row.get("name"), "value": None if kind == "CATEGORICAL" else float(value),
             "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
