@@ -193,7 +193,8 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "latency_ms": latency,
         "feedback": pa.StructArray.from_arrays([metadata["thumb"], metadata["rating"]], fields=list(_FEEDBACK)),
         "reference_answer": pa.nulls(n, pa.string()),
-        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type), type=SCORES),
+        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
+                                           type=SCORES),
     }
     sure &= _canonical(canonical, n) & (end_us >= created * 1_000_000)
     keep = np.flatnonzero(sure)

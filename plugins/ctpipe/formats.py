@@ -200,7 +200,8 @@ def _attrs(items: Any) -> dict[str, Any]:
             try:
                 out[a["key"]] = _otel_value(value)
             except (TypeError, ValueError, AttributeError, KeyError):
-                raise FormatError("invalid_field", f"attribute {a['key']}: value={str(value)[:80]} is not an OTLP AnyValue") from None
+                raise FormatError("invalid_field",
+                                  f"attribute {a['key']}: value={str(value)[:80]} is not an OTLP AnyValue") from None
     return out
 
 
@@ -216,7 +217,8 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
 
 def _parts_text(message: dict) -> str:
     parts = message.get("parts") or []
-    texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"] if isinstance(parts, list) else None
+    texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+             ] if isinstance(parts, list) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"message parts={str(parts)[:80]} are not text parts")
     return "".join(texts)
@@ -302,7 +304,8 @@ def _score(row: dict) -> dict:
     if kind not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
         raise FormatError("invalid_field", f"score {row.get('id')}: dataType={kind!r} is not NUMERIC, BOOLEAN or CATEGORICAL")
     value = row.get("value")
-    if kind != "CATEGORICAL" and (isinstance(value, bool) or not isinstance(value, (int, float, Decimal))):  # Parquet decimals too
+    numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)  # Parquet decimals too
+    if kind != "CATEGORICAL" and not numeric:
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
     return {"name": row.get("name"), "value": None if kind == "CATEGORICAL" else float(value),
             "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
@@ -450,7 +453,8 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": usage.get("total", prompt_tokens + completion_tokens
-                                            if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int) else 0)},
+                                            if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
+                                            else 0)},
         "feedback": {"thumb": None, "rating": None},
         "latency_ms": (end - start) * 1000,
         "scores": scores,
