@@ -11,6 +11,9 @@ left to the exact path, which decides and says why; a block pyarrow refuses as a
 cannot convert, a duplicated key, bad UTF-8) goes to the exact path entirely. Either way a line
 gives the same row or the same quarantine reason: the fast path only changes the speed.
 
+:func:`parse_openai_lines` does the same for OpenAI chat-completion logs, making the rows that
+:func:`ctpipe.formats.from_openai` and the same validation would make.
+
 :func:`from_records` turns records of the exact path (and of the other formats) into the same table.
 """
 

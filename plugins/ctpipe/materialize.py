@@ -1,8 +1,8 @@
 """Trace-to-dataset materialization, streaming: decode, validate, scrub, decontaminate, label, dedup, pair.
 
 Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each
-block into canonical rows (:mod:`ctpipe.columns`: our own schema at native speed, any format of
-:mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII and label
+block into canonical rows (:mod:`ctpipe.columns`: our own schema and OpenAI logs at native speed,
+any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII and label
 rewards, column by column. A worker keeps a block's rows in memory and sends this process only
 their dedup keys; this process decides, in source order, which rows are duplicates (the first
 occurrence stays) and which trace ids were seen twice with different content, so the answer is
