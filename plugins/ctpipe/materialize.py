@@ -2,8 +2,8 @@
 
 Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each
 block into canonical rows (:mod:`ctpipe.columns`: our own schema and OpenAI logs at native speed,
-any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII and label
-rewards, column by column. A worker keeps a block's rows in memory and sends this process only
+any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub
+PII and label rewards, column by column. A worker keeps a block's rows in memory and sends this process only
 their dedup keys; this process decides, in source order, which rows are duplicates (the first
 occurrence stays) and which trace ids were seen twice with different content, so the answer is
 the same whatever the number of workers. The same worker then writes the block's kept rows as a
