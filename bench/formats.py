@@ -9,6 +9,8 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
 
 * ctpipe: our schema, one trace a line, with a judge score;
 * openai: chat-completions logs, request beside response, with a thumb in the metadata;
+* otel: OTLP JSON exports of one GenAI span a line (the current gen_ai.input/output.messages
+  attributes), with a judge score as an evaluation event;
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
   files, so that every generation is joined across files with its score and its trace's release.
 
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "langfuse")
+FORMATS = ("ctpipe", "openai", "otel", "langfuse")
 
 
 def generate(root: Path, n: int, seed: int = 0) -> None:
@@ -41,7 +43,8 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     enc = msgspec.json.Encoder()
     system = " ".join(rng.choices(WORDS, k=70))
     files = {}
-    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("langfuse", ["observations", "scores", "traces"])):
+    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("otel", ["spans"]),
+                       ("langfuse", ["observations", "scores", "traces"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
     for i in range(n):
@@ -67,6 +70,22 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                              "model": "assistant", "usage": usage, "choices": [
                                  {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
                 "metadata": {"model_version": "v7", "thumb": "up" if right else "down"}, "latency_ms": 900.0},
+            ("otel", "spans"): {"resourceSpans": [{
+                "resource": {"attributes": [_kv("service.version", "v7")]},
+                "scopeSpans": [{"spans": [{
+                    "traceId": f"{i:032x}", "spanId": f"{i:016x}", "name": "chat assistant",
+                    "startTimeUnixNano": str(_nanos(start)), "endTimeUnixNano": str(_nanos(end)),
+                    "attributes": [
+                        _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "assistant"),
+                        _kv("gen_ai.input.messages", json.dumps([
+                            {"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in messages])),
+                        _kv("gen_ai.output.messages", json.dumps([
+                            {"role": "assistant", "parts": [{"type": "text", "content": answer}], "finish_reason": "stop"}])),
+                        {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "210"}},
+                        {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "230"}}],
+                    "events": [{"name": "gen_ai.evaluation.result", "attributes": [
+                        _kv("gen_ai.evaluation.name", "judge"), {"key": "gen_ai.evaluation.score.value",
+                                                                 "value": {"doubleValue": judge}}]}]}]}]}]},
             ("langfuse", "observations"): {
                 "id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": start.isoformat(),
                 "endTime": end.isoformat(), "model": "assistant", "input": messages,
@@ -81,6 +100,14 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
             files[key].write(enc.encode(row) + b"\n")
     for f in files.values():
         f.close()
+
+
+def _kv(key: str, value: str) -> dict:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _nanos(at) -> int:
+    return (int(at.timestamp()) * 1_000_000 + at.microsecond) * 1000
 
 
 def child(fmt: str, src: Path, out: Path) -> None:
@@ -103,7 +130,7 @@ def main() -> None:
         child(args.child, args.src, args.out)
         return
     root = args.dir / f"traces-{args.traces}"
-    if not (root / "DONE").exists():
+    if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in FORMATS):  # or written before a format was added
         print(f"writing {args.traces} conversations in {len(FORMATS)} formats to {root} ...", flush=True)
         generate(root, args.traces)
         (root / "DONE").write_text("")
