@@ -70,11 +70,10 @@ class _OpenAIShape(msgspec.Struct):
 
 
 _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)
-_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
-    ("request", pa.struct([("messages", pa.list_(_MESSAGE))])),
+    ("request", pa.struct([("messages", MESSAGES)])),
     ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
-                            ("system_fingerprint", pa.string()), ("choices", pa.list_(pa.struct([("message", _MESSAGE)]))),
+                            ("system_fingerprint", pa.string()), ("choices", pa.list_(pa.struct([("message", MESSAGES.value_type)]))),
                             ("usage", _USAGE)])),
     ("metadata", pa.struct([("model_version", pa.string()), ("thumb", pa.string()), ("rating", pa.float64())])),
     ("latency_ms", pa.float64()),
@@ -158,19 +157,14 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     # Children with their parents' nulls (a null request has null messages), by name.
     request, response, metadata = (_fields(table[name].combine_chunks()) for name in ("request", "response", "metadata"))
     messages, choices, usage = request["messages"], response["choices"], response["usage"]
-    sure = np.ones(n, bool)
-    for column in (messages, response["id"], response["created"], response["model"], choices):
-        sure &= _ok(column.is_valid())
+    # A null id, model or chat fails the trace's own checks below; a null created would read as 1970.
     one = _ok(pc.equal(pc.list_value_length(choices), 1))
-    sure &= one
+    sure = one & _ok(response["created"].is_valid())
     first = np.asarray(choices.offsets)[:-1]
     answer = _fields(_fields(choices.values.take(pa.array(first, mask=~one)))["message"])  # null: a blank completion
     counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
     for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
         sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))
-    entries = messages.values  # a message that is null (skipped by the reader) leaves its chat to the exact path
-    sure &= np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)[~_ok(entries.is_valid())],
-                        minlength=n) == 0
     # Times as datetime.fromtimestamp makes them: whole seconds, and the end rounded half to even.
     created = pc.fill_null(response["created"], 0).to_numpy(zero_copy_only=False)
     latency = pc.fill_null(table["latency_ms"].combine_chunks(), 0.0)
@@ -183,14 +177,15 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     version = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (metadata["model_version"],
                                                                            response["system_fingerprint"])),
                           response["model"])
-    message = _fields(entries)
+    message = _fields(messages.values)  # a null one (skipped by the reader) has no role: the exact path decides
     canonical = {
         "trace_id": response["id"],
         "start_time": pa.array(created * 1_000_000, pa.int64()).cast(_TIME),
         "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
         "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
         "messages": pa.ListArray.from_arrays(messages.offsets, pa.StructArray.from_arrays(
-            [message["role"], pc.fill_null(message["content"], "")], ["role", "content"]), type=MESSAGES),
+            [message["role"], pc.fill_null(message["content"], "")], ["role", "content"]), type=MESSAGES,
+            mask=pc.invert(messages.is_valid())),
         "completion": pc.fill_null(answer["content"], ""),
         "usage": pa.StructArray.from_arrays([pc.fill_null(c, 0) for c in counts], fields=list(_USAGE)),
         "latency_ms": latency,
@@ -199,7 +194,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
                                            type=SCORES),
     }
-    sure &= _canonical(canonical, n) & (end_us >= created * 1_000_000)
+    sure &= _canonical(canonical, n)  # latency >= 0 among its rules: the end is never before the start
     keep = np.flatnonzero(sure)
     if not len(keep):
         return None
