@@ -131,6 +131,13 @@ def _object(obj: dict, key: str, where: str) -> dict:
     return value
 
 
+def _total(prompt_tokens: Any, completion_tokens: Any) -> Any:
+    """The total of two token counts a source left to add; 0 when they are not both integers (the
+    trace's validation then names whichever is not)."""
+    both = isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
+    return prompt_tokens + completion_tokens if both else 0
+
+
 def _text(content: Any) -> str:
     """Message content as text: a string, or OpenAI's list of typed parts (text parts joined)."""
     if isinstance(content, str):
@@ -283,8 +290,7 @@ def from_otel(doc: dict) -> Iterator[dict]:
                     "messages": messages,
                     "completion": completion,
                     "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens
-                              if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int) else 0},
+                              "total_tokens": _total(prompt_tokens, completion_tokens)},
                     "feedback": {"thumb": None, "rating": None},
                     "latency_ms": (end - start) / 1e6,
                     "scores": scores,
@@ -452,9 +458,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "messages": _langfuse_messages(g.get("input")),
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": usage.get("total", prompt_tokens + completion_tokens
-                                            if isinstance(prompt_tokens, int) and isinstance(completion_tokens, int)
-                                            else 0)},
+                  "total_tokens": usage.get("total", _total(prompt_tokens, completion_tokens))},
         "feedback": {"thumb": None, "rating": None},
         "latency_ms": (end - start) * 1000,
         "scores": scores,
