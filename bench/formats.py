@@ -39,6 +39,8 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     """``n`` conversations under ``root/<format>/`` in every format."""
     import msgspec
 
+    from ctpipe.columns import micros
+
     rng = random.Random(seed)
     enc = msgspec.json.Encoder()
     system = " ".join(rng.choices(WORDS, k=70))
@@ -74,7 +76,7 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                 "resource": {"attributes": [_kv("service.version", "v7")]},
                 "scopeSpans": [{"spans": [{
                     "traceId": f"{i:032x}", "spanId": f"{i:016x}", "name": "chat assistant",
-                    "startTimeUnixNano": str(_nanos(start)), "endTimeUnixNano": str(_nanos(end)),
+                    "startTimeUnixNano": str(micros(start) * 1000), "endTimeUnixNano": str(micros(end) * 1000),
                     "attributes": [
                         _kv("gen_ai.operation.name", "chat"), _kv("gen_ai.request.model", "assistant"),
                         _kv("gen_ai.input.messages", json.dumps([
@@ -104,10 +106,6 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
 
 def _kv(key: str, value: str) -> dict:
     return {"key": key, "value": {"stringValue": value}}
-
-
-def _nanos(at) -> int:
-    return (int(at.timestamp()) * 1_000_000 + at.microsecond) * 1000
 
 
 def child(fmt: str, src: Path, out: Path) -> None:
