@@ -80,6 +80,11 @@ def exact(raw: bytes) -> dict | None:
         rec = traces.decode(raw)
     except traces.InvalidTrace:
         return None
+    return row_of(rec)
+
+
+def row_of(rec: traces.TraceRecord) -> dict:
+    """A record as the row the exact path makes of it (its place aside)."""
     return columns.from_records([("f", 1, rec)]).drop_columns(["source_file", "source_line"]).to_pylist()[0]
 
 
@@ -222,7 +227,7 @@ def openai_exact(raw: bytes) -> dict | None:
     except (traces.InvalidTrace, formats.FormatError):
         return None
     assert len(recs) == 1
-    return columns.from_records([("f", 1, recs[0])]).drop_columns(["source_file", "source_line"]).to_pylist()[0]
+    return row_of(recs[0])
 
 
 @pytest.mark.parametrize("name", OPENAI_LINES)

@@ -26,6 +26,9 @@ from tests.conftest import T0, mutated, trace
 from tests.test_formats import OPENAI, kv, otlp
 
 HOUR = timedelta(hours=1)
+# An OTLP export with the older, flattened GenAI attributes.
+_OTEL_FLAT = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
+                   kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])
 
 
 def run(src, out, start=T0, end=T0 + HOUR, reward=None, dataset=None):
@@ -86,9 +89,7 @@ def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path,
     (src / "ours.jsonl").write_bytes(lines(trace(1, "What is 103 plus 3?", "106")))
     with gzip.open(src / "openai.jsonl.gz", "wb") as f:
         f.write(lines(OPENAI))
-    (src / "otel.jsonl").write_bytes(lines(otlp([
-        kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
-        kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])))
+    (src / "otel.jsonl").write_bytes(lines(_OTEL_FLAT))
     pq.write_table(pa.Table.from_pylist([
         {"id": "obs-1", "traceId": "lf-1", "type": "GENERATION", "startTime": "2026-11-22T09:33:20Z",
          "endTime": "2026-11-22T09:33:21Z", "model": "m", "input": [{"role": "user", "content": "What is 6 plus 1?"}],
@@ -510,8 +511,6 @@ _OTEL = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 3
               kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Hello"}]}]))],
              [{"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.evaluation.name", "judge"),
                                                                   kv("gen_ai.evaluation.score.value", 0.9)]}])
-_OTEL_FLAT = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
-                   kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])
 _LANGFUSE = [
     {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "endTime": "2026-11-22T10:00:01Z",
      "model": "m", "input": [{"role": "user", "content": "What is 6 plus 1?"}], "output": {"role": "assistant", "content": "7"},
