@@ -114,14 +114,11 @@ def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int],
     role_keys = keys(roles.dictionary)[roles.indices.to_numpy()]  # a message always has a role
     exact = keys(contents)
     _, first, again = np.unique(exact, return_index=True, return_inverse=True)
-    distinct = exact[first]
-    known, normalized = (remembered.recall(distinct) if remembered
-                         else (np.zeros(len(first), bool), np.zeros(len(first), np.uint64)))
+    distinct, remembered = exact[first], remembered or Recent(1, np.uint64)
+    known, normalized = remembered.recall(distinct)
     new = np.flatnonzero(~known)
-    if len(new):
-        normalized[new] = keys(contents.take(pa.array(first[new])), normalized=True)
-        if remembered:
-            remembered.store(distinct[new], normalized[new])
+    normalized[new] = keys(contents.take(pa.array(first[new])), normalized=True)
+    remembered.store(distinct[new], normalized[new])
     return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized[again]), offsets)
 
 
