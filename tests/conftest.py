@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -159,18 +160,22 @@ def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: dateti
 
 
 @pytest.fixture(scope="session")
-def ray_url(tmp_path_factory) -> str:
-    """A real local Ray head (left running; `.ci/run` stops Ray when the suite ends)."""
-    from ctpipe.raycluster import ensure_local_head
+def ray_url(tmp_path_factory) -> Iterator[str]:
+    """A real local Ray head, stopped when the session ends (another session's head keeps running)."""
+    from ctpipe.raycluster import ensure_local_head, stop_local_head
 
     url = os.environ.get("CTPIPE_TEST_RAY_URL")
     if url:
-        return url
+        yield url
+        return
     s = Settings(
         home=tmp_path_factory.mktemp("ray"),
         ray_port=free_port(), ray_dashboard_port=free_port(), ray_agent_port=free_port(),
     )
-    return ensure_local_head(s)
+    try:
+        yield ensure_local_head(s)
+    finally:
+        stop_local_head(s)
 
 
 def training_traces() -> list[dict]:

@@ -2,7 +2,7 @@
 
     ctpipe cycle [--cycles N]        one (or N) full cycles through Airflow; leaves Airflow and Ray up
     ctpipe up                        start Airflow (UI) and the local Ray head
-    ctpipe down                      stop them and local serving (`ray stop`: every Ray process on this machine)
+    ctpipe down                      stop them and local serving (this installation's Ray head only)
     ctpipe build-base                build (or find) the cached base model
     ctpipe materialize --start T --end T [--source URI] [--out URI] [--format auto] [--every 1h] [--json]
                                      build the dataset version of an interval (or of each --every slice of it,
@@ -71,8 +71,7 @@ def cmd_down(args) -> int:
     LocalServing(s).stop_all()
     print("local serving stopped")
     if s.ray_address is None:
-        raycluster.stop_local_head()
-        print("Ray stopped")
+        print("Ray stopped" if raycluster.stop_local_head(s) else "Ray was not running")
     return 0
 
 

@@ -3,6 +3,9 @@
 When ``CTPIPE_RAY_ADDRESS`` names a cluster, nothing is started: jobs go there.
 Otherwise one head per installation runs on this machine (ports from config),
 shared by every Airflow task; a file lock keeps concurrent tasks from starting two.
+It runs in a session of its own, so that no task's end (nor a Ctrl-C in the terminal that
+started it) takes it down, and :func:`stop_local_head` stops it alone: ``ray stop`` would stop
+every Ray process on the machine, other clusters and other installations' heads included.
 """
 
 from __future__ import annotations
@@ -10,9 +13,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import requests
@@ -55,7 +60,7 @@ def ensure_local_head(settings: Settings, timeout_s: float = 180) -> str:
         ]
         log.info("starting a local Ray head: %s", " ".join(cmd))
         env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0"}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, start_new_session=True)
         if done.returncode != 0:
             raise RuntimeError(f"`ray start --head` failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         deadline = time.monotonic() + timeout_s
@@ -66,5 +71,24 @@ def ensure_local_head(settings: Settings, timeout_s: float = 180) -> str:
     return url
 
 
-def stop_local_head() -> None:
-    subprocess.run([_ray_cli(), "stop", "--force"], capture_output=True)
+def stop_local_head(settings: Settings, timeout_s: float = 3) -> int:
+    """Stop the local head whose GCS listens on ``settings.ray_port``, and only it: its daemons
+    (each names that port in an argument) and their children (workers, agents, job drivers).
+    SIGTERM first, SIGKILL for what is left after ``timeout_s``: stopped together, the GCS and the
+    raylet wait on each other and were still up ten seconds later. Returns how many processes it stopped."""
+    import psutil
+
+    names_port = re.compile(rf"--(?:gcs_server_port=|gcs-address=\S*:|address=\S*:){settings.ray_port}")
+    found: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        if any(names_port.fullmatch(arg) for arg in p.info["cmdline"] or ()):
+            with suppress(psutil.Error):  # ended meanwhile
+                found.update((c.pid, c) for c in [p, *p.children(recursive=True)])
+    found.pop(os.getpid(), None)
+    alive = list(found.values())
+    for stop in (psutil.Process.terminate, psutil.Process.kill):
+        for p in alive:
+            with suppress(psutil.Error):
+                stop(p)
+        _, alive = psutil.wait_procs(alive, timeout=timeout_s)
+    return len(found)
