@@ -8,6 +8,7 @@ import pytest
 
 from ctpipe import columns, formats, traces
 from tests.conftest import mutated
+from tests.test_formats import kv, otlp
 
 BASE = {
     "trace_id": "tr-1",
@@ -280,3 +281,199 @@ def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, e
             assert rows == [exact_row(raw)], raw
             taken += 1
     assert taken >= 40  # the fast path is exercised: about 50 of ours and 110 OpenAI logs are taken
+
+
+# OTLP JSON exports: the fast path agrees with the reader (formats.from_otel) and the trace's
+# validation, line for line; a line is taken whole (all its GenAI spans) or left to the reader.
+GENAI_INPUT = [{"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+               {"role": "user", "parts": [{"type": "text", "content": "What is 2 plus "}, {"type": "text", "content": "3?"}]}]
+GENAI_OUTPUT = [{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]
+EVALUATION = {"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.evaluation.name", "judge"),
+                                                                 kv("gen_ai.evaluation.score.value", 0.5),
+                                                                 kv("gen_ai.evaluation.score.label", "good")]}
+
+
+def genai_attributes(inputs=GENAI_INPUT, outputs=GENAI_OUTPUT, **values) -> list[dict]:
+    """A GenAI span's attributes: the model, token counts and messages, with ``values`` (an
+    attribute's name with dots as double underscores: None drops it, a dict is its raw item) instead."""
+    out = {"gen_ai.request.model": kv("gen_ai.request.model", "assistant"),
+           "gen_ai.usage.input_tokens": kv("gen_ai.usage.input_tokens", 10),
+           "gen_ai.usage.output_tokens": kv("gen_ai.usage.output_tokens", 1),
+           "gen_ai.input.messages": kv("gen_ai.input.messages", json.dumps(inputs)),
+           "gen_ai.output.messages": kv("gen_ai.output.messages", json.dumps(outputs))}
+    for name, value in values.items():
+        name = name.replace("__", ".")
+        out[name] = value if isinstance(value, dict) or value is None else kv(name, value)
+    return [a for a in out.values() if a is not None]
+
+
+OTEL = otlp(genai_attributes(), [EVALUATION])
+
+
+def otel_line(doc: dict = OTEL, **values) -> bytes:
+    if values:
+        doc = otlp(genai_attributes(**values), [EVALUATION])
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+def with_span(change: dict, doc: dict = OTEL) -> dict:
+    """``doc`` with its first span's fields changed (... removes one)."""
+    doc = json.loads(json.dumps(doc))
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span.update(change)
+    for key in [k for k, v in span.items() if v is ...]:
+        del span[key]
+    return doc
+
+
+OTEL_LINES = {
+    "plain": otel_line(),
+    "response model": otel_line(gen_ai__response__model="assistant-2"),
+    "response model empty": otel_line(gen_ai__response__model=""),
+    "no model": otel_line(gen_ai__request__model=None),
+    "model as a number": otel_line(gen_ai__request__model=7),
+    "an attribute twice": otel_line(otlp(genai_attributes() + [kv("gen_ai.request.model", "later")], [EVALUATION])),
+    "model twice": otel_line(gen_ai__request__model={"key": "gen_ai.request.model", "value": {"stringValue": "a", "intValue": "1"}}),
+    "older token names": otel_line(gen_ai__usage__input_tokens=None, gen_ai__usage__output_tokens=None,
+                                   gen_ai__usage__prompt_tokens=4, gen_ai__usage__completion_tokens=2),
+    "both token names": otel_line(gen_ai__usage__prompt_tokens=4),
+    "no tokens": otel_line(gen_ai__usage__input_tokens=None, gen_ai__usage__output_tokens=None),
+    "tokens as doubles": otel_line(gen_ai__usage__input_tokens=10.0),
+    "tokens as text": otel_line(gen_ai__usage__input_tokens="10"),
+    "tokens with a space": otel_line(gen_ai__usage__input_tokens={"key": "gen_ai.usage.input_tokens", "value": {"intValue": " 10"}}),
+    "negative tokens": otel_line(gen_ai__usage__input_tokens=-3),
+    "tokens past int64": otel_line(gen_ai__usage__input_tokens=10**19),
+    "an empty value": otel_line(other={"key": "other", "value": {}}),
+    "an array value": otel_line(other={"key": "other", "value": {"arrayValue": {"values": [{"stringValue": "x"}]}}}),
+    "a value of no known kind": otel_line(other={"key": "other", "value": {"bytesValue": "eA=="}}),
+    "an item without a key": otel_line(other={"value": {"intValue": "x"}}),
+    "a bad integer elsewhere": otel_line(other={"key": "other", "value": {"intValue": "many"}}),
+    "an infinite double": otel_line(other={"key": "other", "value": {"doubleValue": 1e999}}),
+    "input empty": otel_line(gen_ai__input__messages=""),
+    "no input": otel_line(gen_ai__input__messages=None),
+    "no output": otel_line(gen_ai__output__messages=None),
+    "input not JSON": otel_line(gen_ai__input__messages="[{"),
+    "input as a number": otel_line(gen_ai__input__messages=5),
+    "input an object": otel_line(inputs={"role": "user"}),
+    "message without role": otel_line(inputs=[{"parts": [{"type": "text", "content": "hi"}]}]),
+    "unknown role": otel_line(inputs=[{"role": "bot", "parts": []}, GENAI_INPUT[1]]),
+    "content outside parts": otel_line(inputs=[{"role": "user", "content": "hi"}]),
+    "an image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "image", "url": "u"}, {"type": "text", "content": "hi"}]}]),
+    "a part without content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text"}]}]),
+    "a number as content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": 5}]}]),
+    "parts not a list": otel_line(inputs=[{"role": "user", "parts": "hi"}]),
+    "a message not an object": otel_line(inputs=["hi", GENAI_INPUT[1]]),
+    "NaN in the messages": otel_line(gen_ai__input__messages='[{"role": "user", "parts": [], "x": NaN}]'),
+    "duplicate key in the messages": otel_line(gen_ai__input__messages='[{"role": "system", "role": "user", "parts": []}]'),
+    "blank answer": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": " "}]}]),
+    "two answers": otel_line(outputs=GENAI_OUTPUT * 2),
+    "unicode": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "五"}]}]),
+    "older prompt names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
+                                          kv("gen_ai.prompt.0.content", "hi"), kv("gen_ai.completion.0.content", "yo")])),
+    "older JSON names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", '[{"role": "user", "content": "hi"}]'),
+                                        kv("gen_ai.completion", '[{"role": "assistant", "content": "yo"}]')])),
+    "no version": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {}}]}),
+    "version empty": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {"attributes": [kv("service.version", "")]}}]}),
+    "version as a number": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {"attributes": [kv("service.version", 3)]}}]}),
+    "a second resource with a bad value": otel_line({"resourceSpans": OTEL["resourceSpans"] + [
+        {"resource": {"attributes": [{"key": "k", "value": {"intValue": "x"}}]}}]}),
+    "two GenAI spans": otel_line(with_span({"spanId": "s2"}, {"resourceSpans": OTEL["resourceSpans"] * 2})),
+    "no GenAI span": otel_line(otlp([kv("http.method", "GET")])),
+    "no end": otel_line(with_span({"endTimeUnixNano": ...})),
+    "end before start": otel_line(with_span({"endTimeUnixNano": "1795339999000000000"})),
+    "half a microsecond": otel_line(with_span({"startTimeUnixNano": "1795340000000000500", "endTimeUnixNano": "1795340000000001500"})),
+    "at the epoch": otel_line(with_span({"startTimeUnixNano": "0", "endTimeUnixNano": "1"})),
+    "before the epoch": otel_line(with_span({"startTimeUnixNano": "-5"})),
+    "past int64": otel_line(with_span({"endTimeUnixNano": "9999999999999999999"})),
+    "in the year 2300": otel_line(with_span({"endTimeUnixNano": "10413792000000000000"})),
+    "time with a sign": otel_line(with_span({"startTimeUnixNano": "+1795340000000000000"})),
+    "no ids": otel_line(with_span({"traceId": ..., "spanId": ...})),
+    "an evaluation without a name": otel_line(with_span({"events": [{"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.score.value", 1.0)]}]})),
+    "an evaluation without a value": otel_line(with_span({"events": [{"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.name", "tone"), kv("gen_ai.evaluation.score.label", "kind")]}]})),
+    "an integer score": otel_line(with_span({"events": [{"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.name", "judge"), kv("gen_ai.evaluation.score.value", 3)]}]})),
+    "a score as text": otel_line(with_span({"events": [{"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.name", "judge"), kv("gen_ai.evaluation.score.value", "3")]}]})),
+    "two evaluations": otel_line(with_span({"events": [EVALUATION, EVALUATION]})),
+    "another event": otel_line(with_span({"events": [{"name": "exception", "attributes": [{"key": "k", "value": {}}]}, EVALUATION]})),
+    "a null": otel_line(with_span({"traceId": None})),
+    "a null with spaces": otel_line(with_span({"traceId": "t"})).replace(b'"t"', b' \t null'),
+    "a null in the messages": otel_line(inputs=[{"role": None, "parts": [{"type": "text", "content": "hi"}]}]),
+    "the word null": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "a null pointer"}]}]),
+    "text like a null": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "a list: [null]"}]}]),
+    "also ours": otel_line({**OTEL, "trace_id": "t", "completion": "5"}),
+}
+# Lines pyarrow refuses, so that their block goes to the reader whole.
+OTEL_REFUSED = {
+    "times as numbers": otel_line(with_span({"startTimeUnixNano": 1795340000000000000})),
+    "an integer as a number": otel_line(other={"key": "other", "value": {"intValue": 5}}),
+    "attributes not a list": otel_line(with_span({"attributes": {"k": "v"}})),
+}
+
+
+def otel_exact(raw: bytes) -> list[dict] | None:
+    try:
+        recs = [traces.convert(d) for d in formats.normalize(traces.loads(raw), "auto")]
+    except (traces.InvalidTrace, formats.FormatError):
+        return None
+    return [row_of(r) for r in recs]
+
+
+@pytest.mark.parametrize("name", OTEL_LINES)
+def test_an_otlp_export_the_fast_path_takes_gives_the_rows_the_reader_makes(name):
+    raw = OTEL_LINES[name]
+    got = columns.parse_otel_lines([raw])
+    if got is not None:
+        assert got[0].to_pylist() == otel_exact(raw), name
+        assert got[1].tolist() == [0] * got[0].num_rows
+
+
+def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    lines = list(OTEL_LINES.values())
+    table, index = columns.parse_otel_lines(lines)
+    rows = table.to_pylist()
+    for i in sorted(set(index.tolist())):
+        assert [r for r, at in zip(rows, index.tolist()) if at == i] == otel_exact(lines[i])
+    names = list(OTEL_LINES)
+    taken = {names[i] for i in index.tolist()}
+    assert {"plain", "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
+            "no tokens", "an item without a key", "content outside parts", "an image part",
+            "a part without content", "duplicate key in the messages", "two answers", "unicode", "no version",
+            "version empty", "two GenAI spans", "half a microsecond", "at the epoch", "no ids",
+            "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null"} <= taken
+    assert not taken & {"model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
+                        "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
+                        "older prompt names", "older JSON names", "version as a number", "a second resource with a bad value",
+                        "no GenAI span", "past int64", "in the year 2300", "time with a sign", "a null", "a null with spaces",
+                        "a null in the messages", "also ours"}
+    assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
+    for name, raw in OTEL_REFUSED.items():
+        assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name
+
+
+def test_an_otlp_span_ends_where_fromtimestamp_puts_it():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        start = rng.randrange(0, 2**33 * 10**9)
+        end = start + rng.choice([rng.randrange(10**13), rng.randrange(4) * 250 + 500, 0])
+        raw = otel_line(with_span({"startTimeUnixNano": str(start), "endTimeUnixNano": str(end)}))
+        assert columns.parse_otel_lines([raw])[0].to_pylist() == otel_exact(raw), (start, end)
+
+
+def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
+    """:func:`tests.conftest.mutated` of the export and of its messages (inside their attribute's
+    JSON text), each line alone: rows the fast path takes are the reader's."""
+    docs = list(mutated(OTEL)) + [otlp(genai_attributes(inputs, outputs), [EVALUATION])
+                                  for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
+    taken = 0
+    for doc in docs:
+        raw = json.dumps(doc).encode()
+        got = columns.parse_otel_lines([raw])
+        if got is not None:
+            assert got[0].to_pylist() == otel_exact(raw), raw
+            taken += 1
+    assert taken >= 100, taken  # of 1,100 or so

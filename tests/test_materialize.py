@@ -555,22 +555,23 @@ def test_json_nested_deeper_than_the_parser_goes_is_quarantined_in_any_format(tm
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, workers):
-    """Our schema's lines and OpenAI logs, good and bad, interleaved with other formats in blocks of a
-    few lines: the same version, rows and quarantine with the fast paths as without them."""
-    from tests.test_columns import LINES, OPENAI_LINES
+    """Our schema's lines, OpenAI logs and OTLP exports, good and bad, interleaved with other formats
+    in blocks of a few lines: the same version, rows and quarantine with the fast paths as without them."""
+    from tests.test_columns import LINES, OPENAI_LINES, OTEL_LINES
 
     monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
     src = tmp_path / "src"
     src.mkdir()
     others = [json.dumps(_OTEL).encode(), b"{broken", json.dumps(_LANGFUSE[0]).encode()]
-    mixed = [x for pair in itertools.zip_longest(LINES.values(), OPENAI_LINES.values(), others) for x in pair if x]
+    mixed = [x for group in itertools.zip_longest(LINES.values(), OPENAI_LINES.values(), OTEL_LINES.values(), others)
+             for x in group if x]
     (src / "a.jsonl").write_bytes(b"\n".join(mixed) + b"\n")
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     created = OPENAI["response"]["created"]
     start, end = at(created) - 3 * HOUR, T0 + 2 * HOUR
     fast = run(src, tmp_path / "fast", start, end, dataset=DatasetConfig(workers=workers))
-    assert fast.source["formats"]["openai"] > 10 and fast.source["formats"]["ctpipe"] > 10
+    assert all(fast.source["formats"][name] > 10 for name in ("ctpipe", "openai", "otel"))
     monkeypatch.setattr(mat, "_FAST", ())  # in this process: the exact run takes no workers
     exact = run(src, tmp_path / "exact", start, end, dataset=DatasetConfig(workers=1))
     assert fast.version == exact.version and fast.counts == exact.counts and fast.source == exact.source

@@ -12,7 +12,8 @@ cannot convert, a duplicated key, bad UTF-8) goes to the exact path entirely. Ei
 gives the same row or the same quarantine reason: the fast path only changes the speed.
 
 :func:`parse_openai_lines` does the same for OpenAI chat-completion logs, making the rows that
-:func:`ctpipe.formats.from_openai` and the same validation would make.
+:func:`ctpipe.formats.from_openai` and the same validation would make, and :func:`parse_otel_lines`
+for OTLP exports of GenAI spans, those of :func:`ctpipe.formats.from_otel`.
 
 :func:`from_records` turns records of the exact path (and of the other formats) into the same table.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import calendar
 import io
+import re
 from datetime import datetime
 
 import msgspec
@@ -171,8 +173,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     end_s = created + latency.to_numpy(zero_copy_only=False) / 1000
     with np.errstate(invalid="ignore"):
         sure &= (created >= 0) & (created < 2**33) & (end_s >= 0) & (end_s < 2**33)
-    whole, fraction = np.divmod(np.where(sure, end_s, 0.0), 1.0)
-    end_us = whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+    end_us = _fromtimestamp_micros(np.where(sure, end_s, 0.0))
     empty = pa.scalar(None, pa.string())
     version = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (metadata["model_version"],
                                                                            response["system_fingerprint"])),
@@ -200,6 +201,238 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         return None
     out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
     return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[keep]
+
+
+def _fromtimestamp_micros(seconds: np.ndarray) -> np.ndarray:
+    """Microseconds since the epoch of ``datetime.fromtimestamp`` of each of ``seconds`` (0 to 2^33):
+    the fraction rounded half to even, as it rounds."""
+    whole, fraction = np.divmod(seconds, 1.0)
+    return whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+
+
+class _OtelShape(msgspec.Struct):
+    resourceSpans: msgspec.Raw
+
+
+class _Part(msgspec.Struct):
+    type: str = ""
+    content: str = ""
+
+
+class _GenAIMessage(msgspec.Struct):
+    role: str | None = None
+    parts: list[_Part] = []
+
+
+_OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
+_GENAI_MESSAGES = msgspec.json.Decoder(list[_GenAIMessage])
+_ANY_VALUE = pa.struct([("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
+                        ("boolValue", pa.bool_())])
+_ATTRIBUTES = pa.list_(pa.struct([("key", pa.string()), ("value", _ANY_VALUE)]))
+_OTEL_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("resourceSpans", pa.list_(pa.struct([
+        ("resource", pa.struct([("attributes", _ATTRIBUTES)])),
+        ("scopeSpans", pa.list_(pa.struct([("spans", pa.list_(pa.struct([
+            ("traceId", pa.string()), ("spanId", pa.string()), ("startTimeUnixNano", pa.string()),
+            ("endTimeUnixNano", pa.string()), ("attributes", _ATTRIBUTES),
+            ("events", pa.list_(pa.struct([("name", pa.string()), ("attributes", _ATTRIBUTES)]))),
+        ])))]))),
+    ]))),
+]))
+_STRING, _INT, _DOUBLE, _BOOL = 1, 2, 3, 4  # kinds of an OTLP AnyValue, in the order formats._otel_value looks for them
+_INTEGER = r"^-?[0-9]{1,18}$"  # what int() reads the same way, and two of which add up within int64
+_NANOS = r"^[0-9]{1,19}$"
+# A null value (pyarrow reads it as missing; the reader may not): the word alone in a text is fine. Nulls
+# inside the messages' JSON text fail their typed decoding instead.
+_JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
+_OLDER = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.prompt.0.content")  # older names, which only the reader maps
+
+
+class _Attributes:
+    """OTLP attribute lists, one per owner (a resource, a span, an event), read as
+    :func:`ctpipe.formats._attrs` reads them: the last of a key wins. An owner is ``sure`` when each
+    of its values is one the fast path reads exactly as the reader does: a string, a double, a boolean,
+    or an integer of up to 18 digits (anything else, an empty value or an array for one, is left to
+    the reader)."""
+
+    def __init__(self, lists: pa.Array):
+        flat, self.parents = _fields(lists.flatten()), pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+        self.keys, self.values = flat["key"], _fields(flat["value"])
+        valid = [_ok(self.values[name].is_valid()) for name in ("stringValue", "intValue", "doubleValue", "boolValue")]
+        self.kind = np.select(valid, [_STRING, _INT, _DOUBLE, _BOOL], 0)
+        read = (self.kind != 0) & ((self.kind != _INT) | _ok(pc.match_substring_regex(self.values["intValue"], _INTEGER)))
+        self._read = read & ((self.kind != _DOUBLE) | _ok(pc.is_finite(self.values["doubleValue"])))
+        passed_over = ~_ok(self.keys.is_valid())  # an item without a key
+        self.sure = np.bincount(self.parents[~(self._read | passed_over)], minlength=len(lists)) == 0
+        self._positions = np.arange(len(self.parents))
+        self._owners = len(lists)
+
+    def find(self, key: str) -> np.ndarray:
+        """Per owner, the position of the value of ``key`` (-1: absent)."""
+        at = np.full(self._owners, -1)
+        match = _ok(pc.equal(self.keys, key))
+        np.maximum.at(at, self.parents[match], self._positions[match])
+        return at
+
+    def get(self, key: str, kind: int) -> tuple[pa.Array, np.ndarray]:
+        """(per owner, the value of ``key`` when it is of ``kind``, null otherwise; whether it is absent or of that kind)."""
+        return self.pick(self.find(key), kind)
+
+    def pick(self, at: np.ndarray, kind: int) -> tuple[pa.Array, np.ndarray]:
+        """:meth:`get` of the values at positions ``at`` (-1: none); an integer as int64, a value the
+        fast path does not read as null."""
+        found, of_kind = at >= 0, np.zeros(len(at), bool)
+        of_kind[found] = (self.kind[at[found]] == kind) & self._read[at[found]]
+        name = {_STRING: "stringValue", _INT: "intValue", _DOUBLE: "doubleValue"}[kind]
+        values = self.values[name].take(pa.array(at, mask=~of_kind))
+        return (pc.cast(values, pa.int64()) if kind == _INT else values), ~found | of_kind
+
+
+def _genai_texts(encoded: list[str | None]) -> tuple[list[list[tuple[str | None, str]]], list[bool]]:
+    """Each GenAI messages attribute (a JSON list of messages of parts; None or "" is none) as
+    (role, text of its text parts) pairs, as :func:`ctpipe.formats._parts_text` reads it; and whether
+    it could be read so (otherwise the reader decides)."""
+    out, sure = [], []
+    for text in encoded:
+        try:
+            messages = _GENAI_MESSAGES.decode(text or "[]")
+        except (msgspec.DecodeError, RecursionError):
+            out.append([])
+            sure.append(False)
+            continue
+        out.append([(m.role, "".join(p.content for p in m.parts if p.type == "text")) for m in messages])
+        sure.append(True)
+    return out, sure
+
+
+def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for OTLP JSON exports whose GenAI spans carry the current
+    ``gen_ai.input.messages`` / ``gen_ai.output.messages``: the rows :func:`ctpipe.formats.from_otel`
+    and the trace's validation make, a row per GenAI span, with the same values. A line is taken
+    whole or not at all, as the reader maps it: one holding a null value (pyarrow reads it as
+    missing), a value other than those :class:`_Attributes` reads, the older attribute names, a
+    time outside 1970 to 2242, or a record the validation fails is left to the reader, as is a block
+    pyarrow refuses.
+    """
+    shaped = [i for i in _shaped(lines, _OTEL_SHAPE)
+              if not (b"null" in lines[i] and _JSON_NULL.search(lines[i])) and b'"trace_id"' not in lines[i]]
+    chosen = [lines[i] for i in shaped]
+    table = _read_json(chosen, _OTEL_PARSE)
+    if table is None:
+        return None
+    resource_spans = table["resourceSpans"].combine_chunks()
+    line_of_resource = pc.list_parent_indices(resource_spans).to_numpy(zero_copy_only=False)
+    rs = _fields(resource_spans.flatten())
+    scope_spans = rs["scopeSpans"]
+    resource_of_scope = pc.list_parent_indices(scope_spans).to_numpy(zero_copy_only=False)
+    spans = _fields(scope_spans.flatten())["spans"]
+    resource_of_span = resource_of_scope[pc.list_parent_indices(spans).to_numpy(zero_copy_only=False)]
+    span = _fields(spans.flatten())
+    line_of_span = line_of_resource[resource_of_span]
+
+    resource = _Attributes(_fields(rs["resource"])["attributes"])
+    attrs = _Attributes(span["attributes"])
+    inputs, outputs = (attrs.get(f"gen_ai.{side}.messages", _STRING) for side in ("input", "output"))
+    genai = (attrs.find("gen_ai.input.messages") >= 0) | (attrs.find("gen_ai.output.messages") >= 0)
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1]
+    for key in _OLDER:  # a span the reader maps from the older names
+        sure &= genai | (attrs.find(key) < 0)
+    for name in ("startTimeUnixNano", "endTimeUnixNano"):
+        sure &= ~genai | _ok(pc.match_substring_regex(span[name], _NANOS))
+
+    events = span["events"]
+    event = _fields(events.flatten())
+    evaluation = _ok(pc.equal(event["name"], "gen_ai.evaluation.result"))
+    evaluated = _Attributes(event["attributes"])
+    score_name, name_ok = evaluated.get("gen_ai.evaluation.name", _STRING)
+    score_value, value_ok = evaluated.get("gen_ai.evaluation.score.value", _DOUBLE)
+    integer_value, integer_ok = evaluated.get("gen_ai.evaluation.score.value", _INT)
+    score_label, label_ok = evaluated.get("gen_ai.evaluation.score.label", _STRING)
+    event_ok = ~evaluation | (evaluated.sure & (evaluated.find("gen_ai.evaluation.name") >= 0) & name_ok
+                              & (value_ok | integer_ok) & label_ok)
+    span_of_event = pc.list_parent_indices(events).to_numpy(zero_copy_only=False)
+    sure &= np.bincount(span_of_event[~event_ok], minlength=len(sure)) == 0
+
+    # Lines whose every resource and span is sure; of those, the rows of their GenAI spans.
+    line_ok = np.bincount(np.concatenate([line_of_span[~sure], line_of_resource[~resource.sure]]), minlength=len(chosen)) == 0
+    rows = np.flatnonzero(genai & line_ok[line_of_span])
+    if not len(rows):
+        return None
+    take = pa.array(rows)
+    ok, nanos = np.ones(len(rows), bool), []
+    for name in ("startTimeUnixNano", "endTimeUnixNano"):
+        text = span[name].take(take)
+        fits = _ok(pc.or_(pc.less(pc.utf8_length(text), 19), pc.less_equal(text, "9223372036854775807")))
+        ok &= fits
+        nanos.append(pc.cast(pc.if_else(pa.array(fits), text, pa.scalar("0")), pa.int64()).to_numpy(zero_copy_only=False))
+    start_ns, end_ns = nanos
+    start_s, end_s = start_ns.astype(np.float64) / 1e9, end_ns.astype(np.float64) / 1e9
+    ok &= (start_s >= 0) & (start_s < 2**33) & (end_s >= 0) & (end_s < 2**33)
+
+    prompts, prompts_ok = _genai_texts(inputs[0].take(take).to_pylist())
+    answers, answers_ok = _genai_texts(outputs[0].take(take).to_pylist())
+    ok &= np.array(prompts_ok, bool) & np.array(answers_ok, bool)
+    lengths = np.array([len(p) for p in prompts], np.int32)
+    messages = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32()),
+                                        pa.StructArray.from_arrays([pa.array([r for p in prompts for r, _ in p], pa.string()),
+                                                                    pa.array([t for p in prompts for _, t in p], pa.string())],
+                                                                   ["role", "content"]), type=MESSAGES)
+    completion = pa.array(["".join(t for _, t in a) for a in answers], pa.string())
+
+    # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
+    empty = pa.scalar(None, pa.string())
+    (response_model, response_ok), (request_model, request_ok) = (attrs.get(f"gen_ai.{side}.model", _STRING)
+                                                                  for side in ("response", "request"))
+    ok &= (response_ok & request_ok)[rows]
+    model = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (response_model, request_model)),
+                        pa.scalar("")).take(take)
+    version, version_ok = resource.get("service.version", _STRING)
+    ok &= version_ok[resource_of_span[rows]]
+    version = version.take(pa.array(resource_of_span[rows]))
+    version = pc.if_else(pc.fill_null(pc.equal(version, ""), True), model, version)
+
+    counts = []  # the current names' token counts, or the older ones', or 0
+    for now, before in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        present, older = attrs.find(f"gen_ai.usage.{now}"), attrs.find(f"gen_ai.usage.{before}")
+        count, count_ok = attrs.pick(np.where(present >= 0, present, older)[rows], _INT)
+        ok &= count_ok
+        counts.append(pc.fill_null(count, 0))
+
+    # Scores: a span's evaluation events, in order.
+    evaluations = np.flatnonzero(evaluation & np.isin(span_of_event, rows))
+    value = pc.coalesce(score_value, pc.cast(integer_value, pa.float64()))
+    per_span = np.bincount(span_of_event[evaluations], minlength=len(sure))[rows]
+    scores = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(per_span)]), pa.int32()),
+                                      pa.StructArray.from_arrays([
+                                          score_name.take(pa.array(evaluations)), value.take(pa.array(evaluations)),
+                                          score_label.take(pa.array(evaluations)),
+                                          pa.array(["otel"] * len(evaluations), pa.string())],
+                                          fields=list(SCORES.value_type)), type=SCORES)
+
+    n = len(rows)
+    trace_id = pc.binary_join_element_wise(pc.fill_null(span["traceId"].take(take), ""),
+                                           pc.fill_null(span["spanId"].take(take), ""), ":")
+    canonical = {
+        "trace_id": trace_id,
+        "start_time": pa.array(_fromtimestamp_micros(np.where(ok, start_s, 0.0)), pa.int64()).cast(_TIME),
+        "end_time": pa.array(_fromtimestamp_micros(np.where(ok, end_s, 0.0)), pa.int64()).cast(_TIME),
+        "model": pa.StructArray.from_arrays([model, version], fields=list(_MODEL)),
+        "messages": messages,
+        "completion": completion,
+        "usage": pa.StructArray.from_arrays([counts[0], counts[1], pc.add(counts[0], counts[1])], fields=list(_USAGE)),
+        "latency_ms": pa.array((end_ns - start_ns).astype(np.float64) / 1e6, pa.float64()),
+        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "reference_answer": pa.nulls(n, pa.string()),
+        "scores": scores,
+    }
+    ok &= _canonical(canonical, n)
+    line = line_of_span[rows]
+    line_ok &= np.bincount(line[~ok], minlength=len(chosen)) == 0
+    keep = np.flatnonzero(line_ok[line])
+    if not len(keep):
+        return None
+    out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
+    return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[line[keep]]
 
 
 def _fields(struct: pa.StructArray) -> dict[str, pa.Array]:

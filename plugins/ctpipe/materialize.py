@@ -1,8 +1,8 @@
 """Trace-to-dataset materialization, streaming: decode, validate, scrub, decontaminate, label, dedup, pair.
 
 Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each block
-into canonical rows (:mod:`ctpipe.columns`: our own schema and OpenAI logs at native speed, any
-format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII
+into canonical rows (:mod:`ctpipe.columns`: our own schema, OpenAI logs and OTLP exports at native
+speed, any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII
 and label rewards, column by column. A worker keeps a block's rows in memory and sends this process
 only their dedup keys; this process decides, in source order, which rows are duplicates (the first
 occurrence stays) and which trace ids were seen twice with different content, so the answer is the
@@ -308,12 +308,13 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
 # (unless escaped): a block without it is not worth the look at every line.
-_FAST = (("ctpipe", _OUR_KEY, columns.parse_lines), ("openai", b'"choices"', columns.parse_openai_lines))
+_FAST = (("ctpipe", _OUR_KEY, columns.parse_lines), ("openai", b'"choices"', columns.parse_openai_lines),
+         ("otel", b'"resourceSpans"', columns.parse_otel_lines))
 
 
 def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> tuple[pa.Table | None, np.ndarray]:
     """(the rows the fast paths take, in line order; the line of each): our schema's first, then
-    OpenAI logs among the lines left. Their formats are counted in ``formats_read``."""
+    OpenAI logs and OTLP exports among the lines left. Their formats are counted in ``formats_read``."""
     limit = sources.MAX_RECORD_BYTES  # an oversized line is quarantined unread, never parsed
     usable = lines if len(data) <= limit else [b"" if len(x) > limit else x for x in lines]
     left, tables, at = np.arange(len(lines)), [], []
