@@ -288,21 +288,24 @@ class _Attributes:
         return (pc.cast(values, pa.int64()) if kind == _INT else values), ~found | of_kind
 
 
-def _genai_texts(encoded: list[str | None]) -> tuple[list[list[tuple[str | None, str]]], list[bool]]:
-    """Each GenAI messages attribute (a JSON list of messages of parts; None or "" is none) as
-    (role, text of its text parts) pairs, as :func:`ctpipe.formats._parts_text` reads it; and whether
-    it could be read so (otherwise the reader decides)."""
-    out, sure = [], []
-    for text in encoded:
+def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray]:
+    """Each GenAI messages attribute (a JSON list of messages of parts; None or "" is none) as a
+    list of messages, each the text of its text parts, as :func:`ctpipe.formats._parts_text` reads
+    it; and whether it could be read so (otherwise the reader decides)."""
+    lengths, roles, texts, sure = [0], [], [], np.ones(len(encoded), bool)
+    for i, text in enumerate(encoded):
         try:
             messages = _GENAI_MESSAGES.decode(text or "[]")
         except (msgspec.DecodeError, RecursionError):
-            out.append([])
-            sure.append(False)
-            continue
-        out.append([(m.role, "".join(p.content for p in m.parts if p.type == "text")) for m in messages])
-        sure.append(True)
-    return out, sure
+            messages, sure[i] = [], False
+        for m in messages:
+            roles.append(m.role)
+            one = m.parts[0] if len(m.parts) == 1 else None  # the common case, without a join
+            texts.append(one.content if one is not None and one.type == "text"
+                         else "".join(p.content for p in m.parts if p.type == "text"))
+        lengths.append(lengths[-1] + len(messages))
+    return pa.ListArray.from_arrays(pa.array(lengths, pa.int32()), pa.StructArray.from_arrays(
+        [pa.array(roles, pa.string()), pa.array(texts, pa.string())], ["role", "content"]), type=MESSAGES), sure
 
 
 def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
@@ -369,15 +372,10 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     start_s, end_s = start_ns.astype(np.float64) / 1e9, end_ns.astype(np.float64) / 1e9
     ok &= (start_s >= 0) & (start_s < 2**33) & (end_s >= 0) & (end_s < 2**33)
 
-    prompts, prompts_ok = _genai_texts(inputs[0].take(take).to_pylist())
-    answers, answers_ok = _genai_texts(outputs[0].take(take).to_pylist())
-    ok &= np.array(prompts_ok, bool) & np.array(answers_ok, bool)
-    lengths = np.array([len(p) for p in prompts], np.int32)
-    messages = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(lengths)]), pa.int32()),
-                                        pa.StructArray.from_arrays([pa.array([r for p in prompts for r, _ in p], pa.string()),
-                                                                    pa.array([t for p in prompts for _, t in p], pa.string())],
-                                                                   ["role", "content"]), type=MESSAGES)
-    completion = pa.array(["".join(t for _, t in a) for a in answers], pa.string())
+    messages, prompts_ok = _genai_messages(inputs[0].take(take).to_pylist())
+    answers, answers_ok = _genai_messages(outputs[0].take(take).to_pylist())
+    ok &= prompts_ok & answers_ok
+    completion = pc.binary_join(pa.ListArray.from_arrays(answers.offsets, pc.struct_field(answers.values, "content")), "")
 
     # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
     empty = pa.scalar(None, pa.string())

@@ -319,8 +319,11 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
     usable = lines if len(data) <= limit else [b"" if len(x) > limit else x for x in lines]
     left, tables, at = np.arange(len(lines)), [], []
     for name, key, parse in _FAST:
-        if fmt in ("auto", name) and len(left) and key in data:  # a search of the whole block last
-            got = parse(usable if len(left) == len(lines) else [usable[i] for i in left])
+        if fmt not in ("auto", name) or not len(left):
+            continue
+        rest = usable if len(left) == len(lines) else [usable[i] for i in left]
+        if any(key in line for line in rest):  # the lines left, not the block: a few broken lines, most often
+            got = parse(rest)
             if got is not None:
                 tables.append(got[0])
                 at.append(left[got[1]])
