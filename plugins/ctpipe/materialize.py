@@ -2,17 +2,18 @@
 
 Blocks of a source (:mod:`ctpipe.sources`) go to a pool of worker processes, which turn each block
 into canonical rows (:mod:`ctpipe.columns`: our own schema, OpenAI logs and OTLP exports at native
-speed, any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set, scrub PII
-and label rewards, column by column. A worker keeps a block's rows in memory and sends this process
-only their dedup keys; this process decides, in source order, which rows are duplicates (the first
-occurrence stays) and which trace ids were seen twice with different content, so the answer is the
-same whatever the number of workers. The same worker then writes the block's kept rows as a part of
-the version's traces table, its quarantined items as a part of the quarantine table, and its rows
-for pairing, hashed by prompt into buckets; once every block is in, each bucket (split again first,
-past a thousand buckets) yields its prompts' GRPO rows and DPO pairs as parts of those tables.
-Memory is bounded by the block size, the bucket size and the spill buffer, plus the three 64-bit
-keys of each kept trace: a million of each in hash tables (:class:`~ctpipe.keyset.KeySet`, 16 to 32
-bytes a key), the others on disk behind Bloom filters with a fixed budget, 32 MB a set.
+speed, any format of :mod:`ctpipe.formats` exactly), drop prompts that overlap an evaluation set,
+scrub PII and label rewards, column by column. A worker keeps a block's rows in memory and sends
+this process only their dedup keys; this process decides, in source order, which rows are
+duplicates (the first occurrence stays) and which trace ids were seen twice with different content,
+so the answer is the same whatever the number of workers. The same worker then writes the block's
+kept rows as a part of the version's traces table, its quarantined items as a part of the
+quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
+each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
+pairs as parts of those tables. Memory is bounded by the block size, the bucket size and the spill
+buffer, plus the three 64-bit keys of each kept trace: a million of each in hash tables
+(:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
+with a fixed budget, 32 MB a set.
 
 Every record read ends up in the traces or the quarantine table with its source file, line or
 row and a machine-readable reason; ``traces_in == traces + quarantined`` is checked before
@@ -307,7 +308,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
 
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
-# (unless escaped): a block without it is not worth the look at every line.
+# (unless escaped): lines left without it are not worth the look.
 _FAST = (("ctpipe", _OUR_KEY, columns.parse_lines), ("openai", b'"choices"', columns.parse_openai_lines),
          ("otel", b'"resourceSpans"', columns.parse_otel_lines))
 
