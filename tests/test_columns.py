@@ -410,6 +410,7 @@ OTEL_REFUSED = {
     "times as numbers": otel_line(with_span({"startTimeUnixNano": 1795340000000000000})),
     "an integer as a number": otel_line(other={"key": "other", "value": {"intValue": 5}}),
     "attributes not a list": otel_line(with_span({"attributes": {"k": "v"}})),
+    "duplicate key": otel_line().replace(b'"spanId": ', b'"spanId": "s0", "spanId": ', 1),
 }
 
 
