@@ -326,6 +326,10 @@ def with_span(change: dict, doc: dict = OTEL) -> dict:
     return doc
 
 
+def with_resource(resource: dict) -> dict:
+    return {"resourceSpans": [{**OTEL["resourceSpans"][0], "resource": resource}]}
+
+
 OTEL_LINES = {
     "plain": otel_line(),
     "response model": otel_line(gen_ai__response__model="assistant-2"),
@@ -372,9 +376,9 @@ OTEL_LINES = {
                                           kv("gen_ai.prompt.0.content", "hi"), kv("gen_ai.completion.0.content", "yo")])),
     "older JSON names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", '[{"role": "user", "content": "hi"}]'),
                                         kv("gen_ai.completion", '[{"role": "assistant", "content": "yo"}]')])),
-    "no version": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {}}]}),
-    "version empty": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {"attributes": [kv("service.version", "")]}}]}),
-    "version as a number": otel_line({**OTEL, "resourceSpans": [{**OTEL["resourceSpans"][0], "resource": {"attributes": [kv("service.version", 3)]}}]}),
+    "no version": otel_line(with_resource({})),
+    "version empty": otel_line(with_resource({"attributes": [kv("service.version", "")]})),
+    "version as a number": otel_line(with_resource({"attributes": [kv("service.version", 3)]})),
     "a second resource with a bad value": otel_line({"resourceSpans": OTEL["resourceSpans"] + [
         {"resource": {"attributes": [{"key": "k", "value": {"intValue": "x"}}]}}]}),
     "two GenAI spans": otel_line(with_span({"spanId": "s2"}, {"resourceSpans": OTEL["resourceSpans"] * 2})),

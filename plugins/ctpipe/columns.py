@@ -260,8 +260,9 @@ class _Attributes:
         self.keys, self.values = flat["key"], _fields(flat["value"])
         valid = [_ok(self.values[name].is_valid()) for name in ("stringValue", "intValue", "doubleValue", "boolValue")]
         self.kind = np.select(valid, [_STRING, _INT, _DOUBLE, _BOOL], 0)
-        read = (self.kind != 0) & ((self.kind != _INT) | _ok(pc.match_substring_regex(self.values["intValue"], _INTEGER)))
-        self._read = read & ((self.kind != _DOUBLE) | _ok(pc.is_finite(self.values["doubleValue"])))
+        integer_ok = _ok(pc.match_substring_regex(self.values["intValue"], _INTEGER))
+        double_ok = _ok(pc.is_finite(self.values["doubleValue"]))
+        self._read = (self.kind != 0) & ((self.kind != _INT) | integer_ok) & ((self.kind != _DOUBLE) | double_ok)
         passed_over = ~_ok(self.keys.is_valid())  # an item without a key
         self.sure = np.bincount(self.parents[~(self._read | passed_over)], minlength=len(lists)) == 0
         self._positions = np.arange(len(self.parents))
@@ -275,7 +276,8 @@ class _Attributes:
         return at
 
     def get(self, key: str, kind: int) -> tuple[pa.Array, np.ndarray]:
-        """(per owner, the value of ``key`` when it is of ``kind``, null otherwise; whether it is absent or of that kind)."""
+        """(per owner, the value of ``key`` when it is of ``kind``, null otherwise; whether it is
+        absent or of that kind)."""
         return self.pick(self.find(key), kind)
 
     def pick(self, at: np.ndarray, kind: int) -> tuple[pa.Array, np.ndarray]:
@@ -286,6 +288,36 @@ class _Attributes:
         name = {_STRING: "stringValue", _INT: "intValue", _DOUBLE: "doubleValue"}[kind]
         values = self.values[name].take(pa.array(at, mask=~of_kind))
         return (pc.cast(values, pa.int64()) if kind == _INT else values), ~found | of_kind
+
+
+class _Evaluations:
+    """The ``gen_ai.evaluation.result`` events of spans (a list of events per span), as the reader
+    makes scores of them. A span is ``sure`` when each of its evaluations has a name, a number or no
+    value, a label or none, and only values :class:`_Attributes` reads."""
+
+    def __init__(self, events: pa.ListArray):
+        event = _fields(events.flatten())
+        self._span = pc.list_parent_indices(events).to_numpy(zero_copy_only=False)
+        self._evaluation = _ok(pc.equal(event["name"], "gen_ai.evaluation.result"))
+        attrs = _Attributes(event["attributes"])
+        (self._name, name_ok), (double, double_ok), (integer, integer_ok), (self._label, label_ok) = (
+            attrs.get(f"gen_ai.evaluation.{key}", kind) for key, kind in (
+                ("name", _STRING), ("score.value", _DOUBLE), ("score.value", _INT), ("score.label", _STRING)))
+        self._value = pc.coalesce(double, pc.cast(integer, pa.float64()))
+        ok = ~self._evaluation | (attrs.sure & (attrs.find("gen_ai.evaluation.name") >= 0) & name_ok
+                                  & (double_ok | integer_ok) & label_ok)
+        self.sure = np.bincount(self._span[~ok], minlength=len(events)) == 0
+
+    def scores(self, spans: np.ndarray) -> pa.ListArray:
+        """The scores of each of ``spans`` (ascending), their evaluations in order."""
+        at = np.flatnonzero(self._evaluation & np.isin(self._span, spans))
+        per_span = np.bincount(self._span[at], minlength=len(self.sure))[spans]
+        take = pa.array(at)
+        return pa.ListArray.from_arrays(
+            pa.array(np.concatenate([[0], np.cumsum(per_span)]), pa.int32()),
+            pa.StructArray.from_arrays([self._name.take(take), self._value.take(take), self._label.take(take),
+                                        pa.array(["otel"] * len(at), pa.string())], fields=list(SCORES.value_type)),
+            type=SCORES)
 
 
 def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray]:
@@ -343,21 +375,12 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     for name in ("startTimeUnixNano", "endTimeUnixNano"):
         sure &= ~genai | _ok(pc.match_substring_regex(span[name], _NANOS))
 
-    events = span["events"]
-    event = _fields(events.flatten())
-    evaluation = _ok(pc.equal(event["name"], "gen_ai.evaluation.result"))
-    evaluated = _Attributes(event["attributes"])
-    score_name, name_ok = evaluated.get("gen_ai.evaluation.name", _STRING)
-    score_value, value_ok = evaluated.get("gen_ai.evaluation.score.value", _DOUBLE)
-    integer_value, integer_ok = evaluated.get("gen_ai.evaluation.score.value", _INT)
-    score_label, label_ok = evaluated.get("gen_ai.evaluation.score.label", _STRING)
-    event_ok = ~evaluation | (evaluated.sure & (evaluated.find("gen_ai.evaluation.name") >= 0) & name_ok
-                              & (value_ok | integer_ok) & label_ok)
-    span_of_event = pc.list_parent_indices(events).to_numpy(zero_copy_only=False)
-    sure &= np.bincount(span_of_event[~event_ok], minlength=len(sure)) == 0
+    evaluations = _Evaluations(span["events"])
+    sure &= evaluations.sure
 
     # Lines whose every resource and span is sure; of those, the rows of their GenAI spans.
-    line_ok = np.bincount(np.concatenate([line_of_span[~sure], line_of_resource[~resource.sure]]), minlength=len(chosen)) == 0
+    unsure = np.concatenate([line_of_span[~sure], line_of_resource[~resource.sure]])
+    line_ok = np.bincount(unsure, minlength=len(chosen)) == 0
     rows = np.flatnonzero(genai & line_ok[line_of_span])
     if not len(rows):
         return None
@@ -367,7 +390,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         text = span[name].take(take)
         fits = _ok(pc.or_(pc.less(pc.utf8_length(text), 19), pc.less_equal(text, "9223372036854775807")))
         ok &= fits
-        nanos.append(pc.cast(pc.if_else(pa.array(fits), text, pa.scalar("0")), pa.int64()).to_numpy(zero_copy_only=False))
+        fitting = pc.if_else(pa.array(fits), text, pa.scalar("0"))
+        nanos.append(pc.cast(fitting, pa.int64()).to_numpy(zero_copy_only=False))
     start_ns, end_ns = nanos
     start_s, end_s = start_ns.astype(np.float64) / 1e9, end_ns.astype(np.float64) / 1e9
     ok &= (start_s >= 0) & (start_s < 2**33) & (end_s >= 0) & (end_s < 2**33)
@@ -375,7 +399,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     messages, prompts_ok = _genai_messages(inputs[0].take(take).to_pylist())
     answers, answers_ok = _genai_messages(outputs[0].take(take).to_pylist())
     ok &= prompts_ok & answers_ok
-    completion = pc.binary_join(pa.ListArray.from_arrays(answers.offsets, pc.struct_field(answers.values, "content")), "")
+    answer_texts = pa.ListArray.from_arrays(answers.offsets, pc.struct_field(answers.values, "content"))
+    completion = pc.binary_join(answer_texts, "")
 
     # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
     empty = pa.scalar(None, pa.string())
@@ -396,17 +421,6 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         ok &= count_ok
         counts.append(pc.fill_null(count, 0))
 
-    # Scores: a span's evaluation events, in order.
-    evaluations = np.flatnonzero(evaluation & np.isin(span_of_event, rows))
-    value = pc.coalesce(score_value, pc.cast(integer_value, pa.float64()))
-    per_span = np.bincount(span_of_event[evaluations], minlength=len(sure))[rows]
-    scores = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(per_span)]), pa.int32()),
-                                      pa.StructArray.from_arrays([
-                                          score_name.take(pa.array(evaluations)), value.take(pa.array(evaluations)),
-                                          score_label.take(pa.array(evaluations)),
-                                          pa.array(["otel"] * len(evaluations), pa.string())],
-                                          fields=list(SCORES.value_type)), type=SCORES)
-
     n = len(rows)
     trace_id = pc.binary_join_element_wise(pc.fill_null(span["traceId"].take(take), ""),
                                            pc.fill_null(span["spanId"].take(take), ""), ":")
@@ -419,9 +433,10 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         "completion": completion,
         "usage": pa.StructArray.from_arrays([counts[0], counts[1], pc.add(counts[0], counts[1])], fields=list(_USAGE)),
         "latency_ms": pa.array((end_ns - start_ns).astype(np.float64) / 1e6, pa.float64()),
-        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())],
+                                               fields=list(_FEEDBACK)),
         "reference_answer": pa.nulls(n, pa.string()),
-        "scores": scores,
+        "scores": evaluations.scores(rows),
     }
     ok &= _canonical(canonical, n)
     line = line_of_span[rows]
