@@ -326,6 +326,21 @@ def with_span(change: dict, doc: dict = OTEL) -> dict:
     return doc
 
 
+FLAT_ATTRIBUTES = [kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "system"), kv("gen_ai.prompt.0.content", "Be brief."),
+                   kv("gen_ai.prompt.1.role", "user"), kv("gen_ai.prompt.1.content", "What is 2 plus 3?"),
+                   kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "5")]
+OTEL_FLAT = otlp(FLAT_ATTRIBUTES, [EVALUATION])  # the older names, flattened: one attribute per field
+
+
+def flat(**values) -> dict:
+    """OTEL_FLAT with attributes changed as :func:`genai_attributes` changes them."""
+    attributes = {a["key"]: a for a in FLAT_ATTRIBUTES}
+    for name, value in values.items():
+        name = name.replace("__", ".")
+        attributes[name] = value if isinstance(value, dict) or value is None else kv(name, value)
+    return otlp([a for a in attributes.values() if a is not None], [EVALUATION])
+
+
 def with_resource(resource: dict) -> dict:
     return {"resourceSpans": [{**OTEL["resourceSpans"][0], "resource": resource}]}
 
@@ -372,8 +387,17 @@ OTEL_LINES = {
     "blank answer": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": " "}]}]),
     "two answers": otel_line(outputs=GENAI_OUTPUT * 2),
     "unicode": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "五"}]}]),
-    "older prompt names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
-                                          kv("gen_ai.prompt.0.content", "hi"), kv("gen_ai.completion.0.content", "yo")])),
+    "older prompt names": otel_line(OTEL_FLAT),
+    "a span of older JSON names beside": otel_line({"resourceSpans": OTEL["resourceSpans"] + otlp([
+        kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", '[{"role": "user", "content": "hi"}]')])["resourceSpans"]}),
+    "older names without a role": otel_line(flat(gen_ai__prompt__1__role=None)),
+    "older names with a role as a number": otel_line(flat(gen_ai__prompt__0__role=3)),
+    "older names with a content as a number": otel_line(flat(gen_ai__prompt__1__content=5)),
+    "older names with a gap": otel_line(flat(gen_ai__prompt__3__content="later")),
+    "older names without a completion": otel_line(flat(gen_ai__completion__0__content=None)),
+    "older names with two completions": otel_line(flat(gen_ai__completion__1__content="more")),
+    "older names and the current": otel_line(otlp(FLAT_ATTRIBUTES + genai_attributes())),
+    "older names, many messages": otel_line(otlp(FLAT_ATTRIBUTES + [kv(f"gen_ai.prompt.{i}.content", "x") for i in range(2, 70)])),
     "older JSON names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", '[{"role": "user", "content": "hi"}]'),
                                         kv("gen_ai.completion", '[{"role": "assistant", "content": "yo"}]')])),
     "no version": otel_line(with_resource({})),
@@ -447,11 +471,14 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "no tokens", "an item without a key", "content outside parts", "an image part",
             "a part without content", "duplicate key in the messages", "two answers", "unicode", "no version",
             "version empty", "two GenAI spans", "half a microsecond", "at the epoch", "no ids",
-            "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null"} <= taken
+            "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
+            "older prompt names", "older names without a role", "older names with a gap", "older names with two completions",
+            "older names and the current"} <= taken
     assert not taken & {"model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
-                        "older prompt names", "older JSON names", "version as a number", "a second resource with a bad value",
-                        "no GenAI span", "past int64", "in the year 2300", "time with a sign", "a null", "a null with spaces",
+                        "older JSON names", "version as a number", "a second resource with a bad value",
+                        "no GenAI span", "past int64", "older names with a role as a number", "a span of older JSON names beside",
+                        "older names with a content as a number", "older names, many messages", "in the year 2300", "time with a sign", "a null", "a null with spaces",
                         "a null in the messages", "also ours"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
@@ -472,8 +499,8 @@ def test_an_otlp_span_ends_where_fromtimestamp_puts_it():
 def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
     """:func:`tests.conftest.mutated` of the export and of its messages (inside their attribute's
     JSON text), each line alone: rows the fast path takes are the reader's."""
-    docs = list(mutated(OTEL)) + [otlp(genai_attributes(inputs, outputs), [EVALUATION])
-                                  for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
+    docs = list(mutated(OTEL)) + list(mutated(OTEL_FLAT)) + [otlp(genai_attributes(inputs, outputs), [EVALUATION])
+                                                             for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
     taken = 0
     for doc in docs:
         raw = json.dumps(doc).encode()

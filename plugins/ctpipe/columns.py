@@ -245,7 +245,8 @@ _NANOS = r"^[0-9]{1,19}$"
 # A null value (pyarrow reads it as missing; the reader may not): the word alone in a text is fine. Nulls
 # inside the messages' JSON text fail their typed decoding instead.
 _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
-_OLDER = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.prompt.0.content")  # older names, which only the reader maps
+_OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # older names of JSON messages, which only the reader maps
+_MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 
 
 class _Attributes:
@@ -274,6 +275,11 @@ class _Attributes:
         match = _ok(pc.equal(self.keys, key))
         np.maximum.at(at, self.parents[match], self._positions[match])
         return at
+
+    def has(self, *keys: str) -> np.ndarray:
+        """Per owner, whether it has any of ``keys``."""
+        match = _ok(pc.is_in(self.keys, value_set=pa.array(keys, pa.string())))
+        return np.bincount(self.parents[match], minlength=self._owners) > 0
 
     def get(self, key: str, kind: int) -> tuple[pa.Array, np.ndarray]:
         """(per owner, the value of ``key`` when it is of ``kind``, null otherwise; whether it is
@@ -320,6 +326,41 @@ class _Evaluations:
             type=SCORES)
 
 
+def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa.Array, np.ndarray]:
+    """Per span, the messages and the completion of the flattened older names for the spans
+    ``chosen`` (none for the others), as the reader reads them: ``gen_ai.prompt.<i>.content`` and
+    ``.role`` (user when there is none) from 0 while there is a content, and
+    ``gen_ai.completion.0.content`` ("" when there is none); and whether each span's are read so
+    (texts, no more than :data:`_MOST_FLATTENED` messages)."""
+    spans, roles, contents = [], [], []
+    ok, going = np.ones(len(chosen), bool), chosen.copy()
+    for i in range(_MOST_FLATTENED + 1):
+        if not going.any():
+            break
+        content_at = attrs.find(f"gen_ai.prompt.{i}.content")
+        going &= content_at >= 0
+        at = np.flatnonzero(going)
+        if i == _MOST_FLATTENED:
+            ok[at] = False
+            break
+        content, content_ok = attrs.pick(content_at[at], _STRING)
+        role, role_ok = attrs.pick(attrs.find(f"gen_ai.prompt.{i}.role")[at], _STRING)
+        ok[at] &= content_ok & role_ok
+        spans.append(at)
+        roles.append(pc.fill_null(role, "user"))
+        contents.append(content)
+    span_of = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    order = pa.array(np.argsort(span_of, kind="stable"))  # a span's messages together, in order
+    values = pa.StructArray.from_arrays(
+        [pa.concat_arrays(roles).take(order) if roles else pa.array([], pa.string()),
+         pa.concat_arrays(contents).take(order) if contents else pa.array([], pa.string())], ["role", "content"])
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(span_of, minlength=len(chosen)))])
+    completion, completion_ok = (attrs.get("gen_ai.completion.0.content", _STRING) if chosen.any()
+                                 else (pa.nulls(len(chosen), pa.string()), ok))
+    ok &= ~chosen | completion_ok
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=MESSAGES), pc.fill_null(completion, ""), ok
+
+
 def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray]:
     """Each GenAI messages attribute (a JSON list of messages of parts; None or "" is none) as a
     list of messages, each the text of its text parts, as :func:`ctpipe.formats._parts_text` reads
@@ -342,12 +383,13 @@ def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray
 
 def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     """:func:`parse_lines` for OTLP JSON exports whose GenAI spans carry the current
-    ``gen_ai.input.messages`` / ``gen_ai.output.messages``: the rows :func:`ctpipe.formats.from_otel`
-    and the trace's validation make, a row per GenAI span, with the same values. A line is taken
-    whole or not at all, as the reader maps it: one holding a null value (pyarrow reads it as
-    missing), a value other than those :class:`_Attributes` reads, the older attribute names, a
-    time outside 1970 to 2242, or a record the validation fails is left to the reader, as is a block
-    pyarrow refuses.
+    ``gen_ai.input.messages`` / ``gen_ai.output.messages``, or the older flattened
+    ``gen_ai.prompt.<i>.content`` / ``gen_ai.completion.0.content``: the rows
+    :func:`ctpipe.formats.from_otel` and the trace's validation make, a row per GenAI span, with the
+    same values. A line is taken whole or not at all, as the reader maps it: one holding a null value
+    (pyarrow reads it as missing), a value other than those :class:`_Attributes` reads, the older
+    names' JSON messages, a time outside 1970 to 2242, or a record the validation fails is left to
+    the reader, as is a block pyarrow refuses.
     """
     shaped = [i for i in _shaped(lines, _OTEL_SHAPE)
               if not (b"null" in lines[i] and _JSON_NULL.search(lines[i])) and b'"trace_id"' not in lines[i]]
@@ -368,10 +410,12 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     resource = _Attributes(_fields(rs["resource"])["attributes"])
     attrs = _Attributes(span["attributes"])
     inputs, outputs = (attrs.get(f"gen_ai.{side}.messages", _STRING) for side in ("input", "output"))
-    genai = (attrs.find("gen_ai.input.messages") >= 0) | (attrs.find("gen_ai.output.messages") >= 0)
-    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1]
-    for key in _OLDER:  # a span the reader maps from the older names
-        sure &= genai | (attrs.find(key) < 0)
+    current, older_json = attrs.has("gen_ai.input.messages", "gen_ai.output.messages"), attrs.has(*_OLDER_JSON)
+    flattened = ~current & ~older_json & attrs.has("gen_ai.prompt.0.content")
+    genai = current | flattened
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & (current | ~older_json)
+    flat_messages, flat_completion, flat_ok = _flattened(attrs, flattened)
+    sure &= flat_ok
     for name in ("startTimeUnixNano", "endTimeUnixNano"):
         sure &= ~genai | _ok(pc.match_substring_regex(span[name], _NANOS))
 
@@ -401,6 +445,9 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     ok &= prompts_ok & answers_ok
     answer_texts = pa.ListArray.from_arrays(answers.offsets, pc.struct_field(answers.values, "content"))
     completion = pc.binary_join(answer_texts, "")
+    older = pa.array(flattened[rows])
+    messages = pc.if_else(older, flat_messages.take(take), messages)
+    completion = pc.if_else(older, flat_completion.take(take), completion)
 
     # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
     empty = pa.scalar(None, pa.string())
