@@ -405,6 +405,9 @@ OTEL_LINES = {
     "version as a number": otel_line(with_resource({"attributes": [kv("service.version", 3)]})),
     "a second resource with a bad value": otel_line({"resourceSpans": OTEL["resourceSpans"] + [
         {"resource": {"attributes": [{"key": "k", "value": {"intValue": "x"}}]}}]}),
+    "two scopes": otel_line({"resourceSpans": [{**OTEL["resourceSpans"][0], "scopeSpans": [
+        {"spans": []}, with_span({"spanId": "s2"})["resourceSpans"][0]["scopeSpans"][0],
+        OTEL["resourceSpans"][0]["scopeSpans"][0]]}, {"resource": {}, "scopeSpans": []}]}),
     "two GenAI spans": otel_line(with_span({"spanId": "s2"}, {"resourceSpans": OTEL["resourceSpans"] * 2})),
     "no GenAI span": otel_line(otlp([kv("http.method", "GET")])),
     "no end": otel_line(with_span({"endTimeUnixNano": ...})),
@@ -470,7 +473,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
     assert {"plain", "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
             "no tokens", "an item without a key", "content outside parts", "an image part",
             "a part without content", "duplicate key in the messages", "two answers", "unicode", "no version",
-            "version empty", "two GenAI spans", "half a microsecond", "at the epoch", "no ids",
+            "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch", "no ids",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
             "older prompt names", "older names without a role", "older names with a gap", "older names with two completions",
             "older names and the current"} <= taken
