@@ -293,18 +293,21 @@ EVALUATION = {"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.eval
                                                                  kv("gen_ai.evaluation.score.label", "good")]}
 
 
-def genai_attributes(inputs=GENAI_INPUT, outputs=GENAI_OUTPUT, **values) -> list[dict]:
-    """A GenAI span's attributes: the model, token counts and messages, with ``values`` (an
-    attribute's name with dots as double underscores: None drops it, a dict is its raw item) instead."""
-    out = {"gen_ai.request.model": kv("gen_ai.request.model", "assistant"),
-           "gen_ai.usage.input_tokens": kv("gen_ai.usage.input_tokens", 10),
-           "gen_ai.usage.output_tokens": kv("gen_ai.usage.output_tokens", 1),
-           "gen_ai.input.messages": kv("gen_ai.input.messages", json.dumps(inputs)),
-           "gen_ai.output.messages": kv("gen_ai.output.messages", json.dumps(outputs))}
+def changed(attributes: list[dict], **values) -> list[dict]:
+    """``attributes`` with ``values`` instead (an attribute's name with dots as double underscores:
+    None drops it, a dict is its raw item)."""
+    out = {a["key"]: a for a in attributes}
     for name, value in values.items():
         name = name.replace("__", ".")
         out[name] = value if isinstance(value, dict) or value is None else kv(name, value)
     return [a for a in out.values() if a is not None]
+
+
+def genai_attributes(inputs=GENAI_INPUT, outputs=GENAI_OUTPUT, **values) -> list[dict]:
+    """A GenAI span's attributes: the model, token counts and messages, :func:`changed`."""
+    return changed([kv("gen_ai.request.model", "assistant"), kv("gen_ai.usage.input_tokens", 10),
+                    kv("gen_ai.usage.output_tokens", 1), kv("gen_ai.input.messages", json.dumps(inputs)),
+                    kv("gen_ai.output.messages", json.dumps(outputs))], **values)
 
 
 OTEL = otlp(genai_attributes(), [EVALUATION])
@@ -333,12 +336,8 @@ OTEL_FLAT = otlp(FLAT_ATTRIBUTES, [EVALUATION])  # the older names, flattened: o
 
 
 def flat(**values) -> dict:
-    """OTEL_FLAT with attributes changed as :func:`genai_attributes` changes them."""
-    attributes = {a["key"]: a for a in FLAT_ATTRIBUTES}
-    for name, value in values.items():
-        name = name.replace("__", ".")
-        attributes[name] = value if isinstance(value, dict) or value is None else kv(name, value)
-    return otlp([a for a in attributes.values() if a is not None], [EVALUATION])
+    """OTEL_FLAT with its attributes :func:`changed`."""
+    return otlp(changed(FLAT_ATTRIBUTES, **values), [EVALUATION])
 
 
 def with_resource(resource: dict) -> dict:
