@@ -170,10 +170,9 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     # Times as datetime.fromtimestamp makes them: whole seconds, and the end rounded half to even.
     created = pc.fill_null(response["created"], 0).to_numpy(zero_copy_only=False)
     latency = pc.fill_null(table["latency_ms"].combine_chunks(), 0.0)
-    end_s = created + latency.to_numpy(zero_copy_only=False) / 1000
-    with np.errstate(invalid="ignore"):
-        sure &= (created >= 0) & (created < 2**33) & (end_s >= 0) & (end_s < 2**33)
-    end_us = _fromtimestamp_micros(np.where(sure, end_s, 0.0))
+    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (
+        created.astype(np.float64), created + latency.to_numpy(zero_copy_only=False) / 1000))
+    sure &= start_ok & end_ok
     empty = pa.scalar(None, pa.string())
     version = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (metadata["model_version"],
                                                                            response["system_fingerprint"])),
@@ -181,7 +180,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     message = _fields(messages.values)  # a null one (skipped by the reader) has no role: the exact path decides
     canonical = {
         "trace_id": response["id"],
-        "start_time": pa.array(created * 1_000_000, pa.int64()).cast(_TIME),
+        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
         "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
         "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
         "messages": pa.ListArray.from_arrays(messages.offsets, pa.StructArray.from_arrays(
@@ -203,11 +202,14 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[keep]
 
 
-def _fromtimestamp_micros(seconds: np.ndarray) -> np.ndarray:
-    """Microseconds since the epoch of ``datetime.fromtimestamp`` of each of ``seconds`` (0 to 2^33):
-    the fraction rounded half to even, as it rounds."""
-    whole, fraction = np.divmod(seconds, 1.0)
-    return whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64)
+def _fromtimestamp_micros(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(microseconds since the epoch of ``datetime.fromtimestamp`` of each of ``seconds``, the
+    fraction rounded half to even as it rounds; whether it is one the fast paths take, 1970 to 2242:
+    elsewhere, 0)."""
+    with np.errstate(invalid="ignore"):  # NaN is none of them
+        ok = (seconds >= 0) & (seconds < 2**33)
+    whole, fraction = np.divmod(np.where(ok, seconds, 0.0), 1.0)
+    return whole.astype(np.int64) * 1_000_000 + np.rint(fraction * 1e6).astype(np.int64), ok
 
 
 class _OtelShape(msgspec.Struct):
@@ -437,8 +439,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         fitting = pc.if_else(pa.array(fits), text, pa.scalar("0"))
         nanos.append(pc.cast(fitting, pa.int64()).to_numpy(zero_copy_only=False))
     start_ns, end_ns = nanos
-    start_s, end_s = start_ns.astype(np.float64) / 1e9, end_ns.astype(np.float64) / 1e9
-    ok &= (start_s >= 0) & (start_s < 2**33) & (end_s >= 0) & (end_s < 2**33)
+    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(ns.astype(np.float64) / 1e9) for ns in nanos)
+    ok &= start_ok & end_ok
 
     messages, prompts_ok = _genai_messages(inputs[0].take(take).to_pylist())
     answers, answers_ok = _genai_messages(outputs[0].take(take).to_pylist())
@@ -473,8 +475,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
                                            pc.fill_null(span["spanId"].take(take), ""), ":")
     canonical = {
         "trace_id": trace_id,
-        "start_time": pa.array(_fromtimestamp_micros(np.where(ok, start_s, 0.0)), pa.int64()).cast(_TIME),
-        "end_time": pa.array(_fromtimestamp_micros(np.where(ok, end_s, 0.0)), pa.int64()).cast(_TIME),
+        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
+        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
         "model": pa.StructArray.from_arrays([model, version], fields=list(_MODEL)),
         "messages": messages,
         "completion": completion,
