@@ -173,9 +173,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (
         created.astype(np.float64), created + latency.to_numpy(zero_copy_only=False) / 1000))
     sure &= start_ok & end_ok
-    empty = pa.scalar(None, pa.string())
-    version = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (metadata["model_version"],
-                                                                           response["system_fingerprint"])),
+    version = pc.coalesce(_empty_as_null(metadata["model_version"]), _empty_as_null(response["system_fingerprint"]),
                           response["model"])
     message = _fields(messages.values)  # a null one (skipped by the reader) has no role: the exact path decides
     canonical = {
@@ -452,16 +450,13 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     completion = pc.if_else(older, flat_completion.take(take), completion)
 
     # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
-    empty = pa.scalar(None, pa.string())
     (response_model, response_ok), (request_model, request_ok) = (attrs.get(f"gen_ai.{side}.model", _STRING)
                                                                   for side in ("response", "request"))
     ok &= (response_ok & request_ok)[rows]
-    model = pc.coalesce(*(pc.if_else(pc.equal(v, ""), empty, v) for v in (response_model, request_model)),
-                        pa.scalar("")).take(take)
+    model = pc.coalesce(_empty_as_null(response_model), _empty_as_null(request_model), pa.scalar("")).take(take)
     version, version_ok = resource.get("service.version", _STRING)
     ok &= version_ok[resource_of_span[rows]]
-    version = version.take(pa.array(resource_of_span[rows]))
-    version = pc.if_else(pc.fill_null(pc.equal(version, ""), True), model, version)
+    version = pc.coalesce(_empty_as_null(version.take(pa.array(resource_of_span[rows]))), model)
 
     counts = []  # the current names' token counts, or the older ones', or 0
     for now, before in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
@@ -495,6 +490,11 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         return None
     out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
     return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[line[keep]]
+
+
+def _empty_as_null(texts: pa.Array) -> pa.Array:
+    """``texts`` with "" as null: for the readers' ``a or b``, with :func:`pyarrow.compute.coalesce`."""
+    return pc.if_else(pc.equal(texts, ""), pa.scalar(None, pa.string()), texts)
 
 
 def _fields(struct: pa.StructArray) -> dict[str, pa.Array]:
