@@ -181,9 +181,8 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
         "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
         "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
-        "messages": pa.ListArray.from_arrays(messages.offsets, pa.StructArray.from_arrays(
-            [message["role"], pc.fill_null(message["content"], "")], ["role", "content"]), type=MESSAGES,
-            mask=pc.invert(messages.is_valid())),
+        "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], ""),
+                          mask=pc.invert(messages.is_valid())),
         "completion": pc.fill_null(answer["content"], ""),
         "usage": pa.StructArray.from_arrays([pc.fill_null(c, 0) for c in counts], fields=list(_USAGE)),
         "latency_ms": latency,
@@ -198,6 +197,13 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         return None
     out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
     return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[keep]
+
+
+def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArray:
+    """A :data:`ctpipe.datasets.MESSAGES` column: chat ``i`` is the messages
+    ``roles[offsets[i]:offsets[i + 1]]`` / ``contents[...]`` (arrays or lists), null where ``mask`` is true."""
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
+        [pa.array(roles, pa.string()), pa.array(contents, pa.string())], ["role", "content"]), type=MESSAGES, mask=mask)
 
 
 def _fromtimestamp_micros(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -351,14 +357,12 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
         contents.append(content)
     span_of = np.concatenate(spans) if spans else np.zeros(0, np.int64)
     order = pa.array(np.argsort(span_of, kind="stable"))  # a span's messages together, in order
-    values = pa.StructArray.from_arrays(
-        [pa.concat_arrays(roles).take(order) if roles else pa.array([], pa.string()),
-         pa.concat_arrays(contents).take(order) if contents else pa.array([], pa.string())], ["role", "content"])
     offsets = np.concatenate([[0], np.cumsum(np.bincount(span_of, minlength=len(chosen)))])
+    messages = chats(offsets, *(pa.concat_arrays(texts).take(order) if texts else [] for texts in (roles, contents)))
     completion, completion_ok = (attrs.get("gen_ai.completion.0.content", _STRING) if chosen.any()
                                  else (pa.nulls(len(chosen), pa.string()), ok))
     ok &= ~chosen | completion_ok
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values, type=MESSAGES), pc.fill_null(completion, ""), ok
+    return messages, pc.fill_null(completion, ""), ok
 
 
 def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray]:
@@ -377,8 +381,7 @@ def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray
             texts.append(one.content if one is not None and one.type == "text"
                          else "".join(p.content for p in m.parts if p.type == "text"))
         lengths.append(lengths[-1] + len(messages))
-    return pa.ListArray.from_arrays(pa.array(lengths, pa.int32()), pa.StructArray.from_arrays(
-        [pa.array(roles, pa.string()), pa.array(texts, pa.string())], ["role", "content"]), type=MESSAGES), sure
+    return chats(lengths, roles, texts), sure
 
 
 def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
@@ -572,12 +575,7 @@ def from_records(found: list[tuple[str, int, traces.TraceRecord]]) -> pa.Table:
     offsets = [0]
     for r in recs:
         offsets.append(offsets[-1] + len(r.messages))
-    messages = pa.ListArray.from_arrays(
-        pa.array(offsets, pa.int32()),
-        pa.StructArray.from_arrays([pa.array([m.role for r in recs for m in r.messages], pa.string()),
-                                    pa.array([m.content for r in recs for m in r.messages], pa.string())],
-                                   ["role", "content"]),
-    )
+    messages = chats(offsets, [m.role for r in recs for m in r.messages], [m.content for r in recs for m in r.messages])
     columns = {
         "trace_id": [r.trace_id for r in recs],
         "start_time": [r.start_time for r in recs],

@@ -373,8 +373,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
     lengths = pc.list_value_length(messages).to_numpy(zero_copy_only=False)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    messages = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()),
-                                        pa.StructArray.from_arrays([roles, contents], ["role", "content"]))
+    messages = columns.chats(offsets, roles, contents)
     last_user = np.full(raw.num_rows, -1)
     users = np.flatnonzero(pc.equal(roles, "user").to_numpy(zero_copy_only=False))
     np.maximum.at(last_user, np.repeat(np.arange(raw.num_rows), lengths)[users], users)
