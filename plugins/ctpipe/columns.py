@@ -192,11 +192,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
                                            type=SCORES),
     }
     sure &= _canonical(canonical, n)  # latency >= 0 among its rules: the end is never before the start
-    keep = np.flatnonzero(sure)
-    if not len(keep):
-        return None
-    out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
-    return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[keep]
+    return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
 def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArray:
@@ -488,11 +484,16 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     ok &= _canonical(canonical, n)
     line = line_of_span[rows]
     line_ok &= np.bincount(line[~ok], minlength=len(chosen)) == 0
-    keep = np.flatnonzero(line_ok[line])
+    return _taken(canonical, np.flatnonzero(line_ok[line]), np.asarray(shaped)[line])
+
+
+def _taken(canonical: dict[str, pa.Array], keep: np.ndarray, lines: np.ndarray) -> tuple[pa.Table, np.ndarray] | None:
+    """(the rows ``keep`` of a fast path's canonical columns; the line of each, of ``lines``, one per
+    row); None when it keeps none."""
     if not len(keep):
         return None
     out = pa.table([canonical[name] for name, _ in _FIELDS], schema=pa.schema(_FIELDS))
-    return (out if len(keep) == n else out.take(keep)), np.asarray(shaped)[line[keep]]
+    return (out if len(keep) == out.num_rows else out.take(keep)), lines[keep]
 
 
 def _empty_as_null(texts: pa.Array) -> pa.Array:
