@@ -340,6 +340,22 @@ def flat(**values) -> dict:
     return otlp(changed(FLAT_ATTRIBUTES, **values), [EVALUATION])
 
 
+# The older JSON names: each a JSON list of {role, content}, a content a text or OpenAI's typed parts.
+OLDER_PROMPT = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "What is 2 plus "}, {"type": "text", "text": "3?"}]}]
+OLDER_COMPLETION = [{"role": "assistant", "content": "5"}]
+
+
+def json_named(prompt=OLDER_PROMPT, completion=OLDER_COMPLETION, **values) -> dict:
+    """An export of a span of the older JSON names, its attributes :func:`changed` (a list is made JSON text)."""
+    return otlp(changed([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", json.dumps(prompt)),
+                         kv("gen_ai.completion", json.dumps(completion))], **values), [EVALUATION])
+
+
+OTEL_JSON = json_named()
+JSON_OTHER_ANSWER = json_named(completion=[{"role": "assistant", "content": "6"}])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]
+
+
 def with_resource(resource: dict) -> dict:
     return {"resourceSpans": [{**OTEL["resourceSpans"][0], "resource": resource}]}
 
@@ -397,8 +413,30 @@ OTEL_LINES = {
     "older names with two completions": otel_line(flat(gen_ai__completion__1__content="more")),
     "older names and the current": otel_line(otlp(FLAT_ATTRIBUTES + genai_attributes())),
     "older names, many messages": otel_line(otlp(FLAT_ATTRIBUTES + [kv(f"gen_ai.prompt.{i}.content", "x") for i in range(2, 70)])),
-    "older JSON names": otel_line(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", '[{"role": "user", "content": "hi"}]'),
-                                        kv("gen_ai.completion", '[{"role": "assistant", "content": "yo"}]')])),
+    "older JSON names": otel_line(OTEL_JSON),
+    "older JSON names, texts only": otel_line(json_named([{"role": "user", "content": "hi"}])),
+    "older JSON names, an image part": otel_line(json_named([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}}, {"type": "text", "text": "What is this?"}]}])),
+    "older JSON names, a part without text": otel_line(json_named([{"role": "user", "content": [{"type": "text"}, {"type": "text", "text": "hi"}]}])),
+    "older JSON names without a role": otel_line(json_named([{"content": "hi"}])),
+    "older JSON names without a content": otel_line(json_named([{"role": "system"}, {"role": "user", "content": "hi"}])),
+    "older JSON names with a content as a number": otel_line(json_named([{"role": "user", "content": 5}])),
+    "older JSON names with a content as an object": otel_line(json_named([{"role": "user", "content": {"text": "hi"}}])),
+    "older JSON names with a message not an object": otel_line(json_named(["hi", {"role": "user", "content": "hi"}])),
+    "older JSON names with a prompt as an object": otel_line(json_named({"role": "user", "content": "hi"})),
+    "older JSON names with a prompt not JSON": otel_line(json_named(gen_ai__prompt="[{")),
+    "older JSON names with a prompt empty": otel_line(json_named(gen_ai__prompt="")),
+    "older JSON names with a prompt as a number": otel_line(json_named(gen_ai__prompt=3)),
+    "older JSON names without a prompt": otel_line(json_named(gen_ai__prompt=None)),
+    "older JSON names without a completion": otel_line(json_named(gen_ai__completion=None)),
+    "older JSON names with two completions": otel_line(json_named(completion=OLDER_COMPLETION + [{"role": "assistant", "content": "!"}])),
+    "older JSON names with a duplicate key": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": "4", "content": "5"}]')),
+    "older JSON names with NaN": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": NaN}]')),
+    "older JSON names with a null": otel_line(json_named([{"role": "user", "content": None}])),
+    "older JSON names, a part of another type": otel_line(json_named([{"role": "user", "content": [
+        {"type": "refusal", "text": "no"}, {"type": "text", "text": "hi"}]}])),
+    "older JSON names and the current": otel_line(otlp(JSON_OTHER_ANSWER + genai_attributes())),
+    "older JSON names and flattened": otel_line(otlp(FLAT_ATTRIBUTES + JSON_OTHER_ANSWER)),
     "no version": otel_line(with_resource({})),
     "version empty": otel_line(with_resource({"attributes": [kv("service.version", "")]})),
     "version as a number": otel_line(with_resource({"attributes": [kv("service.version", 3)]})),
@@ -475,10 +513,16 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch", "no ids",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
             "older prompt names", "older names without a role", "older names with a gap", "older names with two completions",
-            "older names and the current"} <= taken
+            "older names and the current", "older JSON names", "older JSON names, texts only", "older JSON names, an image part",
+            "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
+            "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
+            "older JSON names and flattened"} <= taken
     assert not taken & {"model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
-                        "older JSON names", "version as a number", "a second resource with a bad value",
+                        "version as a number", "older JSON names with a content as a number",
+                        "older JSON names with a content as an object", "older JSON names with a message not an object",
+                        "older JSON names with a prompt as an object", "older JSON names with a prompt not JSON",
+                        "older JSON names with a prompt as a number", "older JSON names with NaN", "older JSON names with a null", "a second resource with a bad value",
                         "no GenAI span", "past int64", "older names with a role as a number", "a span of older JSON names beside",
                         "older names with a content as a number", "older names, many messages", "in the year 2300", "time with a sign", "a null", "a null with spaces",
                         "a null in the messages", "also ours"}
@@ -501,8 +545,9 @@ def test_an_otlp_span_ends_where_fromtimestamp_puts_it():
 def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
     """:func:`tests.conftest.mutated` of the export and of its messages (inside their attribute's
     JSON text), each line alone: rows the fast path takes are the reader's."""
-    docs = list(mutated(OTEL)) + list(mutated(OTEL_FLAT)) + [otlp(genai_attributes(inputs, outputs), [EVALUATION])
-                                                             for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
+    docs = (list(mutated(OTEL)) + list(mutated(OTEL_FLAT)) + list(mutated(OTEL_JSON))
+            + [otlp(genai_attributes(inputs, outputs), [EVALUATION]) for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
+            + [json_named(prompt, completion) for prompt, completion in mutated([OLDER_PROMPT, OLDER_COMPLETION])])
     taken = 0
     for doc in docs:
         raw = json.dumps(doc).encode()
@@ -510,4 +555,4 @@ def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
         if got is not None:
             assert got[0].to_pylist() == otel_exact(raw), raw
             taken += 1
-    assert taken >= 100, taken  # of 1,100 or so
+    assert taken >= 300, taken  # 397 of 3,318

@@ -225,9 +225,32 @@ class _GenAIMessage(msgspec.Struct):
     role: str | None = None
     parts: list[_Part] = []
 
+    def text(self) -> str:  # as formats._parts_text reads it
+        one = self.parts[0] if len(self.parts) == 1 else None  # the common case, without a join
+        return one.content if one is not None and one.type == "text" else "".join(
+            p.content for p in self.parts if p.type == "text")
+
+
+class _TextPart(msgspec.Struct):
+    type: str = ""
+    text: str = ""
+
+
+class _OlderMessage(msgspec.Struct):
+    """A message of the older JSON names: its content a text, or OpenAI's typed parts."""
+
+    role: str | None = None
+    content: str | list[_TextPart] = ""
+
+    def text(self) -> str:  # as formats._text reads it
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if p.type == "text")
+
 
 _OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
 _GENAI_MESSAGES = msgspec.json.Decoder(list[_GenAIMessage])
+_OLDER_MESSAGES = msgspec.json.Decoder(list[_OlderMessage])
 _ANY_VALUE = pa.struct([("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
                         ("boolValue", pa.bool_())])
 _ATTRIBUTES = pa.list_(pa.struct([("key", pa.string()), ("value", _ANY_VALUE)]))
@@ -247,7 +270,7 @@ _NANOS = r"^[0-9]{1,19}$"
 # A null value (pyarrow reads it as missing; the reader may not): the word alone in a text is fine. Nulls
 # inside the messages' JSON text fail their typed decoding instead.
 _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
-_OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # older names of JSON messages, which only the reader maps
+_OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 
 
@@ -361,34 +384,55 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
     return messages, pc.fill_null(completion, ""), ok
 
 
-def _genai_messages(encoded: list[str | None]) -> tuple[pa.ListArray, np.ndarray]:
-    """Each GenAI messages attribute (a JSON list of messages of parts; None or "" is none) as a
-    list of messages, each the text of its text parts, as :func:`ctpipe.formats._parts_text` reads
-    it; and whether it could be read so (otherwise the reader decides)."""
+def _older_json(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa.Array, np.ndarray]:
+    """Per span, the messages and the completion of the older JSON names (``gen_ai.prompt``,
+    ``gen_ai.completion``) for the spans ``chosen`` (null for the others), as the reader reads them:
+    the completion is the text of all its messages; and whether each span's are read so (texts
+    holding JSON lists of messages that :class:`_OlderMessage` decodes)."""
+    (prompt, prompt_ok), (completion, completion_ok) = (attrs.get(name, _STRING) for name in _OLDER_JSON)
+    at = np.flatnonzero(chosen)
+    messages, messages_ok = _messages(prompt.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
+    answers, answers_ok = _messages(completion.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
+    ok = ~chosen | (prompt_ok & completion_ok)
+    ok[at] &= messages_ok & answers_ok
+    texts = _joined(answers)
+    position = np.full(len(chosen), -1)
+    position[at] = np.arange(len(at))
+    spread = pa.array(position, mask=~chosen)
+    return messages.take(spread), texts.take(spread), ok
+
+
+def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder) -> tuple[pa.ListArray, np.ndarray]:
+    """Each JSON messages attribute (None or "" is none) as the list of messages ``decoder`` reads,
+    with the ``text()`` of each; and whether it could be read so (otherwise the reader decides)."""
     lengths, roles, texts, sure = [0], [], [], np.ones(len(encoded), bool)
     for i, text in enumerate(encoded):
         try:
-            messages = _GENAI_MESSAGES.decode(text or "[]")
+            messages = decoder.decode(text or "[]")
         except (msgspec.DecodeError, RecursionError):
             messages, sure[i] = [], False
         for m in messages:
             roles.append(m.role)
-            one = m.parts[0] if len(m.parts) == 1 else None  # the common case, without a join
-            texts.append(one.content if one is not None and one.type == "text"
-                         else "".join(p.content for p in m.parts if p.type == "text"))
+            texts.append(m.text())
         lengths.append(lengths[-1] + len(messages))
     return chats(lengths, roles, texts), sure
 
 
+def _joined(chats: pa.ListArray) -> pa.Array:
+    """The texts of each chat's messages, joined: a completion of several messages."""
+    return pc.binary_join(pa.ListArray.from_arrays(chats.offsets, pc.struct_field(chats.values, "content")), "")
+
+
 def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     """:func:`parse_lines` for OTLP JSON exports whose GenAI spans carry the current
-    ``gen_ai.input.messages`` / ``gen_ai.output.messages``, or the older flattened
-    ``gen_ai.prompt.<i>.content`` / ``gen_ai.completion.0.content``: the rows
-    :func:`ctpipe.formats.from_otel` and the trace's validation make, a row per GenAI span, with the
-    same values. A line is taken whole or not at all, as the reader maps it: one holding a null value
-    (pyarrow reads it as missing), a value other than those :class:`_Attributes` reads, the older
-    names' JSON messages, a time outside 1970 to 2242, or a record the validation fails is left to
-    the reader, as is a block pyarrow refuses.
+    ``gen_ai.input.messages`` / ``gen_ai.output.messages``, or the older ``gen_ai.prompt`` /
+    ``gen_ai.completion`` (JSON), or the older flattened ``gen_ai.prompt.<i>.content`` /
+    ``gen_ai.completion.0.content``: the rows :func:`ctpipe.formats.from_otel` and the trace's
+    validation make, a row per GenAI span, with the same values. A line is taken whole or not at
+    all, as the reader maps it: one holding a null value (pyarrow reads it as missing), a value
+    other than those :class:`_Attributes` reads, messages JSON that the typed decoding refuses, a
+    time outside 1970 to 2242, or a record the validation fails is left to the reader, as is a
+    block pyarrow refuses.
     """
     shaped = [i for i in _shaped(lines, _OTEL_SHAPE)
               if not (b"null" in lines[i] and _JSON_NULL.search(lines[i])) and b'"trace_id"' not in lines[i]]
@@ -409,12 +453,16 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     resource = _Attributes(_fields(rs["resource"])["attributes"])
     attrs = _Attributes(span["attributes"])
     inputs, outputs = (attrs.get(f"gen_ai.{side}.messages", _STRING) for side in ("input", "output"))
+    # Which names a span's messages are read from: the current ones, or else the older JSON ones, or
+    # else the older flattened ones, as the reader looks for them.
     current, older_json = attrs.has("gen_ai.input.messages", "gen_ai.output.messages"), attrs.has(*_OLDER_JSON)
+    json_named = ~current & older_json
     flattened = ~current & ~older_json & attrs.has("gen_ai.prompt.0.content")
-    genai = current | flattened
-    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & (current | ~older_json)
-    flat_messages, flat_completion, flat_ok = _flattened(attrs, flattened)
-    sure &= flat_ok
+    genai = current | json_named | flattened
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1]
+    older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
+    for _, _, _, older_ok in older:
+        sure &= older_ok
     for name in ("startTimeUnixNano", "endTimeUnixNano"):
         sure &= ~genai | _ok(pc.match_substring_regex(span[name], _NANOS))
 
@@ -439,14 +487,14 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(ns.astype(np.float64) / 1e9) for ns in nanos)
     ok &= start_ok & end_ok
 
-    messages, prompts_ok = _genai_messages(inputs[0].take(take).to_pylist())
-    answers, answers_ok = _genai_messages(outputs[0].take(take).to_pylist())
+    messages, prompts_ok = _messages(inputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
+    answers, answers_ok = _messages(outputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
     ok &= prompts_ok & answers_ok
-    answer_texts = pa.ListArray.from_arrays(answers.offsets, pc.struct_field(answers.values, "content"))
-    completion = pc.binary_join(answer_texts, "")
-    older = pa.array(flattened[rows])
-    messages = pc.if_else(older, flat_messages.take(take), messages)
-    completion = pc.if_else(older, flat_completion.take(take), completion)
+    completion = _joined(answers)
+    for named, older_messages, older_completion, _ in older:
+        read = pa.array(named[rows])
+        messages = pc.if_else(read, older_messages.take(take), messages)
+        completion = pc.if_else(read, older_completion.take(take), completion)
 
     # The model: the response's, or the request's, or ""; its version the resource's service.version, or the model.
     (response_model, response_ok), (request_model, request_ok) = (attrs.get(f"gen_ai.{side}.model", _STRING)
