@@ -166,6 +166,23 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
     assert q["unknown_format"]["source_line"] == 39
 
 
+def test_a_parquet_value_python_cannot_hold_is_quarantined_naming_its_column(tmp_path):
+    """Parquet holds timestamps past the year 9999 and before the year 1, which no datetime holds:
+    such a row is quarantined, and the run and the other rows of its batch go on."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = pa.Table.from_pylist([trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(1, 5)])
+    micros = [int(datetime.fromisoformat(t).timestamp()) * 10**6 for t in rows["start_time"].to_pylist()]
+    micros[1:3] = [300_000_000_000_000_000, -70_000_000_000_000_000]
+    rows = rows.set_column(1, "start_time", pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")))
+    pq.write_table(rows, src / "a.parquet")
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 2 and m.quarantine_reasons == {"invalid_field": 2}
+    q = table(m, "quarantine")
+    assert [r["source_line"] for r in q] == [2, 3] and all(r["detail"].startswith("`start_time`: ") for r in q)
+    assert '"start_time": "11476-08-15' in q[0]["raw"] and '"trace_id": "t2"' in q[0]["raw"]
+
+
 @pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
 def test_records_after_a_byte_order_mark_are_read_as_any_other(tmp_path, name):
     bom = b"\xef\xbb\xbf"

@@ -25,6 +25,7 @@ another process. A missing source is an error naming the URI.
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from collections import Counter
@@ -33,6 +34,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
@@ -401,8 +404,11 @@ def entries(block: Block, lines: list[bytes] | None = None,
     (a mask over those lines) the lines it read another way, which are left out.
     """
     if block.batch is not None:
-        for i, row in enumerate(block.batch.to_pylist()):
-            yield block.first + i, row
+        at = np.arange(block.batch.num_rows) if taken is None else np.flatnonzero(~taken)
+        rows = _documents(block.batch if taken is None else block.batch.take(at))
+        for i, row in zip(at.tolist(), rows):
+            n = block.first + i
+            yield n, row if isinstance(row, dict) else Item(block.file, n, reason="invalid_field", detail=row[0], raw=row[1])
     else:
         lines = block.data.split(b"\n") if lines is None else lines
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
@@ -413,6 +419,36 @@ def entries(block: Block, lines: list[bytes] | None = None,
                 yield n, oversized(block.file, n, raw) or text.rstrip(b"\r")
     if block.damage is not None:
         yield block.damage.position, block.damage
+
+
+# What pyarrow raises for a value it cannot make a Python object of: a timestamp past the year 9999
+# (OverflowError) or before the year 1 (ValueError), for instance.
+_NO_PYTHON_VALUE = (ArithmeticError, ValueError, pa.ArrowException)
+
+
+def _documents(batch) -> list[dict | tuple[str, str]]:
+    """The rows of a record batch as dicts; a row holding a value Python cannot hold as (the
+    detail naming its columns, the row as JSON text with those values as pyarrow writes them)."""
+    try:
+        return batch.to_pylist()
+    except _NO_PYTHON_VALUE:  # the rare batch: its rows one by one, to say which value of which is at fault
+        return [_document(batch, i) for i in range(batch.num_rows)]
+
+
+def _document(batch, i: int) -> dict | tuple[str, str]:
+    row, wrong = {}, []
+    for name, column in zip(batch.schema.names, batch.columns):
+        try:
+            row[name] = column[i].as_py()
+        except _NO_PYTHON_VALUE as e:
+            wrong.append(f"`{name}`: {e}")
+            try:
+                row[name] = pc.cast(column.slice(i, 1), pa.string(), safe=False)[0].as_py()
+            except pa.ArrowException:  # a nested one, which has no text form
+                row[name] = None
+    if not wrong:
+        return row
+    return "; ".join(wrong), json.dumps(row, default=str)[:2000]
 
 
 def items(block: Block) -> Iterator[Item]:
