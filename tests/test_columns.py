@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
-from ctpipe import columns, formats, traces
+from ctpipe import columns, formats, sources, traces
+from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
 from tests.test_formats import kv, otlp
 
@@ -281,6 +285,157 @@ def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, e
             assert rows == [exact_row(raw)], raw
             taken += 1
     assert taken >= 40  # the fast path is exercised: about 50 of ours and 110 OpenAI logs are taken
+
+
+# Parquet batches of our schema: the fast path agrees with the exact path (each row as the dict
+# pyarrow makes of it, converted and validated), row for row, whatever the columns' types.
+def typed(**columns_: pa.Array) -> pa.RecordBatch:
+    """Two rows of BASE (the second with another id and a thumb down), its columns replaced by ``columns_``
+    (``...`` removes one)."""
+    rows = pa.Table.from_pylist([BASE, {**BASE, "trace_id": "tr-2", "feedback": {"thumb": "down", "rating": 2.5}}])
+    for name, values in columns_.items():
+        rows = rows.drop_columns([name]) if values is ... else (
+            rows.set_column(rows.schema.get_field_index(name), name, values) if name in rows.column_names
+            else rows.append_column(name, values))
+    return rows.combine_chunks().to_batches()[0]
+
+
+def at(*times: str, unit: str = "us", tz: str | None = "UTC") -> pa.Array:
+    return pa.array([datetime.fromisoformat(t) for t in times]).cast(pa.timestamp(unit, tz=tz))
+
+
+START, END = BASE["start_time"], BASE["end_time"]
+STRINGS = pa.struct([("name", pa.string()), ("version", pa.string())])
+BATCHES = {
+    "inferred": typed(),
+    "timestamps": typed(start_time=at(START, START), end_time=at(END, END)),
+    "timestamps in ms": typed(start_time=at(START, START, unit="ms"), end_time=at(END, END, unit="ms")),
+    "timestamps in s": typed(start_time=at(START, START, unit="s"), end_time=at(START, START, unit="s")),
+    "timestamps in another zone": typed(start_time=at(START, START, tz="+02:00"), end_time=at(END, END, tz="Europe/Paris")),
+    "timestamps in an unknown zone": typed(start_time=at(START, START, tz="Mars/Olympus")),
+    "naive timestamps": typed(start_time=at(START, START, tz=None)),
+    "timestamps in ns": typed(start_time=at(START, START, unit="ns")),
+    "timestamps past 9999": typed(end_time=pa.array([2**62, int(datetime.fromisoformat(END).timestamp() * 10**6)], pa.int64())
+                                  .cast(pa.timestamp("us", tz="UTC"))),
+    "timestamps before year 1": typed(start_time=pa.array([-2**62, 0], pa.int64()).cast(pa.timestamp("us", tz="UTC"))),
+    "end before start": typed(start_time=at(END, START), end_time=at(START, END)),
+    "a time as a number": typed(start_time=pa.array([1, 2])),
+    "large strings": typed(trace_id=pa.array(["a", "b"], pa.large_string()), completion=pa.array(["5", "6"], pa.large_string())),
+    "string views": typed(completion=pa.array(["5", " "], pa.string_view())),
+    "dictionary ids": typed(trace_id=pa.array(["a", "b"]).dictionary_encode()),
+    "dictionary model": typed(model=pa.StructArray.from_arrays(
+        [pa.array(["m", "m"]).dictionary_encode(), pa.array(["1", "2"])], ["name", "version"])),
+    "model without version": typed(model=pa.array([{"name": "m"}] * 2)),
+    "model as text": typed(model=pa.array(["m", "m"])),
+    "model null": typed(model=pa.array([None, {"name": "m", "version": "1"}], STRINGS)),
+    "model twice-named field": typed(model=pa.StructArray.from_arrays([pa.array(["m", "m"])] * 2, ["name", "name"])),
+    "id as a number": typed(trace_id=pa.array([1, 2])),
+    "no id": typed(trace_id=pa.array([None, "b"], pa.string())),
+    "counts in int32": typed(usage=pa.array([BASE["usage"]] * 2, pa.struct([(k, pa.int32()) for k in BASE["usage"]]))),
+    "counts in uint64": typed(usage=pa.array([{"prompt_tokens": 2**63, "completion_tokens": 1, "total_tokens": 1}] * 2,
+                                             pa.struct([(k, pa.uint64()) for k in BASE["usage"]]))),
+    "counts as floats": typed(usage=pa.array([BASE["usage"]] * 2, pa.struct([(k, pa.float64()) for k in BASE["usage"]]))),
+    "counts as booleans": typed(usage=pa.array([{k: True for k in BASE["usage"]}] * 2)),
+    "a count missing": typed(usage=pa.array([{"prompt_tokens": 1, "completion_tokens": 1}] * 2)),
+    "latency in float32": typed(latency_ms=pa.array([1.5, 2.25], pa.float32())),
+    "latency as an integer": typed(latency_ms=pa.array([3, 2**53])),
+    "latency as an integer a float does not hold": typed(latency_ms=pa.array([3, 2**53 + 1])),
+    "latency in float16": typed(latency_ms=pa.array(np.array([1.5, 2.0], np.float16))),
+    "latency NaN": typed(latency_ms=pa.array([float("nan"), 1.0])),
+    "latency as a boolean": typed(latency_ms=pa.array([True, False])),
+    "no feedback": typed(feedback=...),
+    "feedback null": typed(feedback=pa.array([None, {"thumb": "up", "rating": 3.0}])),
+    "feedback without rating": typed(feedback=pa.array([{"thumb": "up"}, {"thumb": "sideways"}])),
+    "rating as an integer": typed(feedback=pa.array([{"thumb": None, "rating": 4}, {"thumb": None, "rating": 9}])),
+    "feedback of nulls": typed(feedback=pa.array([{"thumb": None, "rating": None}] * 2)),
+    "no scores": typed(scores=...),
+    "scores null": typed(scores=pa.array([None, [{"name": "j", "value": 1.0, "source": "s"}]])),
+    "score null": typed(scores=pa.array([[None], [{"name": "j", "value": 1.0, "source": "s"}]])),
+    "score without source": typed(scores=pa.array([[{"name": "j", "value": 1.0}]] * 2)),
+    "score source null": typed(scores=pa.array([[{"name": "j", "value": 1.0, "source": None}], []])),
+    "score without value": typed(scores=pa.array([[{"name": "j", "label": "ok", "source": "s"}], []])),
+    "score value NaN": typed(scores=pa.array([[{"name": "j", "value": float("nan"), "source": "s"}], []])),
+    "score value an integer": typed(scores=pa.array([[{"name": "j", "value": 3, "source": "s"}], []])),
+    "score without name": typed(scores=pa.array([[{"value": 3.0, "source": "s"}]] * 2)),
+    "scores as a large list": typed(scores=pa.array([[{"name": "j", "value": 1.0, "source": "s"}], []],
+                                                    pa.large_list(SCORES.value_type))),
+    "no reference": typed(reference_answer=...),
+    "reference of nulls": typed(reference_answer=pa.nulls(2)),
+    "completion of nulls": typed(completion=pa.nulls(2)),
+    "no messages": typed(messages=...),
+    "messages null": typed(messages=pa.array([None, BASE["messages"]], MESSAGES)),
+    "a message null": typed(messages=pa.array([[None, BASE["messages"][1]], BASE["messages"]], MESSAGES)),
+    "a message without content": typed(messages=pa.array([[{"role": "user"}], [{"role": "user"}]])),
+    "messages as a large list": typed(messages=pa.array([BASE["messages"]] * 2, pa.large_list(MESSAGES.value_type))),
+    "messages of texts": typed(messages=pa.array([["hi"], ["yo"]])),
+    "an unknown role": typed(messages=pa.array([[{"role": "bot", "content": "x"}, {"role": "user", "content": "y"}],
+                                                [{"role": "user", "content": "y"}]])),
+    "extra columns": typed(user=pa.array(["u1", "u2"]), metadata=pa.array([{"a": 1}, None])),
+    "another format's column": typed(choices=pa.array([1, 2])),
+    "no completion": typed(completion=...),
+    "a slice": typed().slice(1, 1),
+}
+
+
+def as_text(rows: list) -> str:
+    """Rows as JSON text, where a NaN equals a NaN."""
+    return json.dumps(rows, default=str)
+
+
+def batch_exact(batch: pa.RecordBatch) -> list[dict | None]:
+    """The exact path's row (or None) of each row of ``batch``."""
+    out = []
+    for row in sources._documents(batch):
+        try:
+            if not isinstance(row, dict) or formats.detect(row) != "ctpipe":
+                raise traces.InvalidTrace("", "")
+            out.append(row_of(traces.convert(row)))
+        except (traces.InvalidTrace, formats.FormatError):
+            out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("name", BATCHES)
+def test_a_parquet_row_the_fast_path_takes_is_the_row_the_exact_path_makes(name):
+    batch = BATCHES[name]
+    got = columns.parse_batch(batch)
+    if got is not None:
+        rows = batch_exact(batch)
+        assert as_text(got[0].to_pylist()) == as_text([rows[i] for i in got[1].tolist()]), name
+
+
+def test_plain_parquet_rows_take_the_fast_path_and_odd_types_do_not():
+    taken = {name for name, batch in BATCHES.items() if columns.parse_batch(batch) is not None}
+    assert {"inferred", "timestamps", "timestamps in ms", "timestamps in s", "timestamps in another zone", "large strings",
+            "string views", "dictionary ids", "dictionary model", "model null", "no id", "counts in int32",
+            "latency in float32", "latency in float16", "latency as an integer", "latency NaN", "no feedback", "feedback null",
+            "feedback without rating", "rating as an integer", "feedback of nulls", "no scores", "scores null", "score null",
+            "score without source", "score source null", "score without value", "score value NaN", "score value an integer",
+            "scores as a large list", "no reference", "reference of nulls", "messages null", "a message null",
+            "messages as a large list", "an unknown role", "extra columns", "a slice", "timestamps past 9999",
+            "timestamps before year 1", "end before start"} <= taken
+    assert not taken & {"timestamps in an unknown zone", "naive timestamps", "timestamps in ns", "a time as a number",
+                        "model as text", "model twice-named field", "id as a number", "counts in uint64", "counts as floats",
+                        "counts as booleans", "latency as a boolean", "messages of texts", "another format's column",
+                        "no completion", "completion of nulls", "model without version", "a count missing", "no messages",
+                        "a message without content", "score without name", "latency as an integer a float does not hold"}
+    assert columns.parse_batch(BATCHES["feedback null"])[1].tolist() == [1]  # a null feedback is the exact path's to refuse
+
+
+def test_a_parquet_row_with_any_value_anywhere_gets_the_exact_paths_row_or_none():
+    """Each value of BASE replaced by values of other types and ranges, or removed (tests.conftest.mutated),
+    as a one-row batch of the types pyarrow infers: a row the fast path takes is the exact path's."""
+    taken = 0
+    for doc in mutated(BASE):
+        try:
+            batch = pa.RecordBatch.from_pylist([doc])
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):  # values pyarrow cannot type
+            continue
+        got = columns.parse_batch(batch)
+        if got is not None and len(got[1]):
+            assert as_text(got[0].to_pylist()) == as_text(batch_exact(batch)), doc
+            taken += 1
+    assert taken >= 40, taken
 
 
 # OTLP JSON exports: the fast path agrees with the reader (formats.from_otel) and the trace's

@@ -301,21 +301,25 @@ def test_labels_follow_the_reward_config(tmp_path, reward, expected):
 
 def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
-    (tmp_path / "a.jsonl").write_bytes(lines(*(
-        trace(i, f"What is {100 + i % 7} plus 1?", str(101 + i % 7 + i % 2), feedback={"thumb": "up" if i % 3 else "down", "rating": None})
-        for i in range(400)), b"{broken"))
-    one = run(tmp_path / "a.jsonl", tmp_path / "one")
+    monkeypatch.setattr(sources, "_BATCH_ROWS", 64)
+    src = tmp_path / "src"
+    src.mkdir()
+    traces = [trace(i, f"What is {100 + i % 7} plus 1?", str(101 + i % 7 + i % 2),
+                    feedback={"thumb": "up" if i % 3 else "down", "rating": None}) for i in range(600)]
+    (src / "a.jsonl").write_bytes(lines(*traces[:400], b"{broken"))
+    pq.write_table(pa.Table.from_pylist(traces[400:]), src / "b.parquet")  # batches sent to workers as they are
+    one = run(src, tmp_path / "one")
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 8192)  # several pairing buckets, paired in the pool too
-    many = run(tmp_path / "a.jsonl", tmp_path / "many", dataset=DatasetConfig(workers=2))
+    many = run(src, tmp_path / "many", dataset=DatasetConfig(workers=2))
     assert many.version == one.version and many.counts == one.counts
     for name in ("traces", "quarantine"):
         assert table(many, name) == table(one, name)
     monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # in one process again, a spill file per block: the same pieces, cut finer
     monkeypatch.setattr(mat, "_PROMPT_SLOTS", 2)  # and prompts' messages forgotten, so spilled again and again
-    finer = run(tmp_path / "a.jsonl", tmp_path / "finer", dataset=DatasetConfig(workers=1))
+    finer = run(src, tmp_path / "finer", dataset=DatasetConfig(workers=1))
     monkeypatch.setattr(mat, "_FANOUT", 2)  # spilled into two buckets, each split again when paired
-    split = run(tmp_path / "a.jsonl", tmp_path / "split", dataset=DatasetConfig(workers=2))
+    split = run(src, tmp_path / "split", dataset=DatasetConfig(workers=2))
     assert len(split.files["dpo"]["parts"]) > 2 and split.counts == one.counts
     for name in ("grpo", "dpo"):  # the same rows; bucketed pairing may order prompts differently
         key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
@@ -573,8 +577,9 @@ def test_json_nested_deeper_than_the_parser_goes_is_quarantined_in_any_format(tm
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, workers):
     """Our schema's lines, OpenAI logs and OTLP exports, good and bad, interleaved with other formats
-    in blocks of a few lines: the same version, rows and quarantine with the fast paths as without them."""
-    from tests.test_columns import LINES, OPENAI_LINES, OTEL_LINES
+    in blocks of a few lines, and Parquet files of our schema in columns of many types: the same
+    version, rows and quarantine with the fast paths as without them."""
+    from tests.test_columns import BATCHES, LINES, OPENAI_LINES, OTEL_LINES
 
     monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
     src = tmp_path / "src"
@@ -583,6 +588,8 @@ def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, work
     mixed = [x for group in itertools.zip_longest(LINES.values(), OPENAI_LINES.values(), OTEL_LINES.values(), others)
              for x in group if x]
     (src / "a.jsonl").write_bytes(b"\n".join(mixed) + b"\n")
+    for i, batch in enumerate(BATCHES.values()):
+        pq.write_table(pa.Table.from_batches([batch]), src / f"b{i:02d}.parquet")
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     created = OPENAI["response"]["created"]
@@ -590,6 +597,7 @@ def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, work
     fast = run(src, tmp_path / "fast", start, end, dataset=DatasetConfig(workers=workers))
     assert all(fast.source["formats"][name] > 10 for name in ("ctpipe", "openai", "otel"))
     monkeypatch.setattr(mat, "_FAST", ())  # in this process: the exact run takes no workers
+    monkeypatch.setattr(mat, "_FAST_PARQUET", None)
     exact = run(src, tmp_path / "exact", start, end, dataset=DatasetConfig(workers=1))
     assert fast.version == exact.version and fast.counts == exact.counts and fast.source == exact.source
     for name in ("traces", "quarantine", "grpo", "dpo"):

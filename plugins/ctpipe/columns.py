@@ -23,7 +23,7 @@ from __future__ import annotations
 import calendar
 import io
 import re
-from datetime import datetime
+from datetime import datetime, timezone
 
 import msgspec
 import numpy as np
@@ -116,6 +116,142 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     table = table.set_column(10, "scores", pa.ListArray.from_arrays(scores.offsets, scores.values, type=SCORES))
     keep = np.flatnonzero(valid)
     return (table if len(keep) == len(table) else table.take(keep)), np.asarray(shaped)[keep]
+
+
+# Columns that make a row another format's by formats.detect (or may): such a batch is left to the exact path.
+_NOT_OURS = frozenset({"resourceSpans", "request", "response", "choices"})
+_DATETIME_MICROS = [micros(datetime.min.replace(tzinfo=timezone.utc)), micros(datetime.max.replace(tzinfo=timezone.utc))]
+
+
+class _Unread(Exception):
+    """A column of a type :func:`parse_batch` does not read: its batch is left to the exact path."""
+
+
+def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for a Parquet record batch of our schema: the rows that
+    :func:`ctpipe.traces.convert` accepts of the batch's rows as Python values, with the same values;
+    the index of each. None when it takes none.
+
+    Columns are read by name, and only of types that the exact path reads the same way: any string
+    type for a text, integers for a token count, integers or floats for a number, a time as RFC 3339
+    text or as a timestamp with a zone (seconds to microseconds), structs and lists of those, a
+    column of nulls for any. A batch with a column of another type is left to the exact path whole.
+    A missing column is a field missing from every row, and a null value a field given as null,
+    as the rows' dicts have them.
+    """
+    names = set(batch.schema.names)
+    if not {"trace_id", "completion"} <= names or names & _NOT_OURS:
+        return None
+    n = batch.num_rows
+
+    def column(name: str) -> pa.Array | None:
+        return batch.column(name) if name in names else None
+
+    try:
+        (start, start_ok), (end, end_ok) = (_times(column(name), n) for name in ("start_time", "end_time"))
+        model, model_ok, _ = _record(column("model"), n, {"name": "text", "version": "text"})
+        usage, usage_ok, _ = _record(column("usage"), n, dict.fromkeys(("prompt_tokens", "completion_tokens", "total_tokens"), "int"))
+        feedback, feedback_ok, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
+        offsets, messages, messages_ok = _items(column("messages"), n)
+        message, _, _ = _record(messages, int(offsets[-1]), {"role": "text", "content": "text"})
+        score_offsets, scores, scores_ok = _items(column("scores"), n)
+        score, _, missing = _record(scores, int(score_offsets[-1]), {"name": "text", "value": "float", "label": "text", "source": "text"})
+        trace_id, completion, reference, latency = (_typed(column(name), n, kind) for name, kind in (
+            ("trace_id", "text"), ("completion", "text"), ("reference_answer", "text"), ("latency_ms", "float")))
+    except _Unread:
+        return None
+    if "source" in missing:  # a score without a source has the default one
+        score["source"] = pa.array([""] * int(score_offsets[-1]), pa.string())
+    sure = start_ok & end_ok
+    if "feedback" in names:  # feedback or scores given as null are refused; missing, they are none
+        sure &= feedback_ok
+    if "scores" in names:
+        sure &= scores_ok
+    canonical = {
+        "trace_id": trace_id,
+        "start_time": start,
+        "end_time": end,
+        "model": pa.StructArray.from_arrays(list(model.values()), fields=list(_MODEL), mask=pa.array(~model_ok)),
+        "messages": chats(offsets, message["role"], message["content"], mask=pa.array(~messages_ok)),
+        "completion": completion,
+        "usage": pa.StructArray.from_arrays(list(usage.values()), fields=list(_USAGE), mask=pa.array(~usage_ok)),
+        "latency_ms": latency,
+        "feedback": pa.StructArray.from_arrays(list(feedback.values()), fields=list(_FEEDBACK)),
+        "reference_answer": reference,
+        "scores": pa.ListArray.from_arrays(pa.array(score_offsets, pa.int32()), pa.StructArray.from_arrays(
+            list(score.values()), fields=list(SCORES.value_type)), type=SCORES),
+    }
+    sure &= _canonical(canonical, n) & _ok(pc.greater_equal(end, start))
+    return _taken(canonical, np.flatnonzero(sure), np.arange(n))
+
+
+def _typed(a: pa.Array | None, n: int, kind: str) -> pa.Array:
+    """Column ``a`` (None: missing, all null) as text, ``int`` (int64) or ``float`` (float64); _Unread
+    when its type is one the exact path reads otherwise, or its values do not fit."""
+    target = {"text": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind]
+    if a is None:
+        return pa.nulls(n, target)
+    t = a.type
+    if pa.types.is_dictionary(t):
+        a, t = a.dictionary_decode(), t.value_type
+    if not (pa.types.is_null(t)
+            or (kind == "text" and (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)))
+            or (kind != "text" and pa.types.is_integer(t))
+            or (kind == "float" and pa.types.is_floating(t))):
+        raise _Unread
+    try:
+        return a.cast(target)  # a safe cast: a value the target does not hold exactly raises
+    except pa.ArrowInvalid:
+        raise _Unread from None
+
+
+def _items(a: pa.Array | None, n: int) -> tuple[np.ndarray, pa.Array | None, np.ndarray]:
+    """A list column's offsets, its items (None: a missing column, whose lists are all empty), and
+    where a list is there."""
+    if a is None:
+        return np.zeros(n + 1, np.int64), None, np.zeros(n, bool)
+    if not (pa.types.is_list(a.type) or pa.types.is_large_list(a.type)):
+        raise _Unread
+    lengths = pc.fill_null(pc.list_value_length(a), 0).to_numpy(zero_copy_only=False)
+    return np.concatenate([[0], np.cumsum(lengths)]), a.flatten(), _ok(a.is_valid())
+
+
+def _times(a: pa.Array | None, n: int) -> tuple[pa.Array, np.ndarray]:
+    """A time column as timestamps (microseconds, UTC), and which of them the exact path reads so."""
+    if a is None:
+        return pa.nulls(n, _TIME), np.zeros(n, bool)
+    t = a.type
+    if not pa.types.is_timestamp(t):
+        text = _typed(a, n, "text")
+        ok = _ok(pc.match_substring_regex(text, _RFC3339))
+        try:
+            return pc.cast(pc.if_else(pa.array(ok), text, pa.scalar(None, pa.string())), _TIME), ok
+        except pa.ArrowInvalid:  # a date such as February 30th, which the pattern lets through
+            raise _Unread from None
+    if t.tz is None or t.unit == "ns":  # naive, refused; nanoseconds, made pandas Timestamps
+        raise _Unread
+    try:
+        pa.scalar(0, t).as_py()  # a zone that Python does not know fails every row
+        at = a.cast(_TIME)
+    except Exception:  # noqa: BLE001 - pyarrow and the zone database raise several types
+        raise _Unread from None
+    us = pc.cast(at, pa.int64())
+    return at, _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
+
+
+def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str, pa.Array], pa.Array, set[str]]:
+    """The children of a struct column named in ``kinds``, each :func:`_typed` (null where the struct
+    is null; all null where the struct or the child is missing); where the struct is there; and
+    which children are missing."""
+    if a is None:
+        return {name: _typed(None, n, kind) for name, kind in kinds.items()}, np.zeros(n, bool), set(kinds)
+    if not pa.types.is_struct(a.type):
+        raise _Unread
+    present = [a.type.field(i).name for i in range(a.type.num_fields)]
+    if len(set(present)) < len(present):  # a name twice: which one a dict keeps is not ours to guess
+        raise _Unread
+    children = {name: _typed(pc.struct_field(a, name) if name in present else None, n, kind) for name, kind in kinds.items()}
+    return children, _ok(a.is_valid()), set(kinds) - set(present)
 
 
 def _shaped(lines: list[bytes], shape: msgspec.json.Decoder) -> list[int]:

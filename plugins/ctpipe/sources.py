@@ -404,11 +404,13 @@ def entries(block: Block, lines: list[bytes] | None = None,
     (a mask over those lines) the lines it read another way, which are left out.
     """
     if block.batch is not None:
-        at = np.arange(block.batch.num_rows) if taken is None else np.flatnonzero(~taken)
-        rows = _documents(block.batch if taken is None else block.batch.take(at))
-        for i, row in zip(at.tolist(), rows):
-            n = block.first + i
-            yield n, row if isinstance(row, dict) else Item(block.file, n, reason="invalid_field", detail=row[0], raw=row[1])
+        left = np.arange(block.batch.num_rows) if taken is None else np.flatnonzero(~taken)
+        # Runs of consecutive rows, as slices: take has no kernel for some types (string views).
+        for run in np.split(left, np.flatnonzero(np.diff(left) != 1) + 1) if len(left) else ():
+            for i, row in zip(run.tolist(), _documents(block.batch.slice(run[0], len(run)))):
+                n = block.first + i
+                yield n, row if isinstance(row, dict) else Item(block.file, n, reason="invalid_field", detail=row[0],
+                                                                raw=row[1])
     else:
         lines = block.data.split(b"\n") if lines is None else lines
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
