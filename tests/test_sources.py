@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import random
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctpipe.sources import SourceError, read
+from ctpipe.sources import SourceError, data_bytes, read
+from tests.conftest import trace
 
 
 def test_jsonl_gzip_and_parquet_are_read_in_order(tmp_path):
@@ -164,3 +167,21 @@ def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatc
     monkeypatch.undo()
     assert sum(b.load().lines for b in places) == path.read_bytes().count(b"\n") + 1
     assert [i.doc["n"] for b in sources.numbered(places) for i in sources.items(b)] == list(range(40_000))
+
+
+def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
+    """What a run holds is sized from the listing: a gzip or Parquet file of traces counts at least
+    the bytes of the records it holds (the pairing buckets are cut from that count)."""
+    rng = random.Random(0)
+    words = [f"{w}{i}" for w in ("tank", "rate", "price", "hours", "store") for i in range(40)]
+    records = [trace(i, " ".join(rng.choices(words, k=100)) + f" What is {i} plus 1?", " ".join(rng.choices(words, k=150)))
+               for i in range(2000)]
+    plain = tmp_path / "a.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "a.parquet", compression="zstd")
+    fs = fsspec.filesystem("file")
+    held = plain.stat().st_size
+    assert data_bytes(fs, [str(plain)]) == held
+    for name in ("a.jsonl.gz", "a.parquet"):
+        assert (tmp_path / name).stat().st_size < held / 4 and data_bytes(fs, [str(tmp_path / name)]) >= held, name

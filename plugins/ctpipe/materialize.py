@@ -946,7 +946,7 @@ def materialize(
     if known is not None:
         return known
 
-    size = sum(fs.size(f) or 0 for f in files)
+    size = sources.data_bytes(fs, files)  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     needed = max(1, math.ceil(size / _BUCKET_BYTES))
     buckets = min(needed, _FANOUT)

@@ -44,6 +44,13 @@ SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz",
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048
+# A Parquet file is read a megabyte at a time per column: pyarrow's default reads a row group's column
+# chunks whole, and a row group of a hundred thousand traces held 40 MB of them in the reading process.
+_PARQUET_READS = 1 << 20
+# About how many bytes of records a byte of a compressed file (gzip, Parquet) holds: text compresses
+# four to eight times in either. It sizes what a run will hold (see data_bytes) without reading any
+# file, and errs high: an estimate too low holds too much at once, one too high only cuts finer.
+_EXPANSION = 10
 # Windows tools start a UTF-8 file with a byte order mark, and files joined with cat carry theirs into
 # the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
 _BOM = b"\xef\xbb\xbf"
@@ -192,6 +199,12 @@ def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
 def _version(info: dict) -> tuple:
     """What changes when an object is written again: its size, and its ETag (S3) or generation (GCS)."""
     return info.get("size"), info.get("ETag") or info.get("etag"), info.get("generation")
+
+
+def data_bytes(fs, files: list[str]) -> int:
+    """About how many bytes of records ``files`` hold: a plain file's size, a compressed one's
+    times :data:`_EXPANSION` (from the listing, no file opened)."""
+    return sum((fs.size(f) or 0) * (_EXPANSION if f.endswith((".gz", ".parquet")) else 1) for f in files)
 
 
 def _plain_blocks(file: str) -> Iterator[Block]:
@@ -359,7 +372,8 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     row = 1
     try:
         with fs.open(file, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=_BATCH_ROWS):
+            reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
+            for batch in reader.iter_batches(batch_size=_BATCH_ROWS):
                 yield Block(file, row, batch=batch)
                 row += batch.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
