@@ -120,7 +120,8 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
 
 # Columns that make a row another format's by formats.detect (or may): such a batch is left to the exact path.
 _NOT_OURS = frozenset({"resourceSpans", "request", "response", "choices"})
-_DATETIME_MICROS = [micros(datetime.min.replace(tzinfo=timezone.utc)), micros(datetime.max.replace(tzinfo=timezone.utc))]
+# The times a datetime holds (years 1 to 9999), in microseconds: a Parquet timestamp beyond them is the exact path's.
+_DATETIME_MICROS = tuple(micros(t.replace(tzinfo=timezone.utc)) for t in (datetime.min, datetime.max))
 
 
 class _Unread(Exception):
@@ -150,12 +151,13 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     try:
         (start, start_ok), (end, end_ok) = (_times(column(name), n) for name in ("start_time", "end_time"))
         model, model_ok, _ = _record(column("model"), n, {"name": "text", "version": "text"})
-        usage, usage_ok, _ = _record(column("usage"), n, dict.fromkeys(("prompt_tokens", "completion_tokens", "total_tokens"), "int"))
+        usage, usage_ok, _ = _record(column("usage"), n, dict.fromkeys(_USAGE.names, "int"))
         feedback, feedback_ok, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
         offsets, messages, messages_ok = _items(column("messages"), n)
         message, _, _ = _record(messages, int(offsets[-1]), {"role": "text", "content": "text"})
         score_offsets, scores, scores_ok = _items(column("scores"), n)
-        score, _, missing = _record(scores, int(score_offsets[-1]), {"name": "text", "value": "float", "label": "text", "source": "text"})
+        score, _, missing = _record(scores, int(score_offsets[-1]),
+                                    {"name": "text", "value": "float", "label": "text", "source": "text"})
         trace_id, completion, reference, latency = (_typed(column(name), n, kind) for name, kind in (
             ("trace_id", "text"), ("completion", "text"), ("reference_answer", "text"), ("latency_ms", "float")))
     except _Unread:
@@ -239,7 +241,7 @@ def _times(a: pa.Array | None, n: int) -> tuple[pa.Array, np.ndarray]:
     return at, _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
 
 
-def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str, pa.Array], pa.Array, set[str]]:
+def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str, pa.Array], np.ndarray, set[str]]:
     """The children of a struct column named in ``kinds``, each :func:`_typed` (null where the struct
     is null; all null where the struct or the child is missing); where the struct is there; and
     which children are missing."""
@@ -250,7 +252,8 @@ def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str
     present = [a.type.field(i).name for i in range(a.type.num_fields)]
     if len(set(present)) < len(present):  # a name twice: which one a dict keeps is not ours to guess
         raise _Unread
-    children = {name: _typed(pc.struct_field(a, name) if name in present else None, n, kind) for name, kind in kinds.items()}
+    children = {name: _typed(pc.struct_field(a, name) if name in present else None, n, kind)
+                for name, kind in kinds.items()}
     return children, _ok(a.is_valid()), set(kinds) - set(present)
 
 

@@ -220,8 +220,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     """The block's records in the interval, as a :data:`columns.RAW_SCHEMA` table in line order; the rest
     goes to ``part``.
 
-    Lines of our schema take :func:`columns.parse_lines`; every other line (and every Parquet row)
-    is decoded one by one, which also says why a line is not a trace. An unreadable line belongs to
+    Lines and Parquet rows take the fast paths (:data:`_FAST`, :data:`_FAST_PARQUET`) where they can;
+    every other line or row is decoded one by one, which also says why it is not a trace. An unreadable line belongs to
     the interval of the record before it; at the start of a block, of the first record after it (a
     block never knows the records of the block before); in a block with no readable record, to the
     hour of its file's partition (or to every run, outside that layout).

@@ -1,0 +1,71 @@
+"""The materializer on compressed sources: the same traces as plain JSONL, gzip JSONL and zstd Parquet.
+
+Usage:
+    python bench/compressed.py [--traces 1000000] [--dir /tmp/ctpipe-bench-materialize]
+
+Takes the traces of ``bench/materialize.py`` (writing them first if they are not there yet) and
+writes them again, once gzipped (level 1) and once as zstd Parquet, then materializes each of the
+three sources in its own process, one after the other, as ``bench/materialize.py`` does ours.
+Parquet holds the well-formed lines only (pyarrow's reader cannot skip a broken one), about 1%
+fewer traces. Prints the time, traces/s, CPU seconds and the peak RSS of each process tree, and as
+its last line:
+    ratio_gzip_vs_plain=<x> ratio_parquet_vs_plain=<y> peak_rss_mb=<the largest of the three>
+Run it while nothing else loads the machine.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tempfile
+from pathlib import Path
+
+from materialize import __file__ as materialize_bench
+from materialize import arguments, generate, run_child, well_formed
+
+
+def compressed_copies(src: Path, root: Path) -> dict[str, Path]:
+    """``src``'s JSONL files gzipped and as Parquet, under ``root`` (written once)."""
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    out = {"gzip": root / "gzip" / src.name, "parquet": root / "parquet" / src.name}
+    if (root / "DONE").exists():
+        return out
+    for path in out.values():
+        path.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.jsonl")):
+        with open(path, "rb") as f, gzip.open(out["gzip"] / f"{path.name}.gz", "wb", compresslevel=1) as g:
+            shutil.copyfileobj(f, g, 1 << 20)
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in sorted(well_formed(src, Path(tmp)).glob("*.jsonl")):
+            table = pj.read_json(path, read_options=pj.ReadOptions(block_size=16 << 20))
+            pq.write_table(table, out["parquet"] / f"{path.stem}.parquet", compression="zstd")
+    (root / "DONE").write_text("")
+    return out
+
+
+def main() -> None:
+    args = arguments(__doc__, 1_000_000, "/tmp/ctpipe-bench-materialize", [])
+    src = args.dir / f"traces-{args.traces}" / "date=2026-11-22"
+    if not (src / "DONE").exists():
+        print(f"writing {args.traces} traces to {src} ...", flush=True)
+        generate(src, args.traces)
+        (src / "DONE").write_text("")
+    print("writing the gzip and Parquet copies (once) ...", flush=True)
+    sources = {"plain": src, **compressed_copies(src, args.dir / f"compressed-{args.traces}")}
+    results = {}
+    for kind, path in sources.items():
+        size = sum(f.stat().st_size for f in path.iterdir() if f.name != "DONE")
+        results[kind] = r = run_child(materialize_bench, "ctpipe", path, args.dir / f"out-{kind}")
+        r["rate"] = r["counts"]["traces_in"] / r["seconds"]
+        print(f"{kind:7s} {size / 1e9:5.2f} GB  {r['seconds']:6.1f} s  {r['rate']:8.0f} traces/s  "
+              f"{r['cpu_s']:6.1f} CPU s  peak RSS {r['peak_rss_mb']:5.0f} MB  {r['counts']}", flush=True)
+    plain = results["plain"]["rate"]
+    print(f"ratio_gzip_vs_plain={results['gzip']['rate'] / plain:.2f} "
+          f"ratio_parquet_vs_plain={results['parquet']['rate'] / plain:.2f} "
+          f"peak_rss_mb={max(r['peak_rss_mb'] for r in results.values()):.0f}")
+
+
+if __name__ == "__main__":
+    main()
