@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from isal import isal_zlib  # ISA-L: gzip decompressed twice as fast as with zlib, the same API
 
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
@@ -174,7 +174,7 @@ def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str
 
 def _gunzip(f) -> Iterator[bytes]:
     """Decompressed pieces of a gzip stream (members one after another), up to any damage."""
-    d, started = zlib.decompressobj(16 + zlib.MAX_WBITS), False
+    d, started = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS), False
     while piece := f.read(1 << 20):
         while piece:
             started = True
@@ -182,7 +182,7 @@ def _gunzip(f) -> Iterator[bytes]:
                 yield out
             piece = b""
             if d.eof:  # a member ended; another may follow
-                piece, d, started = d.unused_data, zlib.decompressobj(16 + zlib.MAX_WBITS), False
+                piece, d, started = d.unused_data, isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS), False
     if started:
         if tail := d.flush():
             yield tail
@@ -311,7 +311,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         try:
             data = next(chunks, b"")
             n = len(data)
-        except (EOFError, zlib.error) as e:
+        except (EOFError, isal_zlib.error) as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
             yield Block(file, line, damage=Item(file, line, reason="truncated_gzip", detail=f"{type(e).__name__}: {e}",
