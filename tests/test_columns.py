@@ -372,6 +372,7 @@ BATCHES = {
                                                 [{"role": "user", "content": "y"}]])),
     "extra columns": typed(user=pa.array(["u1", "u2"]), metadata=pa.array([{"a": 1}, None])),
     "another format's column": typed(choices=pa.array([1, 2])),
+    "a column twice": pa.RecordBatch.from_arrays([*typed().columns, pa.array(["x", "y"])], names=[*typed().schema.names, "trace_id"]),
     "no completion": typed(completion=...),
     "a slice": typed().slice(1, 1),
 }
@@ -417,7 +418,7 @@ def test_plain_parquet_rows_take_the_fast_path_and_odd_types_do_not():
     assert not taken & {"timestamps in an unknown zone", "naive timestamps", "timestamps in ns", "a time as a number",
                         "model as text", "model twice-named field", "id as a number", "counts in uint64", "counts as floats",
                         "counts as booleans", "latency as a boolean", "messages of texts", "another format's column",
-                        "no completion", "completion of nulls", "model without version", "a count missing", "no messages",
+                        "no completion", "completion of nulls", "a column twice", "model without version", "a count missing", "no messages",
                         "a message without content", "score without name", "latency as an integer a float does not hold"}
     assert columns.parse_batch(BATCHES["feedback null"])[1].tolist() == [1]  # a null feedback is the exact path's to refuse
 

@@ -141,8 +141,8 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     as the rows' dicts have them.
     """
     names = set(batch.schema.names)
-    if not {"trace_id", "completion"} <= names or names & _NOT_OURS:
-        return None
+    if not {"trace_id", "completion"} <= names or names & _NOT_OURS or len(names) < batch.num_columns:
+        return None  # not ours by formats.detect; or a name twice, of which a row's dict keeps the last
     n = batch.num_rows
 
     def column(name: str) -> pa.Array | None:
