@@ -423,6 +423,40 @@ def test_plain_parquet_rows_take_the_fast_path_and_odd_types_do_not():
     assert columns.parse_batch(BATCHES["feedback null"])[1].tolist() == [1]  # a null feedback is the exact path's to refuse
 
 
+ARROW_TYPES = [pa.bool_(), pa.int8(), pa.uint8(), pa.int32(), pa.uint64(), pa.float16(), pa.float32(), pa.decimal128(12, 3),
+               pa.string(), pa.large_string(), pa.string_view(), pa.binary(), pa.large_binary(), pa.date32(),
+               pa.time64("us"), pa.duration("ms"), pa.timestamp("ms"), pa.timestamp("us", tz="Asia/Tokyo"), pa.null(),
+               pa.dictionary(pa.int8(), pa.string()), pa.list_(pa.string()), pa.struct([("x", pa.string())])]
+
+
+def test_a_parquet_column_of_any_type_is_read_as_the_exact_path_reads_it_or_left_to_it():
+    """Each column of a batch (and each field of its structs) cast to each of many Arrow types,
+    where pyarrow casts it: the fast path never fails, and the rows it takes are the exact path's."""
+    base = typed(feedback=pa.array([{"thumb": "up", "rating": 4}, {"thumb": None, "rating": 2}]))
+    variants = []
+    for i, field in enumerate(base.schema):
+        column = base.column(i)
+        children = [(j, column.field(j)) for j in range(column.type.num_fields)] if pa.types.is_struct(field.type) else []
+        for t in ARROW_TYPES:
+            for j, values in [(None, column), *children]:
+                try:
+                    cast = values.cast(t)
+                except (pa.ArrowException, TypeError):
+                    continue
+                if j is not None:
+                    kids = [cast if k == j else column.field(k) for k in range(column.type.num_fields)]
+                    cast = pa.StructArray.from_arrays(kids, [f.name for f in column.type])
+                variants.append(base.set_column(i, field.name, cast))
+    taken = 0
+    for batch in variants:
+        got = columns.parse_batch(batch)
+        if got is not None:
+            rows = batch_exact(batch)
+            assert as_text(got[0].to_pylist()) == as_text([rows[i] for i in got[1].tolist()]), batch.schema
+            taken += 1
+    assert len(variants) > 100 and taken > 30, (len(variants), taken)
+
+
 def test_a_parquet_row_with_any_value_anywhere_gets_the_exact_paths_row_or_none():
     """Each value of BASE replaced by values of other types and ranges, or removed (tests.conftest.mutated),
     as a one-row batch of the types pyarrow infers: a row the fast path takes is the exact path's."""

@@ -203,7 +203,7 @@ def _typed(a: pa.Array | None, n: int, kind: str) -> pa.Array:
         raise _Unread
     try:
         return a.cast(target)  # a safe cast: a value the target does not hold exactly raises
-    except pa.ArrowInvalid:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise _Unread from None
 
 
