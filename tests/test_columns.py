@@ -1,4 +1,4 @@
-"""The fast path of our schema's lines agrees with the exact one, line for line."""
+"""The fast paths (our schema's lines and Parquet batches, OpenAI logs, OTLP exports) agree with the exact path, row for row."""
 
 from __future__ import annotations
 
