@@ -99,13 +99,9 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     if table is None:
         return None
     valid = _valid(table, chosen)
-    times = []
-    for name in ("start_time", "end_time"):
-        checked = pc.if_else(pa.array(valid), table[name].combine_chunks(), pa.scalar(None, pa.string()))
-        try:  # only the rows that passed the pattern: a date such as February 30th still fails here
-            times.append(pc.cast(checked, _TIME))
-        except pa.ArrowInvalid:
-            return None
+    times = [_rfc3339(table[name].combine_chunks(), valid) for name in ("start_time", "end_time")]
+    if None in times:
+        return None
     valid &= _ok(pc.greater_equal(times[1], times[0]))
     table = table.set_column(1, "start_time", times[0]).set_column(2, "end_time", times[1])
     # A missing feedback or scores, null as pyarrow reads it, is what the exact path makes of it: no
@@ -226,10 +222,10 @@ def _times(a: pa.Array | None, n: int) -> tuple[pa.Array, np.ndarray]:
     if not pa.types.is_timestamp(t):
         text = _typed(a, n, "text")
         ok = _ok(pc.match_substring_regex(text, _RFC3339))
-        try:
-            return pc.cast(pc.if_else(pa.array(ok), text, pa.scalar(None, pa.string())), _TIME), ok
-        except pa.ArrowInvalid:  # a date such as February 30th, which the pattern lets through
-            raise _Unread from None
+        at = _rfc3339(text, ok)
+        if at is None:
+            raise _Unread
+        return at, ok
     if t.tz is None or t.unit == "ns":  # naive, refused; nanoseconds, made pandas Timestamps
         raise _Unread
     try:
@@ -255,6 +251,15 @@ def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str
     children = {name: _typed(pc.struct_field(a, name) if name in present else None, n, kind)
                 for name, kind in kinds.items()}
     return children, _ok(a.is_valid()), set(kinds) - set(present)
+
+
+def _rfc3339(text: pa.Array, checked: np.ndarray) -> pa.Array | None:
+    """The texts at ``checked`` (those that passed :data:`_RFC3339`) as timestamps, null elsewhere;
+    None when pyarrow refuses one all the same (a date such as February 30th)."""
+    try:
+        return pc.cast(pc.if_else(pa.array(checked), text, pa.scalar(None, pa.string())), _TIME)
+    except pa.ArrowInvalid:
+        return None
 
 
 def _shaped(lines: list[bytes], shape: msgspec.json.Decoder) -> list[int]:
