@@ -386,7 +386,7 @@ def as_text(rows: list) -> str:
 def batch_exact(batch: pa.RecordBatch) -> list[dict | None]:
     """The exact path's row (or None) of each row of ``batch``."""
     out = []
-    for row in sources._documents(batch):
+    for row in sources._documents(batch, "f", 1):
         try:
             if not isinstance(row, dict) or formats.detect(row) != "ctpipe":
                 raise traces.InvalidTrace("", "")

@@ -421,10 +421,8 @@ def entries(block: Block, lines: list[bytes] | None = None,
         left = np.arange(block.batch.num_rows) if taken is None else np.flatnonzero(~taken)
         # Runs of consecutive rows, as slices: take has no kernel for some types (string views).
         for run in np.split(left, np.flatnonzero(np.diff(left) != 1) + 1) if len(left) else ():
-            for i, row in zip(run.tolist(), _documents(block.batch.slice(run[0], len(run)))):
-                n = block.first + i
-                yield n, row if isinstance(row, dict) else Item(block.file, n, reason="invalid_field", detail=row[0],
-                                                                raw=row[1])
+            first = block.first + int(run[0])
+            yield from enumerate(_documents(block.batch.slice(run[0], len(run)), block.file, first), first)
     else:
         lines = block.data.split(b"\n") if lines is None else lines
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
@@ -442,16 +440,17 @@ def entries(block: Block, lines: list[bytes] | None = None,
 _NO_PYTHON_VALUE = (ArithmeticError, ValueError, pa.ArrowException)
 
 
-def _documents(batch) -> list[dict | tuple[str, str]]:
-    """The rows of a record batch as dicts; a row holding a value Python cannot hold as (the
-    detail naming its columns, the row as JSON text with those values as pyarrow writes them)."""
+def _documents(batch, file: str, first: int) -> list[dict | Item]:
+    """The rows of a record batch (numbered from ``first``) as dicts; a row holding a value Python
+    cannot hold as the ``invalid_field`` item naming its columns, the row as JSON text with those
+    values as pyarrow writes them."""
     try:
         return batch.to_pylist()
     except _NO_PYTHON_VALUE:  # the rare batch: its rows one by one, to say which value of which is at fault
-        return [_document(batch, i) for i in range(batch.num_rows)]
+        return [_document(batch, i, file, first + i) for i in range(batch.num_rows)]
 
 
-def _document(batch, i: int) -> dict | tuple[str, str]:
+def _document(batch, i: int, file: str, n: int) -> dict | Item:
     row, wrong = {}, []
     for name, column in zip(batch.schema.names, batch.columns):
         try:
@@ -464,7 +463,7 @@ def _document(batch, i: int) -> dict | tuple[str, str]:
                 row[name] = None
     if not wrong:
         return row
-    return "; ".join(wrong), json.dumps(row, default=str)[:2000]
+    return Item(file, n, reason="invalid_field", detail="; ".join(wrong), raw=json.dumps(row, default=str)[:2000])
 
 
 def items(block: Block) -> Iterator[Item]:
