@@ -232,8 +232,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     if block.batch is None:
         lines = block.data.split(b"\n")
         parsed, fast_at = _fast(block.data, lines, job.dataset.format, part.formats)
-    elif _FAST_PARQUET is not None and job.dataset.format in ("auto", "ctpipe"):
-        parsed, fast_at = _FAST_PARQUET(block.batch) or (None, fast_at)
+    elif _FAST_PARQUET and job.dataset.format in ("auto", "ctpipe") and (got := _FAST_PARQUET(block.batch)):
+        parsed, fast_at = got
         part.formats["ctpipe"] += len(fast_at)
     if parsed is not None:
         fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
