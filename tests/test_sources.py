@@ -185,3 +185,27 @@ def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
     assert data_bytes(fs, [str(plain)]) == held
     for name in ("a.jsonl.gz", "a.parquet"):
         assert (tmp_path / name).stat().st_size < held / 4 and data_bytes(fs, [str(tmp_path / name)]) >= held, name
+
+
+def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_path, monkeypatch):
+    """Rows of 4 KB whose text repeats (a system prompt): a few KB as stored, blocks of a few rows.
+    Rows that grow later in the file come as slices of their batch, each holding only its own rows."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64 * 1024)
+    system = "You are a careful assistant. " * 140  # about 4 KB, the same in every row
+    rows = [{"n": i, "system": system, "question": f"What is {i} plus 1?"} for i in range(200)]
+    rows += [{"n": 200 + i, "system": system * 8, "question": "long"} for i in range(100)]  # 32 KB each
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet", compression="zstd")
+    assert (tmp_path / "a.parquet").stat().st_size < 64 * 1024  # all of it stored in less than a block
+
+    blocks = list(sources.blocks(fsspec.filesystem("file"), [str(tmp_path / "a.parquet")]))
+    assert [b.first for b in blocks] == [1] + [1 + sum(b.batch.num_rows for b in blocks[:i]) for i in range(1, len(blocks))]
+    assert [n for b in blocks for n in b.batch.column("n").to_pylist()] == list(range(300))
+    assert len(blocks) > 20 and all(b.batch.nbytes <= 2 * sources.BLOCK_BYTES for b in blocks)
+    for block in blocks:  # as multiprocessing sends it: its own rows only, and as it was
+        sent = ForkingPickler.dumps(block)
+        assert len(sent) < block.batch.nbytes + 4096 and pickle.loads(sent) == block

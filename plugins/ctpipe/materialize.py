@@ -161,7 +161,8 @@ _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
 _ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
-_SPILLING: list[pa.Table] = []  # kept rows of the parts finished here, for pairing, not written yet
+# Kept rows of the parts finished here, for pairing, not written yet, with the memory each holds.
+_SPILLING: list[tuple[pa.Table, int]] = []
 # Prompt keys whose messages this process has spilled (9 MB whatever the number of prompts; a prompt
 # it forgot only has its messages spilled again).
 _PROMPT_SLOTS = 1 << 20
@@ -495,8 +496,9 @@ def finish(item: Finish) -> Written:
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
     if rows.num_rows:
         written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        _SPILLING.append(_for_pairing(rows, item.first))
-        if sum(t.get_total_buffer_size() for t in _SPILLING) >= _SPILL_BYTES:  # what they keep in memory
+        spilling = _for_pairing(rows, item.first)
+        _SPILLING.append((spilling, spilling.get_total_buffer_size()))
+        if sum(size for _, size in _SPILLING) >= _SPILL_BYTES:
             spill()
     return written
 
@@ -545,7 +547,7 @@ def spill() -> int:
     files."""
     if not _SPILLING:
         return os.getpid()
-    rows = _pairable(pa.concat_tables(_SPILLING), _JOB.dataset.dpo_max_pairs_per_prompt)
+    rows = _pairable(pa.concat_tables([t for t, _ in _SPILLING]), _JOB.dataset.dpo_max_pairs_per_prompt)
     _SPILLING.clear()
     top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
     bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
