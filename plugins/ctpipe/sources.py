@@ -385,10 +385,10 @@ def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     """A Parquet file's rows in blocks of about :data:`_PARQUET_BLOCK_BYTES` once decoded.
 
-    The size of a decoded row is read off the file's first rows, not its metadata: a column of
-    repeated text (a system prompt) is dictionary-encoded in the file and written out in full in
-    each row once read, so rows of 10 KB took 2 KB by the metadata. A batch past twice the block
-    size (rows that grew later in the file) is sent on in slices, so no worker gets more at once."""
+    The size of a decoded row is measured on the file's first rows, not taken from the metadata,
+    which gives sizes as encoded: a dictionary-encoded column (a system prompt in every row) takes a
+    few bytes a row there and its full length once read. A batch past twice the block size (rows
+    that grew later in the file) is sent on in slices, so no worker gets more at once."""
     import pyarrow.parquet as pq
 
     row = 1
@@ -397,9 +397,8 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
             probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
             per_row = probe.nbytes / probe.num_rows if probe is not None and probe.num_rows else 1
-            rows = max(1, min(_BATCH_ROWS, int(_PARQUET_BLOCK_BYTES / max(per_row, 1))))
-            for batch in reader.iter_batches(batch_size=rows):
-                size = _PARQUET_BLOCK_BYTES
+            size = _PARQUET_BLOCK_BYTES
+            for batch in reader.iter_batches(batch_size=max(1, min(_BATCH_ROWS, int(size / max(per_row, 1))))):
                 pieces = math.ceil(batch.nbytes / size) if batch.nbytes > 2 * size else 1
                 step = max(1, math.ceil(batch.num_rows / pieces))
                 for start in range(0, batch.num_rows, step):
