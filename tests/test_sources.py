@@ -195,7 +195,7 @@ def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_pa
 
     import ctpipe.sources as sources
 
-    monkeypatch.setattr(sources, "_PARQUET_BLOCK_BYTES", 64 * 1024)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64 * 1024)
     system = "You are a careful assistant. " * 140  # about 4 KB, the same in every row
     rows = [{"n": i, "system": system, "question": f"What is {i} plus 1?"} for i in range(200)]
     rows += [{"n": 200 + i, "system": system * 8, "question": "long"} for i in range(100)]  # 32 KB each
@@ -205,7 +205,7 @@ def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_pa
     blocks = list(sources.blocks(fsspec.filesystem("file"), [str(tmp_path / "a.parquet")]))
     assert [b.first for b in blocks] == [1] + [1 + sum(b.batch.num_rows for b in blocks[:i]) for i in range(1, len(blocks))]
     assert [n for b in blocks for n in b.batch.column("n").to_pylist()] == list(range(300))
-    assert len(blocks) > 20 and all(b.batch.nbytes <= 2 * sources._PARQUET_BLOCK_BYTES for b in blocks)
+    assert len(blocks) > 20 and all(b.batch.nbytes <= 2 * sources.BLOCK_BYTES for b in blocks)
     for block in blocks:  # as multiprocessing sends it: its own rows only, and as it was
         sent = ForkingPickler.dumps(block)
         assert len(sent) < block.batch.nbytes + 4096 and pickle.loads(sent) == block

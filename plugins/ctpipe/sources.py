@@ -44,12 +44,10 @@ from ctpipe.traces import InvalidTrace, loads
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".parquet")
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
-# A plain file's blocks, each read by the worker that processes it. Each block costs some 20 ms of
-# fixed work (dozens of Arrow calls, two Parquet files written); at 12 MB rather than 6, a million bench
-# traces take 6-7% less time, and their workers hold no more at their peak (with _WORKER_ALLOCATORS).
-BLOCK_BYTES = 12 * 1024 * 1024
-# Parquet rows are decoded here and sent to a worker, so this process holds the blocks in flight too.
-_PARQUET_BLOCK_BYTES = 6 * 1024 * 1024
+# Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
+# blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
+# higher (Langfuse at up to 944 MB), too close to the 1 GB bound.
+BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048  # Parquet rows to a block at most; fewer where rows are large (see _parquet_blocks)
 _PROBE_ROWS = 64  # read first, to learn how large a file's rows are once decoded
 # A Parquet file is read a megabyte at a time per column: pyarrow's default reads a row group's column
@@ -383,7 +381,7 @@ def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
-    """A Parquet file's rows in blocks of about :data:`_PARQUET_BLOCK_BYTES` once decoded.
+    """A Parquet file's rows in blocks of about :data:`BLOCK_BYTES` once decoded.
 
     The size of a decoded row is measured on the file's first rows, not taken from the metadata,
     which gives sizes as encoded: a dictionary-encoded column (a system prompt in every row) takes a
@@ -397,9 +395,9 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
             probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
             per_row = probe.nbytes / probe.num_rows if probe is not None and probe.num_rows else 1
-            size = _PARQUET_BLOCK_BYTES
-            for batch in reader.iter_batches(batch_size=max(1, min(_BATCH_ROWS, int(size / max(per_row, 1))))):
-                pieces = math.ceil(batch.nbytes / size) if batch.nbytes > 2 * size else 1
+            rows = max(1, min(_BATCH_ROWS, int(BLOCK_BYTES / max(per_row, 1))))
+            for batch in reader.iter_batches(batch_size=rows):
+                pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
                 step = max(1, math.ceil(batch.num_rows / pieces))
                 for start in range(0, batch.num_rows, step):
                     piece = batch.slice(start, step)
