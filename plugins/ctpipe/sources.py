@@ -394,8 +394,8 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
         with fs.open(file, "rb") as f:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
             probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
-            per_row = probe.nbytes / probe.num_rows if probe is not None and probe.num_rows else 1
-            rows = max(1, min(_BATCH_ROWS, int(BLOCK_BYTES / max(per_row, 1))))
+            per_row = max(1, probe.nbytes // probe.num_rows) if probe is not None and probe.num_rows else 1
+            rows = max(1, min(_BATCH_ROWS, BLOCK_BYTES // per_row))
             for batch in reader.iter_batches(batch_size=rows):
                 pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
                 step = max(1, math.ceil(batch.num_rows / pieces))
