@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 
 import fsspec
@@ -209,3 +210,27 @@ def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_pa
     for block in blocks:  # as multiprocessing sends it: its own rows only, and as it was
         sent = ForkingPickler.dumps(block)
         assert len(sent) < block.batch.nbytes + 4096 and pickle.loads(sent) == block
+
+
+def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_for_them(tmp_path, monkeypatch):
+    """Small rows, then a row group of 64 KB ones: read in batches of a row or two, not in a batch sized
+    for the first rows (13 MB held at once, then sliced), while many small row groups still make one block."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64 * 1024)
+    small = pa.table({"n": range(600), "text": ["short"] * 600})
+    large = pa.table({"n": range(600, 800), "text": [os.urandom(32 * 1024).hex() for _ in range(200)]})
+    # Pages of 8 rows: a reader decodes a page whole, and pyarrow checks a page's size only every
+    # write_batch_size rows, so by default all 200 large rows would be one 13 MB page.
+    with pq.ParquetWriter(tmp_path / "a.parquet", small.schema, compression="zstd", write_batch_size=8) as w:
+        w.write_table(small, row_group_size=10)  # 60 row groups
+        w.write_table(large, row_group_size=200)
+    before, held = pa.total_allocated_bytes(), 0
+    seen = []  # each block's rows and size, the block itself dropped, as once sent to a worker
+    for block in sources.blocks(fsspec.filesystem("file"), [str(tmp_path / "a.parquet")]):
+        held = max(held, pa.total_allocated_bytes() - before)  # what the reader holds, this block included
+        seen.append((block.batch.column("n").to_pylist(), block.batch.nbytes))
+    assert [n for rows, _ in seen for n in rows] == list(range(800))
+    assert len(seen[0][0]) == 600  # 60 row groups, one batch
+    assert all(len(rows) <= 2 for rows, _ in seen[1:]) and all(size <= 2 * 64 * 1024 for _, size in seen)
+    assert held < 4 * 1024 * 1024, held  # 16.5 MB when the large rows came in one batch

@@ -383,10 +383,13 @@ def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     """A Parquet file's rows in blocks of about :data:`BLOCK_BYTES` once decoded.
 
-    The size of a decoded row is measured on the file's first rows, not taken from the metadata,
-    which gives sizes as encoded: a dictionary-encoded column (a system prompt in every row) takes a
-    few bytes a row there and its full length once read. A batch past twice the block size (rows
-    that grew later in the file) is sent on in slices, so no worker gets more at once."""
+    The size of a decoded row is measured on the file's first rows, and taken as at least what the
+    metadata says of each row group's rows. The metadata alone would not do: it gives sizes as
+    encoded, where a dictionary-encoded column (a system prompt in every row) takes a few bytes a
+    row and its full length once read. But it does see rows that grow in a later row group, which
+    are then read in batches as small as they need, not in batches sized for the first rows. A batch
+    still past twice the block size (rows that grew within a row group) is sent on in slices, so no
+    worker gets more at once."""
     import pyarrow.parquet as pq
 
     row = 1
@@ -394,19 +397,36 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
         with fs.open(file, "rb") as f:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
             probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
-            per_row = max(1, probe.nbytes // probe.num_rows) if probe is not None and probe.num_rows else 1
-            rows = max(1, min(_BATCH_ROWS, BLOCK_BYTES // per_row))
-            for batch in reader.iter_batches(batch_size=rows):
-                pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
-                step = max(1, math.ceil(batch.num_rows / pieces))
-                for start in range(0, batch.num_rows, step):
-                    piece = batch.slice(start, step)
-                    if pieces > 1:  # a slice would be sent with all of its batch's buffers
-                        piece = pa.ipc.read_record_batch(piece.serialize(), piece.schema)
-                    yield Block(file, row, batch=piece)
-                    row += piece.num_rows
+            probed = probe.nbytes // probe.num_rows if probe is not None and probe.num_rows else 0
+            for rows, groups in _batch_sizes(reader.metadata, probed):
+                for batch in reader.iter_batches(batch_size=rows, row_groups=groups):
+                    pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
+                    step = max(1, math.ceil(batch.num_rows / pieces))
+                    for start in range(0, batch.num_rows, step):
+                        piece = batch.slice(start, step)
+                        if pieces > 1:  # a slice would be sent with all of its batch's buffers
+                            piece = pa.ipc.read_record_batch(piece.serialize(), piece.schema)
+                        yield Block(file, row, batch=piece)
+                        row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
+
+
+def _batch_sizes(meta, probed: int) -> list[tuple[int, list[int]]]:
+    """(rows to a batch, the row groups read so) for a Parquet file whose first rows take ``probed``
+    bytes each once decoded. Consecutive row groups share a batch size while their rows stay within
+    a factor of two of the first's, since batches span row groups, and a file of many small ones
+    would otherwise come in many small blocks."""
+    runs: list[tuple[int, list[int]]] = []
+    for group in range(meta.num_row_groups):
+        stored = meta.row_group(group)
+        per_row = max(1, probed, stored.total_byte_size // max(1, stored.num_rows))
+        rows = max(1, min(_BATCH_ROWS, BLOCK_BYTES // per_row))
+        if runs and runs[-1][0] / 2 <= rows <= runs[-1][0] * 2:
+            runs[-1][1].append(group)
+        else:
+            runs.append((rows, [group]))
+    return runs
 
 
 def blocks(fs, files: list[str]) -> Iterator[Block]:
