@@ -54,10 +54,9 @@ class BaseModelRecipe(_Section):
     settled, so a gain after a training round comes from that round's signal, not from annealing a model
     caught mid-way up its learning curve. 4000 steps put this size on its plateau of the default task
     (dev accuracy 31% at step 1000, 79% at 2000, then 72-80%, and 77.6-79.8% over the last 800 steps);
-    3000 are enough for ``addition`` with operand_max=99 (92.6%). The matrix products go through MKL,
-    which picks its kernels by processor whatever ATen's pin (see ``ctpipe/__init__.py``): on an
-    Emerald Rapids Xeon the same recipe takes another path from the first evaluation on and spans
-    77.8-83.8% over the last 800 steps, still level but wider than 3 points, hence 6.
+    3000 are enough for ``addition`` with operand_max=99 (92.6%). On an Emerald Rapids Xeon, whose MKL
+    takes other kernels (see ``ctpipe/__init__.py``), the same recipe takes another path from the first
+    evaluation on and spans 77.8-83.8% over the last 800 steps, still level but wider than 3 points, hence 6.
     """
 
     hidden_size: int = 64

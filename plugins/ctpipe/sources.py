@@ -398,16 +398,17 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
             probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
             probed = probe.nbytes // probe.num_rows if probe is not None and probe.num_rows else 0
-            for rows, groups in _batch_sizes(reader.metadata, probed):
-                for batch in reader.iter_batches(batch_size=rows, row_groups=groups):
-                    pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
-                    step = max(1, math.ceil(batch.num_rows / pieces))
-                    for start in range(0, batch.num_rows, step):
-                        piece = batch.slice(start, step)
-                        if pieces > 1:  # a slice would be sent with all of its batch's buffers
-                            piece = pa.ipc.read_record_batch(piece.serialize(), piece.schema)
-                        yield Block(file, row, batch=piece)
-                        row += piece.num_rows
+            batches = (batch for rows, groups in _batch_sizes(reader.metadata, probed)
+                       for batch in reader.iter_batches(batch_size=rows, row_groups=groups))
+            for batch in batches:
+                pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
+                step = max(1, math.ceil(batch.num_rows / pieces))
+                for start in range(0, batch.num_rows, step):
+                    piece = batch.slice(start, step)
+                    if pieces > 1:  # a slice would be sent with all of its batch's buffers
+                        piece = pa.ipc.read_record_batch(piece.serialize(), piece.schema)
+                    yield Block(file, row, batch=piece)
+                    row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
 
