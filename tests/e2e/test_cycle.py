@@ -37,7 +37,7 @@ def stack(tmp_path, monkeypatch, ray_url, base_model):
     LocalServing(s).stop_all()
 
 
-def test_two_cycles_end_to_end(stack):
+def test_two_cycles_end_to_end(stack, base_model):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -84,7 +84,7 @@ def test_two_cycles_end_to_end(stack):
     # From the base the README's figures come from, the first round passes. Where MKL takes other
     # kernels the base is another run of its recipe (see BaseModelRecipe), from which one round may
     # gain nothing: then the gate refused it, nothing was deployed, and the cycle goes on.
-    base = json.loads(next(s.models_dir.glob("base-*/build.json")).read_text())
+    base = json.loads((base_model / "build.json").read_text())
     if e["passed"] or base["plateau"] == [0.776, 0.798]:
         assert e["passed"], e["reason"]
         r = first["rollout"]
