@@ -58,6 +58,26 @@ def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
     assert items[-1].reason == "truncated_gzip" and items[-1].position == len(good) + 1
 
 
+def test_gzip_comes_in_blocks_of_the_block_size_however_much_it_compresses(tmp_path, monkeypatch):
+    """Two members, as ``cat a.gz b.gz`` makes, of lines that compress a hundred times: the blocks are
+    a block's size (and a line), not what each megabyte read holds; damage keeps all before it."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    line = lambda i: json.dumps({"n": i, "system": "be brief. " * 100}).encode() + b"\n"  # noqa: E731
+    members = [gzip.compress(b"".join(map(line, range(k, k + 500)))) for k in (0, 500)]
+    packed = b"".join(members)
+    assert len(packed) * 100 < 1000 * len(line(0))
+    (tmp_path / "a.jsonl.gz").write_bytes(packed)
+    fs, files, _ = sources.list_files(str(tmp_path))
+    assert max(len(b.data) for b in sources.blocks(fs, files)) < 4096 + 2 * len(line(999))
+    assert [i.doc["n"] for i in read(str(tmp_path))] == list(range(1000))
+    (tmp_path / "a.jsonl.gz").write_bytes(packed[: len(members[0]) + len(members[1]) // 2])
+    items = list(read(str(tmp_path)))
+    good = [i.doc["n"] for i in items if i.reason is None]
+    assert len(good) > 500 and good == list(range(len(good))) and items[-1].reason == "truncated_gzip"
+
+
 def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     assert list(read(str(tmp_path / "empty.jsonl"))) == []
@@ -108,7 +128,7 @@ def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, mon
     monkeypatch.setattr(sources, "BLOCK_BYTES", 64)
     data = b"x" * 191 + b"\n" + b'{"n": 1}\n{"n": 2}\n'  # the long line's newline is the last byte of a 64-byte read
     path = tmp_path / ("a.jsonl.gz" if gz else "a.jsonl")
-    if gz:  # gzip hands out its own pieces: the same long line, cut elsewhere
+    if gz:  # gzip comes in pieces of a block's size too: the same cut
         with gzip.open(path, "wb") as f:
             f.write(data)
     else:

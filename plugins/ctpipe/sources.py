@@ -55,7 +55,8 @@ _PROBE_ROWS = 64  # read first, to learn how large a file's rows are once decode
 _PARQUET_READS = 1 << 20
 # About how many bytes of records a byte of a compressed file (gzip, Parquet) holds: text compresses
 # four to eight times in either. It sizes what a run will hold (see data_bytes) without reading any
-# file, and errs high: an estimate too low holds too much at once, one too high only cuts finer.
+# file, to choose its workers and pairing buckets; pairing cuts the buckets again by what the files
+# held, so an estimate too low costs a pass over the spilled rows, not memory.
 _EXPANSION = 10
 # Windows tools start a UTF-8 file with a byte order mark, and files joined with cat carry theirs into
 # the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
@@ -187,20 +188,34 @@ def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str
 
 
 def _gunzip(f) -> Iterator[bytes]:
-    """Decompressed pieces of a gzip stream (members one after another), up to any damage."""
-    d, started = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS), False
-    while piece := f.read(1 << 20):
-        while piece:
-            started = True
-            if out := d.decompress(piece):
-                yield out
-            piece = b""
-            if d.eof:  # a member ended; another may follow
-                piece, d, started = d.unused_data, isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS), False
-    if started:
-        if tail := d.flush():
-            yield tail
-        raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    """Decompressed pieces of a gzip stream (members one after another), a block's worth each, up to
+    any damage, which is raised once the pieces before it are handed out.
+
+    A piece is a block's worth whatever the compression: a megabyte of a chat log whose long system
+    prompt repeats holds 15 MB, and as a block of its own it held 60 MB more in each process."""
+    start = lambda: isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)  # noqa: E731
+    d, started, held, room = start(), False, [], BLOCK_BYTES
+    try:
+        while piece := f.read(1 << 20):
+            while piece:
+                started = True
+                held.append(d.decompress(piece, room))
+                room -= len(held[-1])
+                if not room:
+                    yield b"".join(held)
+                    held, room = [], BLOCK_BYTES
+                piece = d.unconsumed_tail  # what the room left
+                if d.eof:  # a member ended; another may follow
+                    piece, d, started = d.unused_data, start(), False
+        if started:
+            held.append(d.flush())
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+    except (EOFError, isal_zlib.error):
+        if held:
+            yield b"".join(held)
+        raise
+    if held:
+        yield b"".join(held)
 
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
