@@ -602,3 +602,29 @@ def test_the_fast_paths_change_nothing_but_the_speed(tmp_path, monkeypatch, work
     assert fast.version == exact.version and fast.counts == exact.counts and fast.source == exact.source
     for name in ("traces", "quarantine", "grpo", "dpo"):
         assert table(fast, name) == table(exact, name), name
+
+
+def test_pairing_buckets_are_cut_by_what_a_compressed_source_held_not_by_its_size(tmp_path, monkeypatch):
+    """A long system prompt makes gzip many times smaller than its text, more than the listing's
+    estimate counts on: the buckets it chose are cut again by the bytes the blocks held."""
+    system = {"role": "system", "content": " ".join(f"rule {i}: answer briefly." for i in range(300))}
+    records = [trace(i, messages=[system, {"role": "user", "content": f"What is {i // 2} plus 1?"}],
+                     completion=str(i // 2 + 1 + i % 2), reference_answer=str(i // 2 + 1),
+                     feedback={"thumb": "down" if i % 2 else "up", "rating": None}) for i in range(1200)]
+    for name, data in (("a.jsonl", lines(*records)), ("a.jsonl.gz", gzip.compress(lines(*records)))):
+        (tmp_path / name.split(".", 1)[1]).mkdir()
+        (tmp_path / name.split(".", 1)[1] / name).write_bytes(data)
+    fs, files, _ = sources.list_files(str(tmp_path / "jsonl.gz"))
+    held = len(lines(*records))
+    assert sources.data_bytes(fs, files) < held / 2
+    monkeypatch.setattr(mat, "_BUCKET_BYTES", 64 * 1024)
+    paired = []
+    pair = mat._pair
+    monkeypatch.setattr(mat, "_pair", lambda index, table: paired.append(table.nbytes) or pair(index, table))
+    gz = run(tmp_path / "jsonl.gz", tmp_path / "out-gz")
+    assert sum(paired) > held / 4 and max(paired) < 2 * mat._BUCKET_BYTES, (sum(paired), max(paired))
+    plain = run(tmp_path / "jsonl", tmp_path / "out-plain")
+    assert gz.counts == plain.counts and gz.counts["dpo_pairs"] == gz.counts["grpo_prompts"] == 600
+    for name in ("grpo", "dpo"):  # the same rows, though cut into other buckets
+        key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+        assert sorted(map(key, table(gz, name))) == sorted(map(key, table(plain, name)))

@@ -22,6 +22,7 @@ anything is published. The layout and publication rules are in :mod:`ctpipe.data
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import itertools
 import json
@@ -57,7 +58,11 @@ from ctpipe.keyset import KeySet
 log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
-_BUCKET_BYTES = 24 * 1024 * 1024  # source bytes per pairing bucket: bounds the memory of the pairing step
+# Source bytes (decompressed) per pairing bucket: bounds the memory of the pairing step. The buckets
+# spilled into are chosen by the listing's estimate of those bytes (see sources.data_bytes); once
+# every block is read, they are cut again by the bytes the blocks held, so that a source compressed
+# better than the estimate assumes (a long system prompt on every line) does not crowd them.
+_BUCKET_BYTES = 24 * 1024 * 1024
 # Kept rows a process gathers for pairing before it appends them to the buckets' spill files. Each
 # spill adds a record batch to every bucket, so batches are (spills x buckets): spilling every
 # block (6 MB) made 300,000 of them at three million traces, and the pairing step grew five times
@@ -94,7 +99,6 @@ class Job:
     staging: Staging  # where the version's parts are written
     spill_dir: str  # rows for pairing, between their writing and their pairing
     buckets: int  # spilled into, by the top bits of the prompt key
-    splits: int  # sub-buckets of each, by its low bits, when it is paired
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Part:
     digest: bytes = b""
     langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
     file: str = ""  # the block's file (a Langfuse part has none of its own)
+    size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
@@ -440,7 +445,8 @@ def process(item: tuple[int, sources.Block]) -> Part:
     index, block = item[0], item[1].load()
     counted = block.first is not None
     block = block if counted else block.numbered_from(1)  # see Part.lines
-    part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines)
+    part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
+                size=len(block.data) if block.batch is None else block.batch.nbytes)
     return _keyed(part, _rows(_read(block, _JOB, part), part))
 
 
@@ -650,6 +656,23 @@ _WORKER_ALLOCATORS = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRES
                       "MIMALLOC_PURGE_DELAY": "1000"}
 
 
+def _map_large_buffers() -> None:
+    """Have glibc map each buffer of a megabyte or more in this process, and unmap it once freed (as
+    ``MALLOC_MMAP_THRESHOLD_`` would; a user's setting of it is kept).
+
+    With workers, this process reads gzip and Parquet sources through and pickles their blocks on,
+    buffers of megabytes each. glibc's default raises its threshold to the largest buffer freed so
+    far, after which such buffers come from its heap, which they fragment: reading 600,000 gzip traces
+    of 10 KB, this process grew from 230 to 400 MB, and the run passed 1 GB; with this it stayed near
+    160 MB. The threshold is process-wide, and stays: so is a task's process."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    try:
+        ctypes.CDLL(None).mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD, from glibc's malloc.h
+    except (AttributeError, OSError):  # not glibc
+        pass
+
+
 @contextmanager
 def _environment(settings: dict[str, str]) -> Iterator[None]:
     """``settings`` in the environment of the processes started meanwhile (never overriding the user's)."""
@@ -672,6 +695,8 @@ class _Pool:
 
     def __init__(self, job: Job, workers: int):
         _init(job)  # this process labels small sources itself
+        if workers > 1:
+            _map_large_buffers()
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_init, initargs=(job,))
                         for _ in range(workers)] if workers > 1 else []
@@ -712,13 +737,13 @@ class _Pool:
 # ------------------------------------------------------------------------------------------ pairing
 
 
-def pair_bucket(item: tuple[int, list[int]]) -> list[tuple[dict | None, dict | None, int, int]]:
+def pair_bucket(item: tuple[int, list[int], int]) -> list[tuple[dict | None, dict | None, int, int]]:
     """Write the GRPO rows and DPO pairs of the prompts spilled into one bucket (by the processes
-    ``pids``): a part of each per (sub-)bucket, prompts in order of first appearance; their parts,
-    and their counts."""
-    bucket, pids = item
+    ``pids``), cut into ``splits`` sub-buckets: a part of each per sub-bucket, prompts in order of
+    first appearance; their parts, and their counts."""
+    bucket, pids, splits = item
     paths = [p for p in (_spill_path(bucket, pid) for pid in pids) if os.path.exists(p)]
-    return [_pair(bucket * _JOB.splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths)]
+    return [_pair(bucket * splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths, splits)]
 
 
 def _read_spilled(paths: list[str]) -> pa.Table:
@@ -729,12 +754,11 @@ def _read_spilled(paths: list[str]) -> pa.Table:
     return pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
 
 
-def _sub_buckets(bucket: int, paths: list[str]) -> Iterator[tuple[int, list[str]]]:
-    """(sub-bucket, its spill files) of a bucket: the bucket itself when :attr:`Job.splits` is 1;
-    otherwise its rows spread over that many files by the low bits of their prompt keys (the top
-    bits chose the bucket), a spill buffer at a time, its own files removed as they are read. A
-    sub-bucket's file is removed once its caller has paired it. Rows keep their order within one."""
-    n = _JOB.splits
+def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, list[str]]]:
+    """(sub-bucket, its spill files) of a bucket: the bucket itself when ``n`` is 1; otherwise its
+    rows spread over ``n`` files by the low bits of their prompt keys (the top bits chose the
+    bucket), a spill buffer at a time, its own files removed as they are read. A sub-bucket's file
+    is removed once its caller has paired it. Rows keep their order within one."""
     if n == 1:
         yield 0, paths
         return
@@ -950,12 +974,11 @@ def materialize(
 
     size = sources.data_bytes(fs, files)  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
-    needed = max(1, math.ceil(size / _BUCKET_BYTES))
-    buckets = min(needed, _FANOUT)
-    splits = math.ceil(needed / buckets)
+    buckets = min(max(1, math.ceil(size / _BUCKET_BYTES)), _FANOUT)
+    splits = 1  # known once every block is read
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, splits)
+    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
@@ -981,6 +1004,7 @@ def materialize(
             stats.add(*w.rewards)
 
         def take(part: Part, worker: int) -> None:
+            counts["bytes"] += part.size
             digest.update(part.digest)
             counts["traces_in"] += part.read
             counts["outside_interval"] += part.outside
@@ -1015,7 +1039,10 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        for paired_parts in pool.ordered(pair_bucket, ((b, pids) for b in range(buckets))):
+        # Cut by what the source held, not by the estimate the buckets were chosen by: blocks are cut
+        # the same way whatever the workers, so the parts are too.
+        splits = math.ceil(max(1, math.ceil(counts["bytes"] / _BUCKET_BYTES)) / buckets)
+        for paired_parts in pool.ordered(pair_bucket, ((b, pids, splits) for b in range(buckets))):
             for grpo, dpo, n_grpo, n_dpo in paired_parts:
                 parts["grpo"] += [grpo] if grpo else []
                 parts["dpo"] += [dpo] if dpo else []
