@@ -663,8 +663,8 @@ def _map_large_buffers() -> None:
     With workers, this process reads gzip and Parquet sources through and pickles their blocks on,
     buffers of megabytes each. glibc's default raises its threshold to the largest buffer freed so
     far, after which such buffers come from its heap, which they fragment: reading 600,000 gzip traces
-    of 10 KB, this process grew from 230 to 400 MB, and the run passed 1 GB; with this it stayed near
-    160 MB. The threshold is process-wide, and stays: so is a task's process."""
+    of 10 KB, this process grew from 230 to 400 MB, and the run passed 1 GB; with this it stayed at
+    150 to 190 MB. The setting is process-wide and lasts, as the process of a task it runs in does."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
     try:
