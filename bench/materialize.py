@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -46,12 +45,18 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(rng.choices(WORDS, k=n))
 
 
-def generate(path: Path, n: int, seed: int = 0) -> None:
-    """``n`` traces in files of 100k lines under ``path``."""
+def generate(path: Path, n: int, seed: int = 0, system_bytes: int = 0) -> None:
+    """``n`` traces in files of 100k lines under ``path``; with ``system_bytes``, a system prompt of
+    about that length (numbered rules) instead of the usual 70 words, the rest as without it."""
     import msgspec
 
     rng = random.Random(seed)
     system = _text(rng, 70)
+    if system_bytes:  # its own generator: every other draw stays the same
+        rules, more = [], random.Random(seed + 1)
+        while sum(map(len, rules)) < system_bytes:
+            rules.append(f"Rule {len(rules) + 1}: {_text(more, 8)}. ")
+        system = "".join(rules).strip()
     questions = [(_text(rng, 110) + f" What is {a} plus {b}?", str(a + b))
                  for a, b in ((rng.randrange(1000), rng.randrange(1000)) for _ in range(max(1, n // 4)))]
     path.mkdir(parents=True, exist_ok=True)
@@ -264,6 +269,14 @@ def _tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def _own_peak_mb() -> float:
+    """This process's own peak RSS since it started its program (VmHWM). Not ru_maxrss: Linux carries
+    that over from the process it was forked from, so a bench that had just written 6 GB of traces
+    reported its 3.1 GB as the peak of every run it started."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
 def _sample_peak(stop) -> list[float]:
     """Peak of the whole process tree's RSS, sampled every 0.1 s (ru_maxrss of spawned children also
     counts the parent's pages at the moment it forked them, so it overstates a pool's memory)."""
@@ -301,15 +314,19 @@ def child(kind: str, src: Path, out: Path) -> None:
     result["seconds"] = time.perf_counter() - started
     result["cpu_s"] = round(_cpu_seconds() - cpu, 1)
     stop.set()
-    result["peak_rss_mb"] = max(peak[0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    result["peak_rss_mb"] = max(peak[0], _own_peak_mb())
     print("RESULT " + json.dumps(result, default=str))
 
 
-def arguments(doc: str, traces: int, folder: str, kinds: list[str]) -> argparse.Namespace:
-    """A bench's command line: the size and folder, and how it calls itself to run one of ``kinds``."""
+def arguments(doc: str, traces: int, folder: str, kinds: list[str], system_bytes: bool = False) -> argparse.Namespace:
+    """A bench's command line: the size and folder (and, where ``system_bytes``, the length of a long
+    system prompt), and how it calls itself to run one of ``kinds``."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--traces", type=int, default=traces)
     p.add_argument("--dir", type=Path, default=Path(folder))
+    if system_bytes:
+        p.add_argument("--system-bytes", type=int, default=0,
+                       help="a system prompt of about this length on every trace (0: the usual 70 words)")
     p.add_argument("--child", choices=kinds, help=argparse.SUPPRESS)
     p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)

@@ -359,7 +359,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n")
-            yield Block(file, line, data=b"".join([*(pending or []), data[start:cut]]))
+            yield Block(file, line, data=b"".join([*(pending or []), memoryview(data)[start:cut]]))
             line, at, head = line + count, pos + cut + 1, data[cut + 1:min(cut + 201, n)]
             pending = [data[cut + 1:n]]
         elif start < n:
