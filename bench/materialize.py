@@ -259,8 +259,7 @@ def _tree_rss_mb(pid: int) -> float:
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
-                total += next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+            total += _status_kb(p, "VmRSS")
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
@@ -273,8 +272,13 @@ def _own_peak_mb() -> float:
     """This process's own peak RSS since it started its program (VmHWM). Not ru_maxrss: Linux carries
     that over from the process it was forked from, so a bench that had just written 6 GB of traces
     reported its 3.1 GB as the peak of every run it started."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    return _status_kb("self", "VmHWM") / 1024
+
+
+def _status_kb(pid: int | str, key: str) -> int:
+    """A figure, in kB, of /proc/<pid>/status."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
 
 
 def _sample_peak(stop) -> list[float]:

@@ -44,6 +44,11 @@ def table(m, name: str) -> list[dict]:
     return m.read(name).to_pylist()
 
 
+def unordered(m, name: str) -> list[str]:
+    """A table's rows, in an order of their own (bucketed pairing may order prompts differently)."""
+    return sorted(json.dumps(r, sort_keys=True) for r in table(m, name))
+
+
 def accounted(m) -> bool:
     c = m.counts
     return c["traces_in"] == c["traces"] + c["quarantined"] == len(table(m, "traces")) + len(table(m, "quarantine"))
@@ -321,10 +326,9 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
     monkeypatch.setattr(mat, "_FANOUT", 2)  # spilled into two buckets, each split again when paired
     split = run(src, tmp_path / "split", dataset=DatasetConfig(workers=2))
     assert len(split.files["dpo"]["parts"]) > 2 and split.counts == one.counts
-    for name in ("grpo", "dpo"):  # the same rows; bucketed pairing may order prompts differently
-        key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
-        assert sorted(map(key, table(many, name))) == sorted(map(key, table(one, name)))
-        assert sorted(map(key, table(split, name))) == sorted(map(key, table(one, name)))
+    for name in ("grpo", "dpo"):  # the same rows
+        assert unordered(many, name) == unordered(one, name)
+        assert unordered(split, name) == unordered(one, name)
         assert table(finer, name) == table(many, name)
 
 
@@ -611,20 +615,20 @@ def test_pairing_buckets_are_cut_by_what_a_compressed_source_held_not_by_its_siz
     records = [trace(i, messages=[system, {"role": "user", "content": f"What is {i // 2} plus 1?"}],
                      completion=str(i // 2 + 1 + i % 2), reference_answer=str(i // 2 + 1),
                      feedback={"thumb": "down" if i % 2 else "up", "rating": None}) for i in range(1200)]
-    for name, data in (("a.jsonl", lines(*records)), ("a.jsonl.gz", gzip.compress(lines(*records)))):
-        (tmp_path / name.split(".", 1)[1]).mkdir()
-        (tmp_path / name.split(".", 1)[1] / name).write_bytes(data)
-    fs, files, _ = sources.list_files(str(tmp_path / "jsonl.gz"))
-    held = len(lines(*records))
+    text = lines(*records)
+    for folder, name, data in (("plain", "a.jsonl", text), ("gz", "a.jsonl.gz", gzip.compress(text))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(data)
+    fs, files, _ = sources.list_files(str(tmp_path / "gz"))
+    held = len(text)
     assert sources.data_bytes(fs, files) < held / 2
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 64 * 1024)
     paired = []
     pair = mat._pair
     monkeypatch.setattr(mat, "_pair", lambda index, table: paired.append(table.nbytes) or pair(index, table))
-    gz = run(tmp_path / "jsonl.gz", tmp_path / "out-gz")
+    gz = run(tmp_path / "gz", tmp_path / "out-gz")
     assert sum(paired) > held / 4 and max(paired) < 2 * mat._BUCKET_BYTES, (sum(paired), max(paired))
-    plain = run(tmp_path / "jsonl", tmp_path / "out-plain")
+    plain = run(tmp_path / "plain", tmp_path / "out-plain")
     assert gz.counts == plain.counts and gz.counts["dpo_pairs"] == gz.counts["grpo_prompts"] == 600
     for name in ("grpo", "dpo"):  # the same rows, though cut into other buckets
-        key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
-        assert sorted(map(key, table(gz, name))) == sorted(map(key, table(plain, name)))
+        assert unordered(gz, name) == unordered(plain, name)

@@ -974,7 +974,7 @@ def materialize(
 
     size = sources.data_bytes(fs, files)  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
-    buckets = min(max(1, math.ceil(size / _BUCKET_BYTES)), _FANOUT)
+    buckets = min(_buckets_for(size), _FANOUT)
     splits = 1  # known once every block is read
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
     staging = output.staging()
@@ -1041,7 +1041,7 @@ def materialize(
 
         # Cut by what the source held, not by the estimate the buckets were chosen by: blocks are cut
         # the same way whatever the workers, so the parts are too.
-        splits = math.ceil(max(1, math.ceil(counts["bytes"] / _BUCKET_BYTES)) / buckets)
+        splits = math.ceil(_buckets_for(counts["bytes"]) / buckets)
         for paired_parts in pool.ordered(pair_bucket, ((b, pids, splits) for b in range(buckets))):
             for grpo, dpo, n_grpo, n_dpo in paired_parts:
                 parts["grpo"] += [grpo] if grpo else []
@@ -1092,6 +1092,11 @@ def materialize(
              "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
              read - started, buckets * splits, paired - read, time.monotonic() - paired)
     return manifest
+
+
+def _buckets_for(size: int) -> int:
+    """Pairing buckets that ``size`` bytes of source need (see _BUCKET_BYTES)."""
+    return max(1, math.ceil(size / _BUCKET_BYTES))
 
 
 def _may_hold(file: str, start: datetime, end: datetime) -> bool:

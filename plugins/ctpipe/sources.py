@@ -25,6 +25,7 @@ another process. A missing source is an error naming the URI.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -193,7 +194,7 @@ def _gunzip(f) -> Iterator[bytes]:
 
     A piece is a block's worth whatever the compression: a megabyte read of a chat log whose 8 KB
     system prompt repeats held 12 MB, and made a block twice the size of a plain file's."""
-    start = lambda: isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)  # noqa: E731
+    start = functools.partial(isal_zlib.decompressobj, 16 + isal_zlib.MAX_WBITS)
     d, started, held, room = start(), False, [], BLOCK_BYTES
     try:
         while piece := f.read(1 << 20):
