@@ -311,8 +311,9 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
     src.mkdir()
     traces = [trace(i, f"What is {100 + i % 7} plus 1?", str(101 + i % 7 + i % 2),
                     feedback={"thumb": "up" if i % 3 else "down", "rating": None}) for i in range(600)]
-    (src / "a.jsonl").write_bytes(lines(*traces[:400], b"{broken"))
-    pq.write_table(pa.Table.from_pylist(traces[400:]), src / "b.parquet")  # batches sent to workers as they are
+    (src / "a.jsonl").write_bytes(lines(*traces[:200], b"{broken"))  # loaded by the workers where it lies
+    (src / "b.jsonl.gz").write_bytes(gzip.compress(lines(*traces[200:400])))  # lines and rows read here, then
+    pq.write_table(pa.Table.from_pylist(traces[400:]), src / "c.parquet")  # spilled to a file per block
     one = run(src, tmp_path / "one")
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 8192)  # several pairing buckets, paired in the pool too

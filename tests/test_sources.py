@@ -73,9 +73,30 @@ def test_gzip_comes_in_blocks_of_the_block_size_however_much_it_compresses(tmp_p
     assert max(len(b.data) for b in sources.blocks(fs, files)) < 4096 + 2 * len(line(999))
     assert [i.doc["n"] for i in read(str(tmp_path))] == list(range(1000))
     (tmp_path / "a.jsonl.gz").write_bytes(packed[: len(members[0]) + len(members[1]) // 2])
+    assert max(len(b.data) for b in sources.blocks(fs, files)) < 4096 + 2 * len(line(999))  # 45 KB before
     items = list(read(str(tmp_path)))
     good = [i.doc["n"] for i in items if i.reason is None]
     assert len(good) > 500 and good == list(range(len(good))) and items[-1].reason == "truncated_gzip"
+
+
+def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, monkeypatch):
+    """What this process read (gzip lines, damage aside) waits in a file per block; places in a plain
+    file and damage come as they are. Each file is gone once its block is loaded."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    text = b"".join(json.dumps({"n": i, "text": "words " * 20}).encode() + b"\n" for i in range(400))
+    (tmp_path / "a.jsonl").write_bytes(text)
+    packed = gzip.compress(text)
+    (tmp_path / "b.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    fs, files, _ = sources.list_files(str(tmp_path))
+    blocks = list(sources.blocks(fs, files))
+    spilled = list(sources.spilled(blocks, str(tmp_path / "spill")))
+    assert [b.spilled is not None for b in spilled] == [bool(b.data) for b in blocks]
+    assert sum(b.size > 0 for b in spilled) > 5 and blocks[-1].damage.reason == "truncated_gzip"
+    assert len(os.listdir(tmp_path / "spill")) == sum(bool(b.data) for b in blocks) > 5
+    assert [b.load() for b in spilled] == [b.load() for b in blocks]
+    assert os.listdir(tmp_path / "spill") == []
 
 
 def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
@@ -211,9 +232,6 @@ def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
 def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_path, monkeypatch):
     """Rows of 4 KB whose text repeats (a system prompt): a few KB as stored, blocks of a few rows.
     Rows that grow later in the file come as slices of their batch, each holding only its own rows."""
-    import pickle
-    from multiprocessing.reduction import ForkingPickler
-
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "BLOCK_BYTES", 64 * 1024)
@@ -227,9 +245,9 @@ def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_pa
     assert [b.first for b in blocks] == [1] + [1 + sum(b.batch.num_rows for b in blocks[:i]) for i in range(1, len(blocks))]
     assert [n for b in blocks for n in b.batch.column("n").to_pylist()] == list(range(300))
     assert len(blocks) > 20 and all(b.batch.nbytes <= 2 * sources.BLOCK_BYTES for b in blocks)
-    for block in blocks:  # as multiprocessing sends it: its own rows only, and as it was
-        sent = ForkingPickler.dumps(block)
-        assert len(sent) < block.batch.nbytes + 4096 and pickle.loads(sent) == block
+    for block, left in zip(blocks, sources.spilled(blocks, str(tmp_path / "spill"))):  # as workers get them
+        assert os.path.getsize(left.spilled) < block.batch.nbytes + 4096  # its own rows only
+        assert left.batch is None and left.load() == block
 
 
 def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_for_them(tmp_path, monkeypatch):

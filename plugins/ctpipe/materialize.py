@@ -1022,7 +1022,10 @@ def materialize(
                 written(finishing.popleft().result())
 
         index = -1
-        for index, part in enumerate(pool.ordered(process, enumerate(sources.blocks(fs, files)))):
+        blocks = sources.blocks(fs, files)
+        if workers > 1:
+            blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
+        for index, part in enumerate(pool.ordered(process, enumerate(blocks))):
             take(part, index)
         # Langfuse rows join across files, so their parts come once every block is read.
         for i, part in enumerate(pool.ordered(langfuse_part, enumerate(join.chunks(_LANGFUSE_PART), index + 1))):

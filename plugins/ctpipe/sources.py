@@ -13,7 +13,8 @@ Other files in a source folder are skipped and listed by name, except hidden one
 
 A plain file on a local disk or an object store is cut where it lies, reading only around each
 cut, and each block is read where it is processed (see :class:`Block`); a gzip file has to be read
-through in order, by the process that cuts it.
+through in order, by the process that cuts it, which can leave each block in a file of its own for
+the process that takes it (:func:`spilled`).
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
@@ -29,7 +30,6 @@ import functools
 import json
 import math
 import os
-import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -64,7 +64,7 @@ _EXPANSION = 10
 _BOM = b"\xef\xbb\xbf"
 # Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
-# through by the process that cuts them, and their blocks sent on.
+# through by the process that cuts them (see :func:`spilled`).
 _RANGED = frozenset({"s3", "s3a", "gs", "gcs"})
 
 
@@ -89,7 +89,7 @@ class Block:
     A block of a plain file on a local disk or an object store (see :data:`_RANGED`) comes as its
     place in the file (``at``, ``size``) and no data: :meth:`load` reads it where it is processed
     (from the page cache, or with a ranged GET of its own), which costs far less than one process
-    reading every byte and sending megabytes to each worker through a pipe. Such a block does not
+    reading every byte and writing it again for each worker (:func:`spilled`). Such a block does not
     know its first line number either (``first`` is None): its lines are counted only where it is
     loaded, and whoever takes the blocks in order adds the lines of the blocks before it
     (:func:`numbered`).
@@ -104,17 +104,12 @@ class Block:
     size: int = 0  # their length, while they are still there
     fs: Any = None  # the object store of a place in a file (None: the local disk)
     version: tuple = ()  # what the store said of the object when it was cut, to notice it replaced since
-
-    def __reduce_ex__(self, protocol):
-        # multiprocessing pickles with protocol 4, which copies an Arrow batch through a bytes object
-        # per buffer: a Parquet source's main process spent more time sending blocks than reading them.
-        # Protocol 5 writes the buffers as they are, four times as fast.
-        if protocol < 5 and self.batch is not None:
-            return pickle.loads, (pickle.dumps(self, protocol=5),)
-        return super().__reduce_ex__(protocol)
+    spilled: str | None = None  # a file of its own holding its data or batch (see :func:`spilled`)
 
     def load(self) -> Block:
         """This block with its data."""
+        if self.spilled is not None:
+            return self._unspilled()
         if not self.size:
             return self
         try:
@@ -132,6 +127,16 @@ class Block:
         if changed:
             raise SourceError(f"{self.file} changed while it was read")
         return replace(self, data=data, size=0)
+
+    def _unspilled(self) -> Block:
+        try:
+            if self.spilled.endswith(".arrow"):
+                with pa.OSFile(self.spilled) as f:
+                    return replace(self, batch=pa.ipc.open_stream(f).read_next_batch(), spilled=None)
+            with open(self.spilled, "rb") as f:
+                return replace(self, data=f.read(), spilled=None)
+        finally:
+            os.remove(self.spilled)  # read once, by the one process that takes the block
 
     @property
     def lines(self) -> int:
@@ -198,15 +203,19 @@ def _gunzip(f) -> Iterator[bytes]:
     d, started, held, room = start(), False, [], BLOCK_BYTES
     try:
         while piece := f.read(1 << 20):
-            while piece:
-                started = True
+            filled = True
+            # ISA-L may take in all of a piece and hold back what the room left of its output (zlib
+            # leaves that input in unconsumed_tail): asked again while a call fills the room.
+            while piece or filled:
+                started = started or bool(piece)
                 held.append(d.decompress(piece, room))
                 room -= len(held[-1])
-                if not room:
+                filled = not room
+                if filled:
                     yield b"".join(held)
                     held, room = [], BLOCK_BYTES
-                piece = d.unconsumed_tail  # what the room left
-                if d.eof:  # a member ended; another may follow
+                piece = d.unconsumed_tail
+                if d.eof and not filled:  # a member ended, all of it out; another may follow
                     piece, d, started = d.unused_data, start(), False
         if started:
             held.append(d.flush())
@@ -404,7 +413,7 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     encoded, where a dictionary-encoded column (a system prompt in every row) takes a few bytes a
     row and its full length once read. But it does see rows that grow in a later row group, which
     are then read in batches as small as they need, not in batches sized for the first rows. A batch
-    still past twice the block size (rows that grew within a row group) is sent on in slices, so no
+    still past twice the block size (rows that grew within a row group) is given in slices, so no
     worker gets more at once."""
     import pyarrow.parquet as pq
 
@@ -420,9 +429,7 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                 pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
                 step = max(1, math.ceil(batch.num_rows / pieces))
                 for start in range(0, batch.num_rows, step):
-                    piece = batch.slice(start, step)
-                    if pieces > 1:  # a slice would be sent with all of its batch's buffers
-                        piece = pa.ipc.read_record_batch(piece.serialize(), piece.schema)
+                    piece = batch.slice(start, step)  # spilled, a slice takes only its own rows' bytes
                     yield Block(file, row, batch=piece)
                     row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
@@ -460,6 +467,30 @@ def blocks(fs, files: list[str]) -> Iterator[Block]:
             yield from _ranged_blocks(fs, file)
         else:
             yield from _jsonl_blocks(fs, file)
+
+
+def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
+    """``blocks`` with the data or batch this process read (gzip, Parquet, a file on a store without
+    ranged reads) written to a file of their own under ``folder``, for the process that takes a block
+    to load (and remove); places in plain files and damage come as they are.
+
+    Sent through a pipe instead, each block was copied into a pickle, and held in this process until
+    its worker was done with it, a few blocks per worker: megabytes that came and went by the
+    thousand, and fragmented this process's heap (600,000 gzip traces of 10 KB grew it to 457 MB).
+    Written here, a block is gone from this process once the page cache has it."""
+    os.makedirs(folder, exist_ok=True)
+    for n, block in enumerate(blocks):
+        if block.batch is not None:
+            path = os.path.join(folder, f"block-{n:09d}.arrow")
+            with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, block.batch.schema) as stream:
+                stream.write_batch(block.batch)
+            block = replace(block, batch=None, spilled=path)
+        elif block.data:
+            path = os.path.join(folder, f"block-{n:09d}.jsonl")
+            with open(path, "wb") as f:
+                f.write(block.data)
+            block = replace(block, data=b"", spilled=path)
+        yield block
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
