@@ -97,6 +97,8 @@ def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, mon
     assert len(os.listdir(tmp_path / "spill")) == sum(bool(b.data) for b in blocks) > 5
     assert [b.load() for b in spilled] == [b.load() for b in blocks]
     assert os.listdir(tmp_path / "spill") == []
+    with pytest.raises(sources.SourceError, match=r"b\.jsonl\.gz: a block read from it earlier could not be read back"):
+        next(b for b in spilled if b.spilled).load()  # its file removed meanwhile
 
 
 def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):

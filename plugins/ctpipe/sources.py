@@ -132,11 +132,14 @@ class Block:
         try:
             if self.spilled.endswith(".arrow"):
                 with pa.OSFile(self.spilled) as f:
-                    return replace(self, batch=pa.ipc.open_stream(f).read_next_batch(), spilled=None)
-            with open(self.spilled, "rb") as f:
-                return replace(self, data=f.read(), spilled=None)
-        finally:
+                    block = replace(self, batch=pa.ipc.open_stream(f).read_next_batch(), spilled=None)
+            else:
+                with open(self.spilled, "rb") as f:
+                    block = replace(self, data=f.read(), spilled=None)
             os.remove(self.spilled)  # read once, by the one process that takes the block
+        except OSError as e:
+            raise SourceError(f"{self.file}: a block read from it earlier could not be read back: {e}") from None
+        return block
 
     @property
     def lines(self) -> int:
