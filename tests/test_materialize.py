@@ -311,9 +311,11 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
     src.mkdir()
     traces = [trace(i, f"What is {100 + i % 7} plus 1?", str(101 + i % 7 + i % 2),
                     feedback={"thumb": "up" if i % 3 else "down", "rating": None}) for i in range(600)]
-    (src / "a.jsonl").write_bytes(lines(*traces[:200], b"{broken"))  # loaded by the workers where it lies
-    (src / "b.jsonl.gz").write_bytes(gzip.compress(lines(*traces[200:400])))  # lines and rows read here, then
-    pq.write_table(pa.Table.from_pylist(traces[400:]), src / "c.parquet")  # spilled to a file per block
+    # The plain file's blocks are loaded by the workers where they lie; the gzip lines and Parquet rows
+    # are read here, then spilled to a file per block.
+    (src / "a.jsonl").write_bytes(lines(*traces[:200], b"{broken"))
+    (src / "b.jsonl.gz").write_bytes(gzip.compress(lines(*traces[200:400])))
+    pq.write_table(pa.Table.from_pylist(traces[400:]), src / "c.parquet")
     one = run(src, tmp_path / "one")
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 8192)  # several pairing buckets, paired in the pool too

@@ -66,6 +66,7 @@ _BOM = b"\xef\xbb\xbf"
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them (see :func:`spilled`).
 _RANGED = frozenset({"s3", "s3a", "gs", "gcs"})
+_SPILLED_BATCH = ".arrow"  # how a spilled block's file says it holds a record batch, not lines
 
 
 class SourceError(PipelineError):
@@ -130,7 +131,7 @@ class Block:
 
     def _unspilled(self) -> Block:
         try:
-            if self.spilled.endswith(".arrow"):
+            if self.spilled.endswith(_SPILLED_BATCH):
                 with pa.OSFile(self.spilled) as f:
                     block = replace(self, batch=pa.ipc.open_stream(f).read_next_batch(), spilled=None)
             else:
@@ -484,7 +485,7 @@ def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
     os.makedirs(folder, exist_ok=True)
     for n, block in enumerate(blocks):
         if block.batch is not None:
-            path = os.path.join(folder, f"block-{n:09d}.arrow")
+            path = os.path.join(folder, f"block-{n:09d}{_SPILLED_BATCH}")
             with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, block.batch.schema) as stream:
                 stream.write_batch(block.batch)
             block = replace(block, batch=None, spilled=path)
