@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import random
@@ -56,6 +57,40 @@ def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
     good = [i for i in items if i.reason is None]
     assert good and [i.doc["n"] for i in good] == list(range(len(good)))
     assert items[-1].reason == "truncated_gzip" and items[-1].position == len(good) + 1
+
+
+def test_every_truncation_of_a_gzip_file_is_reported(tmp_path, monkeypatch):
+    """Cut after any byte, a file keeps the lines before the cut, and says it was cut. One cut in
+    fifteen, within the header or just after a full block, read as a shorter file or an empty one."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
+    whole = gzip.compress(b"".join(json.dumps({"n": i, "text": "words " * 5}).encode() + b"\n" for i in range(300)),
+                          mtime=0)
+    path = tmp_path / "t.jsonl.gz"
+    for cut in range(1, len(whole)):
+        path.write_bytes(whole[:cut])
+        items = list(read(str(path)))
+        good = [i.doc["n"] for i in items if i.reason is None]
+        assert items and items[-1].reason == "truncated_gzip" and good == list(range(len(good))), cut
+
+
+def test_a_damaged_gzip_is_told_from_a_truncated_one_and_keeps_the_lines_before_the_damage(tmp_path):
+    lines = [json.dumps({"n": i, "h": hashlib.sha256(str(i).encode()).hexdigest()}).encode() + b"\n"
+             for i in range(20000)]  # 0.8 MB compressed: a dozen steps of the reader
+    whole = gzip.compress(b"".join(lines), mtime=0)
+    at = len(whole) * 3 // 4
+    files = {"flipped": whole[:at] + bytes([whole[at] ^ 0xFF]) + whole[at + 1:],
+             "checksum": whole[:-8] + bytes(b ^ 1 for b in whole[-8:-4]) + whole[-4:],
+             "plain": b"".join(lines[:3])}
+    for name, data in files.items():
+        (tmp_path / f"{name}.jsonl.gz").write_bytes(data)
+    for name, least in (("flipped", 14000), ("checksum", 18000), ("plain", 0)):
+        items = list(read(str(tmp_path / f"{name}.jsonl.gz")))
+        good = [i.doc["n"] for i in items if i.reason is None]
+        assert good == list(range(len(good))) and len(good) >= least, name  # 64 KB of input at most is lost
+        assert items[-1].reason == "corrupt_gzip" and "IsalError" in items[-1].detail, name
+        assert {i.reason for i in items[len(good):-1]} <= {"invalid_json"}, name  # what it decoded wrong before failing
 
 
 def test_gzip_comes_in_blocks_of_the_block_size_however_much_it_compresses(tmp_path, monkeypatch):
