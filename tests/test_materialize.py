@@ -154,12 +154,21 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
     (src / "empty.jsonl").write_bytes(b"")
     cut = gzip.compress(lines(*(trace(200 + i, f"Compute {i} + 2", str(i + 2)) for i in range(300))))
     (src / "b.jsonl.gz").write_bytes(cut[: len(cut) * 2 // 3])
+    pq.write_table(pa.Table.from_pylist([trace(400 + i, f"Compute {i} + 3", str(i + 3)) for i in range(200)]),
+                   src / "c.parquet", row_group_size=50, compression="zstd", use_dictionary=False)
+    meta, data = pq.ParquetFile(src / "c.parquet").metadata, bytearray((src / "c.parquet").read_bytes())
+    for column in map(meta.row_group(2).column, range(meta.num_columns)):  # the third row group damaged
+        middle = column.data_page_offset + column.total_compressed_size // 2
+        data[middle - 2:middle + 2] = bytes(b ^ 0x5A for b in data[middle - 2:middle + 2])
+    (src / "c.parquet").write_bytes(bytes(data))
     m = run(src, tmp_path / "out")
     assert accounted(m)
     assert m.quarantine_reasons == {
         "duplicate_trace_id": 1, "invalid_field": 2, "invalid_utf8": 1, "non_finite_number": 2, "not_an_object": 1,
-        "record_too_large": 1, "truncated_gzip": 1, "unknown_format": 1,
+        "record_too_large": 1, "truncated_gzip": 1, "unknown_format": 1, "unreadable_parquet": 1,
     }
+    parquet_rows = sorted(r["source_line"] for r in table(m, "traces") if r["source_file"].endswith(".parquet"))
+    assert parquet_rows == [*range(1, 101), *range(151, 201)]  # the other row groups, read
     ids = {r["trace_id"] for r in table(m, "traces")}
     assert {f"t{i}" for i in range(1, 60)} <= ids  # every valid record of the damaged file is kept
     gz_rows = sorted(r["source_line"] for r in table(m, "traces") if r["source_file"].endswith(".gz"))
@@ -169,6 +178,7 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
     assert q["record_too_large"]["source_line"] == 36 and len(q["record_too_large"]["raw"]) <= 200
     assert "usage.prompt_tokens" in q["invalid_field"]["detail"] or "start_time" in q["invalid_field"]["detail"]
     assert q["unknown_format"]["source_line"] == 39
+    assert q["unreadable_parquet"]["source_line"] == 101 and "row group 2 (50 of its 50" in q["unreadable_parquet"]["detail"]
 
 
 def test_a_parquet_value_python_cannot_hold_is_quarantined_naming_its_column(tmp_path):

@@ -309,3 +309,33 @@ def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_f
     assert len(seen[0][0]) == 600  # 60 row groups, one batch
     assert all(len(rows) <= 2 for rows, _ in seen[1:]) and all(size <= 2 * 64 * 1024 for _, size in seen)
     assert held < 4 * 1024 * 1024, held  # 16.5 MB when the large rows came in one batch
+
+
+@pytest.mark.parametrize("damaged", [0, 4])
+def test_a_damaged_parquet_row_group_is_one_item_and_the_other_groups_are_read(tmp_path, monkeypatch, damaged):
+    """Eight row groups of 250 rows, one damaged: the first, where the reader measures the rows, or
+    the fifth. Batches of 300 rows span groups, so the batch that meets the fifth also held rows of
+    the fourth, and some of them were given already."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "_BATCH_ROWS", 300)
+    rng = random.Random(0)
+    table = pa.table({"n": range(2000), "text": ["".join(rng.choices("abcdef", k=200)) for _ in range(2000)]})
+    path = tmp_path / "a.parquet"
+    pq.write_table(table, path, row_group_size=250, compression="zstd", use_dictionary=False)
+    chunk = pq.ParquetFile(path).metadata.row_group(damaged).column(1)
+    middle = chunk.data_page_offset + chunk.total_compressed_size // 2
+    data = bytearray(path.read_bytes())
+    for at in range(middle - 50, middle + 50):
+        data[at] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+    items = list(read(str(path)))
+    first = damaged * 250
+    assert [i.doc["n"] for i in items if i.reason is None] == list(range(first)) + list(range(first + 250, 2000))
+    [bad] = [i for i in items if i.reason is not None]
+    assert (bad.reason, bad.position) == ("unreadable_parquet", first + 1)
+    assert bad.detail.startswith(f"row group {damaged} (250 of its 250 rows not read): ")
+    assert [i.position for i in items] == sorted(i.position for i in items)
+    path.write_bytes(bytes(data[:-20]))  # the footer gone: one item for the whole file
+    assert [(i.position, i.reason) for i in read(str(path))] == [(1, "unreadable_parquet")]

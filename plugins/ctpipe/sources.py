@@ -426,26 +426,64 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     row and its full length once read. But it does see rows that grow in a later row group, which
     are then read in batches as small as they need, not in batches sized for the first rows. A batch
     still past twice the block size (rows that grew within a row group) is given in slices, so no
-    worker gets more at once."""
+    worker gets more at once.
+
+    A damaged row group is one ``unreadable_parquet`` item at its first row not read, and the file
+    goes on with the next group; damage that leaves no group readable (the footer) is one item for
+    the file."""
     import pyarrow.parquet as pq
 
     row = 1
     try:
         with fs.open(file, "rb") as f:
             reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
-            probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
+            try:
+                probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
+            except Exception:  # noqa: BLE001 - a damaged first row group: sized by the metadata, reported below
+                probe = None
             probed = probe.nbytes // probe.num_rows if probe is not None and probe.num_rows else 0
-            batches = (batch for rows, groups in _batch_sizes(reader.metadata, probed)
-                       for batch in reader.iter_batches(batch_size=rows, row_groups=groups))
-            for batch in batches:
-                pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
-                step = max(1, math.ceil(batch.num_rows / pieces))
-                for start in range(0, batch.num_rows, step):
-                    piece = batch.slice(start, step)  # spilled, a slice takes only its own rows' bytes
-                    yield Block(file, row, batch=piece)
-                    row += piece.num_rows
+            for rows, groups in _batch_sizes(reader.metadata, probed):
+                for batch in _group_batches(reader, rows, groups):
+                    if isinstance(batch, tuple):  # a damaged row group
+                        unread, detail = batch
+                        yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
+                        row += unread
+                        continue
+                    pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
+                    step = max(1, math.ceil(batch.num_rows / pieces))
+                    for start in range(0, batch.num_rows, step):
+                        piece = batch.slice(start, step)  # spilled, a slice takes only its own rows' bytes
+                        yield Block(file, row, batch=piece)
+                        row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
+
+
+def _group_batches(reader, rows: int, groups: list[int]) -> Iterator[Any]:
+    """The record batches of consecutive row ``groups`` of a Parquet file, ``rows`` to a batch. A
+    batch spans groups, so a damaged group fails the batches of its neighbours too: once one fails,
+    the groups not given whole yet are read again one by one, and each that fails still comes as
+    (its rows not read, what failed)."""
+    given = 0  # rows of these groups given so far
+    try:
+        for batch in reader.iter_batches(batch_size=rows, row_groups=groups):
+            yield batch
+            given += batch.num_rows
+        return
+    except Exception:  # noqa: BLE001 - as in _parquet_blocks
+        pass
+    for group in groups:
+        size = reader.metadata.row_group(group).num_rows
+        skip, given = min(given, size), given - min(given, size)  # its rows given before the failure
+        at = 0  # rows of this group read
+        try:
+            for batch in reader.iter_batches(batch_size=rows, row_groups=[group]):
+                if at + batch.num_rows > skip:
+                    yield batch.slice(max(0, skip - at))
+                at += batch.num_rows
+        except Exception as e:  # noqa: BLE001 - as in _parquet_blocks
+            unread = size - max(at, skip)
+            yield unread, f"row group {group} ({unread} of its {size} rows not read): {type(e).__name__}: {e}"
 
 
 def _batch_sizes(meta, probed: int) -> list[tuple[int, list[int]]]:
