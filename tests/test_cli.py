@@ -20,6 +20,9 @@ def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["materialize", "--start", "2026-11-22T10:00:00", "--end", "2026-11-22T11:00:00+00:00"])
     assert "has no timezone" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["materialize", "--start", "yesterday", "--end", "2026-11-22T11:00:00+00:00"])
+    assert "--start: 'yesterday' is not an ISO 8601 time" in capsys.readouterr().err
     assert main(["materialize", "--start", "2026-11-22T11:00:00+00:00", "--end", T0.isoformat()]) == 1
     err = capsys.readouterr().err
     assert "is not after start" in err and "Traceback" not in err

@@ -32,7 +32,10 @@ def _settings():
 
 
 def _aware(text: str) -> datetime:
-    t = datetime.fromisoformat(text)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:  # argparse would say only "invalid _aware value"
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
     return t
