@@ -113,17 +113,20 @@ def test_a_version_is_built_from_object_store_traces_and_published_there(store, 
     hour = "traces/date=2026-11-22/hour=10"
     fs.pipe(f"{hour}/part-a.jsonl.gz", gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
     fs.pipe(f"{hour}/part-b.jsonl", lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(2, 40))))
+    fs.pipe(f"{hour}/part-c.json", json.dumps([trace(i, f"What is {i} plus 1?", str(i + 1)) for i in (40, 41)], indent=2).encode())
     started = time.monotonic()
     m = run(f"{scheme}://traces", f"{scheme}://datasets", dataset=DatasetConfig(workers=workers))
     assert time.monotonic() - started < 20  # parts moved into place, not retried (gcsfs backs off for 30 s)
     assert m.uri == f"{scheme}://datasets/{m.version}"
-    assert m.counts["traces_in"] == 40 and m.counts["traces"] == 39 and m.quarantine_reasons == {"invalid_json": 1}
+    assert m.counts["traces_in"] == 42 and m.counts["traces"] == 41 and m.quarantine_reasons == {"invalid_json": 1}
     assert sorted(fs.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
     manifest = json.loads(fs.cat(f"datasets/{m.version}/manifest.json"))
     for entry in manifest["files"].values():  # every listed part is where the manifest says, none left staged
         assert all(fs.exists(f"datasets/{m.version}/{part}") for part in entry["parts"])
     assert not [p for p in fs.find("datasets") if "/.tmp-" in p]
-    assert m.read("traces").num_rows == 39 and m.read("quarantine")["source_line"].to_pylist() == [2]
+    rows = m.read("traces").to_pylist()
+    assert len(rows) == 41 and m.read("quarantine")["source_line"].to_pylist() == [2]
+    assert [r["source_line"] for r in rows if r["source_file"].endswith("part-c.json")] == [1, 2]  # its array's elements
     assert fs.cat("datasets/LATEST").decode().strip() == m.version
     written = _written(fs, f"datasets/{m.version}/manifest.json")
     assert run(f"{scheme}://traces", f"{scheme}://datasets", dataset=DatasetConfig(workers=workers)).version == m.version

@@ -28,6 +28,29 @@ def test_jsonl_gzip_and_parquet_are_read_in_order(tmp_path):
     assert [(i.file.rsplit("/", 1)[-1], i.position) for i in items][:3] == [("a.jsonl", 1), ("a.jsonl", 3), ("b.jsonl.gz", 1)]
 
 
+def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):
+    """An array of records or one record, pretty-printed (gzip or not): a record per element, each
+    refused for its own faults. JSON Lines, a document that does not parse and one past the record
+    size are read line by line."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
+    array = '[\n  {"n": 1},\n  {"n": NaN},\n  "text",\n  {"n": 2, "text": "caf\u00e9"}\n]\n'
+    (tmp_path / "a.json").write_text(array)
+    with gzip.open(tmp_path / "b.json.gz", "wt") as f:
+        f.write(json.dumps({"n": 3, "nested": {"a": [1, 2]}}, indent=2))
+    (tmp_path / "c.json").write_bytes(b'\xef\xbb\xbf{"n": 4}\n{"n": 5}\n')  # JSON Lines
+    (tmp_path / "d.json").write_text('[\n{"n": 6},\n{"n": 7}\n')  # the closing bracket missing
+    (tmp_path / "e.json").write_text(json.dumps([{"n": 8, "text": "x" * 5000}], indent=2))
+    items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc) for i in read(str(tmp_path))]
+    assert items[:8] == [
+        ("a.json", 1, None, {"n": 1}), ("a.json", 2, "non_finite_number", None), ("a.json", 3, None, "text"),
+        ("a.json", 4, None, {"n": 2, "text": "caf\u00e9"}), ("b.json.gz", 1, None, {"n": 3, "nested": {"a": [1, 2]}}),
+        ("c.json", 1, None, {"n": 4}), ("c.json", 2, None, {"n": 5}), ("d.json", 1, "invalid_json", None)]
+    assert [(p, r) for f, p, r, _ in items if f == "d.json"] == [(1, "invalid_json"), (2, "invalid_json"), (3, None)]
+    assert [r for f, _, r, _ in items if f == "e.json"] == ["invalid_json"] * 3 + ["record_too_large"] + ["invalid_json"] * 2
+
+
 def test_damaged_records_are_reported_with_their_place_and_good_ones_kept(tmp_path, monkeypatch):
     import ctpipe.sources as sources
 

@@ -5,7 +5,9 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 config files, instance metadata, never from code). Files are read as:
 
 * ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line, a byte order mark before one ignored;
-  gzip when the name ends in ``.gz``), in blocks of whole lines of about :data:`BLOCK_BYTES`;
+  gzip when the name ends in ``.gz``), in blocks of whole lines of about :data:`BLOCK_BYTES`; a
+  ``*.json`` file may also hold one document of up to :data:`MAX_RECORD_BYTES` over many lines (an
+  array of records, or a single one: a request body saved as it came), read as a line per record;
 * ``*.parquet`` (one document per row), in record batches.
 
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
@@ -70,6 +72,7 @@ _BOM = b"\xef\xbb\xbf"
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them (see :func:`spilled`).
 _RANGED = frozenset({"s3", "s3a", "gs", "gcs"})
+_PEEK = 1 << 16  # bytes of a .json file read to tell JSON Lines from one document over many lines
 _SPILLED_BATCH = ".arrow"  # how a spilled block's file says it holds a record batch, not lines
 
 
@@ -507,7 +510,9 @@ def blocks(fs, files: list[str]) -> Iterator[Block]:
     """Every file's blocks, in order."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file in files:
-        if file.endswith(".parquet"):
+        if file.endswith((".json", ".json.gz")) and (records := _json_document(fs, file)) is not None:
+            yield Block(file, 1, data=records)
+        elif file.endswith(".parquet"):
             yield from _parquet_blocks(fs, file)
         elif file.endswith(".gz"):
             yield from _jsonl_blocks(fs, file)
@@ -517,6 +522,41 @@ def blocks(fs, files: list[str]) -> Iterator[Block]:
             yield from _ranged_blocks(fs, file)
         else:
             yield from _jsonl_blocks(fs, file)
+
+
+def _json_document(fs, file: str) -> bytes | None:
+    """The records of a ``.json`` file that holds one JSON document rather than JSON Lines, a line
+    each: the elements of an array (numbered by their place in it), or the document itself. None for
+    JSON Lines (the first line a whole document, or longer than a peek), and for a document that does
+    not parse or is past :data:`MAX_RECORD_BYTES`: those are read line by line, and quarantined so."""
+    from isal import igzip
+
+    try:
+        with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
+            f = igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else raw
+            head = f.read(_PEEK)
+            text = head.removeprefix(_BOM).lstrip()
+            first, newline, _ = text.partition(b"\n")
+            if not (text.startswith(b"[") or (text.startswith(b"{") and newline and not _parses(first))):
+                return None
+            head += f.read(MAX_RECORD_BYTES + 1 - len(head))
+    except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
+        return None
+    if len(head) > MAX_RECORD_BYTES:
+        return None
+    try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
+        doc = json.loads(head.removeprefix(_BOM))
+    except (ValueError, RecursionError):
+        return None
+    return "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        loads(line.rstrip(b"\r"))
+        return True
+    except InvalidTrace:
+        return False
 
 
 def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
