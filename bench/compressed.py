@@ -49,7 +49,7 @@ def compressed_copies(src: Path, root: Path) -> dict[str, Path]:
 
 
 def main() -> None:
-    args = arguments(__doc__, 1_000_000, "/tmp/ctpipe-bench-materialize", [], system_bytes=True)
+    args = arguments(__doc__, 1_000_000, "/tmp/ctpipe-bench-materialize", [], system_bytes=0)
     name = f"{args.traces}" + (f"-system-{args.system_bytes}" if args.system_bytes else "")
     src = args.dir / f"traces-{name}" / "date=2026-11-22"
     if not (src / "DONE").exists():

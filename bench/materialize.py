@@ -322,15 +322,14 @@ def child(kind: str, src: Path, out: Path) -> None:
     print("RESULT " + json.dumps(result, default=str))
 
 
-def arguments(doc: str, traces: int, folder: str, kinds: list[str], system_bytes: bool = False) -> argparse.Namespace:
-    """A bench's command line: the size and folder (and, where ``system_bytes``, the length of a long
-    system prompt), and how it calls itself to run one of ``kinds``."""
+def arguments(doc: str, traces: int, folder: str, kinds: list[str], **options: int) -> argparse.Namespace:
+    """A bench's command line: the size and folder, a whole number for each of ``options`` (its
+    default; the bench's docstring says what it means), and how it calls itself to run one of ``kinds``."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--traces", type=int, default=traces)
     p.add_argument("--dir", type=Path, default=Path(folder))
-    if system_bytes:
-        p.add_argument("--system-bytes", type=int, default=0,
-                       help="a system prompt of about this length on every trace (0: the usual 70 words)")
+    for name, default in options.items():
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=default)
     p.add_argument("--child", choices=kinds, help=argparse.SUPPRESS)
     p.add_argument("--src", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)

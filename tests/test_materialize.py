@@ -345,6 +345,37 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
         assert table(finer, name) == table(many, name)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers):
+    """Two hundred small files (ours, OpenAI logs, gzip, one in no format, records of another hour,
+    duplicates across files) make a handful of parts, and the same rows, reasons and counts as when
+    every file is a block of its own."""
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0 if workers > 1 else mat._IN_PROCESS_BYTES)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(200):
+        q = i - 1 if i % 25 == 24 else i  # the file before's questions and answers again, other trace ids
+        later = T0 + HOUR if i % 50 == 7 else None  # a record of the next hour
+        records = [trace(i * 3 + k, f"What is {q} plus {k}?", str(q + k), at=later if k == 1 else None) for k in range(3)]
+        body = lines(*records, b"{cut" if i % 10 == 3 else records[0])  # a broken line, or a duplicate
+        name = f"part-{i:04d}.jsonl"
+        (src / (name + ".gz" if i % 4 == 1 else name)).write_bytes(gzip.compress(body) if i % 4 == 1 else body)
+    (src / "part-0100.jsonl").write_bytes(lines(OPENAI, {"hello": "world"}))
+    (src / "part-0150.jsonl").write_bytes(lines({"hello": 1}, {"hello": 2}))  # in no format
+    gathered = run(src, tmp_path / "gathered", dataset=DatasetConfig(workers=workers))
+    monkeypatch.setattr(sources, "gathered", lambda blocks: blocks)
+    alone = run(src, tmp_path / "alone", dataset=DatasetConfig(workers=workers))
+    assert len(gathered.files["traces"]["parts"]) < 10 < 150 < len(alone.files["traces"]["parts"])
+    assert gathered.counts == alone.counts and gathered.quarantine_reasons == alone.quarantine_reasons
+    assert gathered.counts["outside_interval"] == 4 + 1 and accounted(gathered)  # and the OpenAI log, of another day
+    assert gathered.source["unrecognized_files"] == alone.source["unrecognized_files"] == {str(src / "part-0150.jsonl"): 2}
+    assert gathered.source["formats"] == alone.source["formats"]
+    for name in ("traces", "quarantine"):
+        assert table(gathered, name) == table(alone, name)
+    for name in ("grpo", "dpo"):
+        assert unordered(gathered, name) == unordered(alone, name)
+
+
 def test_workers_that_cannot_start_leave_no_spill_files_nor_staged_parts(tmp_path, monkeypatch):
     (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 101 plus 1?", "102")))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -362,3 +362,45 @@ def test_a_damaged_parquet_row_group_is_one_item_and_the_other_groups_are_read(t
     assert [i.position for i in items] == sorted(i.position for i in items)
     path.write_bytes(bytes(data[:-20]))  # the footer gone: one item for the whole file
     assert [(i.position, i.reason) for i in read(str(path))] == [(1, "unreadable_parquet")]
+
+
+def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_path, monkeypatch):
+    """Runs of files each whole in one block are gathered, places and lines read here apart; a file
+    of several blocks, damage, Parquet and a run of one file come as they were."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    line = lambda i: json.dumps({"n": i, "text": "words " * 10}).encode() + b"\n"  # noqa: E731
+    for i in range(6):  # 15 lines each: three to a block
+        (tmp_path / f"a{i}.jsonl").write_bytes(b"".join(map(line, range(15 * i, 15 * i + 15))))
+    (tmp_path / "a6.jsonl").write_bytes(line(90).rstrip())  # no newline at its end
+    (tmp_path / "b.jsonl").write_bytes(b"".join(map(line, range(200))))  # several blocks
+    for i in range(3):
+        (tmp_path / f"c{i}.jsonl.gz").write_bytes(gzip.compress(line(i)))
+    (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(line(0))[:-6])  # cut: lines, then damage
+    pq.write_table(pa.table({"n": [1]}), tmp_path / "e.parquet")
+    (tmp_path / "f.jsonl").write_bytes(line(0))  # a run of one
+    fs, files, _ = sources.list_files(str(tmp_path))
+    blocks = list(sources.blocks(fs, files))
+    gathered = list(sources.gathered(blocks))
+
+    def name(block):
+        return block.file.rsplit("/", 1)[-1]
+
+    assert [[name(p) for p in b.places] or [f.rsplit("/", 1)[-1] for f, _ in b.files] or name(b) for b in gathered] == [
+        ["a0.jsonl", "a1.jsonl", "a2.jsonl"], ["a3.jsonl", "a4.jsonl", "a5.jsonl", "a6.jsonl"],
+        *["b.jsonl"] * sum(name(b) == "b.jsonl" for b in blocks), ["c0.jsonl.gz", "c1.jsonl.gz", "c2.jsonl.gz"],
+        *["d.jsonl.gz"] * sum(name(b) == "d.jsonl.gz" for b in blocks), "e.parquet", "f.jsonl"]
+    assert all(len(b.load().data) <= 4096 for b in gathered if b.places or b.files)
+
+    def loaded(bs):  # each file's lines and damage, as one-file blocks numbered from their first line
+        out = []
+        for block in sources.numbered(bs):
+            for member in block.members():
+                out += [(name(member), i.position, i.reason, i.doc) for i in sources.items(member)]
+        return out
+
+    assert loaded(gathered) == loaded(blocks)
+    assert [(p, d["n"]) for f, p, _, d in loaded(gathered) if f == "a6.jsonl"] == [(1, 90)]
+    spilled = list(sources.spilled(gathered, str(tmp_path / "spill")))  # the gzip run's lines wait in a file
+    assert loaded(spilled) == loaded(blocks) and os.listdir(tmp_path / "spill") == []

@@ -116,6 +116,7 @@ class Part:
     digest: bytes = b""
     langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
     file: str = ""  # the block's file (a Langfuse part has none of its own)
+    by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
@@ -429,7 +430,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
 def _digest(block: sources.Block) -> bytes:
     import xxhash
 
-    h = xxhash.xxh3_128(f"{block.file}:{block.first}:{block.at}:".encode())
+    h = xxhash.xxh3_128(f"{block.file}:{block.first}:{block.at}:{block.files}:".encode())
     if block.batch is not None:
         # Its values as Arrow's IPC format writes them, not its buffers: a buffer may hold bytes past
         # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses.
@@ -447,7 +448,13 @@ def process(item: tuple[int, sources.Block]) -> Part:
     block = block if counted else block.numbered_from(1)  # see Part.lines
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
-    return _keyed(part, _rows(_read(block, _JOB, part), part))
+    raws = []
+    for member in block.members():  # small files gathered into the block are read one by one
+        before = part.read, part.unformatted, part.formats.total()
+        raws.append(_read(member, _JOB, part))
+        part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
+                                            known=part.formats.total() - before[2])
+    return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
@@ -1013,9 +1020,8 @@ def materialize(
             counts["outside_interval"] += part.outside
             found_pii.update(part.pii)
             found_formats.update(part.formats)
-            if part.file:
-                by_file.setdefault(part.file, Counter()).update(
-                    read=part.read, unformatted=part.unformatted, known=part.formats.total())
+            for file, seen in part.by_file.items():
+                by_file.setdefault(file, Counter()).update(seen)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
             join.add_entries(part.langfuse, before)
             duplicates = dedupe.verdicts(part.keys)
@@ -1025,7 +1031,7 @@ def materialize(
                 written(finishing.popleft().result())
 
         index = -1
-        blocks = sources.blocks(fs, files)
+        blocks = sources.gathered(sources.blocks(fs, files))
         if workers > 1:
             blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
         for index, part in enumerate(pool.ordered(process, enumerate(blocks))):

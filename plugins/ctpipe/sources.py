@@ -29,6 +29,7 @@ another process. A missing source is an error naming the URI.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
@@ -113,11 +114,20 @@ class Block:
     fs: Any = None  # the object store of a place in a file (None: the local disk)
     version: tuple = ()  # what the store said of the object when it was cut, to notice it replaced since
     spilled: str | None = None  # a file of its own holding its data or batch (see :func:`spilled`)
+    # Small whole files gathered into one block (see :func:`gathered`): before it is loaded, a block
+    # of each (a place in it, its lines, or a spilled file); once loaded, each file and the length of
+    # its lines in ``data``, one after the other.
+    places: tuple[Block, ...] = ()
+    files: tuple[tuple[str, int], ...] = ()
 
     def load(self) -> Block:
         """This block with its data."""
         if self.spilled is not None:
             return self._unspilled()
+        if self.places:
+            loaded = [place.load().data for place in self.places]
+            return replace(self, data=b"".join(loaded), places=(),
+                           files=tuple((place.file, len(d)) for place, d in zip(self.places, loaded)))
         if not self.size:
             return self
         try:
@@ -156,6 +166,13 @@ class Block:
         if self.damage is not None:
             return 1
         return int(np.count_nonzero(np.frombuffer(self.data, np.uint8) == ord("\n"))) + 1  # 6x bytes.count
+
+    def members(self) -> list[Block]:
+        """A loaded block as blocks of one file each: itself, or each file gathered into it, from its first line."""
+        if not self.files:
+            return [self]
+        ends = np.cumsum([size for _, size in self.files]).tolist()
+        return [Block(file, 1, data=self.data[end - size:end]) for (file, size), end in zip(self.files, ends)]
 
     def numbered_from(self, first: int) -> Block:
         """This block, not counted, with its items numbered from ``first`` on."""
@@ -559,6 +576,40 @@ def _parses(line: bytes) -> bool:
         return False
 
 
+def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
+    """``blocks`` with runs of small files, each whole in one undamaged block of lines, gathered into
+    blocks of up to :data:`BLOCK_BYTES` (see :attr:`Block.places`), so that a source of many small
+    files is not processed, and written, in as many small parts: 2,000 files of ten traces took 17 s,
+    and gave a version 2,000 parts of each table. A run of one file stays the block it was."""
+    run: list[Block] = []
+
+    def flush() -> Iterator[Block]:
+        if len(run) > 1:
+            yield Block(run[0].file, 1, places=tuple(run))
+        else:
+            yield from run
+        run.clear()
+
+    def size(block: Block) -> int:
+        return len(block.data) or block.size
+
+    previous: Block | None = None  # held until the next block shows whether it ends its file
+    before = ""  # the file of the block before it
+    for block in itertools.chain(blocks, [None]):
+        if previous is not None:
+            if (previous.file != before and (block is None or block.file != previous.file) and previous.damage is None
+                    and previous.batch is None and size(previous) <= BLOCK_BYTES // 2):  # a small file, whole
+                if sum(map(size, run)) + size(previous) > BLOCK_BYTES:
+                    yield from flush()
+                run.append(previous)
+            else:
+                yield from flush()
+                yield previous
+            before = previous.file
+        previous = block
+    yield from flush()
+
+
 def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
     """``blocks`` with the data or batch this process read (gzip, Parquet, a file on a store without
     ranged reads) written to a file of their own under ``folder``, for the process that takes a block
@@ -570,17 +621,23 @@ def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
     Written here, a block is gone from this process once the page cache has it."""
     os.makedirs(folder, exist_ok=True)
     for n, block in enumerate(blocks):
-        if block.batch is not None:
-            path = os.path.join(folder, f"block-{n:09d}{_SPILLED_BATCH}")
-            with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, block.batch.schema) as stream:
-                stream.write_batch(block.batch)
-            block = replace(block, batch=None, spilled=path)
-        elif block.data:
-            path = os.path.join(folder, f"block-{n:09d}.jsonl")
-            with open(path, "wb") as f:
-                f.write(block.data)
-            block = replace(block, data=b"", spilled=path)
-        yield block
+        if block.places:  # each file gathered into it that was read here, in a file of its own
+            block = replace(block, places=tuple(_spilled(p, os.path.join(folder, f"block-{n:09d}-{i:06d}"))
+                                                for i, p in enumerate(block.places)))
+        yield _spilled(block, os.path.join(folder, f"block-{n:09d}"))
+
+
+def _spilled(block: Block, name: str) -> Block:
+    if block.batch is not None:
+        path = name + _SPILLED_BATCH
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, block.batch.schema) as stream:
+            stream.write_batch(block.batch)
+        return replace(block, batch=None, spilled=path)
+    if block.data:
+        with open(name + ".jsonl", "wb") as f:
+            f.write(block.data)
+        return replace(block, data=b"", spilled=name + ".jsonl")
+    return block
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
