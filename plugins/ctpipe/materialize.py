@@ -223,12 +223,14 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     return found or fmt, [traces.convert(d) for d in formats.normalize(doc, fmt)]
 
 
-def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
+def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None) -> pa.Table:
     """The block's records in the interval, as a :data:`columns.RAW_SCHEMA` table in line order; the rest
     goes to ``part``.
 
     Lines and Parquet rows take the fast paths (:data:`_FAST`, :data:`_FAST_PARQUET`) where they can;
-    every other line or row is decoded one by one, which also says why it is not a trace. An unreadable line belongs to
+    every other line or row is decoded one by one, which also says why it is not a trace (``fast``: the
+    block's lines and what the fast paths made of them, when they were run on more than the block's
+    lines at once, see :func:`_fast_members`). An unreadable line belongs to
     the interval of the record before it; at the start of a block, of the first record after it (a
     block never knows the records of the block before); in a block with no readable record, to the
     hour of its file's partition (or to every run, outside that layout).
@@ -236,7 +238,9 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
     lo, hi = columns.micros(job.start), columns.micros(job.end)
     lines, parsed, taken = None, None, None
     fast_at, fast_times = np.zeros(0, np.int64), np.zeros(0, np.int64)  # line and start time of each parsed row
-    if block.batch is None:
+    if fast is not None:
+        lines, parsed, fast_at = fast
+    elif block.batch is None:
         lines = block.data.split(b"\n")
         parsed, fast_at = _fast(block.data, lines, job.dataset.format, part.formats)
     elif _FAST_PARQUET and job.dataset.format in ("auto", "ctpipe") and (got := _FAST_PARQUET(block.batch)):
@@ -304,7 +308,8 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
                 part.unformatted += q["reason"] in _NO_FORMAT
                 part.quarantine.append(q)
 
-    tables = [columns.from_records([r for r, kept in zip(slow, inside_slow) if kept])]
+    slow_inside = [r for r, kept in zip(slow, inside_slow) if kept]
+    tables = [columns.from_records(slow_inside)] if slow_inside or not inside_fast.any() else []  # 0.25 ms for none
     if inside_fast.any():
         keep = np.flatnonzero(inside_fast)
         rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
@@ -312,7 +317,7 @@ def _read(block: sources.Block, job: Job, part: Part) -> pa.Table:
             pa.array([block.file] * len(keep), pa.string()), pa.array(block.first + fast_at[keep], pa.int64())],
             schema=columns.RAW_SCHEMA))
     table = pa.concat_tables(tables)
-    if len(tables[0]) and len(tables) > 1:  # a stable sort: the records of one line keep their order
+    if slow_inside and len(tables) > 1:  # a stable sort: the records of one line keep their order
         table = table.take(pc.sort_indices(table["source_line"]))
     return table
 
@@ -351,6 +356,22 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
         order = np.argsort(at, kind="stable")
         table, at = table.take(order), at[order]
     return table, at
+
+
+def _fast_members(members: list[sources.Block], fmt: str, formats_read: Counter) -> list[tuple]:
+    """:func:`_fast` run once over the lines of the files gathered into a block, as ``_read`` takes
+    each file's share: the fast paths cost some 3 ms a call whatever the lines, most of the time it
+    took a file of ten traces."""
+    datas = [m.data + b"\n" if m.data and not m.data.endswith(b"\n") else m.data for m in members]
+    data = b"".join(datas)
+    lines = data.split(b"\n")
+    parsed, at = _fast(data, lines, fmt, formats_read)
+    ends = np.cumsum([d.count(b"\n") for d in datas])
+    out = []
+    for lo, hi in zip(itertools.chain([0], ends[:-1].tolist()), ends.tolist()):
+        i, j = np.searchsorted(at, [lo, hi]).tolist()
+        out.append((lines[lo:hi], None if parsed is None else parsed.slice(i, j - i), at[i:j] - lo))
+    return out
 
 
 def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
@@ -448,12 +469,14 @@ def process(item: tuple[int, sources.Block]) -> Part:
     block = block if counted else block.numbered_from(1)  # see Part.lines
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
-    raws = []
-    for member in block.members():  # small files gathered into the block are read one by one
+    members, raws = block.members(), []
+    # Small files gathered into the block are read one by one, their lines parsed together.
+    fast = _fast_members(members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
+    for member, got in zip(members, fast):
         before = part.read, part.unformatted, part.formats.total()
-        raws.append(_read(member, _JOB, part))
+        raws.append(_read(member, _JOB, part, got))
         part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
-                                            known=part.formats.total() - before[2])
+                                            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 
