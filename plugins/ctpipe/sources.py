@@ -20,10 +20,11 @@ the process that takes it (:func:`spilled`).
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
-``corrupt_gzip``, ``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with the
-file and line or row, so the caller can quarantine them and keep counts exact. Decoding a line
-(``invalid_utf8``, ``invalid_json``, ``non_finite_number``) is left to the caller, which may run it in
-another process. A missing source is an error naming the URI.
+``corrupt_gzip``) or a Parquet row group (``unreadable_parquet``) and oversized lines
+(``record_too_large``) come as :class:`Item`\\ s with the file and line or row, so the caller can
+quarantine them and keep counts exact. Decoding a line (``invalid_utf8``, ``invalid_json``,
+``non_finite_number``) is left to the caller, which may run it in another process. A missing source
+is an error naming the URI.
 """
 
 from __future__ import annotations
@@ -582,13 +583,16 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
     files is not processed, and written, in as many small parts: 2,000 files of ten traces took 17 s,
     and gave a version 2,000 parts of each table. A run of one file stays the block it was."""
     run: list[Block] = []
+    held = 0  # bytes of the run
 
     def flush() -> Iterator[Block]:
+        nonlocal held
         if len(run) > 1:
             yield Block(run[0].file, 1, places=tuple(run))
         else:
             yield from run
         run.clear()
+        held = 0
 
     def size(block: Block) -> int:
         return len(block.data) or block.size
@@ -599,9 +603,10 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
         if previous is not None:
             if (previous.file != before and (block is None or block.file != previous.file) and previous.damage is None
                     and previous.batch is None and size(previous) <= BLOCK_BYTES // 2):  # a small file, whole
-                if sum(map(size, run)) + size(previous) > BLOCK_BYTES:
+                if held + size(previous) > BLOCK_BYTES:
                     yield from flush()
                 run.append(previous)
+                held += size(previous)
             else:
                 yield from flush()
                 yield previous
