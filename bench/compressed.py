@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from materialize import __file__ as materialize_bench
-from materialize import arguments, generate, run_child, well_formed
+from materialize import arguments, bench_traces, run_child, well_formed
 
 
 def compressed_copies(src: Path, root: Path) -> dict[str, Path]:
@@ -50,12 +50,8 @@ def compressed_copies(src: Path, root: Path) -> dict[str, Path]:
 
 def main() -> None:
     args = arguments(__doc__, 1_000_000, "/tmp/ctpipe-bench-materialize", [], system_bytes=0)
-    name = f"{args.traces}" + (f"-system-{args.system_bytes}" if args.system_bytes else "")
-    src = args.dir / f"traces-{name}" / "date=2026-11-22"
-    if not (src / "DONE").exists():
-        print(f"writing {args.traces} traces to {src} ...", flush=True)
-        generate(src, args.traces, system_bytes=args.system_bytes)
-        (src / "DONE").write_text("")
+    src = bench_traces(args.dir, args.traces, args.system_bytes)
+    name = src.parent.name.removeprefix("traces-")
     print("writing the gzip and Parquet copies (once) ...", flush=True)
     sources = {"plain": src, **compressed_copies(src, args.dir / f"compressed-{name}")}
     results = {}

@@ -104,6 +104,16 @@ def generate(path: Path, n: int, seed: int = 0, system_bytes: int = 0) -> None:
     out.close()
 
 
+def bench_traces(root: Path, n: int, system_bytes: int = 0) -> Path:
+    """The folder of ``n`` traces of :func:`generate` under ``root``, written the first time it is asked for."""
+    src = root / (f"traces-{n}" + (f"-system-{system_bytes}" if system_bytes else "")) / "date=2026-11-22"
+    if not (src / "DONE").exists():
+        print(f"writing {n} traces to {src} ...", flush=True)
+        generate(src, n, system_bytes=system_bytes)
+        (src / "DONE").write_text("")
+    return src
+
+
 # ------------------------------------------------------------------------------------------ runs
 
 
@@ -352,11 +362,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.src, args.out)
         return
-    src = args.dir / f"traces-{args.traces}" / "date=2026-11-22"
-    if not (src / "DONE").exists():
-        print(f"writing {args.traces} traces to {src} ...", flush=True)
-        generate(src, args.traces)
-        (src / "DONE").write_text("")
+    src = bench_traces(args.dir, args.traces)
     size = sum(f.stat().st_size for f in src.glob("*.jsonl"))
     print(f"input: {args.traces} traces, {size / 1e9:.2f} GB, {size / args.traces:.0f} bytes each", flush=True)
     results = {}

@@ -18,10 +18,17 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from materialize import __file__ as materialize_bench
-from materialize import arguments, generate, run_child
+from materialize import arguments, bench_traces, run_child
+
+
+def _lines(src: Path) -> Iterator[bytes]:
+    for path in sorted(src.glob("*.jsonl")):
+        with open(path, "rb") as f:
+            yield from f
 
 
 def small_copy(src: Path, out: Path, per_file: int) -> None:
@@ -29,7 +36,7 @@ def small_copy(src: Path, out: Path, per_file: int) -> None:
     if (out / "DONE").exists():
         return
     out.mkdir(parents=True, exist_ok=True)
-    lines = itertools.chain.from_iterable(open(path, "rb") for path in sorted(src.glob("*.jsonl")))
+    lines = _lines(src)
     for n in itertools.count():
         chunk = b"".join(itertools.islice(lines, per_file))
         if not chunk:
@@ -50,11 +57,7 @@ def parts(out: Path) -> int:
 
 def main() -> None:
     args = arguments(__doc__, 100_000, "/tmp/ctpipe-bench-small", [], per_file=10)
-    large = args.dir / f"traces-{args.traces}" / "date=2026-11-22"
-    if not (large / "DONE").exists():
-        print(f"writing {args.traces} traces to {large} ...", flush=True)
-        generate(large, args.traces)
-        (large / "DONE").write_text("")
+    large = bench_traces(args.dir, args.traces)
     small = args.dir / f"small-{args.traces}-{args.per_file}" / "date=2026-11-22"
     small_copy(large, small, args.per_file)
     results = {}

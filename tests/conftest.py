@@ -151,6 +151,19 @@ def trace(i: int, prompt: str = "What is 2 plus 3?", completion: str = "5", *, a
     return rec
 
 
+def damage_row_group(path: Path, group: int) -> None:
+    """Flip the bytes of the middle quarter of every column chunk of a Parquet file's row ``group``, so
+    that reading the group fails (the chunks compressed, and not dictionary-encoded: a few flipped
+    bytes of compressed text may decode as other text)."""
+    import pyarrow.parquet as pq
+
+    meta, data = pq.ParquetFile(path).metadata, bytearray(path.read_bytes())
+    for column in map(meta.row_group(group).column, range(meta.num_columns)):
+        middle, half = column.data_page_offset + column.total_compressed_size // 2, column.total_compressed_size // 8
+        data[middle - half:middle + half + 1] = bytes(b ^ 0x5A for b in data[middle - half:middle + half + 1])
+    path.write_bytes(bytes(data))
+
+
 def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: datetime = T0) -> Path:
     d = partition_dir(root, at)
     d.mkdir(parents=True, exist_ok=True)

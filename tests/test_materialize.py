@@ -22,7 +22,7 @@ from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
-from tests.conftest import T0, mutated, trace
+from tests.conftest import T0, damage_row_group, mutated, trace
 from tests.test_formats import OPENAI, kv, otlp
 
 HOUR = timedelta(hours=1)
@@ -156,11 +156,7 @@ def test_bad_input_is_quarantined_with_its_place_and_no_valid_record_is_lost(tmp
     (src / "b.jsonl.gz").write_bytes(cut[: len(cut) * 2 // 3])
     pq.write_table(pa.Table.from_pylist([trace(400 + i, f"Compute {i} + 3", str(i + 3)) for i in range(200)]),
                    src / "c.parquet", row_group_size=50, compression="zstd", use_dictionary=False)
-    meta, data = pq.ParquetFile(src / "c.parquet").metadata, bytearray((src / "c.parquet").read_bytes())
-    for column in map(meta.row_group(2).column, range(meta.num_columns)):  # the third row group damaged
-        middle = column.data_page_offset + column.total_compressed_size // 2
-        data[middle - 2:middle + 2] = bytes(b ^ 0x5A for b in data[middle - 2:middle + 2])
-    (src / "c.parquet").write_bytes(bytes(data))
+    damage_row_group(src / "c.parquet", 2)  # the third
     m = run(src, tmp_path / "out")
     assert accounted(m)
     assert m.quarantine_reasons == {
@@ -350,7 +346,8 @@ def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_pa
     """Two hundred small files (ours, OpenAI logs, gzip, one in no format, records of another hour,
     duplicates across files) make a handful of parts, and the same rows, reasons and counts as when
     every file is a block of its own."""
-    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0 if workers > 1 else mat._IN_PROCESS_BYTES)
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     src = tmp_path / "src"
     src.mkdir()
     for i in range(200):

@@ -117,7 +117,8 @@ class Block:
     spilled: str | None = None  # a file of its own holding its data or batch (see :func:`spilled`)
     # Small whole files gathered into one block (see :func:`gathered`): before it is loaded, a block
     # of each (a place in it, its lines, or a spilled file); once loaded, each file and the length of
-    # its lines in ``data``, one after the other.
+    # its lines in ``data``, one after the other, each ending with a newline (so that the block's
+    # lines split at once are those of its files).
     places: tuple[Block, ...] = ()
     files: tuple[tuple[str, int], ...] = ()
 
@@ -126,7 +127,7 @@ class Block:
         if self.spilled is not None:
             return self._unspilled()
         if self.places:
-            loaded = [place.load().data for place in self.places]
+            loaded = [d if d.endswith(b"\n") or not d else d + b"\n" for d in (p.load().data for p in self.places)]
             return replace(self, data=b"".join(loaded), places=(),
                            files=tuple((place.file, len(d)) for place, d in zip(self.places, loaded)))
         if not self.size:
