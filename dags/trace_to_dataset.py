@@ -17,11 +17,15 @@ An asset event on `ctpipe_training_dataset` names the version; the `train` DAG
 runs on it.
 
 Re-running an interval finds the same version instead of writing a new one;
-backfills work like any data-interval DAG's.
+backfills work like any data-interval DAG's. With `dataset.partition_lag` set
+(a source partitioned by arrival time), a run first waits that long after its
+interval's end, deferred to the triggerer, and also reads the partitions of
+that time.
 """
 
 from __future__ import annotations
 
+from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
 from airflow.sdk.exceptions import AirflowSkipException
 
@@ -46,4 +50,8 @@ with DAG(
         outlet_events[TRAINING_DATASET].extra = extra
         return extra
 
-    materialize()
+    lag = settings().dataset.partition_lag
+    if lag:  # the partitions after the interval are still being written until then
+        TimeDeltaSensor(task_id="wait_for_late_traces", delta=lag, deferrable=True) >> materialize()
+    else:
+        materialize()

@@ -100,7 +100,7 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.materialize import materialize
+    from ctpipe.materialize import materialize, misplaced_lines
     from ctpipe.sources import SUFFIXES
 
     s = _settings()
@@ -118,7 +118,8 @@ def cmd_materialize(args) -> int:
                               **({"version": None} if m is None else {
                                   **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
-                                  "skipped_files": m.source.get("skipped_files", [])})}))
+                                  "skipped_files": m.source.get("skipped_files", []),
+                                  "misplaced": m.source.get("misplaced", {})})}))
         elif m is None:
             print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
         else:
@@ -132,6 +133,7 @@ def cmd_materialize(args) -> int:
                             for f, n in m.source.get("unrecognized_files", {}).items())
                   + "".join(f"  {f}: not read, its name ends in none of {' '.join(SUFFIXES)}\n"
                             for f in m.source.get("skipped_files", []))
+                  + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset.partition_lag))
                   + f"  {m.uri}")
         start = end
     return 0

@@ -8,6 +8,7 @@ run in different processes, all read the same settings. Unknown keys fail.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -150,6 +151,13 @@ class DatasetConfig(_Section):
     eval_sets: list[str] = Field(
         [], description="Further evaluation sets to decontaminate against (JSONL URIs with a prompt or question "
         "field); the task's held-out questions always count.",
+    )
+    partition_lag: timedelta = Field(
+        timedelta(0), ge=timedelta(0),
+        description="How much earlier than its date=/hour= partition a record may have started: a writer that "
+        "partitions by arrival time puts a request begun at 10:59:59 in hour=11. A run also reads the partitions "
+        "this much after its interval, and the trace_to_dataset DAG waits this long after the interval's end "
+        "(ISO 8601, such as PT15M, or seconds).",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
 

@@ -39,7 +39,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
 
 import msgspec
@@ -73,6 +73,7 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
+_MICROSECOND = timedelta(microseconds=1)
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
@@ -119,6 +120,10 @@ class Part:
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
+    # Records read (in the interval or not) that started before their file's partition, by more than
+    # partition_lag, or after it ended: runs of shorter intervals skip that partition and miss them.
+    # Of each side: (records, the most microseconds before the partition's start or after its end).
+    misplaced: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
     lines: int | None = None
@@ -287,6 +292,9 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             slow_times += times
 
     # Which records are in the interval, and to which interval each rejected item belongs.
+    span = traces.partition_span(block.file)
+    if span is not None:
+        _misplaced(part, span, job.dataset.partition_lag, np.concatenate([fast_times, np.array(slow_times, np.int64)]))
     inside_fast = (fast_times >= lo) & (fast_times < hi)
     inside_slow = [lo <= t < hi for t in slow_times]
     inside = int(inside_fast.sum()) + sum(inside_slow)
@@ -298,11 +306,10 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         firsts, lasts = (np.concatenate([fast_times, slow_lines[:, i]]) for i in (1, 2))
         order = np.argsort(lines_with, kind="stable")
         lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
-        hour = traces.partition_hour(block.file)
         for n, q in rejected:
             before = int(np.searchsorted(lines_with, n))
             at = (int(lasts[before - 1]) if before else int(firsts[0]) if len(firsts)
-                  else columns.micros(hour) if hour else None)
+                  else columns.micros(span[0]) if span else None)
             if at is None or lo <= at < hi:
                 part.read += 1
                 part.unformatted += q["reason"] in _NO_FORMAT
@@ -371,6 +378,16 @@ def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
         i, j = np.searchsorted(at, [lo, hi]).tolist()
         out.append((lines[lo:hi], None if parsed is None else parsed.slice(i, j - i), at[i:j] - lo))
     return out
+
+
+def _misplaced(part: Part, span: tuple[datetime, timedelta], lag: timedelta, times: np.ndarray) -> None:
+    """Counts in ``part`` the start ``times`` that the partition ``span`` may not hold (see Part.misplaced)."""
+    start, end = columns.micros(span[0]), columns.micros(span[0] + span[1])
+    early, late = times[times < start - lag // _MICROSECOND], times[times >= end]
+    for side, by in (("before", start - early), ("after", late - end)):
+        if len(by):
+            n, most = part.misplaced.get(side, (0, 0))
+            part.misplaced[side] = (n + len(by), max(most, int(by.max())))
 
 
 def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
@@ -988,15 +1005,16 @@ def materialize(
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     fs, files, skipped = sources.list_files(source)
-    files = [f for f in files if _may_hold(f, start, end)]
-    skipped = [f for f in skipped if _may_hold(f, start, end)]
+    files = [f for f in files if _may_hold(f, start, end, dataset.partition_lag)]
+    skipped = [f for f in skipped if _may_hold(f, start, end, dataset.partition_lag)]
     if skipped:  # named in the manifest too, all of them
         log.warning("%d files of the source are not read, their names not those of trace files (%s): %s",
                     len(skipped), " ".join(sources.SUFFIXES), ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = _eval_items(task, dataset)
-    config = {"task": task.model_dump(), "reward": reward.model_dump(), "dataset": dataset.model_dump(exclude={"workers"}),
+    config = {"task": task.model_dump(), "reward": reward.model_dump(),
+              "dataset": dataset.model_dump(mode="json", exclude={"workers"}),
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
     output = Output(out)
     file_keys = [(f, fs.ukey(f)) for f in files]
@@ -1017,6 +1035,7 @@ def materialize(
     reasons: Counter = Counter()
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
+    misplaced: dict[str, tuple[int, int]] = {}  # see Part.misplaced
     by_file: dict[str, Counter] = {}  # items read in the interval, of them in no format, records in a format
     lines_before = sources.LinesBefore()
     dedupe = _Dedup(spill_dir)
@@ -1042,6 +1061,9 @@ def materialize(
             counts["outside_interval"] += part.outside
             found_pii.update(part.pii)
             found_formats.update(part.formats)
+            for side, (n, most) in part.misplaced.items():
+                had = misplaced.get(side, (0, 0))
+                misplaced[side] = (had[0] + n, max(had[1], most))
             for file, seen in part.by_file.items():
                 by_file.setdefault(file, Counter()).update(seen)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
@@ -1067,6 +1089,10 @@ def materialize(
         read = time.monotonic()
         dedupe = None  # its keys are not needed for pairing
         counts["quarantined"] = sum(reasons.values())
+        misplaced_report = {f"{side}_partition": {"traces": n, "most_seconds": most / 1e6}
+                            for side, (n, most) in sorted(misplaced.items())}
+        for line in misplaced_lines(misplaced_report, dataset.partition_lag):  # before a run with no trace ends
+            log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
             return None
@@ -1118,7 +1144,8 @@ def materialize(
         reward_stats=stats.summary(),
         scrubbed=dict(sorted(found_pii.items())),
         source={"uri": source, "files": len(files), "formats": dict(sorted((+found_formats).items())),
-                "unrecognized_files": unrecognized, "skipped_files": skipped, "content_hash": digest.hexdigest()},
+                "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
+                "content_hash": digest.hexdigest()},
         config=config,
     )
     output.remember(start, end, config, file_keys, manifest.version)
@@ -1128,17 +1155,32 @@ def materialize(
     return manifest
 
 
+def misplaced_lines(report: dict, lag: timedelta) -> list[str]:
+    """A manifest's ``source.misplaced`` in words."""
+    out = []
+    if before := report.get("before_partition"):
+        most = timedelta(seconds=before["most_seconds"])
+        out.append(f"{before['traces']} traces started up to {most} before the date=/hour= partition holding them, "
+                   f"more than dataset.partition_lag ({lag}): the run of the interval each started in reads that "
+                   f"partition only if it begins within partition_lag of the interval's end; set partition_lag to "
+                   f"at least {most} and run those intervals again")
+    if after := report.get("after_partition"):
+        out.append(f"{after['traces']} traces started up to {timedelta(seconds=after['most_seconds'])} after the "
+                   f"date=/hour= partition holding them ended: the run of the interval each started in does not "
+                   f"read that partition")
+    return out
+
+
 def _buckets_for(size: int) -> int:
     """Pairing buckets that ``size`` bytes of source need (see _BUCKET_BYTES)."""
     return max(1, math.ceil(size / _BUCKET_BYTES))
 
 
-def _may_hold(file: str, start: datetime, end: datetime) -> bool:
-    """False only for files in an hour partition wholly outside the interval."""
-    hour = traces.partition_hour(file)
-    if hour is None or "hour=" not in file:
-        return True
-    return start.replace(minute=0, second=0, microsecond=0) <= hour < end
+def _may_hold(file: str, start: datetime, end: datetime, lag: timedelta) -> bool:
+    """False only for files in a partition (an hour or a day) that cannot hold a record started in the
+    interval: one that ends before it, or begins more than ``lag`` after it."""
+    span = traces.partition_span(file)
+    return span is None or (start < span[0] + span[1] and span[0] - lag < end)
 
 
 class _RewardStats:

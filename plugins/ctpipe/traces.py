@@ -4,6 +4,9 @@ Our own files hold it as one JSON object per line, partitioned by the hour of ``
 
     <traces_dir>/date=YYYY-MM-DD/hour=HH/part-<id>.jsonl
 
+A run reads only the partitions of its interval (see ``DatasetConfig.partition_lag`` for sources
+partitioned by arrival time).
+
 A record (fields not listed here are ignored; other formats are mapped onto it by
 :mod:`ctpipe.formats`)::
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -177,15 +180,17 @@ def partition_dir(root: Path, ts: datetime) -> Path:
     return root / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}"
 
 
-def partition_hour(path: str | Path) -> datetime | None:
-    """The UTC hour a file belongs to from its ``date=``/``hour=`` folders, or None outside that layout."""
+def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
+    """The UTC start and length of the span a file's folders name: an hour under ``date=``/``hour=``,
+    a day under ``date=`` alone; None outside that layout."""
     parts = Path(path).parts
+    date = next((p.removeprefix("date=") for p in parts if p.startswith("date=")), None)
+    hour = next((p.removeprefix("hour=") for p in parts if p.startswith("hour=")), None)
     try:
-        date = next(p for p in parts if p.startswith("date=")).removeprefix("date=")
-        hour = next((p for p in parts if p.startswith("hour=")), "hour=00").removeprefix("hour=")
-        return datetime.strptime(f"{date} {hour}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
-    except (StopIteration, ValueError):
+        start = datetime.strptime(f"{date} {hour or '00'}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
+    except ValueError:  # no date=, or not a date
         return None
+    return start, timedelta(hours=1) if hour is not None else timedelta(days=1)
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:

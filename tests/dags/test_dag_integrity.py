@@ -99,3 +99,17 @@ def test_the_rollback_form_asks_for_a_version_number(dagbag):
     params = dagbag.dags["rollback"].params
     assert params["version"] == "" and params.get_param("version").schema["pattern"] == "^[0-9]*$"
     assert type(dagbag.dags["rollback"].timetable).__name__ == "NullTimetable"  # by hand only
+
+
+def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
+    assert [t.task_id for t in dagbag.dags["trace_to_dataset"].tasks] == ["materialize"]  # no lag: no wait
+    code = (
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"dag = DagBag({str(ROOT / 'dags')!r}).dags['trace_to_dataset']\n"
+        "t = dag.get_task('wait_for_late_traces')\n"
+        "print(type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids))\n"
+    )
+    env = {**__import__("os").environ, "CTPIPE_DATASET__PARTITION_LAG": "PT15M"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
