@@ -164,6 +164,16 @@ def damage_row_group(path: Path, group: int) -> None:
     path.write_bytes(bytes(data))
 
 
+def zstd(data: bytes) -> bytes:
+    """``data`` as one zstd frame with a content checksum, as the zstd tool writes it (pyarrow writes none)."""
+    import pyarrow as pa
+    import xxhash
+
+    frame = bytearray(pa.compress(data, "zstd", asbytes=True))
+    frame[4] |= 0x04  # the frame header's Content_Checksum_flag: the low 4 bytes of the content's XXH64 follow
+    return bytes(frame) + xxhash.xxh64_intdigest(data).to_bytes(8, "little")[:4]
+
+
 def write_traces(root: Path, lines: list, name: str = "part-a.jsonl", at: datetime = T0) -> Path:
     d = partition_dir(root, at)
     d.mkdir(parents=True, exist_ok=True)

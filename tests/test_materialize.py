@@ -22,7 +22,7 @@ from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
-from tests.conftest import T0, damage_row_group, mutated, trace
+from tests.conftest import T0, damage_row_group, mutated, trace, zstd
 from tests.test_formats import OPENAI, kv, otlp
 
 HOUR = timedelta(hours=1)
@@ -343,7 +343,7 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers):
-    """Two hundred small files (ours, OpenAI logs, gzip, one in no format, records of another hour,
+    """Two hundred small files (ours, OpenAI logs, gzip, zstd, one in no format, records of another hour,
     duplicates across files) make a handful of parts, and the same rows, reasons and counts as when
     every file is a block of its own."""
     if workers > 1:
@@ -355,8 +355,9 @@ def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_pa
         later = T0 + HOUR if i % 50 == 7 else None  # a record of the next hour
         records = [trace(i * 3 + k, f"What is {q} plus {k}?", str(q + k), at=later if k == 1 else None) for k in range(3)]
         body = lines(*records, b"{cut" if i % 10 == 3 else records[0])  # a broken line, or a duplicate
-        name = f"part-{i:04d}.jsonl"
-        (src / (name + ".gz" if i % 4 == 1 else name)).write_bytes(gzip.compress(body) if i % 4 == 1 else body)
+        name, packed = [(f"part-{i:04d}.jsonl", body), (f"part-{i:04d}.jsonl.gz", gzip.compress(body)),
+                        (f"part-{i:04d}.jsonl.zst", zstd(body)), (f"part-{i:04d}.jsonl", body)][i % 4]
+        (src / name).write_bytes(packed)
     (src / "part-0100.jsonl").write_bytes(lines(OPENAI, {"hello": "world"}))
     (src / "part-0150.jsonl").write_bytes(lines({"hello": 1}, {"hello": 2}))  # in no format
     gathered = run(src, tmp_path / "gathered", dataset=DatasetConfig(workers=workers))

@@ -1,9 +1,10 @@
-"""Reading trace sources: gzip, Parquet, and every kind of damage kept with its file and line."""
+"""Reading trace sources: gzip, zstd, Parquet, and every kind of damage kept with its file and line."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import os
 import random
@@ -14,7 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctpipe.sources import SourceError, data_bytes, read
-from tests.conftest import damage_row_group, trace
+from tests.conftest import damage_row_group, trace, zstd
+
+
+def packed(name: str, data: bytes) -> bytes:
+    """``data`` as a file named ``name`` holds it: gzip, zstd or plain."""
+    return gzip.compress(data) if name.endswith(".gz") else zstd(data) if name.endswith(".zst") else data
 
 
 def test_jsonl_gzip_and_parquet_are_read_in_order(tmp_path):
@@ -62,12 +68,12 @@ def test_damaged_records_are_reported_with_their_place_and_good_ones_kept(tmp_pa
         (1, None), (2, "invalid_utf8"), (3, "non_finite_number"), (4, "invalid_json"), (5, "record_too_large"), (6, None)]
 
 
-@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz", "a.jsonl.zst"])
 def test_a_byte_order_mark_before_a_line_is_ignored(tmp_path, name):
     """As a Windows tool starts a file, and as files joined with cat carry it into the middle."""
     bom = b"\xef\xbb\xbf"
     data = bom + b'{"n": 1}\r\n{"n": 2}\n' + bom + b'{"n": 3}\n' + bom + b"\n" + b'{"n": \xef\xbb\xbf4}\n'
-    (tmp_path / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    (tmp_path / name).write_bytes(packed(name, data))
     items = list(read(str(tmp_path / name)))
     assert [(i.position, i.doc, i.reason) for i in items] == [
         (1, {"n": 1}, None), (2, {"n": 2}, None), (3, {"n": 3}, None), (5, None, "invalid_json")]  # a mark only starts a line
@@ -137,6 +143,76 @@ def test_gzip_comes_in_blocks_of_the_block_size_however_much_it_compresses(tmp_p
     assert len(good) > 500 and good == list(range(len(good))) and items[-1].reason == "truncated_gzip"
 
 
+def test_zstd_is_read_as_its_lines_frames_one_after_another_in_blocks_of_the_block_size(tmp_path, monkeypatch):
+    """As the zstd tool and OpenTelemetry's file exporter write it: frames (``cat a.zst b.zst``) of
+    lines that compress a hundred times come in blocks of a block's size; a .json.zst file may hold
+    one document."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(sources, "_ZSTD_STEP", 1024)
+    line = lambda i: json.dumps({"n": i, "system": "be brief. " * 100}).encode() + b"\n"  # noqa: E731
+    frames = [zstd(b"".join(map(line, range(k, k + 500)))) for k in (0, 500)]
+    assert sum(map(len, frames)) * 100 < 1000 * len(line(0))
+    (tmp_path / "a.ndjson.zst").write_bytes(b"".join(frames))
+    (tmp_path / "b.json.zst").write_bytes(zstd(json.dumps([{"n": 1000}, {"n": 1001}], indent=2).encode()))
+    fs, files, _ = sources.list_files(str(tmp_path))
+    assert max(len(b.data) for b in sources.blocks(fs, files)) < 4096 + 2 * len(line(999))
+    assert [(i.doc["n"], i.position) for i in read(str(tmp_path))] == [(n, n % 1000 + 1) for n in range(1002)]
+    assert sources.data_bytes(fs, files) == 10 * sum(fs.size(f) for f in files)  # sized as compressed, unopened
+
+
+def test_every_truncation_of_a_zstd_file_is_reported(tmp_path, monkeypatch):
+    """Cut after any byte, a file keeps the lines before the cut (up to a read's worth), and says it was cut."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(sources, "_ZSTD_STEP", 128)
+    text = b"".join(json.dumps({"n": i, "text": "words " * 5}).encode() + b"\n" for i in range(300))
+    whole = zstd(text)
+    path = tmp_path / "t.jsonl.zst"
+    for cut in range(1, len(whole)):
+        path.write_bytes(whole[:cut])
+        items = list(read(str(path)))
+        good = [i.doc["n"] for i in items if i.reason is None]
+        assert items and items[-1].reason == "truncated_zstd" and good == list(range(len(good))), cut
+        assert items[-1].detail == "zstd: Truncated compressed stream", cut
+
+
+def test_a_damaged_zstd_is_told_from_a_truncated_one_and_keeps_the_lines_before_the_damage(tmp_path):
+    lines = [json.dumps({"n": i, "h": hashlib.sha256(str(i).encode()).hexdigest()}).encode() + b"\n"
+             for i in range(20000)]
+    whole = zstd(b"".join(lines))
+    at = len(whole) * 3 // 4
+    files = {"flipped": whole[:at] + bytes([whole[at] ^ 0xFF]) + whole[at + 1:],
+             "checksum": whole[:-4] + bytes(b ^ 1 for b in whole[-4:]),
+             "plain": b"".join(lines[:3])}
+    for name, data in files.items():
+        (tmp_path / f"{name}.jsonl.zst").write_bytes(data)
+    for name, least in (("flipped", 14000), ("checksum", 18000), ("plain", 0)):
+        items = list(read(str(tmp_path / f"{name}.jsonl.zst")))
+        good = [i.doc["n"] for i in items if i.reason is None]
+        assert good == list(range(len(good))) and len(good) >= least, name  # a read's 256 KB at most is lost
+        assert items[-1].reason == "corrupt_zstd" and items[-1].detail.startswith("zstd: ZSTD decompress failed"), name
+        assert {i.reason for i in items[len(good):-1]} <= {"invalid_json"}, name
+
+
+def test_an_error_reading_a_zstd_file_is_not_taken_for_damage(tmp_path):
+    """A network error under the decompressor ends the run, as it does for any file, rather than cut the file short."""
+    import ctpipe.sources as sources
+
+    class Dropped(io.BytesIO):
+        def read(self, n=-1):
+            if self.tell():  # after the first read
+                raise ConnectionResetError("connection reset by peer")
+            return super().read(n)
+
+    text = b"".join(json.dumps({"n": i, "h": hashlib.sha256(str(i).encode()).hexdigest()}).encode() + b"\n"
+                    for i in range(20000))
+    with pytest.raises(ConnectionResetError):
+        list(sources._unzstd(Dropped(zstd(text))))
+
+
 def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, monkeypatch):
     """What this process read (gzip lines, damage aside) waits in a file per block; places in a plain
     file and damage come as they are. Each file is gone once its block is loaded."""
@@ -201,19 +277,16 @@ def test_a_plain_local_file_comes_as_places_in_the_file_numbered_where_they_are_
         next(b for b in places if b.size).load()
 
 
-@pytest.mark.parametrize("gz", [False, True])
-def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, monkeypatch, gz):
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz", "a.jsonl.zst"])
+def test_lines_after_an_oversized_line_ending_with_a_read_are_kept(tmp_path, monkeypatch, name):
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 100)
     monkeypatch.setattr(sources, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(sources, "_ZSTD_STEP", 64)
     data = b"x" * 191 + b"\n" + b'{"n": 1}\n{"n": 2}\n'  # the long line's newline is the last byte of a 64-byte read
-    path = tmp_path / ("a.jsonl.gz" if gz else "a.jsonl")
-    if gz:  # gzip comes in pieces of a block's size too: the same cut
-        with gzip.open(path, "wb") as f:
-            f.write(data)
-    else:
-        path.write_bytes(data)
+    path = tmp_path / name
+    path.write_bytes(packed(name, data))  # compressed files come in pieces of a block's size too: the same cut
     items = list(read(str(path)))
     assert [(i.position, i.reason, i.doc) for i in items] == [(1, "record_too_large", None), (2, None, {"n": 1}),
                                                               (3, None, {"n": 2})]

@@ -5,7 +5,7 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 config files, instance metadata, never from code). Files are read as:
 
 * ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line, a byte order mark before one ignored;
-  gzip when the name ends in ``.gz``), in blocks of whole lines of about :data:`BLOCK_BYTES`; a
+  gzip when the name ends in ``.gz``, zstd in ``.zst``), in blocks of whole lines of about :data:`BLOCK_BYTES`; a
   ``*.json`` file may also hold one document of up to :data:`MAX_RECORD_BYTES` over many lines (an
   array of records, or a single one: a request body saved as it came), read as a line per record;
 * ``*.parquet`` (one document per row), in record batches.
@@ -14,13 +14,13 @@ Other files in a source folder are skipped and listed by name, except hidden one
 (``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
 A plain file on a local disk or an object store is cut where it lies, reading only around each
-cut, and each block is read where it is processed (see :class:`Block`); a gzip file has to be read
+cut, and each block is read where it is processed (see :class:`Block`); a compressed file has to be read
 through in order, by the process that cuts it, which can leave each block in a file of its own for
 the process that takes it (:func:`spilled`).
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
-``corrupt_gzip``) or a Parquet row group (``unreadable_parquet``) and oversized lines
+``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``) or a Parquet row group (``unreadable_parquet``) and oversized lines
 (``record_too_large``) come as :class:`Item`\\ s with the file and line or row, so the caller can
 quarantine them and keep counts exact. Decoding a line (``invalid_utf8``, ``invalid_json``,
 ``non_finite_number``) is left to the caller, which may run it in another process. A missing source
@@ -47,7 +47,9 @@ from isal import isal_zlib  # ISA-L: gzip decompressed twice as fast as with zli
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
 
-SUFFIXES = (".jsonl", ".ndjson", ".json", ".jsonl.gz", ".ndjson.gz", ".json.gz", ".parquet")
+_COMPRESSED = (".gz", ".zst")  # gzip, zstd
+SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json")))
+_JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document over many lines
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
 # blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
@@ -62,6 +64,9 @@ _PARQUET_READS = 1 << 20
 # whole call, and the lines the call would have given with it: a megabyte took some 1,800 bench
 # traces with it, 64 KB takes about a hundred, at the same speed.
 _GZIP_STEP = 1 << 16
+# Bytes of a zstd file's lines decompressed at a time (Arrow's reader gives no more whatever the
+# ratio): as with gzip, damage fails the read it is in, and takes that much of the lines before it.
+_ZSTD_STEP = 1 << 18
 # About how many bytes of records a byte of a compressed file (gzip, Parquet) holds: text compresses
 # four to eight times in either. It sizes what a run will hold (see data_bytes) without reading any
 # file, to choose its workers and pairing buckets; pairing cuts the buckets again by what the files
@@ -250,20 +255,53 @@ def _gunzip(f) -> Iterator[bytes]:
         if started:
             held.append(d.flush())
             raise EOFError("compressed file ended before the end-of-stream marker was reached")
-    except (EOFError, isal_zlib.error):
+    except (EOFError, isal_zlib.error) as e:
         # Never an empty piece, which ends the file for the reader: damage right after a full block,
         # or within a few bytes of the start, went unreported, the file read as a shorter or empty one.
         if rest := b"".join(held):
             yield rest
-        raise
+        raise _Damage("truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip", f"{type(e).__name__}: {e}") from None
     if rest := b"".join(held):
         yield rest
 
 
+def _unzstd(f) -> Iterator[bytes]:
+    """Decompressed pieces of a zstd stream (frames one after another), a block's worth each, up to
+    any damage, which is raised once the pieces before it are handed out. A frame's checksum (the
+    zstd tool writes one) is checked; a frame without one cannot tell damaged bytes from others."""
+    stream = pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
+    held, size = [], 0
+    try:
+        while piece := stream.read(_ZSTD_STEP):
+            held.append(piece)
+            size += len(piece)
+            if size >= BLOCK_BYTES:
+                yield b"".join(held)
+                held, size = [], 0
+    except OSError as e:
+        # Arrow's own errors are plain OSErrors; the file's (a network error) keep their type and end the run.
+        if type(e) is not OSError:
+            raise
+        if rest := b"".join(held):
+            yield rest
+        raise _Damage("truncated_zstd" if str(e).startswith("Truncated") else "corrupt_zstd", f"zstd: {e}") from None
+    if rest := b"".join(held):
+        yield rest
+
+
+class _Damage(Exception):
+    """A compressed stream's damage: the reason of its item, and what the decompressor said."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
-    """The blocks of a JSONL file behind any filesystem, gzip or not, with their lines."""
+    """The blocks of a JSONL file behind any filesystem, compressed or not, with their lines."""
     with fs.open(file, "rb") as f:
-        pieces = _gunzip(f) if file.endswith(".gz") else iter(lambda: f.read(BLOCK_BYTES), b"")
+        pieces = (_gunzip(f) if file.endswith(".gz") else _unzstd(f) if file.endswith(".zst")
+                  else iter(lambda: f.read(BLOCK_BYTES), b""))
         yield from _last_line_joined(_cut(file, pieces))
 
 
@@ -275,7 +313,7 @@ def _version(info: dict) -> tuple:
 def data_bytes(fs, files: list[str]) -> int:
     """About how many bytes of records ``files`` hold: a plain file's size, a compressed one's
     times :data:`_EXPANSION` (from the listing, no file opened)."""
-    return sum((fs.size(f) or 0) * (_EXPANSION if f.endswith((".gz", ".parquet")) else 1) for f in files)
+    return sum((fs.size(f) or 0) * (_EXPANSION if f.endswith((*_COMPRESSED, ".parquet")) else 1) for f in files)
 
 
 def _plain_blocks(file: str) -> Iterator[Block]:
@@ -372,9 +410,9 @@ def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool
 def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
     """Blocks of whole lines, counted, from a file's successive chunks: a block ends at the last
     newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and
-    given as a ``record_too_large`` item; a gzip stream's damage ends the file as a
-    ``truncated_gzip`` item (it ends early) or a ``corrupt_gzip`` one (its bytes are not a gzip
-    stream's, or fail its checks)."""
+    given as a ``record_too_large`` item; a compressed stream's damage ends the file as a
+    ``truncated_gzip``/``truncated_zstd`` item (it ends early) or a ``corrupt_gzip``/``corrupt_zstd``
+    one (its bytes are not such a stream's, or fail its checks)."""
     line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
     pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces
     head = b""  # the first bytes of the first pending piece, for a record_too_large item
@@ -383,12 +421,10 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         try:
             data = next(chunks, b"")
             n = len(data)
-        except (EOFError, isal_zlib.error) as e:
+        except _Damage as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
-            reason = "truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip"
-            yield Block(file, line, damage=Item(file, line, reason=reason, detail=f"{type(e).__name__}: {e}",
-                                                raw=raw.decode("utf-8", "replace")))
+            yield Block(file, line, damage=Item(file, line, reason=e.reason, detail=str(e), raw=raw.decode("utf-8", "replace")))
             return
         if not n:
             break
@@ -529,11 +565,11 @@ def blocks(fs, files: list[str]) -> Iterator[Block]:
     """Every file's blocks, in order."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file in files:
-        if file.endswith((".json", ".json.gz")) and (records := _json_document(fs, file)) is not None:
+        if file.endswith(_JSON) and (records := _json_document(fs, file)) is not None:
             yield Block(file, 1, data=records)
         elif file.endswith(".parquet"):
             yield from _parquet_blocks(fs, file)
-        elif file.endswith(".gz"):
+        elif file.endswith(_COMPRESSED):
             yield from _jsonl_blocks(fs, file)
         elif "file" in protocols:
             yield from _plain_blocks(file)
@@ -552,7 +588,8 @@ def _json_document(fs, file: str) -> bytes | None:
 
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
-            f = igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else raw
+            f = (igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else raw if not file.endswith(".zst")
+                 else pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd"))
             head = f.read(_PEEK)
             text = head.removeprefix(_BOM).lstrip()
             first, newline, _ = text.partition(b"\n")
