@@ -5,26 +5,27 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 config files, instance metadata, never from code). Files are read as:
 
 * ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line, a byte order mark before one ignored;
-  gzip when the name ends in ``.gz``, zstd in ``.zst``), in blocks of whole lines of about :data:`BLOCK_BYTES`; a
-  ``*.json`` file may also hold one document of up to :data:`MAX_RECORD_BYTES` over many lines (an
-  array of records, or a single one: a request body saved as it came), read as a line per record;
+  gzip when the name ends in ``.gz``, zstd in ``.zst``), in blocks of whole lines of about
+  :data:`BLOCK_BYTES`; a ``*.json`` file may also hold one document of up to
+  :data:`MAX_RECORD_BYTES` over many lines (an array of records, or a single one: a request body
+  saved as it came), read as a line per record;
 * ``*.parquet`` (one document per row), in record batches.
 
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
 (``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
 A plain file on a local disk or an object store is cut where it lies, reading only around each
-cut, and each block is read where it is processed (see :class:`Block`); a compressed file has to be read
-through in order, by the process that cuts it, which can leave each block in a file of its own for
-the process that takes it (:func:`spilled`).
+cut, and each block is read where it is processed (see :class:`Block`); a compressed file has to
+be read through in order, by the process that cuts it, which can leave each block in a file of its
+own for the process that takes it (:func:`spilled`).
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
-``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``) or a Parquet row group (``unreadable_parquet``) and oversized lines
-(``record_too_large``) come as :class:`Item`\\ s with the file and line or row, so the caller can
-quarantine them and keep counts exact. Decoding a line (``invalid_utf8``, ``invalid_json``,
-``non_finite_number``) is left to the caller, which may run it in another process. A missing source
-is an error naming the URI.
+``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``) or a Parquet row group
+(``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with
+the file and line or row, so the caller can quarantine them and keep counts exact. Decoding a line
+(``invalid_utf8``, ``invalid_json``, ``non_finite_number``) is left to the caller, which may run it
+in another process. A missing source is an error naming the URI.
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ _GZIP_STEP = 1 << 16
 # Bytes of a zstd file's lines decompressed at a time (Arrow's reader gives no more whatever the
 # ratio): as with gzip, damage fails the read it is in, and takes that much of the lines before it.
 _ZSTD_STEP = 1 << 18
-# About how many bytes of records a byte of a compressed file (gzip, Parquet) holds: text compresses
-# four to eight times in either. It sizes what a run will hold (see data_bytes) without reading any
-# file, to choose its workers and pairing buckets; pairing cuts the buckets again by what the files
-# held, so an estimate too low costs a pass over the spilled rows, not memory.
+# About how many bytes of records a byte of a compressed file (gzip, zstd, Parquet) holds: text
+# compresses four to eight times in each. It sizes what a run will hold (see data_bytes) without
+# reading any file, to choose its workers and pairing buckets; pairing cuts the buckets again by what
+# the files held, so an estimate too low costs a pass over the spilled rows, not memory.
 _EXPANSION = 10
 # Windows tools start a UTF-8 file with a byte order mark, and files joined with cat carry theirs into
 # the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
@@ -228,6 +229,14 @@ def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str
     return fs, [p for p in found if p.endswith(SUFFIXES)], skipped
 
 
+class _Damage(Exception):
+    """A compressed stream's damage: the reason of its item, and what the decompressor said."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
 def _gunzip(f) -> Iterator[bytes]:
     """Decompressed pieces of a gzip stream (members one after another), a block's worth each, up to
     any damage, which is raised once the pieces before it are handed out.
@@ -260,7 +269,8 @@ def _gunzip(f) -> Iterator[bytes]:
         # or within a few bytes of the start, went unreported, the file read as a shorter or empty one.
         if rest := b"".join(held):
             yield rest
-        raise _Damage("truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip", f"{type(e).__name__}: {e}") from None
+        reason = "truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip"
+        raise _Damage(reason, f"{type(e).__name__}: {e}") from None
     if rest := b"".join(held):
         yield rest
 
@@ -284,17 +294,10 @@ def _unzstd(f) -> Iterator[bytes]:
             raise
         if rest := b"".join(held):
             yield rest
-        raise _Damage("truncated_zstd" if str(e).startswith("Truncated") else "corrupt_zstd", f"zstd: {e}") from None
+        reason = "truncated_zstd" if str(e).startswith("Truncated") else "corrupt_zstd"
+        raise _Damage(reason, f"zstd: {e}") from None
     if rest := b"".join(held):
         yield rest
-
-
-class _Damage(Exception):
-    """A compressed stream's damage: the reason of its item, and what the decompressor said."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
