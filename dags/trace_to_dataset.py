@@ -17,10 +17,9 @@ An asset event on `ctpipe_training_dataset` names the version; the `train` DAG
 runs on it.
 
 Re-running an interval finds the same version instead of writing a new one;
-backfills work like any data-interval DAG's. With `dataset.partition_lag` set
-(a source partitioned by arrival time), a run first waits that long after its
-interval's end, deferred to the triggerer, and also reads the partitions of
-that time.
+backfills work like any data-interval DAG's. With `dataset.arrival_lag` set
+(traces reach the source late: a log shipper buffers them), a run first waits
+that long after its interval's end, deferred to the triggerer.
 """
 
 from __future__ import annotations
@@ -50,8 +49,8 @@ with DAG(
         outlet_events[TRAINING_DATASET].extra = extra
         return extra
 
-    lag = settings().dataset.partition_lag
-    if lag:  # the partitions after the interval are still being written until then
+    lag = settings().dataset.arrival_lag
+    if lag:  # the interval's traces are still arriving until then
         TimeDeltaSensor(task_id="wait_for_late_traces", delta=lag, deferrable=True) >> materialize()
     else:
         materialize()

@@ -438,8 +438,8 @@ def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interv
 
 def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_path, capsys):
     """A writer that partitions by arrival time puts a request begun at 10:59:59 in hour=11: the run
-    of 10:00 reads hour=11 only within partition_lag, and a run that finds records their partition
-    should not hold says so; a date= folder alone is a day's partition."""
+    of 10:00 reads hour=11 only when told so, and a run that finds records their partition should
+    not hold says so; a date= folder alone is a day's partition."""
     src, minute = tmp_path / "src", timedelta(minutes=1)
     for folder, starts in {"date=2026-11-22/hour=10": [T0 + 30 * minute, T0 + 90 * minute],
                            "date=2026-11-22/hour=11": [T0 + HOUR - timedelta(seconds=1), T0 + 65 * minute],
@@ -448,28 +448,38 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
         (src / folder).mkdir(parents=True)
         (src / folder / "part-a.jsonl").write_bytes(lines(*(trace(i, at=t) for i, t in enumerate(starts, 10 * len(folder)))))
 
-    def check(start, end, lag, files, traces_in, outside, misplaced):
-        m = run(src, tmp_path / "out", start, end, dataset=DatasetConfig(partition_lag=lag))
+    def arrival(lag):
+        return DatasetConfig(partitioned_by="arrival", arrival_lag=lag)
+
+    def check(start, end, dataset, files, traces_in, outside, misplaced):
+        m = run(src, tmp_path / "out", start, end, dataset=dataset)
         assert (m.source["files"], m.counts["traces_in"], m.counts["outside_interval"]) == (files, traces_in, outside)
         assert m.source["misplaced"] == {f"{side}_partition": {"traces": n, "most_seconds": s} for side, (n, s) in misplaced.items()}
+        return m
 
     # Hours. 11:30 in hour=10 is missed by the run of 11:00, and 10:59:59 in hour=11 by that of 10:00
-    # unless a lag lets it read hour=11.
-    check(T0, T0 + HOUR, timedelta(0), 1, 1, 1, {"after": (1, 1800.0)})
-    check(T0 + HOUR, T0 + 2 * HOUR, timedelta(0), 1, 1, 1, {"before": (1, 1.0)})
-    check(T0, T0 + HOUR, timedelta(seconds=1), 2, 2, 2, {"after": (1, 1800.0)})
-    check(T0 + HOUR, T0 + 2 * HOUR, timedelta(minutes=15), 1, 1, 1, {})
+    # unless it reads hour=11 too.
+    by_start = check(T0, T0 + HOUR, DatasetConfig(), 1, 1, 1, {"after": (1, 1800.0)})
+    assert check(T0, T0 + HOUR, DatasetConfig(arrival_lag=HOUR), 1, 1, 1, {"after": (1, 1800.0)}).version == by_start.version
+    check(T0 + HOUR, T0 + 2 * HOUR, DatasetConfig(), 1, 1, 1, {"before": (1, 1.0)})
+    check(T0 + HOUR, T0 + 2 * HOUR, arrival(timedelta(0)), 1, 1, 1, {"before": (1, 1.0)})
+    by_arrival = check(T0, T0 + HOUR, arrival(timedelta(seconds=1)), 2, 2, 2, {"after": (1, 1800.0)})
+    assert by_arrival.version != by_start.version and by_arrival.config["dataset"]["partition_lag_s"] == 1.0
+    assert "partition_lag_s" not in by_start.config["dataset"]
+    check(T0 + HOUR, T0 + 2 * HOUR, arrival(timedelta(minutes=15)), 1, 1, 1, {})
     # Days: the 22nd reads its hours (and says what they hold) and no other day; 23:30 of the 22nd, in
     # the 23rd's folder, needs a lag.
-    check(T0 - 10 * HOUR, T0 + 14 * HOUR, timedelta(0), 2, 4, 0, {"after": (1, 1800.0), "before": (1, 1.0)})
+    check(T0 - 10 * HOUR, T0 + 14 * HOUR, DatasetConfig(), 2, 4, 0, {"after": (1, 1800.0), "before": (1, 1.0)})
     assert run(src, tmp_path / "out", T0 + 13 * HOUR, T0 + 14 * HOUR) is None
-    check(T0 + 13 * HOUR, T0 + 14 * HOUR, HOUR, 1, 1, 1, {})
-    check(T0 + 14 * HOUR, T0 + 38 * HOUR, timedelta(0), 1, 1, 1, {"before": (1, 1800.0)})
+    check(T0 + 13 * HOUR, T0 + 14 * HOUR, arrival(HOUR), 1, 1, 1, {})
+    check(T0 + 14 * HOUR, T0 + 38 * HOUR, DatasetConfig(), 1, 1, 1, {"before": (1, 1800.0)})
 
     args = ["materialize", "--source", str(src), "--out", str(tmp_path / "cli"), "--start", (T0 + HOUR).isoformat(),
             "--end", (T0 + 2 * HOUR).isoformat()]
-    assert main(args) == 0 and ("1 traces started up to 0:00:01 before the date=/hour= partition holding them, more "
-                                "than dataset.partition_lag (0:00:00)") in capsys.readouterr().out
+    assert main(args) == 0 and ("1 traces started up to 0:00:01 before the date=/hour= partition holding them: the run "
+                                "of the interval each started in read that partition only if its interval reached it; "
+                                "for a source partitioned by arrival time, set partitioned_by to 'arrival' and "
+                                "arrival_lag to at least 0:00:01") in capsys.readouterr().out
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 1.0}}
 

@@ -133,7 +133,7 @@ def cmd_materialize(args) -> int:
                             for f, n in m.source.get("unrecognized_files", {}).items())
                   + "".join(f"  {f}: not read, its name ends in none of {' '.join(SUFFIXES)}\n"
                             for f in m.source.get("skipped_files", []))
-                  + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset.partition_lag))
+                  + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset))
                   + f"  {m.uri}")
         start = end
     return 0

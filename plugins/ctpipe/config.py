@@ -152,14 +152,23 @@ class DatasetConfig(_Section):
         [], description="Further evaluation sets to decontaminate against (JSONL URIs with a prompt or question "
         "field); the task's held-out questions always count.",
     )
-    partition_lag: timedelta = Field(
+    arrival_lag: timedelta = Field(
         timedelta(0), ge=timedelta(0),
-        description="How much earlier than its date=/hour= partition a record may have started: a writer that "
-        "partitions by arrival time puts a request begun at 10:59:59 in hour=11. A run also reads the partitions "
-        "this much after its interval, and the trace_to_dataset DAG waits this long after the interval's end "
-        "(ISO 8601, such as PT15M, or seconds).",
+        description="How long after it started a trace may reach the source (a log shipper buffers for minutes): "
+        "trace_to_dataset waits this long after its interval's end before it reads (ISO 8601, such as PT15M, or "
+        "seconds).",
+    )
+    partitioned_by: Literal["start", "arrival"] = Field(
+        "start",
+        description="What a source's date=/hour= folders hold: the traces that started in that hour (or day; "
+        "ctpipe's own writer), or those that arrived in it, up to arrival_lag after they started. A run reads the "
+        "partitions of its interval, and with arrival also those that begin within arrival_lag after it.",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
+
+    def partition_lag(self) -> timedelta:
+        """How much earlier than its partition a trace may have started."""
+        return self.arrival_lag if self.partitioned_by == "arrival" else timedelta(0)
 
 
 class NemoRLConfig(_Section):

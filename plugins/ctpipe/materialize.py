@@ -121,8 +121,8 @@ class Part:
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
     # Records read (in the interval or not) that started before their file's partition, by more than
-    # partition_lag, or after it ended: runs of shorter intervals skip that partition and miss them.
-    # Of each side: (records, the most microseconds before the partition's start or after its end).
+    # the dataset's partition_lag(), or after it ended: runs of shorter intervals skip that partition
+    # and miss them. Of each side: (records, the most microseconds before its start or after its end).
     misplaced: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
@@ -294,7 +294,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     # Which records are in the interval, and to which interval each rejected item belongs.
     span = traces.partition_span(block.file)
     if span is not None:
-        _misplaced(part, span, job.dataset.partition_lag, np.concatenate([fast_times, np.array(slow_times, np.int64)]))
+        _misplaced(part, span, job.dataset.partition_lag(), np.concatenate([fast_times, np.array(slow_times, np.int64)]))
     inside_fast = (fast_times >= lo) & (fast_times < hi)
     inside_slow = [lo <= t < hi for t in slow_times]
     inside = int(inside_fast.sum()) + sum(inside_slow)
@@ -1005,8 +1005,9 @@ def materialize(
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     fs, files, skipped = sources.list_files(source)
-    files = [f for f in files if _may_hold(f, start, end, dataset.partition_lag)]
-    skipped = [f for f in skipped if _may_hold(f, start, end, dataset.partition_lag)]
+    lag = dataset.partition_lag()
+    files = [f for f in files if _may_hold(f, start, end, lag)]
+    skipped = [f for f in skipped if _may_hold(f, start, end, lag)]
     if skipped:  # named in the manifest too, all of them
         log.warning("%d files of the source are not read, their names not those of trace files (%s): %s",
                     len(skipped), " ".join(sources.SUFFIXES), ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
@@ -1014,8 +1015,10 @@ def materialize(
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = _eval_items(task, dataset)
     config = {"task": task.model_dump(), "reward": reward.model_dump(),
-              "dataset": dataset.model_dump(mode="json", exclude={"workers"}),
+              "dataset": dataset.model_dump(exclude={"workers", "arrival_lag", "partitioned_by"}),
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
+    if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
+        config["dataset"]["partition_lag_s"] = lag.total_seconds()
     output = Output(out)
     file_keys = [(f, fs.ukey(f)) for f in files]
     known = output.known_version(start, end, config, file_keys)
@@ -1091,7 +1094,7 @@ def materialize(
         counts["quarantined"] = sum(reasons.values())
         misplaced_report = {f"{side}_partition": {"traces": n, "most_seconds": most / 1e6}
                             for side, (n, most) in sorted(misplaced.items())}
-        for line in misplaced_lines(misplaced_report, dataset.partition_lag):  # before a run with no trace ends
+        for line in misplaced_lines(misplaced_report, dataset):  # before a run with no trace ends
             log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
@@ -1155,15 +1158,18 @@ def materialize(
     return manifest
 
 
-def misplaced_lines(report: dict, lag: timedelta) -> list[str]:
+def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
     """A manifest's ``source.misplaced`` in words."""
     out = []
     if before := report.get("before_partition"):
         most = timedelta(seconds=before["most_seconds"])
-        out.append(f"{before['traces']} traces started up to {most} before the date=/hour= partition holding them, "
-                   f"more than dataset.partition_lag ({lag}): the run of the interval each started in reads that "
-                   f"partition only if it begins within partition_lag of the interval's end; set partition_lag to "
-                   f"at least {most} and run those intervals again")
+        arrival = dataset.partitioned_by == "arrival"
+        out.append(f"{before['traces']} traces started up to {most} before the date=/hour= partition holding them"
+                   + (f", more than dataset.arrival_lag ({dataset.arrival_lag})" if arrival else "")
+                   + ": the run of the interval each started in read that partition only if its interval reached it; "
+                   + ("set" if arrival else "for a source partitioned by arrival time, set partitioned_by to "
+                                            "'arrival' and")
+                   + f" arrival_lag to at least {most}, and run those intervals again")
     if after := report.get("after_partition"):
         out.append(f"{after['traces']} traces started up to {timedelta(seconds=after['most_seconds'])} after the "
                    f"date=/hour= partition holding them ended: the run of the interval each started in does not "

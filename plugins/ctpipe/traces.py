@@ -4,7 +4,7 @@ Our own files hold it as one JSON object per line, partitioned by the hour of ``
 
     <traces_dir>/date=YYYY-MM-DD/hour=HH/part-<id>.jsonl
 
-A run reads only the partitions of its interval (see ``DatasetConfig.partition_lag`` for sources
+A run reads only the partitions of its interval (see ``DatasetConfig.partitioned_by`` for sources
 partitioned by arrival time).
 
 A record (fields not listed here are ignored; other formats are mapped onto it by

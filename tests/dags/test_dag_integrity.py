@@ -109,7 +109,7 @@ def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
         "t = dag.get_task('wait_for_late_traces')\n"
         "print(type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids))\n"
     )
-    env = {**__import__("os").environ, "CTPIPE_DATASET__PARTITION_LAG": "PT15M"}
+    env = {**__import__("os").environ, "CTPIPE_DATASET__ARRIVAL_LAG": "PT15M"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
