@@ -8,8 +8,7 @@ Takes the traces of ``bench/materialize.py`` (writing them first if they are not
 copy is then 8 times smaller than the JSON and the Parquet copy 20 times, where a run's first
 estimate counts on 10) and writes them again, gzipped (level 1), zstd-compressed (Arrow's default
 level, one frame a file) and as zstd Parquet, then materializes each of the four sources in its own
-process, one after the other, as
-``bench/materialize.py`` does ours.
+process, one after the other, as ``bench/materialize.py`` does ours.
 Parquet holds the well-formed lines only (pyarrow's reader cannot skip a broken one), about 1%
 fewer traces. Prints the time, traces/s, CPU seconds and the peak RSS of each process tree, and as
 its last line:
@@ -44,10 +43,12 @@ def compressed_copies(src: Path, root: Path) -> dict[str, Path]:
                 for path in sorted(well_formed(src, Path(tmp)).glob("*.jsonl")):
                     table = pj.read_json(path, read_options=pj.ReadOptions(block_size=16 << 20))
                     pq.write_table(table, folder / f"{path.stem}.parquet", compression="zstd")
-        for path in sorted(src.glob("*.jsonl")) if kind != "parquet" else []:
-            with open(path, "rb") as f, (gzip.open(folder / f"{path.name}.gz", "wb", compresslevel=1) if kind == "gzip"
-                                         else pa.CompressedOutputStream(str(folder / f"{path.name}.zst"), "zstd")) as g:
-                shutil.copyfileobj(f, g, 1 << 20)
+        else:
+            for path in sorted(src.glob("*.jsonl")):
+                target = folder / (path.name + (".gz" if kind == "gzip" else ".zst"))
+                with open(path, "rb") as f, (gzip.open(target, "wb", compresslevel=1) if kind == "gzip"
+                                             else pa.CompressedOutputStream(str(target), "zstd")) as g:
+                    shutil.copyfileobj(f, g, 1 << 20)
         (folder.parent / "DONE").write_text("")
     return out
 
