@@ -476,12 +476,28 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
 
     args = ["materialize", "--source", str(src), "--out", str(tmp_path / "cli"), "--start", (T0 + HOUR).isoformat(),
             "--end", (T0 + 2 * HOUR).isoformat()]
-    assert main(args) == 0 and ("1 traces started up to 0:00:01 before the date=/hour= partition holding them: the run "
+    assert main(args) == 0 and ("1 traces started up to 0:00:01 before the partition folder holding them: the run "
                                 "of the interval each started in read that partition only if its interval reached it; "
                                 "for a source partitioned by arrival time, set partitioned_by to 'arrival' and "
                                 "arrival_lag to at least 0:00:01") in capsys.readouterr().out
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 1.0}}
+
+
+def test_a_firehose_layout_is_partitioned_by_hour_as_ours_is(tmp_path):
+    """Kinesis Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=."""
+    src = tmp_path / "firehose"
+    for hour, starts in {9: [T0 - HOUR / 2], 10: [T0 + HOUR / 12], 11: [T0 + HOUR - timedelta(seconds=2), T0 + HOUR * 7 / 6]}.items():
+        (src / f"2026/11/22/{hour:02d}").mkdir(parents=True)
+        (src / f"2026/11/22/{hour:02d}/traces-1-2026-11-22-{hour:02d}-00-00").write_bytes(b"")  # no known suffix
+        (src / f"2026/11/22/{hour:02d}/traces-1.jsonl").write_bytes(lines(*(trace(hour * 10 + i, at=t) for i, t in enumerate(starts))))
+    m = run(src, tmp_path / "out")
+    assert (m.source["files"], m.counts["traces_in"], m.source["misplaced"]) == (1, 1, {})
+    assert m.source["skipped_files"] == [str(src / "2026/11/22/10/traces-1-2026-11-22-10-00-00")]
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(minutes=5)))
+    assert (m.source["files"], m.counts["traces_in"], m.counts["outside_interval"], m.source["misplaced"]) == (2, 2, 1, {})
+    m = run(src, tmp_path / "out", T0 + HOUR, T0 + 2 * HOUR)
+    assert m.source["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 2.0}}
 
 
 def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):

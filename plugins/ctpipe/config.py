@@ -160,9 +160,10 @@ class DatasetConfig(_Section):
     )
     partitioned_by: Literal["start", "arrival"] = Field(
         "start",
-        description="What a source's date=/hour= folders hold: the traces that started in that hour (or day; "
-        "ctpipe's own writer), or those that arrived in it, up to arrival_lag after they started. A run reads the "
-        "partitions of its interval, and with arrival also those that begin within arrival_lag after it.",
+        description="What a source's partition folders (date=YYYY-MM-DD/hour=HH, YYYY/MM/DD/HH, ...) hold: the "
+        "traces that started in that hour (or day; ctpipe's own writer), or those that arrived in it, up to "
+        "arrival_lag after they started. A run reads the partitions of its interval, and with arrival also those "
+        "that begin within arrival_lag after it.",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
 

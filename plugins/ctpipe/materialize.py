@@ -1164,7 +1164,7 @@ def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
     if before := report.get("before_partition"):
         most = timedelta(seconds=before["most_seconds"])
         arrival = dataset.partitioned_by == "arrival"
-        out.append(f"{before['traces']} traces started up to {most} before the date=/hour= partition holding them"
+        out.append(f"{before['traces']} traces started up to {most} before the partition folder holding them"
                    + (f", more than dataset.arrival_lag ({dataset.arrival_lag})" if arrival else "")
                    + ": the run of the interval each started in read that partition only if its interval reached it; "
                    + ("set" if arrival else "for a source partitioned by arrival time, set partitioned_by to "
@@ -1172,7 +1172,7 @@ def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
                    + f" arrival_lag to at least {most}, and run those intervals again")
     if after := report.get("after_partition"):
         out.append(f"{after['traces']} traces started up to {timedelta(seconds=after['most_seconds'])} after the "
-                   f"date=/hour= partition holding them ended: the run of the interval each started in does not "
+                   f"partition folder holding them ended: the run of the interval each started in does not "
                    f"read that partition")
     return out
 

@@ -31,6 +31,7 @@ which decodes and checks a 2 KB record in about the time a plain JSON parse take
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -180,15 +181,42 @@ def partition_dir(root: Path, ts: datetime) -> Path:
     return root / f"date={ts:%Y-%m-%d}" / f"hour={ts:%H}"
 
 
+# Folders that say in which hour or day their files' traces started (or arrived, see
+# DatasetConfig.partitioned_by): ours (date=YYYY-MM-DD/hour=HH), Hive's other spellings, and the
+# YYYY/MM/DD/HH of Kinesis Firehose and of log sinks. A folder, not a file's name: a slash follows.
+_PARTITION = re.compile(
+    r"(?:^|/)(?:(?:date|dt)=(?P<date>\d{4}-\d\d-\d\d)(?:/(?:hour|hr)=(?P<hour>\d\d?))?"
+    r"|year=(?P<y>\d{4})/month=(?P<m>\d\d?)/day=(?P<d>\d\d?)(?:/hour=(?P<h>\d\d?))?"
+    r"|(?P<Y>\d{4})/(?P<M>\d\d)/(?P<D>\d\d)(?:/(?P<H>\d\d))?)(?=/)"
+)
+
+
 def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
-    """The UTC start and length of the span a file's folders name: an hour under ``date=``/``hour=``,
-    a day under ``date=`` alone; None outside that layout."""
-    parts = Path(path).parts
-    date = next((p.removeprefix("date=") for p in parts if p.startswith("date=")), None)
-    hour = next((p.removeprefix("hour=") for p in parts if p.startswith("hour=")), None)
+    """The UTC start and length of the span a file's folders name (the innermost, where several do):
+    an hour, or a day where they name no hour; None outside those layouts.
+
+    >>> for p in ("s3://b/traces/date=2026-11-22/hour=07/part-0.jsonl", "traces/dt=2026-11-22/x.parquet",
+    ...           "logs/year=2026/month=11/day=22/hour=7/x.jsonl", "firehose/2026/11/22/07/stream-1-2026-11-22-07-59",
+    ...           "sink/2026/11/22/07.jsonl", "a/2026/13/22/07/x.jsonl", "a/date=2026-11-22.jsonl"):
+    ...     span = partition_span(p)
+    ...     print(span and f"{span[0]:%Y-%m-%d %H:%M} +{span[1]}")
+    2026-11-22 07:00 +1:00:00
+    2026-11-22 00:00 +1 day, 0:00:00
+    2026-11-22 07:00 +1:00:00
+    2026-11-22 07:00 +1:00:00
+    2026-11-22 00:00 +1 day, 0:00:00
+    None
+    None
+    """
+    found = list(_PARTITION.finditer(str(path)))
+    if not found:
+        return None
+    g = found[-1].groupdict()
+    y, m, d = g["date"].split("-") if g["date"] else (g["y"], g["m"], g["d"]) if g["y"] else (g["Y"], g["M"], g["D"])
+    hour = g["hour"] or g["h"] or g["H"]
     try:
-        start = datetime.strptime(f"{date} {hour or '00'}", "%Y-%m-%d %H").replace(tzinfo=timezone.utc)
-    except ValueError:  # no date=, or not a date
+        start = datetime(int(y), int(m), int(d), int(hour or 0), tzinfo=timezone.utc)
+    except ValueError:  # no such day or hour: not a partition
         return None
     return start, timedelta(hours=1) if hour is not None else timedelta(days=1)
 
