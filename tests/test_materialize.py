@@ -462,7 +462,11 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
     by_start = check(T0, T0 + HOUR, DatasetConfig(), 1, 1, 1, {"after": (1, 1800.0)})
     assert check(T0, T0 + HOUR, DatasetConfig(arrival_lag=HOUR), 1, 1, 1, {"after": (1, 1800.0)}).version == by_start.version
     check(T0 + HOUR, T0 + 2 * HOUR, DatasetConfig(), 1, 1, 1, {"before": (1, 1.0)})
-    check(T0 + HOUR, T0 + 2 * HOUR, arrival(timedelta(0)), 1, 1, 1, {"before": (1, 1.0)})
+    late = check(T0 + HOUR, T0 + 2 * HOUR, arrival(timedelta(0)), 1, 1, 1, {"before": (1, 1.0)})
+    assert mat.misplaced_lines(late.source["misplaced"], arrival(timedelta(0))) == [
+        "1 traces started up to 0:00:01 before the partition folder holding them, more than dataset.arrival_lag "
+        "(0:00:00): the run of the interval each started in read that partition only if its interval reached it; "
+        "set arrival_lag to at least 0:00:01, and run those intervals again"]
     by_arrival = check(T0, T0 + HOUR, arrival(timedelta(seconds=1)), 2, 2, 2, {"after": (1, 1800.0)})
     assert by_arrival.version != by_start.version and by_arrival.config["dataset"]["partition_lag_s"] == 1.0
     assert "partition_lag_s" not in by_start.config["dataset"]
