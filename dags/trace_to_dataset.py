@@ -49,8 +49,6 @@ with DAG(
         outlet_events[TRAINING_DATASET].extra = extra
         return extra
 
-    lag = settings().dataset.arrival_lag
-    if lag:  # the interval's traces are still arriving until then
-        TimeDeltaSensor(task_id="wait_for_late_traces", delta=lag, deferrable=True) >> materialize()
-    else:
-        materialize()
+    made = materialize()
+    if lag := settings().dataset.arrival_lag:  # the interval's traces are still arriving until then
+        TimeDeltaSensor(task_id="wait_for_late_traces", delta=lag, deferrable=True) >> made

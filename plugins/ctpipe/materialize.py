@@ -73,7 +73,6 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
-_MICROSECOND = timedelta(microseconds=1)
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
@@ -380,14 +379,25 @@ def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
     return out
 
 
+def _holds(span: tuple[datetime, timedelta], lag: timedelta) -> tuple[datetime, datetime]:
+    """The start times a partition ``span`` (see traces.partition_span) may hold: from ``lag`` before it to its end."""
+    return span[0] - lag, span[0] + span[1]
+
+
 def _misplaced(part: Part, span: tuple[datetime, timedelta], lag: timedelta, times: np.ndarray) -> None:
     """Counts in ``part`` the start ``times`` that the partition ``span`` may not hold (see Part.misplaced)."""
-    start, end = columns.micros(span[0]), columns.micros(span[0] + span[1])
-    early, late = times[times < start - lag // _MICROSECOND], times[times >= end]
-    for side, by in (("before", start - early), ("after", late - end)):
+    start = columns.micros(span[0])
+    lo, hi = map(columns.micros, _holds(span, lag))
+    early, late = times[times < lo], times[times >= hi]
+    for side, by in (("before", start - early), ("after", late - hi)):
         if len(by):
-            n, most = part.misplaced.get(side, (0, 0))
-            part.misplaced[side] = (n + len(by), max(most, int(by.max())))
+            _add_misplaced(part.misplaced, side, len(by), int(by.max()))
+
+
+def _add_misplaced(into: dict[str, tuple[int, int]], side: str, n: int, most: int) -> None:
+    """``n`` more misplaced records on ``side``, the farthest ``most`` µs out (see Part.misplaced)."""
+    had, farthest = into.get(side, (0, 0))
+    into[side] = (had + n, max(farthest, most))
 
 
 def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
@@ -1065,8 +1075,7 @@ def materialize(
             found_pii.update(part.pii)
             found_formats.update(part.formats)
             for side, (n, most) in part.misplaced.items():
-                had = misplaced.get(side, (0, 0))
-                misplaced[side] = (had[0] + n, max(had[1], most))
+                _add_misplaced(misplaced, side, n, most)
             for file, seen in part.by_file.items():
                 by_file.setdefault(file, Counter()).update(seen)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
@@ -1163,13 +1172,13 @@ def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
     out = []
     if before := report.get("before_partition"):
         most = timedelta(seconds=before["most_seconds"])
-        arrival = dataset.partitioned_by == "arrival"
-        out.append(f"{before['traces']} traces started up to {most} before the partition folder holding them"
-                   + (f", more than dataset.arrival_lag ({dataset.arrival_lag})" if arrival else "")
-                   + ": the run of the interval each started in read that partition only if its interval reached it; "
-                   + ("set" if arrival else "for a source partitioned by arrival time, set partitioned_by to "
-                                            "'arrival' and")
-                   + f" arrival_lag to at least {most}, and run those intervals again")
+        if dataset.partitioned_by == "arrival":
+            beyond, fix = f", more than dataset.arrival_lag ({dataset.arrival_lag})", "set"
+        else:
+            beyond, fix = "", "for a source partitioned by arrival time, set partitioned_by to 'arrival' and"
+        out.append(f"{before['traces']} traces started up to {most} before the partition folder holding them{beyond}: "
+                   f"the run of the interval each started in read that partition only if its interval reached it; "
+                   f"{fix} arrival_lag to at least {most}, and run those intervals again")
     if after := report.get("after_partition"):
         out.append(f"{after['traces']} traces started up to {timedelta(seconds=after['most_seconds'])} after the "
                    f"partition folder holding them ended: the run of the interval each started in does not "
@@ -1186,7 +1195,10 @@ def _may_hold(file: str, start: datetime, end: datetime, lag: timedelta) -> bool
     """False only for files in a partition (an hour or a day) that cannot hold a record started in the
     interval: one that ends before it, or begins more than ``lag`` after it."""
     span = traces.partition_span(file)
-    return span is None or (start < span[0] + span[1] and span[0] - lag < end)
+    if span is None:
+        return True
+    lo, hi = _holds(span, lag)
+    return lo < end and start < hi
 
 
 class _RewardStats:

@@ -49,7 +49,8 @@ from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
 
 _COMPRESSED = (".gz", ".zst")  # gzip, zstd
-SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json")))
+SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet",
+            *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json")))
 _JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document over many lines
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
@@ -279,7 +280,7 @@ def _unzstd(f) -> Iterator[bytes]:
     """Decompressed pieces of a zstd stream (frames one after another), a block's worth each, up to
     any damage, which is raised once the pieces before it are handed out. A frame's checksum (the
     zstd tool writes one) is checked; a frame without one cannot tell damaged bytes from others."""
-    stream = pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
+    stream = _zstd_stream(f)
     held, size = [], 0
     try:
         while piece := stream.read(_ZSTD_STEP):
@@ -298,6 +299,11 @@ def _unzstd(f) -> Iterator[bytes]:
         raise _Damage(reason, f"zstd: {e}") from None
     if rest := b"".join(held):
         yield rest
+
+
+def _zstd_stream(f):
+    """A file object of what the zstd file object ``f`` holds, decompressed as it is read."""
+    return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
 
 
 def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
@@ -427,7 +433,8 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         except _Damage as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
             raw = head if skipping else b"".join(pending or [])[:2000]
-            yield Block(file, line, damage=Item(file, line, reason=e.reason, detail=str(e), raw=raw.decode("utf-8", "replace")))
+            yield Block(file, line, damage=Item(file, line, reason=e.reason, detail=str(e),
+                                                raw=raw.decode("utf-8", "replace")))
             return
         if not n:
             break
@@ -591,8 +598,8 @@ def _json_document(fs, file: str) -> bytes | None:
 
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
-            f = (igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else raw if not file.endswith(".zst")
-                 else pa.CompressedInputStream(pa.PythonFile(raw, mode="r"), "zstd"))
+            f = (igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else _zstd_stream(raw) if file.endswith(".zst")
+                 else raw)
             head = f.read(_PEEK)
             text = head.removeprefix(_BOM).lstrip()
             first, newline, _ = text.partition(b"\n")

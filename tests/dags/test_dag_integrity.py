@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,16 +84,23 @@ def test_trigger_form_defaults_come_from_config(dagbag):
     assert dagbag.dags["eval_and_deploy"].params["alpha"] == Settings().gate.alpha
 
 
-def test_the_train_dag_launches_kuberay_jobs_when_configured(tmp_path):
+def _task_in_other_settings(dag_id: str, task_id: str, printed: str, **env: str) -> str:
+    """What ``print(printed)`` shows of a task of the DAGs parsed with ``env`` added to the
+    environment (settings are read once per process, so in a process of its own)."""
     code = (
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"t = DagBag({str(ROOT / 'dags')!r}).dags['train'].get_task('train')\n"
-        "print(type(t).__name__, t.kubernetes_conn_id, t.max_preemptions)\n"
+        f"t = DagBag({str(ROOT / 'dags')!r}).dags[{dag_id!r}].get_task({task_id!r})\n"
+        f"print({printed})\n"
     )
-    env = {**__import__("os").environ, "CTPIPE_LAUNCHER": "kuberay", "CTPIPE_KUBERNETES__KUBERNETES_CONN_ID": "k8s_prod"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[-3:] == ["KubeRayJobOperator", "k8s_prod", "3"]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_the_train_dag_launches_kuberay_jobs_when_configured(tmp_path):
+    printed = _task_in_other_settings("train", "train", "type(t).__name__, t.kubernetes_conn_id, t.max_preemptions",
+                                      CTPIPE_LAUNCHER="kuberay", CTPIPE_KUBERNETES__KUBERNETES_CONN_ID="k8s_prod")
+    assert printed.split()[-3:] == ["KubeRayJobOperator", "k8s_prod", "3"]
 
 
 def test_the_rollback_form_asks_for_a_version_number(dagbag):
@@ -103,13 +111,8 @@ def test_the_rollback_form_asks_for_a_version_number(dagbag):
 
 def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
     assert [t.task_id for t in dagbag.dags["trace_to_dataset"].tasks] == ["materialize"]  # no lag: no wait
-    code = (
-        "from airflow.dag_processing.dagbag import DagBag\n"
-        f"dag = DagBag({str(ROOT / 'dags')!r}).dags['trace_to_dataset']\n"
-        "t = dag.get_task('wait_for_late_traces')\n"
-        "print(type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids))\n"
-    )
-    env = {**__import__("os").environ, "CTPIPE_DATASET__ARRIVAL_LAG": "PT15M"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
+    printed = _task_in_other_settings(
+        "trace_to_dataset", "wait_for_late_traces",
+        "type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids)",
+        CTPIPE_DATASET__ARRIVAL_LAG="PT15M")
+    assert printed == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
