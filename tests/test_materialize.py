@@ -81,7 +81,7 @@ def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeyp
                  "--end", (T0 + HOUR).isoformat()]) == 0
     out = capsys.readouterr().out
     assert f"{src / 'array.json'}: no trace in a known format, 2 items quarantined" in out
-    assert f"{src / 'export.csv'}: not read, its name ends in none of .jsonl .ndjson" in out
+    assert f"{src / 'export.csv'}: not read: its name ends in none of .jsonl .ndjson" in out
     assert "mixed.jsonl" not in out and "_SUCCESS" not in out
 
 
@@ -488,16 +488,23 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
     assert json.loads(capsys.readouterr().out)["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 1.0}}
 
 
-def test_a_firehose_layout_is_partitioned_by_hour_as_ours_is(tmp_path):
-    """Kinesis Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=."""
+def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_their_names(tmp_path, monkeypatch):
+    """Kinesis Data Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=, and names its
+    objects <stream>-<version>-<time>-<uuid>: no suffix, or ".gz" when it compresses them. Only the
+    files of the partitions a run may read are opened to see what they hold."""
     src = tmp_path / "firehose"
     for hour, starts in {9: [T0 - HOUR / 2], 10: [T0 + HOUR / 12], 11: [T0 + HOUR - timedelta(seconds=2), T0 + HOUR * 7 / 6]}.items():
         (src / f"2026/11/22/{hour:02d}").mkdir(parents=True)
-        (src / f"2026/11/22/{hour:02d}/traces-1-2026-11-22-{hour:02d}-00-00").write_bytes(b"")  # no known suffix
-        (src / f"2026/11/22/{hour:02d}/traces-1.jsonl").write_bytes(lines(*(trace(hour * 10 + i, at=t) for i, t in enumerate(starts))))
+        data = lines(*(trace(hour * 10 + i, at=t) for i, t in enumerate(starts)))
+        name = f"2026/11/22/{hour:02d}/traces-1-2026-11-22-{hour:02d}-04-59-{uuid.UUID(int=hour)}"
+        (src / (name + ".gz" if hour == 11 else name)).write_bytes(gzip.compress(data) if hour == 11 else data)
+    (src / "2026/11/22/10/notes.txt").write_text("what is in here\n")  # its bytes say no
+    opened = []
+    monkeypatch.setattr(sources, "_sniffed", lambda fs, file, sniffed=sources._sniffed: opened.append(file) or sniffed(fs, file))
     m = run(src, tmp_path / "out")
     assert (m.source["files"], m.counts["traces_in"], m.source["misplaced"]) == (1, 1, {})
-    assert m.source["skipped_files"] == [str(src / "2026/11/22/10/traces-1-2026-11-22-10-00-00")]
+    assert m.source["skipped_files"] == [str(src / "2026/11/22/10/notes.txt")]
+    assert sorted(opened) == [str(src / "2026/11/22/10/notes.txt"), str(src / f"2026/11/22/10/traces-1-2026-11-22-10-04-59-{uuid.UUID(int=10)}")]
     m = run(src, tmp_path / "out", dataset=DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(minutes=5)))
     assert (m.source["files"], m.counts["traces_in"], m.counts["outside_interval"], m.source["misplaced"]) == (2, 2, 1, {})
     m = run(src, tmp_path / "out", T0 + HOUR, T0 + 2 * HOUR)

@@ -34,6 +34,37 @@ def test_jsonl_gzip_and_parquet_are_read_in_order(tmp_path):
     assert [(i.file.rsplit("/", 1)[-1], i.position) for i in items][:3] == [("a.jsonl", 1), ("a.jsonl", 3), ("b.jsonl.gz", 1)]
 
 
+def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path):
+    """Firehose's objects have no suffix, or a bare .gz; shippers write .log files. Parquet, and JSON
+    text plain or compressed (JSON Lines, or one document over many lines), are read; anything else,
+    an empty file, or a compressed one damaged at its start, is named as not read."""
+    import ctpipe.sources as sources
+
+    lines = b'\xef\xbb\xbf {"n": 1}\n{"n": 2}\n'
+    files = {"a-1-2026-11-22-10-00-00-uuid": lines, "b-1-2026-11-22-10-05-00-uuid.gz": gzip.compress(lines),
+             "c.zst": zstd(b'[{"n": 3},\n {"n": 4}]'), "d.log": b'\n  {"n": 5}\n', "e.csv.gz": gzip.compress(b"n\n6\n"),
+             "f": b"", "g.bin": bytes(range(256)), "h.gz": b"\x1f\x8b\x08",
+             "i.txt": b"n=7\n", "j.data": b"\x28\xb5\x2f\xfd\x00"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    pq.write_table(pa.table({"n": [8]}), tmp_path / "k")
+    fs, found, skipped = sources.list_files(str(tmp_path))
+    names = {f.rsplit("/", 1)[-1]: name.rsplit("/", 1)[-1] for f, name in found.items()}
+    assert names == {"a-1-2026-11-22-10-00-00-uuid": "a-1-2026-11-22-10-00-00-uuid.json",
+                     "b-1-2026-11-22-10-05-00-uuid.gz": "b-1-2026-11-22-10-05-00-uuid.gz.json.gz",
+                     "c.zst": "c.zst.json.zst", "d.log": "d.log.json", "k": "k.parquet"}
+    assert [f.rsplit("/", 1)[-1] for f in skipped] == ["e.csv.gz", "f", "g.bin", "h.gz", "i.txt", "j.data"]
+    assert [(i.file.rsplit("/", 1)[-1], i.position, i.doc["n"]) for i in read(str(tmp_path))] == [
+        ("a-1-2026-11-22-10-00-00-uuid", 1, 1), ("a-1-2026-11-22-10-00-00-uuid", 2, 2),
+        ("b-1-2026-11-22-10-05-00-uuid.gz", 1, 1), ("b-1-2026-11-22-10-05-00-uuid.gz", 2, 2),
+        ("c.zst", 1, 3), ("c.zst", 2, 4), ("d.log", 2, 5), ("k", 1, 8)]
+    assert sources.data_bytes(fs, found) == sum((tmp_path / f).stat().st_size * (1 if f in ("a-1-2026-11-22-10-00-00-uuid", "d.log") else 10)
+                                                for f in names)
+    # A file named as the source is read whatever it holds: as its bytes say, or as JSON Lines.
+    assert [i.doc["n"] for i in read(str(tmp_path / "b-1-2026-11-22-10-05-00-uuid.gz"))] == [1, 2]
+    assert [i.reason for i in read(str(tmp_path / "i.txt"))] == ["invalid_json"]
+
+
 def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):
     """An array of records or one record, pretty-printed (gzip or not): a record per element, each
     refused for its own faults. JSON Lines, a document that does not parse and one past the record
@@ -235,7 +266,7 @@ def test_a_plain_local_file_comes_as_places_in_the_file_numbered_where_they_are_
     places = list(sources.blocks(fs, files))
     assert all(not b.data and b.first is None for b in places) and any(b.size for b in places)
     got = _items(pickle.loads(pickle.dumps(b)) for b in places)  # as a worker gets them
-    assert got == _items(sources._jsonl_blocks(fs, files[0]))
+    assert got == _items(sources._jsonl_blocks(fs, str(path), str(path)))
     assert [(n, reason) for n, reason, *_ in got] == [(1, None), (2, "record_too_large"), (3, None), (6, None),
                                                       (7, "record_too_large"), (8, None)]
     too_large = [i for b in sources.numbered(places) for i in sources.items(b) if i.reason]
@@ -280,7 +311,7 @@ def test_plain_and_general_readers_read_random_files_alike(tmp_path, monkeypatch
                  for _ in range(rng.randrange(0, 12))]
         path.write_bytes(b"\n".join(lines) + rng.choice([b"", b"\n"]))
         plain = list(sources._plain_blocks(str(path)))
-        assert _items(plain) == _items(sources._jsonl_blocks(fs, str(path)))
+        assert _items(plain) == _items(sources._jsonl_blocks(fs, str(path), str(path)))
         # A block is at most a block and a window long, or one line, never over the limit then.
         longest = sources.BLOCK_BYTES + min(sources._WINDOW, sources.BLOCK_BYTES)
         assert all(b.size <= longest or b"\n" not in path.read_bytes()[b.at:b.at + b.size] for b in plain)
@@ -328,9 +359,9 @@ def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "a.parquet", compression="zstd")
     fs = fsspec.filesystem("file")
     held = plain.stat().st_size
-    assert data_bytes(fs, [str(plain)]) == held
+    assert data_bytes(fs, {str(plain): str(plain)}) == held
     for name in ("a.jsonl.gz", "a.parquet"):
-        assert (tmp_path / name).stat().st_size < held / 4 and data_bytes(fs, [str(tmp_path / name)]) >= held, name
+        assert (tmp_path / name).stat().st_size < held / 4 and data_bytes(fs, {str(tmp_path / name): name}) >= held, name
 
 
 def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_path, monkeypatch):
@@ -345,7 +376,7 @@ def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_pa
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet", compression="zstd")
     assert (tmp_path / "a.parquet").stat().st_size < 64 * 1024  # all of it stored in less than a block
 
-    blocks = list(sources.blocks(fsspec.filesystem("file"), [str(tmp_path / "a.parquet")]))
+    blocks = list(sources.blocks(fsspec.filesystem("file"), {str(tmp_path / "a.parquet"): "a.parquet"}))
     assert [b.first for b in blocks] == [1] + [1 + sum(b.batch.num_rows for b in blocks[:i]) for i in range(1, len(blocks))]
     assert [n for b in blocks for n in b.batch.column("n").to_pylist()] == list(range(300))
     assert len(blocks) > 20 and all(b.batch.nbytes <= 2 * sources.BLOCK_BYTES for b in blocks)
@@ -369,7 +400,7 @@ def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_f
         w.write_table(large, row_group_size=200)
     before, held = pa.total_allocated_bytes(), 0
     seen = []  # each block's rows and size, the block itself dropped, as once sent to a worker
-    for block in sources.blocks(fsspec.filesystem("file"), [str(tmp_path / "a.parquet")]):
+    for block in sources.blocks(fsspec.filesystem("file"), {str(tmp_path / "a.parquet"): "a.parquet"}):
         held = max(held, pa.total_allocated_bytes() - before)  # what the reader holds, this block included
         seen.append((block.batch.column("n").to_pylist(), block.batch.nbytes))
     assert [n for rows, _ in seen for n in rows] == list(range(800))

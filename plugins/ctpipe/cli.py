@@ -101,7 +101,7 @@ def _duration(text: str) -> timedelta:
 
 def cmd_materialize(args) -> int:
     from ctpipe.materialize import materialize, misplaced_lines
-    from ctpipe.sources import SUFFIXES
+    from ctpipe.sources import NOT_READ
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
@@ -131,7 +131,7 @@ def cmd_materialize(args) -> int:
                   f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
                   + "".join(f"  {f}: no trace in a known format, {n} items quarantined\n"
                             for f, n in m.source.get("unrecognized_files", {}).items())
-                  + "".join(f"  {f}: not read, its name ends in none of {' '.join(SUFFIXES)}\n"
+                  + "".join(f"  {f}: not read: {NOT_READ}\n"
                             for f in m.source.get("skipped_files", []))
                   + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset))
                   + f"  {m.uri}")

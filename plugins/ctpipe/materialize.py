@@ -1014,13 +1014,11 @@ def materialize(
     start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
-    fs, files, skipped = sources.list_files(source)
     lag = dataset.partition_lag()
-    files = [f for f in files if _may_hold(f, start, end, lag)]
-    skipped = [f for f in skipped if _may_hold(f, start, end, lag)]
+    fs, files, skipped = sources.list_files(source, keep=lambda file: _may_hold(file, start, end, lag))
     if skipped:  # named in the manifest too, all of them
-        log.warning("%d files of the source are not read, their names not those of trace files (%s): %s",
-                    len(skipped), " ".join(sources.SUFFIXES), ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
+        log.warning("%d files of the source are not read (of each, %s): %s", len(skipped), sources.NOT_READ,
+                    ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = _eval_items(task, dataset)

@@ -11,6 +11,8 @@ config files, instance metadata, never from code). Files are read as:
   saved as it came), read as a line per record;
 * ``*.parquet`` (one document per row), in record batches.
 
+A file whose name ends otherwise (Kinesis Data Firehose gives its objects no suffix, or a bare
+``.gz``) is read as its first bytes say: Parquet, or JSON text, plain or gzip or zstd compressed.
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
 (``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
@@ -52,6 +54,8 @@ _COMPRESSED = (".gz", ".zst")  # gzip, zstd
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet",
             *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json")))
 _JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document over many lines
+NOT_READ = (f"its name ends in none of {' '.join(SUFFIXES)}, and its first bytes are not those of JSON text "
+            "(plain, gzip or zstd) or Parquet")  # why a file is not read, as a run says of each
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
 # blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
@@ -213,10 +217,15 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
         raise error(f"{what} could not be reached: {type(e).__name__}: {e}") from e
 
 
-def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str]]:
+def list_files(uri: str, what: str = "source",
+               keep: Callable[[str], bool] = lambda file: True) -> tuple[Any, dict[str, str], list[str]]:
     """(filesystem, the source's files to read, the other files of a source folder), each in a stable
-    order; SourceError, naming the source as ``what``, when there is nothing. A file named as the
-    source is read whatever its name."""
+    order, of the files ``keep`` keeps; SourceError, naming the source as ``what``, when there is nothing.
+
+    Each file to read comes with the name it is read by: its own, or, for a file whose name ends in
+    none of :data:`SUFFIXES`, a name with the suffix its first bytes call for (see :func:`_sniffed`),
+    so that only kept files are opened. A file named as the source is read whatever its name says:
+    as JSON Lines, unless its first bytes call for more."""
     try:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
@@ -224,10 +233,43 @@ def list_files(uri: str, what: str = "source") -> tuple[Any, list[str], list[str
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
     if not fs.isdir(path):
-        return fs, [path], []
-    found = sorted(fs.find(path))
-    skipped = [p for p in found if not p.endswith(SUFFIXES) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-    return fs, [p for p in found if p.endswith(SUFFIXES)], skipped
+        return fs, {path: path if path.endswith(SUFFIXES) else _sniffed(fs, path) or path}, []
+    found = [p for p in sorted(fs.find(path)) if keep(p) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+    files = {p: p if p.endswith(SUFFIXES) else _sniffed(fs, p) for p in found}
+    return fs, {p: name for p, name in files.items() if name}, [p for p, name in files.items() if not name]
+
+
+# The first bytes of a compressed file, and the suffix that says so.
+_MAGIC = ((b"\x1f\x8b", ".gz"), (b"\x28\xb5\x2f\xfd", ".zst"))
+
+
+def _sniffed(fs, file: str) -> str | None:
+    """``file`` with the suffix its first bytes call for (it ends in none of :data:`SUFFIXES`), or None
+    when they are of none of those: Parquet's magic number, or JSON text (a JSON value's first
+    character, after a byte order mark or white space), plain or gzip or zstd compressed. JSON text
+    is read as a ``.json`` file is: JSON Lines, or one document over many lines.
+
+    Kinesis Data Firehose names its objects ``<stream>-<version>-<time>-<uuid>``, with ``.gz`` when it
+    compresses them; other shippers name theirs ``.log``, ``.txt`` or nothing at all."""
+    try:
+        with fs.open(file, "rb", block_size=_PEEK) as raw:
+            magic = raw.read(4)
+            if magic == b"PAR1":
+                return file + ".parquet"
+            compression = next((suffix for start, suffix in _MAGIC if magic.startswith(start)), "")
+            raw.seek(0)
+            head = _opened(raw, compression).read(64)
+    except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
+        return None
+    return file + ".json" + compression if head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"[") else None
+
+
+def _opened(raw, compression: str):
+    """A file object of what the file object ``raw`` holds, decompressed as it is read (``compression``:
+    a suffix of :data:`_COMPRESSED`, or "" for none)."""
+    from isal import igzip
+
+    return igzip.IGzipFile(fileobj=raw) if compression == ".gz" else _zstd_stream(raw) if compression == ".zst" else raw
 
 
 class _Damage(Exception):
@@ -306,10 +348,10 @@ def _zstd_stream(f):
     return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
 
 
-def _jsonl_blocks(fs, file: str) -> Iterator[Block]:
-    """The blocks of a JSONL file behind any filesystem, compressed or not, with their lines."""
+def _jsonl_blocks(fs, file: str, name: str) -> Iterator[Block]:
+    """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with their lines."""
     with fs.open(file, "rb") as f:
-        pieces = (_gunzip(f) if file.endswith(".gz") else _unzstd(f) if file.endswith(".zst")
+        pieces = (_gunzip(f) if name.endswith(".gz") else _unzstd(f) if name.endswith(".zst")
                   else iter(lambda: f.read(BLOCK_BYTES), b""))
         yield from _last_line_joined(_cut(file, pieces))
 
@@ -319,10 +361,12 @@ def _version(info: dict) -> tuple:
     return info.get("size"), info.get("ETag") or info.get("etag"), info.get("generation")
 
 
-def data_bytes(fs, files: list[str]) -> int:
-    """About how many bytes of records ``files`` hold: a plain file's size, a compressed one's
-    times :data:`_EXPANSION` (from the listing, no file opened)."""
-    return sum((fs.size(f) or 0) * (_EXPANSION if f.endswith((*_COMPRESSED, ".parquet")) else 1) for f in files)
+def data_bytes(fs, files: dict[str, str]) -> int:
+    """About how many bytes of records ``files`` (each with the name it is read by, see
+    :func:`list_files`) hold: a plain file's size, a compressed one's times :data:`_EXPANSION`
+    (from the listing, no file opened)."""
+    return sum((fs.size(f) or 0) * (_EXPANSION if name.endswith((*_COMPRESSED, ".parquet")) else 1)
+               for f, name in files.items())
 
 
 def _plain_blocks(file: str) -> Iterator[Block]:
@@ -571,35 +615,32 @@ def _batch_sizes(meta, probed: int) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def blocks(fs, files: list[str]) -> Iterator[Block]:
-    """Every file's blocks, in order."""
+def blocks(fs, files: dict[str, str]) -> Iterator[Block]:
+    """Every file's blocks, in order (``files``: each with the name it is read by, see :func:`list_files`)."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-    for file in files:
-        if file.endswith(_JSON) and (records := _json_document(fs, file)) is not None:
+    for file, name in files.items():
+        if name.endswith(_JSON) and (records := _json_document(fs, file, name)) is not None:
             yield Block(file, 1, data=records)
-        elif file.endswith(".parquet"):
+        elif name.endswith(".parquet"):
             yield from _parquet_blocks(fs, file)
-        elif file.endswith(_COMPRESSED):
-            yield from _jsonl_blocks(fs, file)
+        elif name.endswith(_COMPRESSED):
+            yield from _jsonl_blocks(fs, file, name)
         elif "file" in protocols:
             yield from _plain_blocks(file)
         elif protocols & _RANGED:
             yield from _ranged_blocks(fs, file)
         else:
-            yield from _jsonl_blocks(fs, file)
+            yield from _jsonl_blocks(fs, file, name)
 
 
-def _json_document(fs, file: str) -> bytes | None:
+def _json_document(fs, file: str, name: str) -> bytes | None:
     """The records of a ``.json`` file that holds one JSON document rather than JSON Lines, a line
     each: the elements of an array (numbered by their place in it), or the document itself. None for
     JSON Lines (the first line a whole document, or longer than a peek), and for a document that does
     not parse or is past :data:`MAX_RECORD_BYTES`: those are read line by line, and quarantined so."""
-    from isal import igzip
-
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
-            f = (igzip.IGzipFile(fileobj=raw) if file.endswith(".gz") else _zstd_stream(raw) if file.endswith(".zst")
-                 else raw)
+            f = _opened(raw, next((c for c in _COMPRESSED if name.endswith(c)), ""))
             head = f.read(_PEEK)
             text = head.removeprefix(_BOM).lstrip()
             first, newline, _ = text.partition(b"\n")
