@@ -489,13 +489,15 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
 
 
 def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_their_names(tmp_path, monkeypatch):
-    """Kinesis Data Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=, and names its
-    objects <stream>-<version>-<time>-<uuid>: no suffix, or ".gz" when it compresses them. Only the
-    files of the partitions a run may read are opened to see what they hold."""
+    """Kinesis Data Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=, names its
+    objects <stream>-<version>-<time>-<uuid> (no suffix, or ".gz" when it compresses them), and by
+    default joins the records in them with no delimiter. Only the files of the partitions a run may
+    read are opened to see what they hold."""
     src = tmp_path / "firehose"
     for hour, starts in {9: [T0 - HOUR / 2], 10: [T0 + HOUR / 12], 11: [T0 + HOUR - timedelta(seconds=2), T0 + HOUR * 7 / 6]}.items():
         (src / f"2026/11/22/{hour:02d}").mkdir(parents=True)
-        data = lines(*(trace(hour * 10 + i, at=t) for i, t in enumerate(starts)))
+        data = b"".join(json.dumps(trace(n := hour * 10 + i, f"What is {n} plus 1?", str(n + 1), at=t)).encode()
+                        for i, t in enumerate(starts))
         name = f"2026/11/22/{hour:02d}/traces-1-2026-11-22-{hour:02d}-04-59-{uuid.UUID(int=hour)}"
         (src / (name + ".gz" if hour == 11 else name)).write_bytes(gzip.compress(data) if hour == 11 else data)
     (src / "2026/11/22/10/notes.txt").write_text("what is in here\n")  # its bytes say no
@@ -507,7 +509,10 @@ def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_
     assert sorted(opened) == [str(src / "2026/11/22/10/notes.txt"), str(src / f"2026/11/22/10/traces-1-2026-11-22-10-04-59-{uuid.UUID(int=10)}")]
     m = run(src, tmp_path / "out", dataset=DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(minutes=5)))
     assert (m.source["files"], m.counts["traces_in"], m.counts["outside_interval"], m.source["misplaced"]) == (2, 2, 1, {})
+    assert [(r["trace_id"], r["source_line"]) for r in m.read("traces").select(["trace_id", "source_line"]).to_pylist()] == [
+        (trace(100)["trace_id"], 1), (trace(110)["trace_id"], 1)]  # each record numbered by its place in its file
     m = run(src, tmp_path / "out", T0 + HOUR, T0 + 2 * HOUR)
+    assert [r["source_line"] for r in m.read("traces").select(["source_line"]).to_pylist()] == [2]
     assert m.source["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 2.0}}
 
 

@@ -116,19 +116,20 @@ def test_a_version_is_built_from_object_store_traces_and_published_there(store, 
     fs.pipe(f"{hour}/part-c.json", json.dumps([trace(i, f"What is {i} plus 1?", str(i + 1)) for i in (40, 41)], indent=2).encode())
     firehose = f"{hour}/traces-1-2026-11-22-10-05-00-0f1e2d3c"  # Firehose's names: none, or a bare .gz; read as their bytes say
     fs.pipe(firehose, lines(trace(42, "What is 42 plus 1?", "43")))
-    fs.pipe(firehose + ".gz", gzip.compress(lines(trace(43, "What is 43 plus 1?", "44"))))
+    fs.pipe(firehose + ".gz", gzip.compress(b"".join(json.dumps(trace(i, f"What is {i} plus 1?", str(i + 1))).encode()
+                                                     for i in (43, 44))))  # and no delimiter between its records
     started = time.monotonic()
     m = run(f"{scheme}://traces", f"{scheme}://datasets", dataset=DatasetConfig(workers=workers))
     assert time.monotonic() - started < 20  # parts moved into place, not retried (gcsfs backs off for 30 s)
     assert m.uri == f"{scheme}://datasets/{m.version}"
-    assert m.counts["traces_in"] == 44 and m.counts["traces"] == 43 and m.quarantine_reasons == {"invalid_json": 1}
+    assert m.counts["traces_in"] == 45 and m.counts["traces"] == 44 and m.quarantine_reasons == {"invalid_json": 1}
     assert sorted(fs.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
     manifest = json.loads(fs.cat(f"datasets/{m.version}/manifest.json"))
     for entry in manifest["files"].values():  # every listed part is where the manifest says, none left staged
         assert all(fs.exists(f"datasets/{m.version}/{part}") for part in entry["parts"])
     assert not [p for p in fs.find("datasets") if "/.tmp-" in p]
     rows = m.read("traces").to_pylist()
-    assert len(rows) == 43 and m.read("quarantine")["source_line"].to_pylist() == [2]
+    assert len(rows) == 44 and m.read("quarantine")["source_line"].to_pylist() == [2]
     assert [r["source_line"] for r in rows if r["source_file"].endswith("part-c.json")] == [1, 2]  # its array's elements
     assert fs.cat("datasets/LATEST").decode().strip() == m.version
     written = _written(fs, f"datasets/{m.version}/manifest.json")

@@ -65,6 +65,34 @@ def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path)
     assert [i.reason for i in read(str(tmp_path / "i.txt"))] == ["invalid_json"]
 
 
+@pytest.mark.parametrize("name", ["firehose-1-2026-11-22-10-00-00-uuid", "firehose-1-2026-11-22-10-00-00-uuid.gz", "a.json.zst"])
+def test_json_values_one_after_another_are_read_a_value_a_line(tmp_path, monkeypatch, name):
+    """Firehose joins records with no delimiter by default; others pretty-print them one after another.
+    Each value is an item numbered by its place in the file, however the pieces read cut it; strings
+    holding brackets, quotes, backslashes and newlines are left whole."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)  # the file is no document: its values are each a record
+    rng = random.Random(0)
+    records = [{"n": i, "text": rng.choice(['say "}{"', "c:\\", "[{", "]", "\\\"", "a\nb", ""]) * rng.randrange(4) + "x" * rng.randrange(300),
+                "nested": {"list": [{"m": i}]}} for i in range(300)]
+    data = b"".join(json.dumps(r, indent=rng.choice([None, 2])).encode() + rng.choice([b"", b" ", b"\n", b"\r\n"]) for r in records)
+    (tmp_path / name).write_bytes(packed(name, b"\xef\xbb\xbf" + data))
+    items = list(read(str(tmp_path)))
+    assert [(i.position, i.doc) for i in items] == list(enumerate(records, 1))
+
+
+def test_a_value_cut_short_in_a_stream_is_quarantined_with_what_follows_it(tmp_path):
+    """A stray closing bracket is passed over; a value left open takes the rest of the stream into its
+    item. JSON Lines whose first line does not parse are still read line by line."""
+    (tmp_path / "a.json").write_bytes(b'{"n": 1}}{"n": 2}{"n": 3, "text": "cut{"n": 4}{"n": 5}')
+    (tmp_path / "b.json").write_bytes(b'{"n": NaN}\n\n{"n": 6}\n')
+    assert [(i.file[-6:], i.position, i.reason, i.doc) for i in read(str(tmp_path))] == [
+        ("a.json", 1, "invalid_json", None), ("a.json", 2, None, {"n": 2}), ("a.json", 3, "invalid_json", None),
+        ("b.json", 1, "non_finite_number", None), ("b.json", 3, None, {"n": 6})]
+
+
 def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):
     """An array of records or one record, pretty-printed (gzip or not): a record per element, each
     refused for its own faults. JSON Lines, a document that does not parse and one past the record

@@ -8,11 +8,13 @@ config files, instance metadata, never from code). Files are read as:
   gzip when the name ends in ``.gz``, zstd in ``.zst``), in blocks of whole lines of about
   :data:`BLOCK_BYTES`; a ``*.json`` file may also hold one document of up to
   :data:`MAX_RECORD_BYTES` over many lines (an array of records, or a single one: a request body
-  saved as it came), read as a line per record;
+  saved as it came), read as a line per record, or JSON values one after another (with no
+  delimiter, as Kinesis Data Firehose joins records by default, or pretty-printed), read a value
+  to a line by the process that cuts the file;
 * ``*.parquet`` (one document per row), in record batches.
 
-A file whose name ends otherwise (Kinesis Data Firehose gives its objects no suffix, or a bare
-``.gz``) is read as its first bytes say: Parquet, or JSON text, plain or gzip or zstd compressed.
+A file whose name ends otherwise (Firehose gives its objects no suffix, or a bare ``.gz``) is
+read as its first bytes say: Parquet, or JSON text (as a ``*.json`` file), plain or gzip or zstd.
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
 (``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
 
@@ -81,6 +83,7 @@ _EXPANSION = 10
 # Windows tools start a UTF-8 file with a byte order mark, and files joined with cat carry theirs into
 # the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
 _BOM = b"\xef\xbb\xbf"
+_BLANK = b" \t\r\n" + _BOM  # what may come before a file's first value
 # Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them (see :func:`spilled`).
@@ -348,12 +351,60 @@ def _zstd_stream(f):
     return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
 
 
-def _jsonl_blocks(fs, file: str, name: str) -> Iterator[Block]:
-    """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with their lines."""
+def _jsonl_blocks(fs, file: str, name: str, stream: bool = False) -> Iterator[Block]:
+    """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with
+    their lines; with ``stream``, of a file of JSON values one after another, a value to a line."""
     with fs.open(file, "rb") as f:
         pieces = (_gunzip(f) if name.endswith(".gz") else _unzstd(f) if name.endswith(".zst")
                   else iter(lambda: f.read(BLOCK_BYTES), b""))
-        yield from _last_line_joined(_cut(file, pieces))
+        yield from _last_line_joined(_cut(file, _a_value_a_line(pieces) if stream else pieces))
+
+
+# Bytes that shape a stream of JSON values: brackets open and close values, newlines (and carriage
+# returns) outside strings are white space within or between them.
+_OPENS, _CLOSES, _NEWLINES = (np.isin(np.arange(256), [ord(c) for c in chars]) for chars in ("{[", "}]", "\n\r"))
+_SHAPING = _OPENS | _CLOSES | _NEWLINES
+
+
+def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Pieces of a stream of JSON values written one after another, as Kinesis Data Firehose writes
+    records by default (``{"a":1}{"a":2}``, no delimiter), or pretty-printed ones, as pieces of JSON
+    Lines: each newline outside a string made a space, and one put before every object or array that
+    begins at the top level, but the first. Values are told apart by their brackets outside strings,
+    a piece at a time, with what a piece leaves open carried into the next: a string, backslashes
+    at its end, brackets. A closing bracket with none open is passed over; a value that never closes
+    takes the rest of the stream into its line, which is quarantined (as too large, past 8 MB)."""
+    in_string, backslashes, depth, begun = False, 0, 0, False
+    for piece in pieces:
+        b = np.frombuffer(piece, np.uint8)
+        quotes = np.flatnonzero(b == 34)
+        real = np.ones(len(quotes), bool)
+        for i in np.flatnonzero(b[np.maximum(quotes - 1, 0)] == 92).tolist():  # a backslash before it, or at 0
+            q = j = int(quotes[i])
+            while j and piece[j - 1] == 92:
+                j -= 1
+            real[i] = (q - j + (backslashes if not j else 0)) % 2 == 0
+        if len(quotes) and quotes[0] == 0:
+            real[0] = backslashes % 2 == 0
+        quotes = quotes[real]
+        marks = np.flatnonzero(_SHAPING[b])
+        marks = marks[(np.searchsorted(quotes, marks) + in_string) % 2 == 0]  # outside strings
+        kind = b[marks]
+        total = depth + np.cumsum(_OPENS[kind].astype(np.int64) - _CLOSES[kind])
+        after = total - np.minimum(np.minimum.accumulate(total), 0) if len(total) else total  # never below 0
+        before = np.concatenate([[depth], after[:-1]])
+        starts = marks[_OPENS[kind] & (before == 0)]
+        out = b.copy()
+        out[marks[_NEWLINES[kind]]] = ord(" ")
+        if not begun:
+            if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
+                starts = starts[1:]  # the first value, after nothing but white space
+            begun = bool(piece.strip(_BLANK))
+        yield np.insert(out, starts, ord("\n")).tobytes()
+        in_string = (in_string + len(quotes)) % 2 == 1
+        trailing = len(piece) - len(piece.rstrip(b"\\"))
+        backslashes = trailing + (backslashes if trailing == len(piece) else 0)
+        depth = int(after[-1]) if len(after) else depth
 
 
 def _version(info: dict) -> tuple:
@@ -619,8 +670,11 @@ def blocks(fs, files: dict[str, str]) -> Iterator[Block]:
     """Every file's blocks, in order (``files``: each with the name it is read by, see :func:`list_files`)."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file, name in files.items():
-        if name.endswith(_JSON) and (records := _json_document(fs, file, name)) is not None:
+        layout, records = _json_layout(fs, file, name) if name.endswith(_JSON) else ("lines", b"")
+        if layout == "document":
             yield Block(file, 1, data=records)
+        elif layout == "stream":
+            yield from _jsonl_blocks(fs, file, name, stream=True)
         elif name.endswith(".parquet"):
             yield from _parquet_blocks(fs, file)
         elif name.endswith(_COMPRESSED):
@@ -633,29 +687,45 @@ def blocks(fs, files: dict[str, str]) -> Iterator[Block]:
             yield from _jsonl_blocks(fs, file, name)
 
 
-def _json_document(fs, file: str, name: str) -> bytes | None:
-    """The records of a ``.json`` file that holds one JSON document rather than JSON Lines, a line
-    each: the elements of an array (numbered by their place in it), or the document itself. None for
-    JSON Lines (the first line a whole document, or longer than a peek), and for a document that does
-    not parse or is past :data:`MAX_RECORD_BYTES`: those are read line by line, and quarantined so."""
+def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
+    """How a ``.json`` file holds its records: ("lines", b"") for JSON Lines (the first line a whole
+    document, or longer than a peek); ("stream", b"") for JSON values one after another with no
+    newline between them, or pretty-printed (see :func:`_a_value_a_line`); ("document", its records,
+    a line each) for one document: the elements of an array (numbered by their place in it), or the
+    document itself. A document that does not parse or is past :data:`MAX_RECORD_BYTES` is read as
+    lines, and quarantined so."""
+    lines = ("lines", b"")
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
             f = _opened(raw, next((c for c in _COMPRESSED if name.endswith(c)), ""))
             head = f.read(_PEEK)
             text = head.removeprefix(_BOM).lstrip()
             first, newline, _ = text.partition(b"\n")
-            if not (text.startswith(b"[") or (text.startswith(b"{") and newline and not _parses(first))):
-                return None
+            if not (text.startswith(b"[") or (text.startswith(b"{") and not _parses(first))):
+                return lines
+            if text.startswith(b"{") and _values_follow(text):
+                return "stream", b""
+            if not newline:
+                return lines
             head += f.read(MAX_RECORD_BYTES + 1 - len(head))
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
-        return None
+        return lines
     if len(head) > MAX_RECORD_BYTES:
-        return None
+        return lines
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
-        return None
-    return "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
+        return lines
+    return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
+
+
+def _values_follow(text: bytes) -> bool:
+    """Whether ``text`` (the start of a file) holds JSON values one after another, not a line each:
+    several, split as :func:`_a_value_a_line` splits them, of which one parses (the last may be cut
+    short), and not each alone on its line."""
+    values = b"".join(_a_value_a_line(iter([text]))).split(b"\n")
+    return (len(values) > 1 and any(map(_parses, values[:-1]))
+            and [v.strip() for v in values] != [line.strip() for line in text.split(b"\n") if line.strip()])
 
 
 def _parses(line: bytes) -> bool:
