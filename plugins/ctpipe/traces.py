@@ -195,13 +195,19 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
     """The UTC start and length of the span a file's folders name (the innermost, where several do):
     an hour, or a day where they name no hour; None outside those layouts.
 
+    Folders below the hour are inside it: the OpenTelemetry Collector's S3 exporter writes
+    ``year=/month=/day=/hour=/minute=`` (or ``%Y/%m/%d/%H/%M``) by default.
+
     >>> for p in ("s3://b/traces/date=2026-11-22/hour=07/part-0.jsonl", "traces/dt=2026-11-22/x.parquet",
     ...           "logs/year=2026/month=11/day=22/hour=7/x.jsonl", "firehose/2026/11/22/07/stream-1-2026-11-22-07-59",
+    ...           "otel/year=2026/month=11/day=22/hour=07/minute=59/traces_1.json", "otel/2026/11/22/07/59/traces_2.json",
     ...           "sink/2026/11/22/07.jsonl", "a/2026/13/22/07/x.jsonl", "a/date=2026-11-22.jsonl"):
     ...     span = partition_span(p)
     ...     print(span and f"{span[0]:%Y-%m-%d %H:%M} +{span[1]}")
     2026-11-22 07:00 +1:00:00
     2026-11-22 00:00 +1 day, 0:00:00
+    2026-11-22 07:00 +1:00:00
+    2026-11-22 07:00 +1:00:00
     2026-11-22 07:00 +1:00:00
     2026-11-22 07:00 +1:00:00
     2026-11-22 00:00 +1 day, 0:00:00
