@@ -667,6 +667,70 @@ _LANGFUSE = [
 ]
 
 
+def _genai_span(i: int) -> dict:
+    """A GenAI span of its own question, started ``i`` thirds of a second into the hour."""
+    start = int(T0.timestamp()) * 10**9 + i * 10**9 // 3
+    return {"traceId": f"{i:032x}", "spanId": f"{i:016x}", "name": "chat m", "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + 250_000_000), "attributes": [
+                kv("gen_ai.request.model", "m"),
+                kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": f"What is {i} plus 1?"}]}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": str(i + 1)}]}]))]}
+
+
+def _export(spans_by_version: dict[str, list[list[dict]]]) -> dict:
+    """An OTLP export: a resource per service version, holding scopes of these spans."""
+    return {"resourceSpans": [{"resource": {"attributes": [kv("service.version", version)]}, "schemaUrl": "s",
+                               "scopeSpans": [{"scope": {"name": f"lib{j}"}, "spans": spans} for j, spans in enumerate(scopes)]}
+                              for version, scopes in spans_by_version.items()]}
+
+
+def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
+    """A Collector's batch of spans on one line, well past the size of a record: each span a trace
+    under its own resource, numbered as that line. Past the size of an export, or not an export
+    that decodes, a long line is quarantined as too large, as is any other line past a record's size
+    (the sizes made small here; the next test runs one at full size in workers)."""
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
+    monkeypatch.setattr(sources, "MAX_EXPORT_BYTES", 400_000)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 20_000)
+    spans = [_genai_span(i) for i in range(300)]
+    big = _export({"7": [spans[:100], spans[100:150]], "8": [spans[150:]]})
+    too_big = json.dumps(_export({"3": [[_genai_span(1000 + i) for i in range(1200)]]})).encode()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(
+        trace(1, "What is 1000 plus 1?", "1001"), big, trace(2, "What is 1001 plus 1?", "1002"), too_big,
+        {**trace(3, "What is 1002 plus 1?", "1003"), "pad": "x" * 5000}, json.dumps(big).encode()[:-2],
+        trace(4, "What is 1003 plus 1?", "1004")))
+    assert 4000 < len(json.dumps(big)) < 400_000 < len(too_big)
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 303 and m.quarantine_reasons == {"record_too_large": 3}
+    rows = table(m, "traces")
+    assert [(r["source_line"], r["model_version"]) for r in rows] == (
+        [(1, "1")] + [(2, "7")] * 150 + [(2, "8")] * 150 + [(3, "1"), (7, "1")])
+    assert [r["completion"] for r in rows if r["source_line"] == 2] == [str(i + 1) for i in range(300)]
+    assert [(q["source_line"], q["detail"]) for q in table(m, "quarantine")] == [
+        (4, f"{len(too_big)} bytes > 400000"), (5, f"{len(lines({**trace(3, 'What is 1002 plus 1?', '1003'), 'pad': 'x' * 5000})) - 1} bytes > 4000"),
+        (6, f"{len(json.dumps(big)) - 2} bytes > 4000")]
+
+
+def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkeypatch):
+    """At full size, in two workers: an export line past 8 MB (9,000 spans with a 1 KB answer each)
+    goes through the cutter and is split where it is read."""
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    spans = [_genai_span(i) for i in range(9000)]
+    for i, span in enumerate(spans):
+        span["attributes"][2] = kv("gen_ai.output.messages", json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": f"{'so ' * 330}{i + 1}"}]}]))
+    export = json.dumps(_export({"7": [spans]})).encode()
+    assert sources.MAX_RECORD_BYTES < len(export) < sources.MAX_EXPORT_BYTES
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(export, trace(1, "What is 1000 plus 1?", "1001")))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=2))
+    assert accounted(m) and m.counts["traces"] == 9001 and m.counts["quarantined"] == 0
+    assert [r["source_line"] for r in m.read("traces").select(["source_line"]).to_pylist()] == [1] * 9000 + [2]
+
+
 @pytest.mark.parametrize("records", [[OPENAI], [_OTEL, _OTEL_FLAT], _LANGFUSE, [trace(1, "What is 103 plus 3?", "106")]],
                          ids=["openai", "otel", "langfuse", "ctpipe"])
 def test_a_value_of_any_type_anywhere_in_a_record_is_quarantined_or_read_never_fatal(tmp_path, records):

@@ -301,7 +301,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     part.outside += len(inside_fast) + len(inside_slow) - inside
     if rejected:
         slow_lines = np.array(record_lines, np.int64).reshape(-1, 3)
-        lines_with = np.concatenate([block.first + fast_at, slow_lines[:, 0]])
+        lines_with = np.concatenate([block.numbers(fast_at), slow_lines[:, 0]])
         firsts, lasts = (np.concatenate([fast_times, slow_lines[:, i]]) for i in (1, 2))
         order = np.argsort(lines_with, kind="stable")
         lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
@@ -320,7 +320,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         keep = np.flatnonzero(inside_fast)
         rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
         tables.append(pa.Table.from_arrays(rows.columns + [
-            pa.array([block.file] * len(keep), pa.string()), pa.array(block.first + fast_at[keep], pa.int64())],
+            pa.array([block.file] * len(keep), pa.string()), pa.array(block.numbers(fast_at[keep]), pa.int64())],
             schema=columns.RAW_SCHEMA))
     table = pa.concat_tables(tables)
     if slow_inside and len(tables) > 1:  # a stable sort: the records of one line keep their order
@@ -495,14 +495,19 @@ def process(item: tuple[int, sources.Block]) -> Part:
     block = block if counted else block.numbered_from(1)  # see Part.lines
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
-    members, raws = block.members(), []
-    # Small files gathered into the block are read one by one, their lines parsed together.
-    fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
+    raws = []
+    if block.files:  # small files gathered into the block: read one by one, their lines parsed together
+        members = block.members()
+        fast = _fast_members(block, members, _JOB.dataset.format, part.formats)
+    else:  # the block, or its parts where it holds a large OTLP export
+        members, fast = sources.exports_split(block), itertools.repeat(None)
+    del block  # what its parts hold is all that is needed of it
     for member, got in zip(members, fast):
         before = part.read, part.unformatted, part.formats.total()
         raws.append(_read(member, _JOB, part, got))
-        part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
-                                            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
+        part.by_file.setdefault(member.file, Counter()).update(
+            read=part.read - before[0], unformatted=part.unformatted - before[1],
+            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,6 +60,12 @@ _JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document 
 NOT_READ = (f"its name ends in none of {' '.join(SUFFIXES)}, and its first bytes are not those of JSON text "
             "(plain, gzip or zstd) or Parquet")  # why a file is not read, as a run says of each
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
+# An OTLP JSON export, a line of the OpenTelemetry Collector's file or S3 exporter, holds a batch of
+# spans: its batch processor sends 8,192 at once by default, tens of MB of GenAI spans with their
+# messages. Such a line may be this long, and is read as exports of a megabyte of spans each (see
+# :func:`exports_split`). 24 MB: a run whose two workers each read an export of GenAI spans peaked at
+# 748 MB for exports of 15.6 MB, 864 MB for 23.5 MB and 954 MB for 31.3 MB, near the 1 GB bound.
+MAX_EXPORT_BYTES = 24 * 1024 * 1024
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
 # blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
 # higher (Langfuse at up to 944 MB), too close to the 1 GB bound.
@@ -135,6 +142,14 @@ class Block:
     # lines split at once are those of its files).
     places: tuple[Block, ...] = ()
     files: tuple[tuple[str, int], ...] = ()
+    # The line of the file each of its lines stands for, as offsets from ``first``, where a line
+    # became several (see :func:`exports_split`); None: each line stands for itself.
+    offsets: Any = None
+
+    def numbers(self, i):
+        """The line numbers in the file of the block's lines ``i`` (an index, or an array of them, into
+        its data split at newlines)."""
+        return self.first + (i if self.offsets is None else self.offsets[i])
 
     def load(self) -> Block:
         """This block with its data."""
@@ -484,8 +499,8 @@ def _places(file: str, size: int, read_many: Callable[[list[tuple[int, int]]], l
                 at = end + 1
             end = _newline(read, cut, size, last=False)
             end = size if end is None else end
-            if end - at > MAX_RECORD_BYTES:
-                yield Block(file, None, damage=_too_large(file, 1, end - at, read(at, at + 200)))
+            if end - at > MAX_RECORD_BYTES and end - at > _line_limit(head := read(at, at + 200)):
+                yield Block(file, None, damage=_too_large(file, 1, end - at, head))
             else:
                 yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
             at = end + 1
@@ -551,7 +566,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             if pending is None:
                 pending, head = [], data[start:min(start + 200, n)]
             pending.append(data[start:n])
-            if pos + n - at > MAX_RECORD_BYTES:
+            if pos + n - at > MAX_RECORD_BYTES and pos + n - at > _line_limit(head):
                 pending, skipping = None, True
         pos += n
     if skipping:
@@ -574,10 +589,96 @@ def _last_line_joined(blocks: Iterator[Block]) -> Iterator[Block]:
     yield from held
 
 
-def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
-    """The item of a line of ``size`` bytes over :data:`MAX_RECORD_BYTES`, which starts with ``head``."""
-    return Item(file, line, reason="record_too_large", detail=f"{size} bytes > {MAX_RECORD_BYTES}",
+def _too_large(file: str, line: int, size: int, head: bytes, limit: int | None = None) -> Item:
+    """The item of a line of ``size`` bytes over ``limit`` (by default, that of a line starting with
+    ``head``, see :func:`_line_limit`)."""
+    return Item(file, line, reason="record_too_large", detail=f"{size} bytes > {limit or _line_limit(head)}",
                 raw=head[:200].decode("utf-8", "replace"))
+
+
+def _line_limit(head: bytes) -> int:
+    """How long a line starting with ``head`` may be: an OTLP export's :data:`MAX_EXPORT_BYTES`, any
+    other's :data:`MAX_RECORD_BYTES`."""
+    return MAX_EXPORT_BYTES if head.removeprefix(_BOM).lstrip().startswith(b'{"resourceSpans"') else MAX_RECORD_BYTES
+
+
+# An OTLP export as its resources' and scopes' members, undecoded, down to each span's bytes.
+_Members = dict[str, msgspec.Raw]
+_EXPORT = msgspec.json.Decoder(dict[str, list[_Members]])
+_SCOPES = msgspec.json.Decoder(list[_Members])
+_SPANS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def exports_split(block: Block) -> Iterator[Block]:
+    """``block`` as blocks to read one after another: itself, or, where a line past
+    :data:`MAX_RECORD_BYTES` holds an OTLP export (a cutter lets no other line this long through),
+    blocks of about :data:`BLOCK_BYTES` of its lines, that line as exports of a megabyte of spans
+    each (see :func:`_exports`) numbered as that line. Each is made as the one before has been read,
+    so a worker holds the block and one such part of it at a time, not a whole export's worth of
+    copies (a run reading two 62 MB exports peaked at 1,133 MB with each split whole at once, 1,054 MB
+    so). A line that does not decode as an export stays, to be quarantined as too large."""
+    if block.batch is not None or len(block.data) <= MAX_RECORD_BYTES:
+        yield block
+        return
+    ends, at = [], -1
+    while (at := block.data.find(b"\n", at + 1)) >= 0:  # few lines, one of them long: no mask of every byte
+        ends.append(at)
+    ends.append(len(block.data))
+    starts = [0] + [e + 1 for e in ends[:-1]]
+    if max(e - s for s, e in zip(starts, ends)) <= MAX_RECORD_BYTES:
+        yield block
+        return
+    data = memoryview(block.data)
+    held: list[bytes] = []
+    offsets: list[int] = []
+    size = 0
+    for i, (lo, hi) in enumerate(zip(starts, ends)):
+        line = data[lo:hi]
+        parts = _exports(line) if hi - lo > MAX_RECORD_BYTES else None
+        for piece in [line] if parts is None else parts:
+            if held and size + len(piece) > BLOCK_BYTES:
+                yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64), damage=None)
+                held, offsets, size = [], [], 0
+            held.append(piece)
+            offsets.append(i)
+            size += len(piece)
+    yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64))
+
+
+def _exports(line: memoryview) -> Iterator[bytes] | None:
+    """An OTLP export as exports of about an eighth of :data:`MAX_RECORD_BYTES` of spans each (a
+    megabyte: far from a record's limit, a span too large for it alone in one), made as they are
+    taken; None when it is none."""
+    try:
+        export = _EXPORT.decode(line[len(_BOM):] if line[:len(_BOM)] == _BOM else line)
+        resources = [(resource, _SCOPES.decode(resource.pop("scopeSpans", msgspec.Raw(b"[]"))))
+                     for resource in export.pop("resourceSpans")]
+        scopes = [(resource, scope, _SPANS.decode(scope.pop("spans", msgspec.Raw(b"[]"))))
+                  for resource, in_resource in resources for scope in in_resource]
+    except (msgspec.DecodeError, KeyError):
+        return None
+    if export:  # members beside resourceSpans: no export
+        return None
+
+    def parts() -> Iterator[bytes]:
+        for resource, scope, spans in scopes:
+            first, size = 0, 0
+            for j, span in enumerate(spans):
+                size += len(span)
+                if size >= MAX_RECORD_BYTES // 8 or j == len(spans) - 1:
+                    yield _export(resource, scope, spans[first:j + 1])
+                    first, size = j + 1, 0
+
+    return parts()
+
+
+def _export(resource: _Members, scope: _Members, spans: list[msgspec.Raw]) -> bytes:
+    """An OTLP export of ``spans``, under a resource and a scope of these other members."""
+    def members(fields: _Members) -> bytes:
+        return b"".join(msgspec.json.encode(k) + b":" + bytes(v) + b"," for k, v in fields.items())
+
+    return (b'{"resourceSpans":[{' + members(resource) + b'"scopeSpans":[{' + members(scope) + b'"spans":['
+            + b",".join(map(bytes, spans)) + b"]}]}]}")
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
@@ -805,7 +906,8 @@ def _spilled(block: Block, name: str) -> Block:
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
-    return _too_large(file, n, len(raw), raw) if len(raw) > MAX_RECORD_BYTES else None
+    """The item of a line past :data:`MAX_RECORD_BYTES` (in a worker, an OTLP export that :func:`exports_split` left)."""
+    return _too_large(file, n, len(raw), raw, MAX_RECORD_BYTES) if len(raw) > MAX_RECORD_BYTES else None
 
 
 def decode_line(file: str, n: int, raw: bytes) -> Item:
@@ -837,7 +939,7 @@ def entries(block: Block, lines: list[bytes] | None = None,
             raw = lines[i]
             text = raw.removeprefix(_BOM)
             if text.strip():  # its size counts a mark and a carriage return before its newline, as cutting does
-                n = block.first + i
+                n = int(block.numbers(i))
                 yield n, oversized(block.file, n, raw) or text.rstrip(b"\r")
     if block.damage is not None:
         yield block.damage.position, block.damage
