@@ -713,9 +713,10 @@ def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_
         (6, f"{len(json.dumps(big)) - 2} bytes > 4000")]
 
 
-def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])  # cut in place, or read through
+def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkeypatch, name):
     """At full size, in two workers: an export line past 8 MB (9,000 spans with a 1 KB answer each)
-    goes through the cutter and is split where it is read."""
+    goes through either cutter and is split where it is read."""
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     spans = [_genai_span(i) for i in range(9000)]
     for i, span in enumerate(spans):
@@ -725,7 +726,8 @@ def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkey
     assert sources.MAX_RECORD_BYTES < len(export) < sources.MAX_EXPORT_BYTES
     src = tmp_path / "src"
     src.mkdir()
-    (src / "a.jsonl").write_bytes(lines(export, trace(1, "What is 1000 plus 1?", "1001")))
+    data = lines(export, trace(1, "What is 1000 plus 1?", "1001"))
+    (src / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=2))
     assert accounted(m) and m.counts["traces"] == 9001 and m.counts["quarantined"] == 0
     assert [r["source_line"] for r in m.read("traces").select(["source_line"]).to_pylist()] == [1] * 9000 + [2]
