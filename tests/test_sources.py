@@ -93,6 +93,22 @@ def test_a_value_cut_short_in_a_stream_is_quarantined_with_what_follows_it(tmp_p
         ("b.json", 1, "non_finite_number", None), ("b.json", 3, None, {"n": 6})]
 
 
+def test_an_otlp_export_may_be_longer_than_a_record_wherever_a_read_cuts_its_start(monkeypatch):
+    """A line is an OTLP export by its first bytes, however few of them the read that began it held:
+    the cutter lets it through whole, to be split where it is read."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(sources, "MAX_EXPORT_BYTES", 100_000)
+    export = b'{"resourceSpans":[' + b'{"scopeSpans":[]},' * 300 + b'{}]}'
+    data = b'{"n": 1}\n' + export + b"\n" + b'{"n": 2, "pad": "' + b"x" * 5000 + b'"}\n{"n": 3}\n'
+    for cut in range(1, 40):  # the export begins `cut` bytes before the end of the first read
+        chunks = [data[:9 + cut], *(data[i:i + 1500] for i in range(9 + cut, len(data), 1500))]
+        blocks = list(sources._cut("a.jsonl", iter(chunks)))
+        assert [(b.damage.position, b.damage.detail) for b in blocks if b.damage] == [(3, "5019 bytes > 1000")], cut
+        assert export in b"".join(b.data for b in blocks), cut
+
+
 def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):
     """An array of records or one record, pretty-printed (gzip or not): a record per element, each
     refused for its own faults. JSON Lines, a document that does not parse and one past the record

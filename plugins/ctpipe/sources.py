@@ -564,8 +564,10 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             pending = [data[cut + 1:n]]
         elif start < n:
             if pending is None:
-                pending, head = [], data[start:min(start + 200, n)]
+                pending, head = [], b""
             pending.append(data[start:n])
+            if len(head) < 200:  # a line begun at the very end of the chunk before: its head, whole
+                head += data[start:start + 200 - len(head)]
             if pos + n - at > MAX_RECORD_BYTES and pos + n - at > _line_limit(head):
                 pending, skipping = None, True
         pos += n
