@@ -617,8 +617,9 @@ def exports_split(block: Block) -> Iterator[Block]:
     blocks of about :data:`BLOCK_BYTES` of its lines, that line as exports of a megabyte of spans
     each (see :func:`_exports`) numbered as that line. Each is made as the one before has been read,
     so a worker holds the block and one such part of it at a time, not a whole export's worth of
-    copies (a run reading two 62 MB exports peaked at 1,133 MB with each split whole at once, 1,054 MB
-    so). A line that does not decode as an export stays, to be quarantined as too large."""
+    copies: with the limit raised to let them through, a run reading two 62 MB exports peaked at
+    1,133 MB when each was split whole at once, and at 1,054 MB so. A line that does not decode as
+    an export stays, to be quarantined as too large."""
     if block.batch is not None or len(block.data) <= MAX_RECORD_BYTES:
         yield block
         return
