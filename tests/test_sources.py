@@ -58,8 +58,8 @@ def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path)
         ("a-1-2026-11-22-10-00-00-uuid", 1, 1), ("a-1-2026-11-22-10-00-00-uuid", 2, 2),
         ("b-1-2026-11-22-10-05-00-uuid.gz", 1, 1), ("b-1-2026-11-22-10-05-00-uuid.gz", 2, 2),
         ("c.zst", 1, 3), ("c.zst", 2, 4), ("d.log", 2, 5), ("k", 1, 8)]
-    assert sources.data_bytes(fs, found) == sum((tmp_path / f).stat().st_size * (1 if f in ("a-1-2026-11-22-10-00-00-uuid", "d.log") else 10)
-                                                for f in names)
+    plain = ("a-1-2026-11-22-10-00-00-uuid", "d.log")
+    assert sources.data_bytes(fs, found) == sum((tmp_path / f).stat().st_size * (1 if f in plain else 10) for f in names)
     # A file named as the source is read whatever it holds: as its bytes say, or as JSON Lines.
     assert [i.doc["n"] for i in read(str(tmp_path / "b-1-2026-11-22-10-05-00-uuid.gz"))] == [1, 2]
     assert [i.reason for i in read(str(tmp_path / "i.txt"))] == ["invalid_json"]
@@ -75,8 +75,9 @@ def test_json_values_one_after_another_are_read_a_value_a_line(tmp_path, monkeyp
     monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)  # the file is no document: its values are each a record
     rng = random.Random(0)
-    records = [{"n": i, "text": rng.choice(['say "}{"', "c:\\", "[{", "]", "\\\"", "a\nb", ""]) * rng.randrange(4) + "x" * rng.randrange(300),
-                "nested": {"list": [{"m": i}]}} for i in range(300)]
+    texts = ['say "}{"', "c:\\", "[{", "]", "\\\"", "a\nb", ""]
+    records = [{"n": i, "text": rng.choice(texts) * rng.randrange(4) + "x" * rng.randrange(300), "nested": {"list": [{"m": i}]}}
+               for i in range(300)]
     data = b"".join(json.dumps(r, indent=rng.choice([None, 2])).encode() + rng.choice([b"", b" ", b"\n", b"\r\n"]) for r in records)
     (tmp_path / name).write_bytes(packed(name, b"\xef\xbb\xbf" + data))
     items = list(read(str(tmp_path)))

@@ -909,7 +909,8 @@ def _spilled(block: Block, name: str) -> Block:
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
-    """The item of a line past :data:`MAX_RECORD_BYTES` (in a worker, an OTLP export that :func:`exports_split` left)."""
+    """The item of a line past :data:`MAX_RECORD_BYTES` (in a worker, an OTLP export that
+    :func:`exports_split` left)."""
     return _too_large(file, n, len(raw), raw, MAX_RECORD_BYTES) if len(raw) > MAX_RECORD_BYTES else None
 
 

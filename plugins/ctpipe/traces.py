@@ -200,7 +200,8 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
 
     >>> for p in ("s3://b/traces/date=2026-11-22/hour=07/part-0.jsonl", "traces/dt=2026-11-22/x.parquet",
     ...           "logs/year=2026/month=11/day=22/hour=7/x.jsonl", "firehose/2026/11/22/07/stream-1-2026-11-22-07-59",
-    ...           "otel/year=2026/month=11/day=22/hour=07/minute=59/traces_1.json", "otel/2026/11/22/07/59/traces_2.json",
+    ...           "otel/year=2026/month=11/day=22/hour=07/minute=59/traces_1.json",
+    ...           "otel/2026/11/22/07/59/traces_2.json",
     ...           "sink/2026/11/22/07.jsonl", "a/2026/13/22/07/x.jsonl", "a/date=2026-11-22.jsonl"):
     ...     span = partition_span(p)
     ...     print(span and f"{span[0]:%Y-%m-%d %H:%M} +{span[1]}")
