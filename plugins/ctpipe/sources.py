@@ -807,10 +807,11 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
             first, newline, _ = text.partition(b"\n")
             if not (text.startswith(b"[") or (text.startswith(b"{") and not _parses(first))):
                 return lines
-            if text.startswith(b"{") and _values_follow(text):
-                return "stream", b""
-            if not newline:
-                return lines
+            if text.startswith(b"{"):
+                if _values_follow(text):
+                    return "stream", b""
+                if not newline:  # one line that does not parse: a bad line, not a document
+                    return lines
             head += f.read(MAX_RECORD_BYTES + 1 - len(head))
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
         return lines
