@@ -91,6 +91,11 @@ _EXPANSION = 10
 # the middle: ignored at the start of a line (RFC 8259 lets a parser do so), as in the file's first.
 _BOM = b"\xef\xbb\xbf"
 _BLANK = b" \t\r\n" + _BOM  # what may come before a file's first value
+
+
+def _text(head: bytes) -> bytes:
+    """The first bytes of a file or line from its first value on: after a byte order mark and white space."""
+    return head.removeprefix(_BOM).lstrip()
 # Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them (see :func:`spilled`).
@@ -251,10 +256,16 @@ def list_files(uri: str, what: str = "source",
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
     if not fs.isdir(path):
-        return fs, {path: path if path.endswith(SUFFIXES) else _sniffed(fs, path) or path}, []
+        return fs, {path: _read_as(fs, path) or path}, []
     found = [p for p in sorted(fs.find(path)) if keep(p) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-    files = {p: p if p.endswith(SUFFIXES) else _sniffed(fs, p) for p in found}
+    files = {p: _read_as(fs, p) for p in found}
     return fs, {p: name for p, name in files.items() if name}, [p for p, name in files.items() if not name]
+
+
+def _read_as(fs, file: str) -> str | None:
+    """The name ``file`` is read by: its own when it ends in one of :data:`SUFFIXES`, else what its
+    first bytes call for (:func:`_sniffed`), or None."""
+    return file if file.endswith(SUFFIXES) else _sniffed(fs, file)
 
 
 # The first bytes of a compressed file, and the suffix that says so.
@@ -265,7 +276,7 @@ def _sniffed(fs, file: str) -> str | None:
     """``file`` with the suffix its first bytes call for (it ends in none of :data:`SUFFIXES`), or None
     when they are of none of those: Parquet's magic number, or JSON text (a JSON value's first
     character, after a byte order mark or white space), plain or gzip or zstd compressed. JSON text
-    is read as a ``.json`` file is: JSON Lines, or one document over many lines.
+    is read as a ``.json`` file is (see :func:`_json_layout`).
 
     Kinesis Data Firehose names its objects ``<stream>-<version>-<time>-<uuid>``, with ``.gz`` when it
     compresses them; other shippers name theirs ``.log``, ``.txt`` or nothing at all."""
@@ -279,7 +290,7 @@ def _sniffed(fs, file: str) -> str | None:
             head = _opened(raw, compression).read(64)
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
-    return file + ".json" + compression if head.removeprefix(_BOM).lstrip()[:1] in (b"{", b"[") else None
+    return file + ".json" + compression if _text(head)[:1] in (b"{", b"[") else None
 
 
 def _opened(raw, compression: str):
@@ -568,7 +579,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             pending.append(data[start:n])
             if len(head) < 200:  # a line begun at the very end of the chunk before: its head, whole
                 head += data[start:start + 200 - len(head)]
-            if pos + n - at > MAX_RECORD_BYTES and pos + n - at > _line_limit(head):
+            if pos + n - at > _line_limit(head):
                 pending, skipping = None, True
         pos += n
     if skipping:
@@ -601,11 +612,12 @@ def _too_large(file: str, line: int, size: int, head: bytes, limit: int | None =
 def _line_limit(head: bytes) -> int:
     """How long a line starting with ``head`` may be: an OTLP export's :data:`MAX_EXPORT_BYTES`, any
     other's :data:`MAX_RECORD_BYTES`."""
-    return MAX_EXPORT_BYTES if head.removeprefix(_BOM).lstrip().startswith(b'{"resourceSpans"') else MAX_RECORD_BYTES
+    return MAX_EXPORT_BYTES if _text(head).startswith(b'{"resourceSpans"') else MAX_RECORD_BYTES
 
 
 # An OTLP export as its resources' and scopes' members, undecoded, down to each span's bytes.
 _Members = dict[str, msgspec.Raw]
+_Scope = tuple[_Members, _Members, list[msgspec.Raw]]  # a resource's other members, a scope's, its spans
 _EXPORT = msgspec.json.Decoder(dict[str, list[_Members]])
 _SCOPES = msgspec.json.Decoder(list[_Members])
 _SPANS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -637,8 +649,8 @@ def exports_split(block: Block) -> Iterator[Block]:
     size = 0
     for i, (lo, hi) in enumerate(zip(starts, ends)):
         line = data[lo:hi]
-        parts = _exports(line) if hi - lo > MAX_RECORD_BYTES else None
-        for piece in [line] if parts is None else parts:
+        scopes = _export_scopes(line) if hi - lo > MAX_RECORD_BYTES else None
+        for piece in [line] if scopes is None else _exports(scopes):
             if held and size + len(piece) > BLOCK_BYTES:
                 yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64), damage=None)
                 held, offsets, size = [], [], 0
@@ -648,10 +660,9 @@ def exports_split(block: Block) -> Iterator[Block]:
     yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64))
 
 
-def _exports(line: memoryview) -> Iterator[bytes] | None:
-    """An OTLP export as exports of about an eighth of :data:`MAX_RECORD_BYTES` of spans each (a
-    megabyte: far from a record's limit, a span too large for it alone in one), made as they are
-    taken; None when it is none."""
+def _export_scopes(line: memoryview) -> list[_Scope] | None:
+    """An OTLP export's scopes, each with its resource's other members, its own, and its spans (all
+    undecoded); None when the line is no export."""
     try:
         export = _EXPORT.decode(line[len(_BOM):] if line[:len(_BOM)] == _BOM else line)
         resources = [(resource, _SCOPES.decode(resource.pop("scopeSpans", msgspec.Raw(b"[]"))))
@@ -660,19 +671,19 @@ def _exports(line: memoryview) -> Iterator[bytes] | None:
                   for resource, in_resource in resources for scope in in_resource]
     except (msgspec.DecodeError, KeyError):
         return None
-    if export:  # members beside resourceSpans: no export
-        return None
+    return None if export else scopes  # members beside resourceSpans: no export
 
-    def parts() -> Iterator[bytes]:
-        for resource, scope, spans in scopes:
-            first, size = 0, 0
-            for j, span in enumerate(spans):
-                size += len(span)
-                if size >= MAX_RECORD_BYTES // 8 or j == len(spans) - 1:
-                    yield _export(resource, scope, spans[first:j + 1])
-                    first, size = j + 1, 0
 
-    return parts()
+def _exports(scopes: list[_Scope]) -> Iterator[bytes]:
+    """Exports of about an eighth of :data:`MAX_RECORD_BYTES` of spans each (a megabyte: far from a
+    record's limit; a span too large for it alone in one), made as they are taken."""
+    for resource, scope, spans in scopes:
+        first, size = 0, 0
+        for j, span in enumerate(spans):
+            size += len(span)
+            if size >= MAX_RECORD_BYTES // 8 or j == len(spans) - 1:
+                yield _export(resource, scope, spans[first:j + 1])
+                first, size = j + 1, 0
 
 
 def _export(resource: _Members, scope: _Members, spans: list[msgspec.Raw]) -> bytes:
@@ -803,7 +814,7 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
             f = _opened(raw, next((c for c in _COMPRESSED if name.endswith(c)), ""))
             head = f.read(_PEEK)
-            text = head.removeprefix(_BOM).lstrip()
+            text = _text(head)
             first, newline, _ = text.partition(b"\n")
             if not (text.startswith(b"[") or (text.startswith(b"{") and not _parses(first))):
                 return lines
