@@ -688,32 +688,35 @@ def _export(spans_by_version: dict[str, list[list[dict]]]) -> dict:
 
 
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
-    """A Collector's batch of spans on one line, well past the size of a record: each span a trace
-    under its own resource, numbered as that line. Past the size of an export, or not an export
-    that decodes, a long line is quarantined as too large, as is any other line past a record's size
-    (the sizes made small here; the next test runs one at full size in workers)."""
+    """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
+    each span a trace under its own resource, numbered as that line. An export that breaks off is
+    read up to there, the rest quarantined; any other line past a record's size is quarantined as
+    too large (the sizes made small here; the next test runs one at full size in workers)."""
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
-    monkeypatch.setattr(sources, "MAX_EXPORT_BYTES", 400_000)
-    monkeypatch.setattr(sources, "BLOCK_BYTES", 20_000)
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 2000)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 3000)
     spans = [_genai_span(i) for i in range(300)]
     big = _export({"7": [spans[:100], spans[100:150]], "8": [spans[150:]]})
-    too_big = json.dumps(_export({"3": [[_genai_span(1000 + i) for i in range(1200)]]})).encode()
+    bigger = json.dumps(_export({"3": [[_genai_span(5000 + i) for i in range(1200)]]})).encode()
+    cut = json.dumps(_export({"4": [[_genai_span(3000 + i) for i in range(50)]]})).encode()
+    cut = cut[:cut.index(b'"spanId": "%016x"' % 3030)]  # in span 30
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.jsonl").write_bytes(lines(
-        trace(1, "What is 1000 plus 1?", "1001"), big, trace(2, "What is 1001 plus 1?", "1002"), too_big,
-        {**trace(3, "What is 1002 plus 1?", "1003"), "pad": "x" * 5000}, json.dumps(big).encode()[:-2],
-        trace(4, "What is 1003 plus 1?", "1004")))
-    assert 4000 < len(json.dumps(big)) < 400_000 < len(too_big)
+        trace(1, "What is 1000 plus 1?", "1001"), big, trace(2, "What is 1001 plus 1?", "1002"), bigger,
+        {**trace(3, "What is 1002 plus 1?", "1003"), "pad": "x" * 5000}, cut, trace(4, "What is 4003 plus 1?", "4004")))
+    assert 4000 < len(json.dumps(big)) < 400_000 < len(bigger)
     m = run(src, tmp_path / "out")
-    assert accounted(m) and m.counts["traces"] == 303 and m.quarantine_reasons == {"record_too_large": 3}
+    assert accounted(m) and m.counts["traces"] == 1533 and m.quarantine_reasons == {"invalid_json": 1, "record_too_large": 1}
     rows = table(m, "traces")
     assert [(r["source_line"], r["model_version"]) for r in rows] == (
-        [(1, "1")] + [(2, "7")] * 150 + [(2, "8")] * 150 + [(3, "1"), (7, "1")])
-    assert [r["completion"] for r in rows if r["source_line"] == 2] == [str(i + 1) for i in range(300)]
+        [(1, "1")] + [(2, "7")] * 150 + [(2, "8")] * 150 + [(3, "1")] + [(4, "3")] * 1200 + [(6, "4")] * 30 + [(7, "1")])
+    assert [r["completion"] for r in rows if r["source_line"] in (2, 4, 6)] == [
+        str(i + 1) for i in [*range(300), *range(5000, 6200), *range(3000, 3030)]]
     padded = len(json.dumps({**trace(3, "What is 1002 plus 1?", "1003"), "pad": "x" * 5000}))
     assert [(q["source_line"], q["detail"]) for q in table(m, "quarantine")] == [
-        (4, f"{len(too_big)} bytes > 400000"), (5, f"{padded} bytes > 4000"), (6, f"{len(json.dumps(big)) - 2} bytes > 4000")]
+        (5, f"{padded} bytes > 4000"), (6, f"an OTLP export past 4000 bytes, not read from here: the export breaks off "
+                                          f"after {len(cut)} bytes")]
 
 
 @pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])  # cut in place, or read through
@@ -726,7 +729,7 @@ def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkey
         span["attributes"][2] = kv("gen_ai.output.messages", json.dumps(
             [{"role": "assistant", "parts": [{"type": "text", "content": f"{'so ' * 330}{i + 1}"}]}]))
     export = json.dumps(_export({"7": [spans]})).encode()
-    assert sources.MAX_RECORD_BYTES < len(export) < sources.MAX_EXPORT_BYTES
+    assert len(export) > sources.MAX_RECORD_BYTES
     src = tmp_path / "src"
     src.mkdir()
     data = lines(export, trace(1, "What is 1000 plus 1?", "1001"))

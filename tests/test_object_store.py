@@ -144,7 +144,7 @@ def test_a_plain_object_is_cut_by_ranged_reads_and_each_block_fetched_where_it_i
     import pickle
     import random
 
-    from tests.test_sources import _items
+    from tests.test_sources import _export_of, _items
 
     scheme, fs = store
     monkeypatch.setattr(sources, "BLOCK_BYTES", 1 << 20)
@@ -164,12 +164,17 @@ def test_a_plain_object_is_cut_by_ranged_reads_and_each_block_fetched_where_it_i
     monkeypatch.setattr(store_fs, "cat_ranges", cat_ranges)
     assert [i.doc["n"] for i in sources.read(f"{scheme}://traces/big.jsonl")] == list(range(20_000))
 
-    # Lines longer than a block, some over the limit, blank ones: as the object read through says.
+    # Lines longer than a block, some over the limit, blank ones, OTLP exports of any size (some
+    # broken off): as the object read through says.
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 3000)
     monkeypatch.setattr(sources, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 500)
+    monkeypatch.setattr(sources, "_EXPORT_READS", 8192)
     rng = random.Random(0)
-    lines = [rng.choice([b"", b'{"n": %d, "pad": "%s"}' % (i, b"x" * rng.randrange(200)), b"y" * rng.randrange(900, 5000)])
-             for i in range(300)]
+    exports = [_export_of([{"spanId": f"{i}.{j}", "name": "z" * rng.randrange(100)} for j in range(rng.randrange(40))])
+               for i in range(300)]
+    lines = [rng.choice([b"", b'{"n": %d, "pad": "%s"}' % (i, b"x" * rng.randrange(200)), b"y" * rng.randrange(900, 5000),
+                         exports[i], exports[i][:rng.randrange(len(exports[i]))]]) for i in range(300)]
     data = b"\n".join(lines) + b"\n"
     fs.pipe("traces/a.jsonl", data)
     store_fs, files, _ = sources.list_files(f"{scheme}://traces/a.jsonl")
@@ -177,7 +182,11 @@ def test_a_plain_object_is_cut_by_ranged_reads_and_each_block_fetched_where_it_i
     got = _items(pickle.loads(pickle.dumps(b)) for b in places)  # as a worker gets them
     assert got == _items(sources._jsonl_blocks(store_fs, *next(iter(files.items()))))
     assert [n for n, reason, *_ in got if reason == "record_too_large"] == [
-        i + 1 for i, line in enumerate(lines) if len(line) > 3000]
+        i + 1 for i, line in enumerate(lines) if len(line) > 3000 and line.startswith(b"y")]
+    spans = [(n, span["spanId"]) for n, _, doc, _ in got if doc and "resourceSpans" in doc
+             for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+    assert [n for n, _ in spans] == sorted(n for n, _ in spans) and len(spans) > 1000
+    assert {n for n, _ in spans} >= {i + 1 for i, line in enumerate(lines) if line == exports[i] and b'"spanId"' in line}
 
     fs.pipe("traces/a.jsonl", data.replace(b'"n"', b'"m"'))  # the same size, written again
     with pytest.raises(sources.SourceError, match="traces/a.jsonl changed while it was read"):

@@ -94,20 +94,69 @@ def test_a_value_cut_short_in_a_stream_is_quarantined_with_what_follows_it(tmp_p
         ("b.json", 1, "non_finite_number", None), ("b.json", 3, None, {"n": 6})]
 
 
-def test_an_otlp_export_may_be_longer_than_a_record_wherever_a_read_cuts_its_start(monkeypatch):
+def _export_of(spans: list, resource: dict | None = None) -> bytes:
+    return json.dumps({"resourceSpans": [{"resource": resource or {}, "scopeSpans": [{"scope": {"name": "s"},
+                                                                                      "spans": spans}]}]}).encode()
+
+
+def _span_ids(blocks) -> list[str]:
+    return [span["spanId"] for b in blocks for line in b.data.split(b"\n") if line
+            for span in json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]]
+
+
+def test_an_otlp_export_longer_than_a_record_is_split_wherever_the_reads_cut_it(monkeypatch):
     """A line is an OTLP export by its first bytes, however few of them the read that began it held:
-    the cutter lets it through whole, to be split where it is read."""
+    past a record's size, the cutter reads it through as exports of a few spans each, in blocks
+    numbered as that line, whatever the reads' sizes. Any other line that long is quarantined."""
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
-    monkeypatch.setattr(sources, "MAX_EXPORT_BYTES", 100_000)
-    export = b'{"resourceSpans":[' + b'{"scopeSpans":[]},' * 300 + b'{}]}'
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 200)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 700)
+    export = _export_of([{"spanId": str(i), "name": "x" * 40} for i in range(60)])
     data = b'{"n": 1}\n' + export + b"\n" + b'{"n": 2, "pad": "' + b"x" * 5000 + b'"}\n{"n": 3}\n'
-    for cut in range(1, 40):  # the export begins `cut` bytes before the end of the first read
-        chunks = [data[:9 + cut], *(data[i:i + 1500] for i in range(9 + cut, len(data), 1500))]
-        blocks = list(sources._cut("a.jsonl", iter(chunks)))
-        assert [(b.damage.position, b.damage.detail) for b in blocks if b.damage] == [(3, "5019 bytes > 1000")], cut
-        assert export in b"".join(b.data for b in blocks), cut
+    for cut in [*range(1, 40), 700]:  # the export begins `cut` bytes before the end of the first read
+        for step in (7, 1500):
+            chunks = [data[:9 + cut], *(data[i:i + step] for i in range(9 + cut, len(data), step))]
+            blocks = list(sources._cut("a.jsonl", iter(chunks)))
+            assert [(b.damage.position, b.damage.detail) for b in blocks if b.damage] == [(3, "5019 bytes > 1000")]
+            split = [b for b in blocks if b.offsets is not None]
+            assert [(b.first, b.continued) for b in split] == [(2, False)] + [(2, True)] * (len(split) - 1)
+            assert len(split) > 2 and _span_ids(split) == [str(i) for i in range(60)], (cut, step)
+            assert [b.first for b in blocks if b.offsets is None and b.data] == [1, 4]
+
+
+def test_what_cannot_be_read_of_a_long_otlp_export_is_quarantined_in_its_place(tmp_path, monkeypatch):
+    """Cut in place or read through (gzip), a long export's spans are read up to where it breaks off,
+    and that is an item of the export's line; a span too large for an export of its own is an item
+    alone, the spans around it read; a resource whose members follow its spans (no export can hold
+    them) stops the reading there; and a long line that only begins as an export is one item."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 200)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 500)  # below a record's size, as they are: a long line runs over a cut
+    monkeypatch.setattr(sources, "_EXPORT_READS", 300)
+    spans = [{"spanId": str(i), "name": "x" * (2000 if i == 7 else 140)} for i in range(20)]
+    late = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [dict(s, name="y" * 100) for s in spans[10:]]}],
+                                          "resource": {}}]}).encode()
+    data = b"\n".join([_export_of([dict(s, name="z" * 300) for s in spans[:5]])[:-10], b'{"n": 1}', _export_of(spans[5:10]), late,
+                       b'{"resourceSpans": "' + b"x" * 2000 + b'"}', b'{"n": 2}']) + b"\n"
+    (tmp_path / "a.jsonl").write_bytes(data)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
+    for name in ("a.jsonl", "b.jsonl.gz"):
+        got = [(i.position, i.reason, i.doc and (i.doc.get("n") or [s["spanId"] for s in i.doc["resourceSpans"][0][
+            "scopeSpans"][0]["spans"]])) for i in read(str(tmp_path / name))]
+        assert [(n, reason) for n, reason, _ in got if reason] == [
+            (1, "invalid_json"), (3, "record_too_large"), (4, "invalid_field"), (5, "record_too_large")], name
+        assert [(n, doc) for n, reason, doc in got if not reason] == [
+            *((1, [str(i)]) for i in range(4)), (2, 1), (3, ["5", "6"]), (3, ["8", "9"]),
+            *((4, [str(i), str(i + 1)]) for i in range(10, 20, 2)), (6, 2)], name
+    items = {i.position: i for i in read(str(tmp_path / "a.jsonl")) if i.reason}
+    first = data.split(b"\n")[0]
+    assert items[1].detail == f"an OTLP export past 1000 bytes, not read from here: the export breaks off after {len(first)} bytes"
+    assert "a resource has a member after its scopeSpans" in items[4].detail
+    assert items[5].detail == "2021 bytes > 1000" and items[5].raw.startswith('{"resourceSpans": "xxx')
 
 
 def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):

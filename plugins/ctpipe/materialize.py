@@ -495,19 +495,14 @@ def process(item: tuple[int, sources.Block]) -> Part:
     block = block if counted else block.numbered_from(1)  # see Part.lines
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
-    raws = []
-    if block.files:  # small files gathered into the block: read one by one, their lines parsed together
-        members = block.members()
-        fast = _fast_members(block, members, _JOB.dataset.format, part.formats)
-    else:  # the block, or its parts where it holds a large OTLP export
-        members, fast = sources.exports_split(block), itertools.repeat(None)
-    del block  # what its parts hold is all that is needed of it
+    members, raws = block.members(), []
+    # Small files gathered into the block are read one by one, their lines parsed together.
+    fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
     for member, got in zip(members, fast):
         before = part.read, part.unformatted, part.formats.total()
         raws.append(_read(member, _JOB, part, got))
-        part.by_file.setdefault(member.file, Counter()).update(
-            read=part.read - before[0], unformatted=part.unformatted - before[1],
-            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
+        part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
+                                            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 

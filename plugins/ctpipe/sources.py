@@ -24,7 +24,8 @@ be read through in order, by the process that cuts it, which can leave each bloc
 own for the process that takes it (:func:`spilled`).
 
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
-:data:`MAX_RECORD_BYTES` is skipped through, not loaded. Damage that ends a file (``truncated_gzip``,
+:data:`MAX_RECORD_BYTES` is skipped through, not loaded, but for an OTLP export, read through as
+exports of its spans. Damage that ends a file (``truncated_gzip``,
 ``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``) or a Parquet row group
 (``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with
 the file and line or row, so the caller can quarantine them and keep counts exact. Decoding a line
@@ -39,12 +40,12 @@ import itertools
 import json
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,15 +61,15 @@ _JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document 
 NOT_READ = (f"its name ends in none of {' '.join(SUFFIXES)}, and its first bytes are not those of JSON text "
             "(plain, gzip or zstd) or Parquet")  # why a file is not read, as a run says of each
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
-# An OTLP JSON export, a line of the OpenTelemetry Collector's file or S3 exporter, holds a batch of
-# spans: its batch processor sends 8,192 at once by default, tens of MB of GenAI spans with their
-# messages. Such a line may be this long, and is read as exports of a megabyte of spans each (see
-# :func:`exports_split`). 24 MB: a run whose two workers each read an export of GenAI spans peaked at
-# 748 MB for exports of 15.6 MB, 864 MB for 23.5 MB and 954 MB for 31.3 MB, near the 1 GB bound.
-MAX_EXPORT_BYTES = 24 * 1024 * 1024
+# But for an OTLP JSON export, a line of the OpenTelemetry Collector's file or S3 exporter: its batch
+# processor sends 8,192 spans at once by default (more, unless send_batch_max_size says otherwise),
+# tens or hundreds of MB of GenAI spans with their messages. Such a line is read through where it
+# is cut, as exports of a megabyte of spans each (see _Exports), whatever its length.
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
 # blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
 # higher (Langfuse at up to 944 MB), too close to the 1 GB bound.
+# With a window (see _places), below MAX_RECORD_BYTES: a longer line runs over a cut with no newline
+# in the window before it, and is read through where it is cut (see _long_line).
 BLOCK_BYTES = 6 * 1024 * 1024
 _BATCH_ROWS = 2048  # Parquet rows to a block at most; fewer where rows are large (see _parquet_blocks)
 _PROBE_ROWS = 64  # read first, to learn how large a file's rows are once decoded
@@ -148,8 +149,11 @@ class Block:
     places: tuple[Block, ...] = ()
     files: tuple[tuple[str, int], ...] = ()
     # The line of the file each of its lines stands for, as offsets from ``first``, where a line
-    # became several (see :func:`exports_split`); None: each line stands for itself.
+    # became several (see :class:`_SplitExport`); None: each line stands for itself.
     offsets: Any = None
+    # A block after the first of a line split so: it covers no line of its own, and goes on with
+    # the line before it (where lines are not counted, the last one of the blocks before it).
+    continued: bool = False
 
     def numbers(self, i):
         """The line numbers in the file of the block's lines ``i`` (an index, or an array of them, into
@@ -198,9 +202,10 @@ class Block:
     @property
     def lines(self) -> int:
         """The lines of its file a loaded block of a plain file covers (it ends before a newline,
-        or at the end of the file); an oversized line's block covers that line."""
-        if self.damage is not None:
-            return 1
+        or at the end of the file); an oversized line's block covers that line, as does the first
+        block of a line split into exports (see :attr:`continued`)."""
+        if self.offsets is not None or self.damage is not None:
+            return int(not self.continued)
         return int(np.count_nonzero(np.frombuffer(self.data, np.uint8) == ord("\n"))) + 1  # 6x bytes.count
 
     def members(self) -> list[Block]:
@@ -212,6 +217,7 @@ class Block:
 
     def numbered_from(self, first: int) -> Block:
         """This block, not counted, with its items numbered from ``first`` on."""
+        first -= self.continued
         damage = self.damage and replace(self.damage, position=self.damage.position + first - 1)
         return replace(self, first=first, damage=damage)
 
@@ -302,7 +308,8 @@ def _opened(raw, compression: str):
 
 
 class _Damage(Exception):
-    """A compressed stream's damage: the reason of its item, and what the decompressor said."""
+    """A compressed stream's damage (the reason of its item, and what the decompressor said), or a
+    part of a long OTLP export that cannot be read (see :class:`_Exports`)."""
 
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)
@@ -392,16 +399,17 @@ _OPENS, _CLOSES, _NEWLINES = (np.isin(np.arange(256), [ord(c) for c in chars]) f
 _SHAPING = _OPENS | _CLOSES | _NEWLINES
 
 
-def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
-    """Pieces of a stream of JSON values written one after another, as Kinesis Data Firehose writes
-    records by default (``{"a":1}{"a":2}``, no delimiter), or pretty-printed ones, as pieces of JSON
-    Lines: each newline outside a string made a space, and one put before every object or array that
-    begins at the top level, but the first. Values are told apart by their brackets outside strings,
-    a piece at a time, with what a piece leaves open carried into the next: a string, backslashes
-    at its end, brackets. A closing bracket with none open is passed over; a value that never closes
-    takes the rest of the stream into its line, which is quarantined (as too large, past 8 MB)."""
-    in_string, backslashes, depth, begun = False, 0, 0, False
-    for piece in pieces:
+class _Brackets:
+    """Where a stream of JSON text, given a piece at a time, opens and closes values: its brackets and
+    newlines (and carriage returns) outside strings, with the depth before and after each. What a piece leaves
+    open is carried into the next: a string, backslashes at its end, brackets. A closing bracket with
+    none open is passed over (its depth stays 0)."""
+
+    def __init__(self):
+        self.in_string, self.backslashes, self.depth = False, 0, 0
+
+    def marks(self, piece: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, bytes, depth before, depth after) of each mark of ``piece``, the next of the stream."""
         b = np.frombuffer(piece, np.uint8)
         quotes = np.flatnonzero(b == 34)
         real = np.ones(len(quotes), bool)
@@ -409,28 +417,40 @@ def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
             q = j = int(quotes[i])
             while j and piece[j - 1] == 92:
                 j -= 1
-            real[i] = (q - j + (backslashes if not j else 0)) % 2 == 0
+            real[i] = (q - j + (self.backslashes if not j else 0)) % 2 == 0
         if len(quotes) and quotes[0] == 0:
-            real[0] = backslashes % 2 == 0
+            real[0] = self.backslashes % 2 == 0
         quotes = quotes[real]
         marks = np.flatnonzero(_SHAPING[b])
-        marks = marks[(np.searchsorted(quotes, marks) + in_string) % 2 == 0]  # outside strings
+        marks = marks[(np.searchsorted(quotes, marks) + self.in_string) % 2 == 0]  # outside strings
         kind = b[marks]
-        total = depth + np.cumsum(_OPENS[kind].astype(np.int64) - _CLOSES[kind])
+        total = self.depth + np.cumsum(_OPENS[kind].astype(np.int64) - _CLOSES[kind])
         after = total - np.minimum(np.minimum.accumulate(total), 0) if len(total) else total  # never below 0
-        before = np.concatenate([[depth], after[:-1]])
+        before = np.concatenate([[self.depth], after[:-1]])
+        self.in_string = (self.in_string + len(quotes)) % 2 == 1
+        trailing = len(piece) - len(piece.rstrip(b"\\"))
+        self.backslashes = trailing + (self.backslashes if trailing == len(piece) else 0)
+        self.depth = int(after[-1]) if len(after) else self.depth
+        return marks, kind, before, after
+
+
+def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Pieces of a stream of JSON values written one after another, as Kinesis Data Firehose writes
+    records by default (``{"a":1}{"a":2}``, no delimiter), or pretty-printed ones, as pieces of JSON
+    Lines: each newline outside a string made a space, and one put before every object or array that
+    begins at the top level, but the first (see :class:`_Brackets`). A value that never closes takes
+    the rest of the stream into its line, which is quarantined (as too large, past 8 MB)."""
+    brackets, begun = _Brackets(), False
+    for piece in pieces:
+        marks, kind, before, _ = brackets.marks(piece)
         starts = marks[_OPENS[kind] & (before == 0)]
-        out = b.copy()
+        out = np.frombuffer(piece, np.uint8).copy()
         out[marks[_NEWLINES[kind]]] = ord(" ")
         if not begun:
             if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
                 starts = starts[1:]  # the first value, after nothing but white space
             begun = bool(piece.strip(_BLANK))
         yield np.insert(out, starts, ord("\n")).tobytes()
-        in_string = (in_string + len(quotes)) % 2 == 1
-        trailing = len(piece) - len(piece.rstrip(b"\\"))
-        backslashes = trailing + (backslashes if trailing == len(piece) else 0)
-        depth = int(after[-1]) if len(after) else depth
 
 
 def _version(info: dict) -> tuple:
@@ -484,9 +504,9 @@ def _places(file: str, size: int, read_many: Callable[[list[tuple[int, int]]], l
     that loads the block, which cost the driver of a million traces more CPU than deciding their
     duplicates, and bounds what any number of workers can read to what one process copies (or
     downloads). Cuts at fixed places let the windows be read ahead, before the cuts before them are
-    known. A line running over a cut with no newline in its window is a block of its own (an item of
-    its own when over :data:`MAX_RECORD_BYTES`: read through here, never loaded); so a block holds at
-    most ``BLOCK_BYTES`` plus a window, or a single line."""
+    known. A line running over a cut with no newline in its window is a block of its own (see
+    :func:`_long_line`); so a block holds at most ``BLOCK_BYTES`` plus a window, or a single line of
+    up to :data:`MAX_RECORD_BYTES`."""
     def read(lo: int, hi: int) -> bytes:
         return read_many([(lo, hi)])[0]
 
@@ -508,15 +528,53 @@ def _places(file: str, size: int, read_many: Callable[[list[tuple[int, int]]], l
             if end is not None:
                 yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
                 at = end + 1
-            end = _newline(read, cut, size, last=False)
-            end = size if end is None else end
-            if end - at > MAX_RECORD_BYTES and end - at > _line_limit(head := read(at, at + 200)):
-                yield Block(file, None, damage=_too_large(file, 1, end - at, head))
-            else:
-                yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
-            at = end + 1
+            at = (yield from _long_line(file, at, cut, size, read_many, fs, version)) + 1
     if at < size:
         yield Block(file, None, at=at, size=size - at, fs=fs, version=version)
+
+
+_EXPORT_READS = 1 << 20  # bytes of a long line in a file read at a time, _EXPORT_AHEAD reads at once
+_EXPORT_AHEAD = 8  # concurrently, on an object store
+
+
+def _long_line(file: str, at: int, cut: int, size: int, read_many: Callable[[list[tuple[int, int]]], list[bytes]],
+               fs=None, version: tuple = ()) -> Iterator[Block]:
+    """The blocks of a line of a plain file that starts at ``at`` and runs over ``cut`` with no
+    newline near it (see :func:`_places`): a place, when it is up to :data:`MAX_RECORD_BYTES` long;
+    past that, its ``record_too_large`` item, or, when it is an OTLP export, read through here, its
+    exports (see :class:`_SplitExport`). Returns where the line ends."""
+    head = read_many([(at, min(at + 200, size))])[0]
+    if not _an_export(head):
+        end = _newline(lambda lo, hi: read_many([(lo, hi)])[0], cut, size, last=False)
+        end = size if end is None else end
+        yield (Block(file, None, damage=_too_large(file, 1, end - at, head)) if end - at > MAX_RECORD_BYTES
+               else Block(file, None, at=at, size=end - at, fs=fs, version=version))
+        return end
+    held: list[bytes] = []  # until the line is known to be long
+    split = None
+    for first in range(at, size, _EXPORT_AHEAD * _EXPORT_READS):
+        ranges = [(lo, min(lo + _EXPORT_READS, size))
+                  for lo in range(first, min(first + _EXPORT_AHEAD * _EXPORT_READS, size), _EXPORT_READS)]
+        for (lo, hi), piece in zip(ranges, read_many(ranges)):
+            i = piece.find(b"\n")
+            end = hi if i < 0 else lo + i
+            piece = piece if i < 0 else piece[:i]
+            if split is None:
+                held.append(piece)
+                if end - at > MAX_RECORD_BYTES:
+                    split = _SplitExport(file, None, head)
+                    for kept in held:
+                        yield from split.feed(kept)
+                    held = []
+            else:
+                yield from split.feed(piece)
+            if i >= 0 or hi == size:
+                if split is None:
+                    yield Block(file, None, at=at, size=end - at, fs=fs, version=version)
+                else:
+                    yield from split.end()
+                return end
+    return size
 
 
 def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool) -> int | None:
@@ -547,20 +605,26 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
     pending: list[bytes] | None = None  # the start of a line not ended yet, in pieces
     head = b""  # the first bytes of the first pending piece, for a record_too_large item
     skipping = False  # through an oversized line, which started at `at`
+    split: _SplitExport | None = None  # what reads an oversized line that is an OTLP export
     while True:
         try:
             data = next(chunks, b"")
             n = len(data)
         except _Damage as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
-            raw = head if skipping else b"".join(pending or [])[:2000]
-            yield Block(file, line, damage=Item(file, line, reason=e.reason, detail=str(e),
-                                                raw=raw.decode("utf-8", "replace")))
+            raw = head if skipping or split else b"".join(pending or [])[:2000]
+            damage = Item(file, line, reason=e.reason, detail=str(e), raw=raw.decode("utf-8", "replace"))
+            yield from split.end(damage) if split else [Block(file, line, damage=damage)]
             return
         if not n:
             break
         count = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))  # thrice bytes.count's speed
         start = 0  # where the chunk's unread part begins
+        if pending is not None and count and _an_export(head) and pos + data.find(b"\n") - at > MAX_RECORD_BYTES:
+            split = _SplitExport(file, line, head)  # an export too long for a record that ends in this chunk
+            for piece in pending:
+                yield from split.feed(piece)
+            pending = None
         if skipping:
             if not count:
                 pos += n
@@ -568,6 +632,15 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             end = data.find(b"\n")
             yield Block(file, line, damage=_too_large(file, line, pos - at + end, head))
             line, at, skipping, start, count = line + 1, pos + end + 1, False, end + 1, count - 1
+        elif split:
+            if not count:
+                yield from split.feed(data)
+                pos += n
+                continue
+            end = data.find(b"\n")
+            yield from split.feed(data[:end])
+            yield from split.end()
+            line, at, split, start, count = line + 1, pos + end + 1, None, end + 1, count - 1
         if count:
             cut = data.rfind(b"\n")
             yield Block(file, line, data=b"".join([*(pending or []), memoryview(data)[start:cut]]))
@@ -579,11 +652,19 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             pending.append(data[start:n])
             if len(head) < 200:  # a line begun at the very end of the chunk before: its head, whole
                 head += data[start:start + 200 - len(head)]
-            if pos + n - at > _line_limit(head):
-                pending, skipping = None, True
+            if pos + n - at > MAX_RECORD_BYTES:
+                if _an_export(head):
+                    split = _SplitExport(file, line, head)
+                    for piece in pending:
+                        yield from split.feed(piece)
+                else:
+                    skipping = True
+                pending = None
         pos += n
     if skipping:
         yield Block(file, line, damage=_too_large(file, line, pos - at, head))
+    elif split:
+        yield from split.end()
     elif pending is not None:
         yield Block(file, line, data=b"".join(pending))
 
@@ -597,102 +678,247 @@ def _last_line_joined(blocks: Iterator[Block]) -> Iterator[Block]:
         held.append(block)
         if len(held) > 2:
             yield held.pop(0)
-    if len(held) == 2 and held[0].damage is None and held[1].damage is None:
+    if len(held) == 2 and all(b.damage is None and b.offsets is None for b in held):
         held = [replace(held[0], data=b"\n".join([held[0].data, held[1].data]))]
     yield from held
 
 
-def _too_large(file: str, line: int, size: int, head: bytes, limit: int | None = None) -> Item:
-    """The item of a line of ``size`` bytes over ``limit`` (by default, that of a line starting with
-    ``head``, see :func:`_line_limit`)."""
-    return Item(file, line, reason="record_too_large", detail=f"{size} bytes > {limit or _line_limit(head)}",
+def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
+    """The item of a line of ``size`` bytes, past :data:`MAX_RECORD_BYTES`, that starts with ``head``."""
+    return Item(file, line, reason="record_too_large", detail=f"{size} bytes > {MAX_RECORD_BYTES}",
                 raw=head[:200].decode("utf-8", "replace"))
 
 
-def _line_limit(head: bytes) -> int:
-    """How long a line starting with ``head`` may be: an OTLP export's :data:`MAX_EXPORT_BYTES`, any
-    other's :data:`MAX_RECORD_BYTES`."""
-    return MAX_EXPORT_BYTES if _text(head).startswith(b'{"resourceSpans"') else MAX_RECORD_BYTES
+def _an_export(head: bytes) -> bool:
+    """Whether a line starting with ``head`` is an OTLP JSON export, as far as its first member says."""
+    return _text(head).startswith(b'{"resourceSpans"')
 
 
-# An OTLP export as its resources' and scopes' members, undecoded, down to each span's bytes.
-_Members = dict[str, msgspec.Raw]
-_Scope = tuple[_Members, _Members, list[msgspec.Raw]]  # a resource's other members, a scope's, its spans
-_EXPORT = msgspec.json.Decoder(dict[str, list[_Members]])
-_SCOPES = msgspec.json.Decoder(list[_Members])
-_SPANS = msgspec.json.Decoder(list[msgspec.Raw])
+# The key before the list a resource or a scope holds, at the end of the members before it.
+_LIST_KEYS = {inner: re.compile(rb'"%s"\s*:\s*$' % inner.encode()) for inner in ("scopeSpans", "spans")}
+_EXPORT_BYTES = MAX_RECORD_BYTES // 8  # of spans to an export split from a longer one: a megabyte
 
 
-def exports_split(block: Block) -> Iterator[Block]:
-    """``block`` as blocks to read one after another: itself, or, where a line past
-    :data:`MAX_RECORD_BYTES` holds an OTLP export (a cutter lets no other line this long through),
-    blocks of about :data:`BLOCK_BYTES` of its lines, that line as exports of a megabyte of spans
-    each (see :func:`_exports`) numbered as that line. Each is made as the one before has been read,
-    so a worker holds the block and one such part of it at a time, not a whole export's worth of
-    copies: with the limit raised to let them through, a run reading two 62 MB exports peaked at
-    1,133 MB when each was split whole at once, and at 1,054 MB so. A line that does not decode as
-    an export stays, to be quarantined as too large."""
-    if block.batch is not None or len(block.data) <= MAX_RECORD_BYTES:
-        yield block
-        return
-    ends, at = [], -1
-    while (at := block.data.find(b"\n", at + 1)) >= 0:  # few lines, one of them long: no mask of every byte
-        ends.append(at)
-    ends.append(len(block.data))
-    starts = [0] + [e + 1 for e in ends[:-1]]
-    if max(e - s for s, e in zip(starts, ends)) <= MAX_RECORD_BYTES:
-        yield block
-        return
-    data = memoryview(block.data)
-    held: list[bytes] = []
-    offsets: list[int] = []
-    size = 0
-    for i, (lo, hi) in enumerate(zip(starts, ends)):
-        line = data[lo:hi]
-        scopes = _export_scopes(line) if hi - lo > MAX_RECORD_BYTES else None
-        for piece in [line] if scopes is None else _exports(scopes):
-            if held and size + len(piece) > BLOCK_BYTES:
-                yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64), damage=None)
-                held, offsets, size = [], [], 0
-            held.append(piece)
-            offsets.append(i)
-            size += len(piece)
-    yield replace(block, data=b"\n".join(held), offsets=np.array(offsets, np.int64))
+class _Exports:
+    """An OTLP export on one line, fed a piece at a time, as exports of about a megabyte of spans each
+    (:data:`_EXPORT_BYTES`), made as its spans are read: whatever the export's size, no more than
+    that is held, and every export made is a line of at most :data:`MAX_RECORD_BYTES` (a span too
+    large for one is quarantined alone).
 
+    Each export holds a run of one scope's spans, under that scope's members and its resource's
+    that come before them. The OpenTelemetry Collector writes them first (OTLP's field order:
+    resource, then scopeSpans; scope, then spans). An object or a list after a resource's or a
+    scope's spans (JSON allows any order) ends the reading: the spans before it were read without
+    it, and the rest of the line is quarantined. Brackets outside strings give the structure (see
+    :class:`_Brackets`): only the outer seven levels, down to the spans' own, are walked in Python."""
 
-def _export_scopes(line: memoryview) -> list[_Scope] | None:
-    """An OTLP export's scopes, each with its resource's other members, its own, and its spans (all
-    undecoded); None when the line is no export."""
-    try:
-        export = _EXPORT.decode(line[len(_BOM):] if line[:len(_BOM)] == _BOM else line)
-        resources = [(resource, _SCOPES.decode(resource.pop("scopeSpans", msgspec.Raw(b"[]"))))
-                     for resource in export.pop("resourceSpans")]
-        scopes = [(resource, scope, _SPANS.decode(scope.pop("spans", msgspec.Raw(b"[]"))))
-                  for resource, in_resource in resources for scope in in_resource]
-    except (msgspec.DecodeError, KeyError):
+    def __init__(self):
+        self.brackets = _Brackets()
+        # Each open bracket down to a span's: its role (export, resources, resource, scopes, scope,
+        # spans, span, or other) and whether the list it holds (resourceSpans, scopeSpans, spans) has closed.
+        self.open: list[list] = []
+        self.done = False  # the export has closed
+        self.listed = False  # its resourceSpans is a list
+        self.frames = {"resource": b"", "scope": b""}  # their members before their list, with its key
+        # What is being captured ("resource" or "scope": its members; "spans"; or nothing), from
+        # where in the line: the bytes before the piece being read, and where it begins in that piece.
+        self.capturing, self.start, self.held, self.at = "", 0, bytearray(), 0
+        self.complete = 0  # where the last whole span captured ends in the line (0: none)
+        self.span_at = 0  # where the open span begins in the line
+        self.skipping = False  # through a span too large for an export
+        self.read = 0  # bytes fed before the piece being read
+        self.failure: _Damage | None = None  # why the rest of the line is not read
+
+    def feed(self, piece: bytes) -> list[bytes | _Damage]:
+        """The exports ``piece`` completes, and spans too large to read (as :class:`_Damage`)."""
+        out: list[bytes | _Damage] = []
+        if self.failure is None:
+            marks, kind, before, after = self.brackets.marks(piece)
+            walked = (np.minimum(before, after) < 7) & ~_NEWLINES[kind]
+            for p, k, b in zip(marks[walked].tolist(), kind[walked].tolist(), before[walked].tolist()):
+                why = self._open(piece, p, k == ord("[")) if _OPENS[k] else self._close(piece, p, b, out)
+                if why:
+                    self.failure = _Damage("invalid_field", f"at byte {self.read + p}: {why}")
+                    self._flush(piece, out)
+                    break
+            else:
+                self._carry(piece, out)
+        self.read += len(piece)
+        return out
+
+    def end(self) -> tuple[list[bytes], _Damage | None]:
+        """Once the line has ended (or its stream broke off): exports of the whole spans read since the
+        last, and why the rest of the line was not read (None: it was all read)."""
+        out: list[bytes] = []
+        if self.failure is None and not self.done:
+            self.failure = _Damage("invalid_json", f"the export breaks off after {self.read} bytes")
+            self._flush(b"", out)
+        elif self.failure is None and not self.listed:
+            self.failure = _Damage("invalid_field", "resourceSpans is not a list")
+        return out, self.failure
+
+    def _open(self, piece: bytes, p: int, is_list: bool) -> str | None:
+        parent = self.open[-1] if self.open else None
+        role = "other"
+        if parent is None:
+            if self.done:
+                return "a second value after the export"
+            role = "export"
+        elif parent == ["export", False]:  # its first member, resourceSpans (see _an_export)
+            if not is_list:
+                return "resourceSpans is not a list"
+            role, self.listed = "resources", True
+        elif parent[0] in ("resources", "scopes"):
+            role = parent[0][:-1]
+            if is_list:
+                return f"an item of {'resourceSpans' if role == 'resource' else 'scopeSpans'} is a list"
+            self._capture(role, self.read + p)
+        elif parent[0] in ("resource", "scope"):
+            inner = "scopeSpans" if parent[0] == "resource" else "spans"
+            if parent[1]:
+                return (f"a {parent[0]} has a member after its {inner}: an export past {MAX_RECORD_BYTES} bytes "
+                        "is read with its members in OTLP's field order")
+            members = self._bytes(piece, self.start, self.read + p)
+            if is_list and _LIST_KEYS[inner].search(members[-64:]):
+                role = "scopes" if inner == "scopeSpans" else "spans"
+                self.frames[parent[0]], self.capturing = members, ""
+        elif parent[0] == "spans":
+            role = "span"
+            self.span_at = self.read + p
+            if not self.capturing:
+                self._capture("spans", self.span_at)
+        self.open.append([role, False])
         return None
-    return None if export else scopes  # members beside resourceSpans: no export
+
+    def _close(self, piece: bytes, p: int, depth: int, out: list) -> str | None:
+        if not depth:
+            return "a closing bracket with none open"
+        role = self.open.pop()[0]
+        end = self.read + p + 1
+        if role == "span":
+            room = self._room()
+            if self.skipping or end - self.span_at > room:
+                if self.complete and not self.skipping:  # the whole spans before it
+                    self._export(piece, self.start, self.complete, out)
+                out.append(_Damage("record_too_large", f"a span of {end - self.span_at} bytes in an OTLP export, "
+                                                       f"> {room} with its resource and scope"))
+                self.capturing, self.skipping = "", False
+            elif end - self.start > room:  # the spans before it in one export, it in another
+                self._export(piece, self.start, self.complete, out)
+                self._export(piece, self.span_at, end, out)
+                self.capturing = ""
+            else:
+                self.complete = end
+                if end - self.start >= _EXPORT_BYTES:
+                    self._export(piece, self.start, end, out)
+                    self.capturing = ""
+        elif role in ("resources", "scopes", "spans"):
+            if role == "spans" and self.capturing == "spans" and self.complete:
+                self._export(piece, self.start, self.complete, out)
+            self.open[-1][1] = True
+        if role in ("resource", "scope", "spans"):
+            self.capturing = ""  # a resource or scope without its list has nothing to export
+        self.done = not self.open
+        return None
+
+    def _room(self) -> int:
+        """Bytes of spans an export can hold within MAX_RECORD_BYTES, with its resource's and scope's members."""
+        return MAX_RECORD_BYTES - len(self.frames["resource"]) - len(self.frames["scope"]) - 64
+
+    def _capture(self, what: str, start: int) -> None:
+        self.capturing, self.start, self.held, self.at, self.complete = what, start, bytearray(), start - self.read, 0
+
+    def _bytes(self, piece: bytes, lo: int, hi: int) -> bytes:
+        """The captured bytes of the line from ``lo`` to ``hi``."""
+        n = len(self.held)  # from self.start on
+        a, b = lo - self.start, hi - self.start
+        taken = bytes(self.held[max(a, 0):min(b, n)])
+        return taken + piece[self.at + max(a - n, 0):self.at + b - n] if b > n else taken
+
+    def _flush(self, piece: bytes, out: list) -> None:
+        """An export of the whole spans captured, if any: the line is not read further."""
+        if self.capturing == "spans" and self.complete:
+            self._export(piece, self.start, self.complete, out)
+        self.capturing = ""
+
+    def _export(self, piece: bytes, lo: int, hi: int, out: list) -> None:
+        out.append(b'{"resourceSpans":[' + self.frames["resource"] + b"[" + self.frames["scope"] + b"["
+                   + self._bytes(piece, lo, hi) + b"]}]}]}")
+
+    def _carry(self, piece: bytes, out: list) -> None:
+        """Keep what the capture took of the piece; a span too large for an export is skipped through."""
+        if not self.capturing:
+            return
+        self.held += piece[self.at:]
+        self.at = len(piece)  # held has all of it
+        self._bound(piece, out)
+        self.at = 0  # where the capture goes on in the next piece
+
+    def _bound(self, piece: bytes, out: list) -> None:
+        if self.capturing != "spans":
+            if len(self.held) > MAX_RECORD_BYTES // 4:
+                self.failure = _Damage("invalid_field", f"the members of a {self.capturing} before its list pass "
+                                                        f"{MAX_RECORD_BYTES // 4} bytes")
+        elif len(self.held) > self._room():
+            if self.complete:  # the whole spans before the open one
+                self._export(piece, self.start, self.complete, out)
+            if self.read + len(piece) - self.span_at > self._room():
+                self.capturing, self.held, self.skipping = "", bytearray(), True
+            else:
+                del self.held[:self.span_at - self.start]
+                self.start, self.complete = self.span_at, 0
 
 
-def _exports(scopes: list[_Scope]) -> Iterator[bytes]:
-    """Exports of about an eighth of :data:`MAX_RECORD_BYTES` of spans each (a megabyte: far from a
-    record's limit; a span too large for it alone in one), made as they are taken."""
-    for resource, scope, spans in scopes:
-        first, size = 0, 0
-        for j, span in enumerate(spans):
-            size += len(span)
-            if size >= MAX_RECORD_BYTES // 8 or j == len(spans) - 1:
-                yield _export(resource, scope, spans[first:j + 1])
-                first, size = j + 1, 0
+class _SplitExport:
+    """A line that begins as an OTLP export (see :func:`_an_export`), longer than
+    :data:`MAX_RECORD_BYTES`, fed a piece at a time: blocks of its exports (see :class:`_Exports`),
+    about :data:`BLOCK_BYTES` each, every one numbered as that line, ``first`` (None: not counted, see
+    :attr:`Block.continued`). What could not be read of it is an item at the end of a block."""
 
+    def __init__(self, file: str, first: int | None, head: bytes):
+        self.file, self.first, self.head = file, first, head
+        self.exports = _Exports()
+        self.held: list[bytes] = []
+        self.size = 0  # of the exports held
+        self.blocks = 0  # given so far
 
-def _export(resource: _Members, scope: _Members, spans: list[msgspec.Raw]) -> bytes:
-    """An OTLP export of ``spans``, under a resource and a scope of these other members."""
-    def members(fields: _Members) -> bytes:
-        return b"".join(msgspec.json.encode(k) + b":" + bytes(v) + b"," for k, v in fields.items())
+    def feed(self, piece: bytes) -> Iterator[Block]:
+        yield from self._take(self.exports.feed(piece))
 
-    return (b'{"resourceSpans":[{' + members(resource) + b'"scopeSpans":[{' + members(scope) + b'"spans":['
-            + b",".join(map(bytes, spans)) + b"]}]}]}")
+    def _take(self, exports: list[bytes | _Damage]) -> Iterator[Block]:
+        for made in exports:
+            if isinstance(made, _Damage):
+                yield self._block(made)
+                continue
+            if self.held and self.size + len(made) > BLOCK_BYTES:
+                yield self._block()
+            self.held.append(made)
+            self.size += len(made)
+
+    def end(self, damage: Item | None = None) -> Iterator[Block]:
+        """The last block, with the item of ``damage`` (which ended the file's stream) or of whatever
+        was not read: the whole line, past a record's size, when none of it was."""
+        exports, why = self.exports.end()
+        yield from self._take(exports)
+        if damage is not None:
+            why = None  # the stream's damage says why
+        elif why is not None and not self.blocks and not self.held:
+            why, damage = None, _too_large(self.file, 1, self.exports.read, self.head)
+        if damage is not None or why is not None or self.held or not self.blocks:
+            yield self._block(why, damage)
+
+    def _block(self, why: _Damage | None = None, damage: Item | None = None) -> Block:
+        position = self.first or 1
+        if why is not None:
+            damage = Item(self.file, position, reason=why.reason, detail=f"an OTLP export past {MAX_RECORD_BYTES} "
+                          f"bytes, not read from here: {why}", raw=self.head[:200].decode("utf-8", "replace"))
+        elif damage is not None:
+            damage = replace(damage, position=position)
+        block = Block(self.file, self.first, data=b"\n".join(self.held), damage=damage,
+                      offsets=np.zeros(len(self.held), np.int64), continued=self.blocks > 0)
+        self.blocks += 1
+        self.held, self.size = [], 0
+        return block
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
@@ -921,9 +1147,9 @@ def _spilled(block: Block, name: str) -> Block:
 
 
 def oversized(file: str, n: int, raw: bytes) -> Item | None:
-    """The item of a line past :data:`MAX_RECORD_BYTES` (in a worker, an OTLP export that
-    :func:`exports_split` left)."""
-    return _too_large(file, n, len(raw), raw, MAX_RECORD_BYTES) if len(raw) > MAX_RECORD_BYTES else None
+    """The item of a line past :data:`MAX_RECORD_BYTES` (in a block only where :func:`_cut` read it
+    through a stream whole: it ended in the chunk after the one it began in)."""
+    return _too_large(file, n, len(raw), raw) if len(raw) > MAX_RECORD_BYTES else None
 
 
 def decode_line(file: str, n: int, raw: bytes) -> Item:
