@@ -11,6 +11,9 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
 * openai: chat-completions logs, request beside response, with a thumb in the metadata;
 * otel: OTLP JSON exports of one GenAI span a line (the current gen_ai.input/output.messages
   attributes), with a judge score as an evaluation event;
+* otel-batches: the same spans as the OpenTelemetry Collector's file exporter writes its batch
+  processor's batches by default, 8,192 spans to an export on one line (some 30 MB each), which
+  the process that cuts the file splits into exports of a megabyte;
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
   files, so that every generation is joined across files with its score and its trace's release.
 
@@ -32,7 +35,8 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "otel", "langfuse")
+FORMATS = ("ctpipe", "openai", "otel", "otel-batches", "langfuse")
+BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
 def generate(root: Path, n: int, seed: int = 0) -> None:
@@ -45,7 +49,8 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     enc = msgspec.json.Encoder()
     system = " ".join(rng.choices(WORDS, k=70))
     files = {}
-    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("otel", ["spans"]),
+    batch: list[bytes] = []  # spans of the next export of otel-batches
+    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("otel", ["spans"]), ("otel-batches", ["spans"]),
                        ("langfuse", ["observations", "scores", "traces"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
@@ -100,6 +105,12 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         }
         for key, row in rows.items():
             files[key].write(enc.encode(row) + b"\n")
+        batch.append(enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]))
+        if len(batch) == BATCH or i == n - 1:
+            files[("otel-batches", "spans")].write(
+                b'{"resourceSpans":[{"resource":' + enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["resource"])
+                + b',"scopeSpans":[{"scope":{"name":"bench"},"spans":[' + b",".join(batch) + b"]}]}]}\n")
+            batch.clear()
     for f in files.values():
         f.close()
 

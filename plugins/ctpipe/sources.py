@@ -598,7 +598,8 @@ def _newline(read: Callable[[int, int], bytes], start: int, end: int, last: bool
 def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
     """Blocks of whole lines, counted, from a file's successive chunks: a block ends at the last
     newline of a chunk; a line longer than :data:`MAX_RECORD_BYTES` is read through unkept and
-    given as a ``record_too_large`` item; a compressed stream's damage ends the file as a
+    given as a ``record_too_large`` item, or, when it is an OTLP export, as blocks of exports of its
+    spans (see :class:`_SplitExport`); a compressed stream's damage ends the file as a
     ``truncated_gzip``/``truncated_zstd`` item (it ends early) or a ``corrupt_gzip``/``corrupt_zstd``
     one (its bytes are not such a stream's, or fail its checks)."""
     line, at, pos = 1, 0, 0  # the first line not handed out and its offset; the offset of the chunk
