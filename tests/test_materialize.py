@@ -707,7 +707,8 @@ def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_
         {**trace(3, "What is 1002 plus 1?", "1003"), "pad": "x" * 5000}, cut, trace(4, "What is 4003 plus 1?", "4004")))
     assert 4000 < len(json.dumps(big)) < 400_000 < len(bigger)
     m = run(src, tmp_path / "out")
-    assert accounted(m) and m.counts["traces"] == 1533 and m.quarantine_reasons == {"invalid_json": 1, "record_too_large": 1}
+    assert accounted(m) and m.counts["traces"] == 1533
+    assert m.quarantine_reasons == {"invalid_json": 1, "record_too_large": 1}
     rows = table(m, "traces")
     assert [(r["source_line"], r["model_version"]) for r in rows] == (
         [(1, "1")] + [(2, "7")] * 150 + [(2, "8")] * 150 + [(3, "1")] + [(4, "3")] * 1200 + [(6, "4")] * 30 + [(7, "1")])

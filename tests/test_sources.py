@@ -135,12 +135,13 @@ def test_what_cannot_be_read_of_a_long_otlp_export_is_quarantined_in_its_place(t
 
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
     monkeypatch.setattr(sources, "_EXPORT_BYTES", 200)
-    monkeypatch.setattr(sources, "BLOCK_BYTES", 500)  # below a record's size, as they are: a long line runs over a cut
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 500)  # with its window, within a record, as they are (see _places)
     monkeypatch.setattr(sources, "_EXPORT_READS", 300)
     spans = [{"spanId": str(i), "name": "x" * (2000 if i == 7 else 140)} for i in range(20)]
     late = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [dict(s, name="y" * 100) for s in spans[10:]]}],
                                           "resource": {}}]}).encode()
-    data = b"\n".join([_export_of([dict(s, name="z" * 300) for s in spans[:5]])[:-10], b'{"n": 1}', _export_of(spans[5:10]), late,
+    broken = _export_of([dict(s, name="z" * 300) for s in spans[:5]])[:-10]
+    data = b"\n".join([broken, b'{"n": 1}', _export_of(spans[5:10]), late,
                        b'{"resourceSpans": "' + b"x" * 2000 + b'"}', b'{"n": 2}']) + b"\n"
     (tmp_path / "a.jsonl").write_bytes(data)
     (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
@@ -153,8 +154,8 @@ def test_what_cannot_be_read_of_a_long_otlp_export_is_quarantined_in_its_place(t
             *((1, [str(i)]) for i in range(4)), (2, 1), (3, ["5", "6"]), (3, ["8", "9"]),
             *((4, [str(i), str(i + 1)]) for i in range(10, 20, 2)), (6, 2)], name
     items = {i.position: i for i in read(str(tmp_path / "a.jsonl")) if i.reason}
-    first = data.split(b"\n")[0]
-    assert items[1].detail == f"an OTLP export past 1000 bytes, not read from here: the export breaks off after {len(first)} bytes"
+    assert items[1].detail == ("an OTLP export past 1000 bytes, not read from here: the export breaks off after "
+                               f"{len(broken)} bytes")
     assert "a resource has a member after its scopeSpans" in items[4].detail
     assert items[5].detail == "2021 bytes > 1000" and items[5].raw.startswith('{"resourceSpans": "xxx')
 

@@ -401,9 +401,9 @@ _SHAPING = b"{}[]\n\r"
 
 class _Brackets:
     """Where a stream of JSON text, given a piece at a time, opens and closes values: its brackets and
-    newlines (and carriage returns) outside strings, with the depth before and after each. What a piece leaves
-    open is carried into the next: a string, backslashes at its end, brackets. A closing bracket with
-    none open is passed over (its depth stays 0)."""
+    newlines (and carriage returns) outside strings, with the depth before and after each. What a
+    piece leaves open is carried into the next: a string, backslashes at its end, brackets. A
+    closing bracket with none open is passed over (its depth stays 0)."""
 
     def __init__(self, shaping: bytes = _SHAPING):
         self.shaping = shaping  # what counts as a mark: brackets, and newlines unless told otherwise
