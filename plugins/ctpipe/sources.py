@@ -568,8 +568,7 @@ def _long_line(file: str, at: int, cut: int, size: int, read_many: Callable[[lis
                 held.append(piece)
                 if end - at > MAX_RECORD_BYTES:
                     split = _SplitExport(file, None, head)
-                    for kept in held:
-                        yield from split.feed(kept)
+                    yield from split.feed(*held)
                     held = []
             else:
                 yield from split.feed(piece)
@@ -628,8 +627,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
         start = 0  # where the chunk's unread part begins
         if pending is not None and count and _an_export(head) and pos + data.find(b"\n") - at > MAX_RECORD_BYTES:
             split = _SplitExport(file, line, head)  # an export too long for a record that ends in this chunk
-            for piece in pending:
-                yield from split.feed(piece)
+            yield from split.feed(*pending)
             pending = None
         if skipping:
             if not count:
@@ -661,8 +659,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             if pos + n - at > MAX_RECORD_BYTES:
                 if _an_export(head):
                     split = _SplitExport(file, line, head)
-                    for piece in pending:
-                        yield from split.feed(piece)
+                    yield from split.feed(*pending)
                 else:
                     skipping = True
                 pending = None
@@ -819,8 +816,8 @@ class _Exports:
                     self._export(piece, self.start, end, out)
                     self.capturing = ""
         elif role in ("resources", "scopes", "spans"):
-            if role == "spans" and self.capturing == "spans" and self.complete:
-                self._export(piece, self.start, self.complete, out)
+            if role == "spans":
+                self._flush(piece, out)
             self.open[-1][1] = True
         if role in ("resource", "scope", "spans"):
             self.capturing = ""  # a resource or scope without its list has nothing to export
@@ -842,7 +839,7 @@ class _Exports:
         return taken + piece[self.at + max(a - n, 0):self.at + b - n] if b > n else taken
 
     def _flush(self, piece: bytes, out: list) -> None:
-        """An export of the whole spans captured, if any: the line is not read further."""
+        """An export of the whole spans captured, if any; the capture ends (a scope's spans have, or the line)."""
         if self.capturing == "spans" and self.complete:
             self._export(piece, self.start, self.complete, out)
         self.capturing = ""
@@ -888,8 +885,11 @@ class _SplitExport:
         self.size = 0  # of the exports held
         self.blocks = 0  # given so far
 
-    def feed(self, piece: bytes) -> Iterator[Block]:
-        yield from self._take(self.exports.feed(piece))
+    def feed(self, *pieces: bytes) -> Iterator[Block]:
+        """Blocks of the exports completed by ``pieces``, the line's next bytes (several: those a cutter
+        held before it knew the line was long)."""
+        for piece in pieces:
+            yield from self._take(self.exports.feed(piece))
 
     def _take(self, exports: list[bytes | _Damage]) -> Iterator[Block]:
         for made in exports:
