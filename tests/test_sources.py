@@ -126,6 +126,35 @@ def test_an_otlp_export_longer_than_a_record_is_split_wherever_the_reads_cut_it(
             assert [b.first for b in blocks if b.offsets is None and b.data] == [1, 4]
 
 
+def test_a_long_otlp_export_of_a_plain_file_comes_as_places_of_its_spans(tmp_path, monkeypatch):
+    """The process that cuts a plain file holds none of a long export's spans: its blocks say where
+    each export's spans lie in the file, under which resource and scope, and loaded (where they are
+    processed) they are the exports that reading the same line through makes."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1000)
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 200)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 500)
+    monkeypatch.setattr(sources, "_EXPORT_READS", 300)
+    export = json.dumps({"resourceSpans": [
+        {"resource": {"attributes": [{"key": "r", "value": {"stringValue": str(r)}}]},
+         "scopeSpans": [{"scope": {"name": f"s{s}"}, "spans": [{"spanId": f"{r}{s}{i}", "name": "x" * 40}
+                                                                for i in range(10)]} for s in range(2)]}
+        for r in range(2)]}).encode()
+    data = b'{"n": 1}\n' + export + b'\n{"n": 2}\n'
+    (tmp_path / "a.jsonl").write_bytes(data)
+    placed = [b for b in sources._plain_blocks(str(tmp_path / "a.jsonl")) if b.offsets is not None]
+    assert len(placed) > 2 and all(b.exports and not b.data and b.size < 500 for b in placed)
+    streamed = [b for b in sources._cut("a.jsonl", iter(data[i:i + 300] for i in range(0, len(data), 300)))
+                if b.offsets is not None]
+    assert [b.load().data for b in placed] == [b.data for b in streamed]
+    exports = [json.loads(line) for b in placed for line in b.load().data.split(b"\n")]
+    assert [(e["resourceSpans"][0]["resource"]["attributes"][0]["value"]["stringValue"],
+             e["resourceSpans"][0]["scopeSpans"][0]["scope"]["name"], span["spanId"][2:])
+            for e in exports for span in e["resourceSpans"][0]["scopeSpans"][0]["spans"]] == [
+        (str(r), f"s{s}", str(i)) for r in range(2) for s in range(2) for i in range(10)]
+
+
 def test_what_cannot_be_read_of_a_long_otlp_export_is_quarantined_in_its_place(tmp_path, monkeypatch):
     """Cut in place or read through (gzip), a long export's spans are read up to where it breaks off,
     and that is an item of the export's line; a span too large for an export of its own is an item
