@@ -560,8 +560,8 @@ def _long_line(file: str, at: int, cut: int, size: int, read_many: Callable[[lis
                fs=None, version: tuple = ()) -> Iterator[Block]:
     """The blocks of a line of a plain file that starts at ``at`` and runs over ``cut`` with no
     newline near it (see :func:`_places`): a place, when it is up to :data:`MAX_RECORD_BYTES` long;
-    past that, its ``record_too_large`` item, or, when it is an OTLP export, read through here, its
-    exports (see :class:`_SplitExport`). Returns where the line ends."""
+    past that, its ``record_too_large`` item, or, when it is an OTLP export, read through here, the
+    places of its exports' spans (see :class:`_SplitExport`). Returns where the line ends."""
     head = read_many([(at, min(at + 200, size))])[0]
     if not _an_export(head):
         end = _newline(lambda lo, hi: read_many([(lo, hi)])[0], cut, size, last=False)
