@@ -9,6 +9,7 @@ import os
 import signal
 import tempfile
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
@@ -116,6 +117,21 @@ def test_auto_detects_every_format_per_record_and_reports_unknown_ones(tmp_path,
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     assert rows["lf-1:obs-1"]["judge_reward"] == 0.5 and rows["lf-1:obs-1"]["final_reward"] == 0.5
     assert rows["chatcmpl-1"]["completion"] == "5" and rows["chatcmpl-1"]["source_file"].endswith("openai.jsonl.gz")
+
+
+def test_a_block_of_mixed_formats_reads_the_same_whichever_begins_it():
+    """A block that begins with an OTLP export tries that fast path first; every line is still
+    taken by the path of its own format."""
+    ours, openai, otel = (json.dumps(doc).encode() for doc in (trace(1), OPENAI, _OTEL_FLAT))
+    read = {}
+    for first in ("otel", "ours"):
+        block = [otel, ours, openai, otel] if first == "otel" else [ours, otel, openai, otel]
+        formats: Counter = Counter()
+        table, at = mat._fast(b"\n".join(block), block, "auto", formats)
+        assert at.tolist() == [0, 1, 2, 3] and formats == {"ctpipe": 1, "openai": 1, "otel": 2}, first
+        kinds = ["otel" if line == otel else "ours" if line == ours else "openai" for line in block]
+        read[first] = sorted(zip(kinds, table["trace_id"].to_pylist()))
+    assert read["otel"] == read["ours"]
 
 
 def test_a_line_without_a_trace_id_key_skips_our_typed_decoding_and_keeps_its_reason():
