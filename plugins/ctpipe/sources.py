@@ -188,7 +188,7 @@ class Block:
         if changed:
             raise SourceError(f"{self.file} changed while it was read")
         if self.exports:
-            data = b"\n".join(prefix + data[lo:hi] + _EXPORT_TAIL for prefix, lo, hi in self.exports)
+            data = b"\n".join(_an_export_of(prefix, data[lo:hi]) for prefix, lo, hi in self.exports)
         return replace(self, data=data, size=0, exports=())
 
     def _unspilled(self) -> Block:
@@ -400,8 +400,10 @@ def _jsonl_blocks(fs, file: str, name: str, stream: bool = False) -> Iterator[Bl
 
 # Bytes that shape a stream of JSON values: brackets open and close values, newlines (and carriage
 # returns) outside strings are white space within or between them.
-_OPENS, _CLOSES, _NEWLINES = (np.isin(np.arange(256), [ord(c) for c in chars]) for chars in ("{[", "}]", "\n\r"))
-_SHAPING = b"{}[]\n\r"
+_BRACKETS, _LINE_ENDS = b"{[}]", b"\n\r"
+_OPENS, _CLOSES, _NEWLINES = (np.isin(np.arange(256), list(chars))
+                              for chars in (_BRACKETS[:2], _BRACKETS[2:], _LINE_ENDS))
+_SHAPING = _BRACKETS + _LINE_ENDS
 
 
 class _Brackets:
@@ -717,6 +719,11 @@ _EXPORT_BYTES = MAX_RECORD_BYTES // 8  # of spans to an export split from a long
 _EXPORT_TAIL = b"]}]}]}"  # what closes an export made of a run of spans (see _export_prefix)
 
 
+def _an_export_of(prefix: bytes, spans: bytes) -> bytes:
+    """The export line of a run of spans (their bytes, comma-separated) under ``prefix``."""
+    return prefix + spans + _EXPORT_TAIL
+
+
 def _export_prefix(frames: dict[str, bytes]) -> bytes:
     """What an export of spans split from a longer one has before them: its resource's and its scope's
     members (each with the key of the list that follows them)."""
@@ -742,7 +749,7 @@ class _Exports:
 
     def __init__(self, keep: bool = True):
         self.keep = keep
-        self.brackets = _Brackets(b"{}[]")
+        self.brackets = _Brackets(_BRACKETS)
         # Each open bracket down to a span's: its role (export, resources, resource, scopes, scope,
         # spans, span, or other) and whether the list it holds (resourceSpans, scopeSpans, spans) has closed.
         self.open: list[list] = []
@@ -873,7 +880,7 @@ class _Exports:
         self.capturing = ""
 
     def _export(self, piece: bytes, lo: int, hi: int, out: list) -> None:
-        out.append(self.prefix + self._bytes(piece, lo, hi) + _EXPORT_TAIL if self.keep else (self.prefix, lo, hi))
+        out.append(_an_export_of(self.prefix, self._bytes(piece, lo, hi)) if self.keep else (self.prefix, lo, hi))
 
     def _carry(self, piece: bytes, out: list) -> None:
         """Keep what the capture took of the piece; a span too large for an export is skipped through."""
@@ -952,17 +959,21 @@ class _SplitExport:
                           f"bytes, not read from here: {why}", raw=self.head[:200].decode("utf-8", "replace"))
         elif damage is not None:
             damage = replace(damage, position=position)
+        held = {"data": b"\n".join(self.held)} if self.place is None else self._place_of_held()
         block = Block(self.file, self.first, damage=damage, offsets=np.zeros(len(self.held), np.int64),
-                      continued=self.blocks > 0)
-        if self.place is None:
-            block = replace(block, data=b"\n".join(self.held))
-        elif self.held:  # the bytes from its first export's spans to its last's, read where it is loaded
-            lo, hi = self.held[0][1], self.held[-1][2]
-            block = replace(block, at=self.place.at + lo, size=hi - lo, fs=self.place.fs, version=self.place.version,
-                            exports=tuple((prefix, a - lo, b - lo) for prefix, a, b in self.held))
+                      continued=self.blocks > 0, **held)
         self.blocks += 1
         self.held, self.size = [], 0
         return block
+
+    def _place_of_held(self) -> dict:
+        """The place of the exports held (none: there is none): the bytes from the first one's spans
+        to the last one's, read where the block is loaded."""
+        if not self.held:
+            return {}
+        lo, hi = self.held[0][1], self.held[-1][2]
+        return {"at": self.place.at + lo, "size": hi - lo, "fs": self.place.fs, "version": self.place.version,
+                "exports": tuple((prefix, a - lo, b - lo) for prefix, a, b in self.held)}
 
 
 def _parquet_blocks(fs, file: str) -> Iterator[Block]:
