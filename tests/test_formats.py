@@ -86,8 +86,14 @@ def test_unknown_and_mismatched_documents_are_reported_not_guessed():
         normalize(bad, "openai")
 
 
+def _joined(rows):
+    from ctpipe.formats import join_langfuse, joined, langfuse_entry
+
+    return [trace for trace, _ in map(joined, join_langfuse(filter(None, map(langfuse_entry, rows))))]
+
+
 def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_order():
-    from ctpipe.formats import LangfuseJoin
+    from ctpipe.formats import langfuse_entry
 
     rows = [
         {"id": "s1", "traceId": "t1", "observationId": "g1", "name": "correct", "value": 1, "dataType": "BOOLEAN", "source": "EVAL"},
@@ -102,10 +108,7 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
         {"id": "t1", "timestamp": "2026-11-22T10:00:00Z", "release": "3", "sessionId": None},
     ]
     assert {detect(r) for r in rows} == {"langfuse"}
-    join = LangfuseJoin()
-    for r in rows:
-        join.add(r)
-    ((t, _),) = join.traces()
+    (t,) = _joined(rows)
     rec = decode(json.dumps(t))
     assert rec.trace_id == "t1:g1" and rec.model.version == "3" and rec.latency_ms == pytest.approx(120.0)
     assert rec.usage.total_tokens == 21 and rec.completion == "5"
@@ -117,17 +120,17 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
     from decimal import Decimal
 
     decimal = {"id": "d", "traceId": "t1", "name": "q", "value": Decimal("4.50"), "dataType": "NUMERIC", "source": "API"}
-    assert LangfuseJoin.entry(decimal)[0] == "score"  # as a Parquet export's decimal column reads
+    assert langfuse_entry(decimal)[0] == "score"  # as a Parquet export's decimal column reads
     with pytest.raises(FormatError, match=r"score x: value='high' is not a number"):
-        join.add({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})
+        langfuse_entry({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})
 
 
-def test_a_langfuse_join_gives_the_same_traces_a_chunk_at_a_time_as_all_at_once():
-    """Chunks meet scores and versions of ids in other chunks, ids of other types (1 is not "1"), and
-    Parquet's datetimes, which come back as they went in."""
+def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole_export():
+    """A trace's rows joined without the others give what the whole export does: ids of other types
+    (1 is not "1") and Parquet's datetimes come back as they went in, the last release read wins."""
     from datetime import datetime, timezone
 
-    from ctpipe.formats import LangfuseJoin
+    from ctpipe.formats import langfuse_entry
 
     def generation(i):
         return {"id": i if i % 3 else str(i), "traceId": f"t{i % 4}", "type": "GENERATION",
@@ -142,49 +145,13 @@ def test_a_langfuse_join_gives_the_same_traces_a_chunk_at_a_time_as_all_at_once(
         rows.append({"id": f"r{i}", "traceId": f"t{i % 4}", "name": "trace-level", "value": 1, "dataType": "BOOLEAN",
                      "source": "API"})
         rows.append({"id": f"t{i % 4}", "timestamp": "2026-11-22T10:00:00Z", "release": f"v{i}"})  # the last one wins
-    joins = [LangfuseJoin(), LangfuseJoin()]
-    for join in joins:
-        for row in rows:
-            join.add(row)
-    whole, chunked = (list(join.traces(chunk=size)) for join, size in zip(joins, (1000, 5)))
-    assert chunked == whole and [t["trace_id"] for t, _ in whole] == [f"t{i % 4}:{i}" for i in range(12)]
-    by_id = {t["trace_id"]: t for t, _ in whole}
+    whole = _joined(rows)
+    apart = [t for k in range(4) for t in _joined([r for r in rows if r.get("traceId", r["id"]) == f"t{k}"])]
+    assert sorted(apart, key=lambda t: t["trace_id"]) == sorted(whole, key=lambda t: t["trace_id"])
+    assert [t["trace_id"] for t in whole] == [f"t{i % 4}:{i}" for i in range(12)]
+    by_id = {t["trace_id"]: t for t in whole}
     assert [s["value"] for s in by_id["t3:3"]["scores"]] == [3.0, 1.0, 1.0, 1.0]  # "3": its own judge score
     assert [s["value"] for s in by_id["t1:1"]["scores"]] == [1.0, 1.0, 1.0]  # 1 is not "1": no judge score
     assert {t["model"]["version"] for t in by_id.values()} == {"v8", "v9", "v10", "v11"}
     assert by_id["t2:2"]["start_time"] == "2026-11-22T10:02:00+00:00"
-
-
-def test_a_langfuse_chunk_with_more_ids_than_old_sqlite_takes_in_one_query():
-    import sqlite3
-
-    from ctpipe.formats import LangfuseJoin, joined
-
-    join = LangfuseJoin()
-    join._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # SQLite before 3.32
-    for i in range(1500):
-        join.add({"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
-                  "model": "m", "input": "q", "output": "a"})
-        join.add({"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i,
-                  "dataType": "NUMERIC", "source": "EVAL"})
-    (chunk,) = join.chunks(1500)
-    assert [t["scores"][0]["value"] for t, _ in map(joined, chunk)] == [float(i) for i in range(1500)]
-
-
-def test_a_langfuse_join_read_in_part_refuses_more_generations_rather_than_overwrite_them():
-    from ctpipe.formats import LangfuseJoin
-
-    def generation(i):
-        return {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
-                "model": "m", "input": "q", "output": f"a{i}"}
-
-    join = LangfuseJoin()
-    join.add(generation(1))
-    join.add(generation(2))
-    reading = join.traces(chunk=1)
-    next(reading)
-    with pytest.raises(RuntimeError, match="added after the join was read"):
-        join.add(generation(3))
-    assert [t["completion"] for t, _ in join.traces()] == ["a1", "a2"]
-    join.add(generation(3))  # once read to the end, the file ends where it was written
-    assert [t["completion"] for t, _ in join.traces()] == ["a1", "a2", "a3"]
+    assert langfuse_entry({"id": "t9", "timestamp": "2026-11-22T10:00:00Z", "sessionId": "s"}) is None  # no release

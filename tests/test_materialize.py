@@ -668,6 +668,15 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     assert sorted((q["source_file"].rsplit("/", 1)[1], q["source_line"]) for q in table(parts, "quarantine")) == [
         ("observations.jsonl", 5), ("scores.jsonl", 11)]
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]
+    # Rows spread over buckets by trace: each generation still meets its score, wherever its rows were read.
+    monkeypatch.setattr(mat, "_BUCKET_BYTES", 200)
+    spread = run(src, tmp_path / "spread", reward=reward, dataset=DatasetConfig(workers=2))
+    assert spread.counts == whole.counts and len(spread.files["traces"]["parts"]) > 4
+
+    def by_place(m, name):
+        return sorted(table(m, name), key=lambda r: (r["source_file"], r["source_line"]))
+
+    assert all(by_place(spread, name) == by_place(whole, name) for name in ("traces", "quarantine"))
 
 
 _OTEL = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 3),

@@ -16,7 +16,7 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
-  generations by id, across files, so :class:`LangfuseJoin` collects an interval's rows first.
+  generations by id, across files, so :func:`join_langfuse` takes an interval's rows at once.
 * ``ctpipe``: our own schema, unchanged.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
@@ -25,13 +25,9 @@ reported, never guessed at.
 
 from __future__ import annotations
 
-import itertools
 import json
 import pickle
-import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
@@ -51,16 +47,24 @@ class FormatError(ValueError):
         return type(self), (self.reason, str(self))
 
 
-@contextmanager
-def _mapping(what: str) -> Iterator[None]:
+class _mapping:
     """Where a reader maps one document: a value of a type or range it did not expect, anywhere in
-    user data, makes that document a FormatError (quarantined with its raw text), never a failed run."""
-    try:
-        yield
-    except FormatError:
-        raise
-    except (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError, RecursionError) as e:
-        raise FormatError("invalid_field", f"{what} does not map: {type(e).__name__}: {e}") from None
+    user data, makes that document a FormatError (quarantined with its raw text), never a failed run.
+    A class, not a generator: it is entered for every row, and contextlib's machinery cost a Langfuse
+    export a tenth of its reading."""
+
+    _UNEXPECTED = (TypeError, AttributeError, KeyError, IndexError, ValueError, OverflowError, RecursionError)
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if kind is not None and issubclass(kind, self._UNEXPECTED) and not issubclass(kind, FormatError):
+            raise FormatError("invalid_field", f"{self.what} does not map: {kind.__name__}: {error}") from None
+        return False
 
 
 _CTPIPE_KEYS = frozenset({"trace_id", "start_time", "end_time", "model", "messages", "completion", "usage", "latency_ms"})
@@ -80,8 +84,9 @@ def detect(doc: Any) -> Format | None:
         return None
     if "resourceSpans" in doc:
         return "otel"
-    request, response = (doc.get(k) if isinstance(doc.get(k), dict) else doc for k in ("request", "response"))
-    if "choices" in response and "messages" in request:
+    request, response = doc.get("request"), doc.get("response")  # side by side, or flat in one object
+    if "choices" in (response if isinstance(response, dict) else doc) and \
+            "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
@@ -327,107 +332,53 @@ def _langfuse_messages(value: Any) -> list[dict]:
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
 
-class LangfuseJoin:
-    """Generations of a Langfuse export with their scores and trace versions; rows may come in any order.
+def langfuse_entry(row: dict, where: tuple[str, int] | None = None) -> tuple | None:
+    """What the join keeps of one Langfuse export row (None: nothing), made where the row was read:
+    ``(kind, trace, key, value, where)``, the id of the row's trace (which places it, see
+    :func:`join_langfuse`), the id it is found by, and what it brings, all pickled, so that Parquet
+    rows keep their types and ids compare by type and value (1 is not "1"). A few bytes, cheaper to
+    keep and send than the row. FormatError for a row that is no Langfuse row, or a score that
+    cannot be read."""
+    with _mapping("Langfuse row"):
+        kind = langfuse_kind(row)
+        if kind == "observation":
+            if row.get("type") != "GENERATION":
+                return None
+            return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), _pickled(row), where
+        if kind == "score":  # by observation id, or by trace id for trace-level scores
+            score = _pickled(_score(row))
+            return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
+        if kind == "trace":
+            version = row.get("release") or row.get("version")
+            return ("version", _pickled(row["id"]), _pickled(row["id"]), _pickled(str(version)), None) if version else None
+        raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
 
-    Rows wait on disk, pickled (so Parquet rows keep their types), not in memory: held as dicts, an
-    export of 400,000 generations made the run peak at 5.4 GB. Generations, which only ever come back
-    in the order they were added, go to a plain temporary file; scores and trace versions, looked up
-    by id, to a private SQLite database. Generations come back a chunk at a time, each with the scores
-    and version of its own ids, all still pickled: the join only stores and looks up, and whoever maps
-    a chunk to traces (:func:`joined`, in the workers) unpickles it. Done in the joining process, that
-    work made it the bottleneck of an export, at about 11,500 generations a second.
-    """
 
-    def __init__(self):
-        self._generations = tempfile.TemporaryFile(prefix="ctpipe-langfuse-")  # lists of entries, pickled
-        self._written = 0
-        # "": a temporary database, in a small page cache and then a file, deleted on close (a file
-        # even where SQLite was built to keep temporary data in memory, as far as the build allows).
-        self._db = sqlite3.connect("")
-        self._db.executescript("""
-            PRAGMA temp_store = FILE;
-            CREATE TABLE scores (seq INTEGER PRIMARY KEY, id BLOB, score BLOB);
-            CREATE INDEX scores_by_id ON scores (id);
-            CREATE TABLE versions (id BLOB PRIMARY KEY, version TEXT);
-        """)
+def join_langfuse(entries: Iterable[tuple]) -> list[tuple[bytes, tuple[str, int] | None, list[bytes], str | None]]:
+    """The generations among ``entries`` (of :func:`langfuse_entry`, in the order their rows were
+    read, whatever the order of the kinds), each as (its row, where it was read, its scores (its own,
+    then its trace's, in the order read), its trace's version (the last one read)): :func:`joined`
+    maps one to a trace.
 
-    @staticmethod
-    def entry(row: dict, where: tuple[str, int] | None = None) -> tuple | None:
-        """What :meth:`add_entries` keeps of one export row (None: nothing), made where the row was read:
-        a few pickled values, cheaper to send between processes than the row. FormatError for a row
-        that is no Langfuse row, or a score that cannot be read."""
-        with _mapping("Langfuse row"):
-            kind = langfuse_kind(row)
-            if kind == "observation":
-                if row.get("type") != "GENERATION":
-                    return None
-                return "generation", _pickled(row.get("id")), _pickled(row.get("traceId")), _pickled(row), where
-            if kind == "score":  # by observation id, or by trace id for trace-level scores
-                return "score", _pickled(row.get("observationId") or row["traceId"]), _pickled(_score(row))
-            if kind == "trace":
-                version = row.get("release") or row.get("version")
-                return ("version", _pickled(row["id"]), str(version)) if version else None
-            raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
-
-    def add(self, row: dict, where: tuple[str, int] | None = None) -> None:
-        """Take one export row; ``where`` (file, line or row) comes back with its generation's trace."""
-        self.add_entries([self.entry(row, where)])
-
-    def add_entries(self, entries: Iterable[tuple | None], lines_before: int = 0) -> None:
-        """Store :meth:`entry`\\ s, in their order, before :meth:`chunks` reads them back; the line of
-        each generation's place moved on by ``lines_before`` (rows read numbered from 1 in their block)."""
-        for kind, group in itertools.groupby(filter(None, entries), key=lambda e: e[0]):
-            if kind == "generation":
-                if self._generations.tell() != self._written:  # a read moved the file: appending would overwrite
-                    raise RuntimeError("Langfuse generations added after the join was read")
-                stored = [(gid, tid, row, place and (place[0], place[1] + lines_before))
-                          for _, gid, tid, row, place in group]
-                pickle.dump(stored, self._generations, protocol=5)
-                self._written = self._generations.tell()
-            else:
-                self._db.executemany(_INSERT[kind], (values for _, *values in group))
-
-    def traces(self, chunk: int = 1000) -> Iterator[tuple[dict | FormatError, tuple[str, int] | None]]:
-        """(canonical trace, or the FormatError of a generation that cannot map; where it was read)."""
-        for generations in self.chunks(chunk):
-            yield from map(joined, generations)
-
-    def chunks(self, size: int) -> Iterator[list[tuple[bytes, tuple[str, int] | None, list[bytes], str | None]]]:
-        """The generations ``size`` at a time, in the order they were added, each as (its row, where it
-        was read, its scores (its own, then its trace's), its trace's version), ids and rows pickled as stored:
-        :func:`joined` maps one to a trace."""
-        stored = self._stored()
-        while rows := list(itertools.islice(stored, size)):
-            ids = list({key for gid, tid, _, _ in rows for key in (gid, tid)})
-            scores: dict[bytes, list[bytes]] = {}
-            versions: dict[bytes, str] = {}
-            for at in range(0, len(ids), _IDS_PER_QUERY):
-                some = ids[at:at + _IDS_PER_QUERY]
-                marks = ",".join("?" * len(some))
-                for key, score in self._db.execute(f"SELECT id, score FROM scores WHERE id IN ({marks}) ORDER BY seq", some):
-                    scores.setdefault(key, []).append(score)
-                versions.update(self._db.execute(f"SELECT id, version FROM versions WHERE id IN ({marks})", some))
-            yield [(row, place, scores.get(gid, []) + scores.get(tid, []), versions.get(tid))
-                   for gid, tid, row, place in rows]
-
-    def _stored(self) -> Iterator[list]:
-        """The generations' entries (id, trace id, row, place), as they were added."""
-        self._generations.seek(0)
-        while True:
-            try:
-                batch = pickle.load(self._generations)
-            except EOFError:
-                return
-            yield from batch
-
-    def close(self) -> None:
-        self._generations.close()
-        self._db.close()
+    A generation meets only the scores and versions among ``entries``: all of an export's rows of
+    its trace, where the caller gathers rows by trace (a score names the trace of the generation it
+    scores, and a trace row its own id), and a score can join no other generation."""
+    scores: dict[bytes, list[bytes]] = {}
+    versions: dict[bytes, bytes] = {}
+    generations = []
+    for kind, trace, key, value, where in entries:
+        if kind == "generation":
+            generations.append((key, trace, value, where))
+        elif kind == "score":
+            scores.setdefault(key, []).append(value)
+        else:
+            versions[key] = value
+    return [(row, where, scores.get(gid, []) + scores.get(tid, []),
+             pickle.loads(versions[tid]) if tid in versions else None) for gid, tid, row, where in generations]
 
 
 def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | None]) -> tuple[dict | FormatError, tuple[str, int] | None]:
-    """One generation of :meth:`LangfuseJoin.chunks` as (its canonical trace, or the FormatError of one
+    """One generation of :func:`join_langfuse` as (its canonical trace, or the FormatError of one
     that cannot map; where it was read)."""
     row, place, scores, version = generation
     try:
@@ -465,13 +416,6 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     }
 
 
-_IDS_PER_QUERY = 900  # SQLite before 3.32 (Ubuntu 20.04 has 3.31) takes at most 999 variables a statement
-_INSERT = {
-    "score": "INSERT INTO scores (id, score) VALUES (?, ?)",
-    "version": "INSERT OR REPLACE INTO versions VALUES (?, ?)",  # the last one read wins
-}
-
-
 def _pickled(value: Any) -> bytes:
     """A value as the database keeps it: ids compare by type and value, as dict keys did."""
     return pickle.dumps(value, protocol=5)
@@ -490,6 +434,6 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
     if fmt == "ctpipe":
         return [doc]
     if fmt == "langfuse":
-        raise FormatError("needs_join", "Langfuse rows join across files: feed them to LangfuseJoin")
+        raise FormatError("needs_join", "Langfuse rows join across files: see join_langfuse")
     with _mapping(f"{fmt} record"):
         return list(from_openai(doc) if fmt == "openai" else from_otel(doc))

@@ -74,6 +74,12 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
+# Langfuse entries as they are spilled (formats.langfuse_entry, and where each was read: the part
+# of its block, its place there, and its file and line, numbered from its block's first when the
+# block's lines were not counted).
+_LANGFUSE_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
+                              ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
+_LINES_BEFORE = "langfuse-lines-before.npy"  # in the spill folder: lines before each part's block, see Part.lines
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
@@ -115,7 +121,7 @@ class Part:
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
-    langfuse: list[tuple] = field(default_factory=list)  # LangfuseJoin entries, joined in this process
+    langfuse: list[tuple] = field(default_factory=list)  # formats.langfuse_entry()s, kept where it is made
     file: str = ""  # the block's file, the first of those gathered into it (a Langfuse part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
@@ -181,11 +187,18 @@ _SPILLED_PROMPTS: dedup.Recent | None = None
 # The normalized keys of message texts met lately, by their exact keys (8 MB): a question asked again,
 # or a system prompt, is not normalized again.
 _NORMALIZED: dedup.Recent | None = None
+# Langfuse entries of the parts made here (see _LANGFUSE_SCHEMA), not spilled yet, and their bytes.
+_LANGFUSE: list[pa.Table] = []
+_LANGFUSE_BYTES = 0
+# Generations this process has spilled into each bucket (see spill_langfuse).
+_LANGFUSE_GENERATIONS = np.zeros(0, np.int64)
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _LANGFUSE_BYTES, _LANGFUSE_GENERATIONS
     _JOB, _LABELER = job, Labeler(job.reward)
+    _LANGFUSE.clear()
+    _LANGFUSE_BYTES, _LANGFUSE_GENERATIONS = 0, np.zeros(job.buckets, np.int64)
     _SPILLED_PROMPTS, _NORMALIZED = dedup.Recent(_PROMPT_SLOTS, bool), dedup.Recent(1 << 19, np.uint64)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
@@ -275,9 +288,9 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
         part.formats[fmt] += len(recs)
-        if fmt == "langfuse":  # joined across files by the main process; a row that cannot join is quarantined here
+        if fmt == "langfuse":  # joined across files (see langfuse_part); a row that cannot join is quarantined here
             try:
-                entry = formats.LangfuseJoin.entry(recs[0], (block.file, n))
+                entry = formats.langfuse_entry(recs[0], (block.file, n))
             except formats.FormatError as e:
                 part.read += 1
                 part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
@@ -354,7 +367,9 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
         if fmt not in ("auto", name) or not len(left):
             continue
         rest = usable if len(left) == len(lines) else [usable[i] for i in left]
-        if any(key in line for line in rest):  # the lines left, not the block: a few broken lines, most often
+        # The lines left, not the block: a few broken lines, most often. A key that is nowhere in the
+        # block is found so at memory speed, where a loop over lines of another format costs a few percent.
+        if key in data and any(key in line for line in rest):
             got = parse(rest)
             if got is not None:
                 tables.append(got[0])
@@ -509,6 +524,8 @@ def process(item: tuple[int, sources.Block]) -> Part:
         raws.append(_read(member, _JOB, part, got))
         part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                             known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
+    if part.langfuse:
+        _hold_langfuse(part)
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 
@@ -617,10 +634,14 @@ def spill() -> int:
         return os.getpid()
     rows = _pairable(pa.concat_tables([t for t, _ in _SPILLING]), _JOB.dataset.dpo_max_pairs_per_prompt)
     _SPILLING.clear()
-    top = pc.shift_right(rows["prompt_key"], pa.scalar(33, pa.uint64()))  # the key's top 31 bits, spread evenly
-    bucket = pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
-    _append_runs(rows, bucket, lambda b: _spill_path(b, os.getpid()))
+    _append_runs(rows, _bucket_of(rows["prompt_key"]), lambda b: _spill_path(b, os.getpid()))
     return os.getpid()
+
+
+def _bucket_of(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The bucket of each 64-bit key, by its top 31 bits, spread evenly."""
+    top = pc.shift_right(keys, pa.scalar(33, pa.uint64()))
+    return pc.divide(pc.multiply(pc.cast(top, pa.int64()), _JOB.buckets), 2**31)
 
 
 def _append_runs(rows: pa.Table, target: pa.Array, path: Callable[[int], str]) -> None:
@@ -634,7 +655,7 @@ def _append_runs(rows: pa.Table, target: pa.Array, path: Callable[[int], str]) -
             # Uncompressed: compressing cost more than the disk it saved.
             with open(path(b), "ab") as f:
                 if not f.tell():  # a new stream: its schema first
-                    f.write(_SPILL_SCHEMA.serialize())
+                    f.write(rows.schema.serialize())
                 f.write(rows.slice(start, end - start).combine_chunks().to_batches()[0].serialize())
             start = end
 
@@ -686,13 +707,70 @@ def _spill_path(bucket: int, writer: int | str) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{writer}.arrow")
 
 
-def langfuse_part(item: tuple[int, list]) -> Part:
-    """A chunk of joined Langfuse generations (:meth:`~ctpipe.formats.LangfuseJoin.chunks`) as one
-    more part, as :func:`process` makes a block's."""
-    index, chunk = item
+def _hold_langfuse(part: Part) -> None:
+    """Keep a part's Langfuse entries in this process, as columns (they go to the join through the
+    spill files, not through this process's parent), spilling them once the spill buffer is full."""
+    global _LANGFUSE_BYTES
+    rows = [(part.index, at, kind, trace, key, value, *(where or (None, None)))
+            for at, (kind, trace, key, value, where) in enumerate(part.langfuse)]
+    table = pa.Table.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), _LANGFUSE_SCHEMA.types)],
+                                 schema=_LANGFUSE_SCHEMA)
+    part.langfuse = []
+    _LANGFUSE.append(table)
+    _LANGFUSE_BYTES += table.nbytes
+    if _LANGFUSE_BYTES >= _SPILL_BYTES:
+        spill_langfuse()
+
+
+def spill_langfuse() -> tuple[int, np.ndarray]:
+    """Append the Langfuse entries this process holds to the spill files of their buckets, by a hash
+    of their trace's id: a bucket holds all of an export's rows of its traces, which
+    :func:`langfuse_part` joins without the rest. A bucket has a file per process, as pairing's.
+    Returns this process's id, which names its files, and the generations it spilled into each bucket."""
+    global _LANGFUSE_BYTES
+    if _LANGFUSE:
+        table = pa.concat_tables(_LANGFUSE)
+        _LANGFUSE.clear()
+        _LANGFUSE_BYTES = 0
+        traces = table["trace"].to_pylist()
+        bucket = _bucket_of(pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))]))
+        generations = pc.equal(table["kind"], "generation").to_numpy()
+        _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[generations], minlength=_JOB.buckets)
+        _append_runs(table, bucket, lambda b: _spill_path(b, f"langfuse-{os.getpid()}"))
+    return os.getpid(), _LANGFUSE_GENERATIONS
+
+
+def langfuse_part(item: tuple[int, tuple[int, int, int, list[int]]]) -> Part:
+    """``size`` generations of a bucket (spilled into by the processes ``pids``, see
+    :func:`spill_langfuse`) from its ``first``, in the order they were read, joined with their scores
+    and versions, as one more part, as :func:`process` makes a block's.
+
+    The bucket's files are mapped, not read: only the generations of this part are copied, so a
+    part holds no more memory than a block's, whatever the bucket."""
+    index, (bucket, first, size, pids) = item
+    paths = [p for p in (_spill_path(bucket, f"langfuse-{pid}") for pid in pids) if os.path.exists(p)]
+    rows = pa.Table.from_batches([b for path in paths for b in pa.ipc.open_stream(pa.memory_map(path))],
+                                 schema=_LANGFUSE_SCHEMA)
+    generation = pc.equal(rows["kind"], "generation").to_numpy()
+    order = pc.sort_indices(rows.select(["part", "at"]), [("part", "ascending"), ("at", "ascending")]).to_numpy()
+    ours = rows.take(order[generation[order]][first:first + size])
+    ids = pa.concat_arrays([ours[name].combine_chunks() for name in ("key", "trace")])
+    theirs = ~generation & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores and versions
+    theirs = rows.take(order[theirs[order]])
+    # Lines of blocks that were not counted before them (see Part.lines), as this process's parent counted them.
+    before = np.load(os.path.join(_JOB.spill_dir, _LINES_BEFORE), mmap_mode="r")
+    lines = ours["line"].to_numpy() + before[ours["part"].to_numpy()]
+    entries = [*zip(*(theirs[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
+               *zip(itertools.repeat("generation"), *(ours[name].to_pylist() for name in ("trace", "key", "value")),
+                    zip(ours["file"].to_pylist(), lines.tolist()))]
+    return _langfuse_part(index, formats.join_langfuse(entries))
+
+
+def _langfuse_part(index: int, generations: list[tuple]) -> Part:
+    """Joined Langfuse generations (:func:`formats.join_langfuse`) as one part."""
     part = Part(index, [])
     found = []
-    for doc, (file, n) in map(formats.joined, chunk):
+    for doc, (file, n) in map(formats.joined, generations):
         try:
             if isinstance(doc, formats.FormatError):
                 raise doc
@@ -811,12 +889,12 @@ def pair_bucket(item: tuple[int, list[int], int]) -> list[tuple[dict | None, dic
     return [_pair(bucket * splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths, splits)]
 
 
-def _read_spilled(paths: list[str]) -> pa.Table:
+def _read_spilled(paths: list[str], schema: pa.Schema = _SPILL_SCHEMA) -> pa.Table:
     batches = []
     for path in paths:
         with pa.OSFile(path) as f:
             batches += pa.ipc.open_stream(f).read_all().to_batches()
-    return pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
+    return pa.Table.from_batches(batches, schema=schema)
 
 
 def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, list[str]]]:
@@ -1059,7 +1137,6 @@ def materialize(
     stats = _RewardStats()
     parts: dict[str, list[dict]] = {"traces": [], "quarantine": [], "grpo": [], "dpo": []}
     started = time.monotonic()
-    join = formats.LangfuseJoin()
     pool, failed = None, False
     try:  # from here on, a failure (starting the workers too) leaves no spill files nor staged parts
         pool = _Pool(job, workers)
@@ -1071,7 +1148,8 @@ def materialize(
             reasons.update(w.reasons)
             stats.add(*w.rewards)
 
-        def take(part: Part, worker: int) -> None:
+        def take(part: Part, worker: int) -> int:
+            """Count a part and send it to be finished; the lines before its block (see Part.lines)."""
             counts["bytes"] += part.size
             digest.update(part.digest)
             counts["traces_in"] += part.read
@@ -1083,22 +1161,30 @@ def materialize(
             for file, seen in part.by_file.items():
                 by_file.setdefault(file, Counter()).update(seen)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
-            join.add_entries(part.langfuse, before)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, before), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())
+            return before
 
-        index = -1
+        index, befores = -1, []
         blocks = sources.gathered(sources.blocks(fs, files))
         if workers > 1:
             blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
         for index, part in enumerate(pool.ordered(process, enumerate(blocks))):
-            take(part, index)
-        # Langfuse rows join across files, so their parts come once every block is read.
-        for i, part in enumerate(pool.ordered(langfuse_part, enumerate(join.chunks(_LANGFUSE_PART), index + 1))):
-            take(part, i)
+            befores.append(take(part, index))
+        # Langfuse rows join across files, so their parts come once every block is read: from the
+        # buckets their entries were spilled into, by trace, _LANGFUSE_PART generations a part.
+        held = pool.everywhere(spill_langfuse)
+        generations = sum(n for _, n in held)
+        if generations.any():
+            np.save(os.path.join(spill_dir, _LINES_BEFORE), np.array(befores, np.int64))
+            writers = [pid for pid, _ in held]
+            chunks = [(b, first, _LANGFUSE_PART, writers) for b in range(buckets)
+                      for first in range(0, generations[b], _LANGFUSE_PART)]
+            for i, part in enumerate(pool.ordered(langfuse_part, enumerate(chunks, index + 1))):
+                take(part, i)
         while finishing:
             written(finishing.popleft().result())
         pids = pool.everywhere(spill)  # the rows each process still holds for pairing
@@ -1140,9 +1226,9 @@ def materialize(
             pool.close()  # waits for the tasks the workers have begun: no part is written after this
         if failed:
             staging.discard()
-        join.close()
         _ROWS.clear()  # what this process kept of a run that failed
         _SPILLING.clear()
+        _LANGFUSE.clear()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
