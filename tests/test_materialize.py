@@ -359,9 +359,9 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers):
-    """Two hundred small files (ours, OpenAI logs, gzip, zstd, one in no format, records of another hour,
-    duplicates across files) make a handful of parts, and the same rows, reasons and counts as when
-    every file is a block of its own."""
+    """Two hundred small files (ours, OpenAI logs, gzip, zstd, Parquet, one in no format, records of
+    another hour, duplicates across files) make a handful of parts, and the same rows, reasons and
+    counts as when every file is a block of its own."""
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     src = tmp_path / "src"
@@ -371,6 +371,11 @@ def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_pa
         later = T0 + HOUR if i % 50 == 7 else None  # a record of the next hour
         records = [trace(i * 3 + k, f"What is {q} plus {k}?", str(q + k), at=later if k == 1 else None) for k in range(3)]
         body = lines(*records, b"{cut" if i % 10 == 3 else records[0])  # a broken line, or a duplicate
+        if i >= 170:  # Parquet files of one schema, then one of another (a null thumb becomes a string)
+            rows = pa.Table.from_pylist(records + [records[0]] if i != 199 else
+                                        [dict(r, feedback={"thumb": "up", "rating": None}) for r in records])
+            pq.write_table(rows, src / f"part-{i:04d}.parquet")
+            continue
         name, packed = [(f"part-{i:04d}.jsonl", body), (f"part-{i:04d}.jsonl.gz", gzip.compress(body)),
                         (f"part-{i:04d}.jsonl.zst", zstd(body)), (f"part-{i:04d}.jsonl", body)][i % 4]
         (src / name).write_bytes(packed)

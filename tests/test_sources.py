@@ -561,8 +561,9 @@ def test_a_damaged_parquet_row_group_is_one_item_and_the_other_groups_are_read(t
 
 
 def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_path, monkeypatch):
-    """Runs of files each whole in one block are gathered, places and lines read here apart; a file
-    of several blocks, damage, Parquet and a run of one file come as they were."""
+    """Runs of files each whole in one block are gathered, places and lines read here apart, and the
+    rows of Parquet files of one schema put together; a file of several blocks, damage, another
+    schema and a run of one file come as they were."""
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
@@ -574,7 +575,9 @@ def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_
     for i in range(3):
         (tmp_path / f"c{i}.jsonl.gz").write_bytes(gzip.compress(line(i)))
     (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(line(0))[:-6])  # cut: lines, then damage
-    pq.write_table(pa.table({"n": [1]}), tmp_path / "e.parquet")
+    for i in range(3):
+        pq.write_table(pa.table({"n": [i, i + 1]}), tmp_path / f"e{i}.parquet")
+    pq.write_table(pa.table({"n": ["other"]}), tmp_path / "e3.parquet")  # another schema
     (tmp_path / "f.jsonl").write_bytes(line(0))  # a run of one
     fs, files, _ = sources.list_files(str(tmp_path))
     blocks = list(sources.blocks(fs, files))
@@ -586,7 +589,8 @@ def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_
     assert [[name(p) for p in b.places] or [f.rsplit("/", 1)[-1] for f, _ in b.files] or name(b) for b in gathered] == [
         ["a0.jsonl", "a1.jsonl", "a2.jsonl"], ["a3.jsonl", "a4.jsonl", "a5.jsonl", "a6.jsonl"],
         *["b.jsonl"] * sum(name(b) == "b.jsonl" for b in blocks), ["c0.jsonl.gz", "c1.jsonl.gz", "c2.jsonl.gz"],
-        *["d.jsonl.gz"] * sum(name(b) == "d.jsonl.gz" for b in blocks), "e.parquet", "f.jsonl"]
+        *["d.jsonl.gz"] * sum(name(b) == "d.jsonl.gz" for b in blocks), ["e0.parquet", "e1.parquet", "e2.parquet"],
+        "e3.parquet", "f.jsonl"]
     assert all(len(b.load().data) <= 4096 for b in gathered if b.places or b.files)
 
     def loaded(bs):  # each file's lines and damage, as one-file blocks numbered from their first line
