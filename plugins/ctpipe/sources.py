@@ -1170,13 +1170,13 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
     before = ""  # the file of the block before it
     for block in itertools.chain(blocks, [None]):
         if previous is not None:
-            if (previous.file != before and (block is None or block.file != previous.file) and previous.damage is None
-                    and size(previous) <= BLOCK_BYTES // 2 and (previous.batch is None or previous.batch.num_rows)):
+            whole = previous.file != before and (block is None or block.file != previous.file) and previous.damage is None
+            if whole and (previous.batch is None or previous.batch.num_rows) and (n := size(previous)) <= BLOCK_BYTES // 2:
                 # a small file, whole
-                if held + size(previous) > BLOCK_BYTES or (run and kind(run[0]) != kind(previous)):
+                if held + n > BLOCK_BYTES or (run and kind(run[0]) != kind(previous)):
                     yield from flush()
                 run.append(previous)
-                held += size(previous)
+                held += n
             else:
                 yield from flush()
                 yield previous
