@@ -10,7 +10,8 @@ so the answer is the same whatever the number of workers. The same worker then w
 kept rows as a part of the version's traces table, its quarantined items as a part of the
 quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
 each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
-pairs as parts of those tables. Memory is bounded by the block size, the bucket size and the spill
+pairs as parts of those tables. Langfuse rows, which join across files, are spilled the same way,
+by trace, and their generations come as parts of their own once every block is in. Memory is bounded by the block size, the bucket size and the spill
 buffer, plus the three 64-bit keys of each kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
 with a fixed budget, 32 MB a set.
