@@ -350,7 +350,8 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None) -> tuple | N
             return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
         if kind == "trace":
             version = row.get("release") or row.get("version")
-            return ("version", _pickled(row["id"]), _pickled(row["id"]), _pickled(str(version)), None) if version else None
+            trace = _pickled(row["id"])
+            return ("version", trace, trace, _pickled(str(version)), None) if version else None
         raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
 
 
@@ -360,9 +361,9 @@ def join_langfuse(entries: Iterable[tuple]) -> list[tuple[bytes, tuple[str, int]
     then its trace's, in the order read), its trace's version (the last one read)): :func:`joined`
     maps one to a trace.
 
-    A generation meets only the scores and versions among ``entries``: all of an export's rows of
-    its trace, where the caller gathers rows by trace (a score names the trace of the generation it
-    scores, and a trace row its own id), and a score can join no other generation."""
+    Only the scores and versions among ``entries`` join: the caller passes all of an export's rows
+    of the generations' traces (a score names the trace of the generation it scores, a trace row
+    its own id), so a score that names another trace than its generation's joins nothing."""
     scores: dict[bytes, list[bytes]] = {}
     versions: dict[bytes, bytes] = {}
     generations = []

@@ -11,8 +11,9 @@ kept rows as a part of the version's traces table, its quarantined items as a pa
 quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
 each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
 pairs as parts of those tables. Langfuse rows, which join across files, are spilled the same way,
-by trace, and their generations come as parts of their own once every block is in. Memory is bounded by the block size, the bucket size and the spill
-buffer, plus the three 64-bit keys of each kept trace: a million of each in hash tables
+by trace, and their generations come as parts of their own once every block is in. Memory is
+bounded by the block size, the bucket size and the spill buffer, plus the three 64-bit keys of each
+kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
 with a fixed budget, 32 MB a set.
 
@@ -405,7 +406,8 @@ def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
     out = []
     for lo, hi in zip(itertools.chain([0], ends[:-1].tolist()), ends.tolist()):
         i, j = np.searchsorted(at, [lo, hi]).tolist()
-        out.append((None if lines is None else lines[lo:hi], None if parsed is None else parsed.slice(i, j - i), at[i:j] - lo))
+        out.append((None if lines is None else lines[lo:hi], None if parsed is None else parsed.slice(i, j - i),
+                    at[i:j] - lo))
     return out
 
 
@@ -898,12 +900,12 @@ def pair_bucket(item: tuple[int, list[int], int]) -> list[tuple[dict | None, dic
     return [_pair(bucket * splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths, splits)]
 
 
-def _read_spilled(paths: list[str], schema: pa.Schema = _SPILL_SCHEMA) -> pa.Table:
+def _read_spilled(paths: list[str]) -> pa.Table:
     batches = []
     for path in paths:
         with pa.OSFile(path) as f:
             batches += pa.ipc.open_stream(f).read_all().to_batches()
-    return pa.Table.from_batches(batches, schema=schema)
+    return pa.Table.from_batches(batches, schema=_SPILL_SCHEMA)
 
 
 def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, list[str]]]:
