@@ -368,10 +368,13 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
     for name, key, parse in paths:
         if fmt not in ("auto", name) or not len(left):
             continue
-        rest = usable if len(left) == len(lines) else [usable[i] for i in left]
-        # The lines left, not the block: a few broken lines, most often. A key that is nowhere in the
-        # block is found so at memory speed, where a loop over lines of another format costs a few percent.
-        if key in data and any(key in line for line in rest):
+        whole = len(left) == len(lines)
+        rest = usable if whole else [usable[i] for i in left]
+        # The lines left, not the block: a few broken lines, most often. Where all lines are left, a
+        # key that is nowhere in the block is found so at memory speed, where a loop over every line
+        # of another format costs a few percent (a search of the block each time would cost as much
+        # for our schema's few broken lines).
+        if (not whole or key in data) and any(key in line for line in rest):
             got = parse(rest)
             if got is not None:
                 tables.append(got[0])
