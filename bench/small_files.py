@@ -8,8 +8,8 @@ Writes ``--traces`` of ``bench/materialize.py``'s traces in its files of 100,000
 cut into files of ``--per-file`` lines (as a log shipper that writes a file per pod and minute
 leaves them, some gzipped: every fourth file), or with ``--parquet 1`` into Parquet files of
 ``--per-file`` rows (its malformed lines left out), then materializes each source in its own
-process, one after the other. Prints the time, traces/s, CPU seconds, peak RSS and the number of parts of
-the traces table of each, and as its last line:
+process, one after the other. Prints the time, traces/s, CPU seconds, peak RSS and the number of
+parts of the traces table of each, and as its last line:
     ratio_small_vs_large=<x> parts_small=<n> peak_rss_mb=<the larger of the two>
 Run it while nothing else loads the machine.
 """

@@ -371,7 +371,7 @@ def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_pa
         later = T0 + HOUR if i % 50 == 7 else None  # a record of the next hour
         records = [trace(i * 3 + k, f"What is {q} plus {k}?", str(q + k), at=later if k == 1 else None) for k in range(3)]
         body = lines(*records, b"{cut" if i % 10 == 3 else records[0])  # a broken line, or a duplicate
-        if i >= 170:  # Parquet files of one schema, then one of another (a null thumb becomes a string)
+        if i >= 170:  # Parquet files of one schema, then one of another (thumbs as strings, not all null)
             rows = pa.Table.from_pylist(records + [records[0]] if i != 199 else
                                         [dict(r, feedback={"thumb": "up", "rating": None}) for r in records])
             pq.write_table(rows, src / f"part-{i:04d}.parquet")

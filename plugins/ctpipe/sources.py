@@ -215,12 +215,14 @@ class Block:
         return int(np.count_nonzero(np.frombuffer(self.data, np.uint8) == ord("\n"))) + 1  # 6x bytes.count
 
     def members(self) -> list[Block]:
-        """A loaded block as blocks of one file each: itself, or each file gathered into it, from its first line or row."""
+        """A loaded block as blocks of one file each: itself, or each file gathered into it, from its
+        first line or row."""
         if not self.files:
             return [self]
         ends = np.cumsum([size for _, size in self.files]).tolist()
         if self.batch is not None:
-            return [Block(file, 1, batch=self.batch.slice(end - rows, rows)) for (file, rows), end in zip(self.files, ends)]
+            return [Block(file, 1, batch=self.batch.slice(end - rows, rows))
+                    for (file, rows), end in zip(self.files, ends)]
         return [Block(file, 1, data=self.data[end - size:end]) for (file, size), end in zip(self.files, ends)]
 
     def numbered_from(self, first: int) -> Block:
@@ -1006,19 +1008,20 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
             probed = probe.nbytes // probe.num_rows if probe is not None and probe.num_rows else 0
             # A file of a few rows is all in its probe: read once, not twice (half of reading it).
             whole = probe is not None and 0 < probe.num_rows == reader.metadata.num_rows
-            for rows, groups in [(probe.num_rows, [])] if whole else _batch_sizes(reader.metadata, probed):
-                for batch in [probe] if whole else _group_batches(reader, rows, groups):
-                    if isinstance(batch, tuple):  # a damaged row group
-                        unread, detail = batch
-                        yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
-                        row += unread
-                        continue
-                    pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
-                    step = max(1, math.ceil(batch.num_rows / pieces))
-                    for start in range(0, batch.num_rows, step):
-                        piece = batch.slice(start, step)  # spilled, a slice takes only its own rows' bytes
-                        yield Block(file, row, batch=piece)
-                        row += piece.num_rows
+            batches = [probe] if whole else (batch for rows, groups in _batch_sizes(reader.metadata, probed)
+                                             for batch in _group_batches(reader, rows, groups))
+            for batch in batches:
+                if isinstance(batch, tuple):  # a damaged row group
+                    unread, detail = batch
+                    yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
+                    row += unread
+                    continue
+                pieces = math.ceil(batch.nbytes / BLOCK_BYTES) if batch.nbytes > 2 * BLOCK_BYTES else 1
+                step = max(1, math.ceil(batch.num_rows / pieces))
+                for start in range(0, batch.num_rows, step):
+                    piece = batch.slice(start, step)  # spilled, a slice takes only its own rows' bytes
+                    yield Block(file, row, batch=piece)
+                    row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
 
@@ -1170,9 +1173,9 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
     before = ""  # the file of the block before it
     for block in itertools.chain(blocks, [None]):
         if previous is not None:
-            whole = previous.file != before and (block is None or block.file != previous.file) and previous.damage is None
-            if whole and (previous.batch is None or previous.batch.num_rows) and (n := size(previous)) <= BLOCK_BYTES // 2:
-                # a small file, whole
+            whole = (previous.file != before and (block is None or block.file != previous.file)
+                     and previous.damage is None and (previous.batch is None or previous.batch.num_rows))
+            if whole and (n := size(previous)) <= BLOCK_BYTES // 2:  # a small file, whole
                 if held + n > BLOCK_BYTES or (run and kind(run[0]) != kind(previous)):
                     yield from flush()
                 run.append(previous)
