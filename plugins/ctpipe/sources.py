@@ -1000,7 +1000,12 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     row = 1
     try:
         with fs.open(file, "rb") as f:
-            reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=_PARQUET_READS)
+            # A file smaller than a read has column chunks smaller still: each is read whole. Read
+            # through a buffer, every column of a small file read the rest of the file again.
+            f.seek(0, os.SEEK_END)
+            small = f.tell() <= _PARQUET_READS
+            f.seek(0)
+            reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=0 if small else _PARQUET_READS)
             try:
                 probe = next(reader.iter_batches(batch_size=_PROBE_ROWS), None)
             except Exception:  # noqa: BLE001 - a damaged first row group: sized by the metadata, reported below
