@@ -77,11 +77,9 @@ _SPILL_BYTES = 24 * 1024 * 1024
 _FANOUT = 1024
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 # Langfuse entries as they are spilled (formats.langfuse_entry, and where each was read: the part
-# of its block, its place there, and its file and line, numbered from its block's first when the
-# block's lines were not counted).
+# of its block, its place there, and its file and line).
 _LANGFUSE_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
                               ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
-_LINES_BEFORE = "langfuse-lines-before.npy"  # in the spill folder: lines before each part's block, see Part.lines
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
@@ -123,7 +121,7 @@ class Part:
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
-    langfuse: list[tuple] = field(default_factory=list)  # formats.langfuse_entry()s, kept where it is made
+    langfuse: list[tuple] = field(default_factory=list)  # formats.langfuse_entry()s, kept here until finish()
     file: str = ""  # the block's file, the first of those gathered into it (a Langfuse part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
@@ -179,7 +177,8 @@ class Labeler:
 _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
-_ROWS: dict[int, tuple[pa.Table, list[dict]]] = {}  # rows and quarantined items of the parts made here, until finished
+# Rows, quarantined items and Langfuse entries of the parts made here, until finished.
+_ROWS: dict[int, tuple[pa.Table, list[dict], list[tuple]]] = {}
 # Kept rows of the parts finished here, for pairing, not written yet, with the memory each holds.
 _SPILLING: list[tuple[pa.Table, int]] = []
 # Prompt keys whose messages this process has spilled (9 MB whatever the number of prompts; a prompt
@@ -263,9 +262,8 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     elif block.batch is None:
         lines = block.data.split(b"\n")
         parsed, fast_at = _fast(block.data, lines, job.dataset.format, part.formats)
-    elif _FAST_PARQUET and job.dataset.format in ("auto", "ctpipe") and (got := _FAST_PARQUET(block.batch)):
-        parsed, fast_at = got
-        part.formats["ctpipe"] += len(fast_at)
+    else:
+        parsed, fast_at = _fast_rows(block.batch, job.dataset.format, part.formats)
     if parsed is not None:
         fast_times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
         taken = np.zeros(len(lines) if lines is not None else block.batch.num_rows, bool)
@@ -390,6 +388,15 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
     return table, at
 
 
+def _fast_rows(batch: pa.RecordBatch, fmt: str, formats_read: Counter) -> tuple[pa.Table | None, np.ndarray]:
+    """:func:`_fast` for Parquet rows: (the rows our schema's fast path takes, the row of each)."""
+    got = _FAST_PARQUET(batch) if _FAST_PARQUET and fmt in ("auto", "ctpipe") else None
+    if got is None:
+        return None, np.zeros(0, np.int64)
+    formats_read["ctpipe"] += len(got[1])
+    return got
+
+
 def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
                   formats_read: Counter) -> list[tuple]:
     """:func:`_fast` (or, for Parquet rows, :data:`_FAST_PARQUET`) run once over the lines or rows of
@@ -397,14 +404,12 @@ def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
     paths cost some 3 ms a call whatever the lines, most of the time it took a file of ten traces."""
     if block.batch is not None:
         lines = None
-        parsed, at = (_FAST_PARQUET(block.batch) if _FAST_PARQUET and fmt in ("auto", "ctpipe") else None) or (None, [])
-        formats_read["ctpipe"] += len(at)
+        parsed, at = _fast_rows(block.batch, fmt, formats_read)
         sizes = [m.batch.num_rows for m in members]
     else:
         lines = block.data.split(b"\n")  # each file ends with a newline: its lines, and no other's
         parsed, at = _fast(block.data, lines, fmt, formats_read)
         sizes = [m.data.count(b"\n") for m in members]
-    at = np.asarray(at, np.int64)
     ends = np.cumsum(sizes)
     out = []
     for lo, hi in zip(itertools.chain([0], ends[:-1].tolist()), ends.tolist()):
@@ -538,15 +543,15 @@ def process(item: tuple[int, sources.Block]) -> Part:
         raws.append(_read(member, _JOB, part, got))
         part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                             known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
-    if part.langfuse:
-        _hold_langfuse(part)
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
-    """``part`` with the keys of ``rows``; the rows and quarantined items stay in this process for :func:`finish`."""
+    """``part`` with the keys of ``rows``; the rows, quarantined items and Langfuse entries stay in this
+    process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
-    _ROWS[part.index] = rows, part.quarantine
+    _ROWS[part.index] = rows, part.quarantine, part.langfuse
+    part.langfuse = []
     part.quarantine = []
     return part
 
@@ -571,8 +576,10 @@ class Written:
 
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
-    items; keep its rows for pairing (see :func:`spill`)."""
-    rows, quarantine = _ROWS.pop(item.index)
+    items; keep its rows for pairing (see :func:`spill`) and its Langfuse entries for the join."""
+    rows, quarantine, langfuse = _ROWS.pop(item.index)
+    if langfuse:
+        _hold_langfuse(item.index, langfuse, item.lines_before)
     if item.lines_before:
         at = rows.schema.get_field_index("source_line")
         rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
@@ -721,15 +728,15 @@ def _spill_path(bucket: int, writer: int | str) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{writer}.arrow")
 
 
-def _hold_langfuse(part: Part) -> None:
-    """Keep a part's Langfuse entries in this process, as columns (they go to the join through the
-    spill files, not through this process's parent), spilling them once the spill buffer is full."""
+def _hold_langfuse(index: int, entries: list[tuple], lines_before: int) -> None:
+    """Keep the Langfuse entries of part ``index`` in this process, as columns, their lines moved on
+    by ``lines_before`` as its other items are (they go to the join through the spill files, not
+    through this process's parent); spill them once the spill buffer is full."""
     global _LANGFUSE_BYTES
-    rows = [(part.index, at, kind, trace, key, value, *(where or (None, None)))
-            for at, (kind, trace, key, value, where) in enumerate(part.langfuse)]
+    rows = [(index, at, kind, trace, key, value, *((where[0], where[1] + lines_before) if where else (None, None)))
+            for at, (kind, trace, key, value, where) in enumerate(entries)]
     table = pa.Table.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), _LANGFUSE_SCHEMA.types)],
                                  schema=_LANGFUSE_SCHEMA)
-    part.langfuse = []
     _LANGFUSE.append(table)
     _LANGFUSE_BYTES += table.nbytes
     if _LANGFUSE_BYTES >= _SPILL_BYTES:
@@ -771,20 +778,12 @@ def langfuse_part(item: tuple[int, tuple[int, int, int, list[int]]]) -> Part:
     ids = pa.concat_arrays([ours[name].combine_chunks() for name in ("key", "trace")])
     theirs = ~generation & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores and versions
     theirs = rows.take(order[theirs[order]])
-    # Lines of blocks that were not counted before them (see Part.lines), as this process's parent counted them.
-    before = np.load(os.path.join(_JOB.spill_dir, _LINES_BEFORE), mmap_mode="r")
-    lines = ours["line"].to_numpy() + before[ours["part"].to_numpy()]
     entries = [*zip(*(theirs[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
                *zip(itertools.repeat("generation"), *(ours[name].to_pylist() for name in ("trace", "key", "value")),
-                    zip(ours["file"].to_pylist(), lines.tolist()))]
-    return _langfuse_part(index, formats.join_langfuse(entries))
-
-
-def _langfuse_part(index: int, generations: list[tuple]) -> Part:
-    """Joined Langfuse generations (:func:`formats.join_langfuse`) as one part."""
+                    zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
     part = Part(index, [])
     found = []
-    for doc, (file, n) in map(formats.joined, generations):
+    for doc, (file, n) in map(formats.joined, formats.join_langfuse(entries)):
         try:
             if isinstance(doc, formats.FormatError):
                 raise doc
@@ -1162,8 +1161,7 @@ def materialize(
             reasons.update(w.reasons)
             stats.add(*w.rewards)
 
-        def take(part: Part, worker: int) -> int:
-            """Count a part and send it to be finished; the lines before its block (see Part.lines)."""
+        def take(part: Part, worker: int) -> None:
             counts["bytes"] += part.size
             digest.update(part.digest)
             counts["traces_in"] += part.read
@@ -1180,20 +1178,19 @@ def materialize(
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
             while finishing and (len(finishing) > 2 * workers or finishing[0].done()):
                 written(finishing.popleft().result())
-            return before
 
-        index, befores = -1, []
+        index = -1
         blocks = sources.gathered(sources.blocks(fs, files))
         if workers > 1:
             blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
         for index, part in enumerate(pool.ordered(process, enumerate(blocks))):
-            befores.append(take(part, index))
+            take(part, index)
         # Langfuse rows join across files, so their parts come once every block is read: from the
         # buckets their entries were spilled into, by trace, _LANGFUSE_PART generations a part.
+        # (A worker takes this call after the blocks' finish() calls sent to it, which hold them.)
         held = pool.everywhere(spill_langfuse)
         generations = sum(n for _, n in held)
         if generations.any():
-            np.save(os.path.join(spill_dir, _LINES_BEFORE), np.array(befores, np.int64))
             writers = [pid for pid, _ in held]
             chunks = [(b, first, _LANGFUSE_PART, writers) for b in range(buckets)
                       for first in range(0, generations[b], _LANGFUSE_PART)]
