@@ -746,3 +746,165 @@ def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
             assert got[0].to_pylist() == otel_exact(raw), raw
             taken += 1
     assert taken >= 300, taken  # 397 of 3,318
+
+
+# Langfuse generations, as the join hands them over: the line, its trace's version and its scores.
+LANGFUSE = {
+    "id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00.25Z",
+    "endTime": "2026-11-22T10:00:01.5+00:00", "model": "assistant", "version": None, "parentObservationId": None,
+    "input": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}],
+    "output": {"role": "assistant", "content": "5"},
+    "usageDetails": {"input": 10, "output": 1, "total": 11}, "costDetails": {"input": 0.25},
+}
+LANGFUSE_SCORES = [{"name": "judge", "value": 0.5, "label": None, "source": "eval"},
+                   {"name": "tone", "value": None, "label": "polite", "source": "api"}]
+
+
+def langfuse_line(*changes: tuple[str, object], base: dict = LANGFUSE) -> bytes:
+    """``base`` with each (dotted path, value) set; value ... removes the key."""
+    doc = json.loads(json.dumps(base))
+    for path, value in changes:
+        *parents, last = path.split(".")
+        at = doc
+        for key in parents:
+            at = at[int(key)] if isinstance(at, list) else at[key]
+        if value is ...:
+            del at[last]
+        elif isinstance(at, list):
+            at[int(last)] = value
+        else:
+            at[last] = value
+    return json.dumps(doc).encode()
+
+
+def langfuse_exact(raw: bytes, version: str | None = "v7", scores: list[dict] = LANGFUSE_SCORES) -> dict | None:
+    import pickle
+
+    trace, _ = formats.joined((raw, ("f", 1), [pickle.dumps(s, protocol=5) for s in scores], version))
+    if isinstance(trace, formats.FormatError):
+        return None
+    try:
+        return row_of(traces.convert(trace))
+    except traces.InvalidTrace:
+        return None
+
+
+def langfuse_fast(lines: list[bytes], version: str | None = "v7", scores: list[dict] = LANGFUSE_SCORES):
+    return columns.parse_langfuse_lines(lines, [version] * len(lines), [scores] * len(lines))
+
+
+LEGACY = {"input": 10, "output": 1, "total": 11, "unit": "TOKENS"}
+LANGFUSE_LINES = {
+    "plain": langfuse_line(),
+    "no nulls": langfuse_line(("version", ...), ("parentObservationId", ...)),
+    "own version": langfuse_line(("version", "v8")),
+    "own version empty": langfuse_line(("version", "")),
+    "no model": langfuse_line(("model", ...)),
+    "model empty": langfuse_line(("model", "")),
+    "no end": langfuse_line(("endTime", ...)),
+    "end null": langfuse_line(("endTime", None)),
+    "end empty": langfuse_line(("endTime", "")),
+    "end before start": langfuse_line(("endTime", "2026-11-22T09:00:00Z")),
+    "end in another zone": langfuse_line(("endTime", "2026-11-22T11:00:01.5+01:00")),
+    "start with six digits": langfuse_line(("startTime", "2026-11-22T10:00:00.123456Z")),
+    "start with seven digits": langfuse_line(("startTime", "2026-11-22T10:00:00.1234567Z")),
+    "start naive": langfuse_line(("startTime", "2026-11-22T10:00:00")),
+    "start null": langfuse_line(("startTime", None)),
+    "start in 2300": langfuse_line(("startTime", "2300-01-01T00:00:00Z"), ("endTime", ...)),
+    "start before 1970": langfuse_line(("startTime", "1969-12-31T23:59:59Z")),
+    "February 30th": langfuse_line(("startTime", "2026-02-30T10:00:00Z")),
+    "usage legacy": langfuse_line(("usageDetails", ...), ("usage", LEGACY)),
+    "usage details empty": langfuse_line(("usageDetails", {}), ("usage", LEGACY)),
+    "usage details of other counts": langfuse_line(("usageDetails", {"cached": 3}), ("usage", LEGACY)),
+    "usage details null": langfuse_line(("usageDetails", None), ("usage", LEGACY)),
+    "no usage": langfuse_line(("usageDetails", ...)),
+    "no usage, token fields": langfuse_line(("usageDetails", ...), ("promptTokens", 7), ("completionTokens", 2)),
+    "no total": langfuse_line(("usageDetails.total", ...)),
+    "no total, no nulls": langfuse_line(("usageDetails.total", ...), ("version", ...), ("parentObservationId", ...)),
+    "total null": langfuse_line(("usageDetails.total", None)),
+    "input count null": langfuse_line(("usageDetails.input", None), ("promptTokens", 7)),
+    "no input count": langfuse_line(("usageDetails.input", ...), ("promptTokens", 7), ("version", ...),
+                                     ("parentObservationId", ...)),
+    "input count zero": langfuse_line(("usageDetails.input", 0), ("promptTokens", 7)),
+    "negative count": langfuse_line(("usageDetails.output", -1)),
+    "huge counts": langfuse_line(("usageDetails", {"input": 2**62, "output": 2**62})),
+    "input as text": langfuse_line(("input", "What is 2 plus 3?")),
+    "input as an object": langfuse_line(("input", {"messages": LANGFUSE["input"]})),
+    "no input": langfuse_line(("input", ...)),
+    "a message null": langfuse_line(("input.0", None)),
+    "content null": langfuse_line(("input.0.content", None)),
+    "content as parts": langfuse_line(("input.1.content", [{"type": "text", "text": "What is 2 plus 3?"}])),
+    "no role": langfuse_line(("input.0.role", ...)),
+    "unknown role": langfuse_line(("input.0.role", "bot")),
+    "no user": langfuse_line(("input.1.role", "assistant")),
+    "output as text": langfuse_line(("output", "5")),
+    "output without content": langfuse_line(("output", {"role": "assistant"})),
+    "output blank": langfuse_line(("output.content", " \u3000")),
+    "no id": langfuse_line(("id", ...)),
+    "unicode": langfuse_line(("output.content", "五")),
+}
+# Lines pyarrow refuses, so that the generations read with them go to the exact path.
+LANGFUSE_REFUSED = {
+    "count as a float": langfuse_line(("usageDetails.input", 10.0)),
+    "model as a number": langfuse_line(("model", 7)),
+    "usage as text": langfuse_line(("usage", "many")),
+    "duplicate key": langfuse_line().replace(b'"model": "assistant"', b'"model": "assistant", "model": "other"'),
+}
+
+
+@pytest.mark.parametrize("name", LANGFUSE_LINES)
+def test_a_langfuse_generation_the_fast_path_takes_is_the_row_the_join_makes(name):
+    raw = LANGFUSE_LINES[name]
+    for version, scores in (("v7", LANGFUSE_SCORES), (None, [])):
+        got = langfuse_fast([raw], version, scores)
+        fast = got[0].to_pylist() if got is not None else []
+        assert len(fast) <= 1
+        if fast:
+            assert fast == [langfuse_exact(raw, version, scores)], name
+
+
+def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    lines = list(LANGFUSE_LINES.values())
+    table, index = langfuse_fast(lines)
+    for row, i in zip(table.to_pylist(), index.tolist()):
+        assert row == langfuse_exact(lines[i])
+    names = list(LANGFUSE_LINES)
+    taken = {names[i] for i in index.tolist()}
+    assert {"plain", "no nulls", "own version", "own version empty", "no end", "end null", "end empty",
+            "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
+            "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
+            "unicode"} <= taken
+    assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
+                        "input count null", "huge counts", "input as text", "input as an object", "a message null",
+                        "content as parts", "output as text", "start naive", "start in 2300", "February 30th"}
+    for name, raw in LANGFUSE_REFUSED.items():
+        assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
+    odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]
+    assert columns.parse_langfuse_lines(lines[:2], ["v7", "v7"], [odd_score, []])[1].tolist() == [1]
+
+
+def test_a_langfuse_generation_ends_where_the_join_puts_it():
+    """The join reads an ISO time as float seconds (datetime.timestamp) and back (datetime.fromtimestamp)."""
+    import random
+    from datetime import timedelta, timezone
+
+    rng = random.Random(0)
+    for _ in range(300):
+        start = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=rng.randrange(0, 2**33 * 10**6))
+        end = start + timedelta(microseconds=rng.choice([rng.randrange(10**13), rng.randrange(10**6), 0]))
+        raw = langfuse_line(("startTime", start.isoformat()), ("endTime", end.isoformat()))
+        got = langfuse_fast([raw])
+        if end.year <= 2242:
+            assert got[0].to_pylist() == [langfuse_exact(raw)], (start, end)
+
+
+def test_a_langfuse_generation_with_any_value_anywhere_gets_the_joins_row_or_none():
+    """:func:`tests.conftest.mutated` of a generation, each line alone: a row the fast path takes is the join's."""
+    taken = 0
+    for doc in mutated(LANGFUSE):
+        raw = json.dumps(doc).encode()
+        got = langfuse_fast([raw])
+        if got is not None:
+            assert got[0].to_pylist() == [langfuse_exact(raw)], raw
+            taken += 1
+    assert taken >= 40, taken

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ctpipe import materialize as mat
-from ctpipe import datasets, sources
+from ctpipe import columns, datasets, sources
 from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
@@ -658,10 +658,15 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
         {"id": "bad", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"}))
     (src / "observations.jsonl").write_bytes(lines(*(
         {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
-         "startTime": "yesterday" if i == 4 else (T0 + (2 * HOUR if i == 7 else timedelta(minutes=i))).isoformat(),
-         "input": [{"role": "user", "content": f"What is {i} plus 1?"}], "output": f"{i + 1}"} for i in range(10))))
+         "startTime": "yesterday" if i == 4 else (T0 + (2 * HOUR if i == 8 else timedelta(minutes=i))).isoformat(),
+         "input": [{"role": "user", "content": f"What is {i} plus 1?"}],  # odd ones' output the fast path leaves
+         "output": f"{i + 1}" if i % 2 else {"role": "assistant", "content": f"{i + 1}"}} for i in range(10))))
     reward = RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0)
+    taken = []
+    parse = columns.parse_langfuse_lines
+    monkeypatch.setattr(columns, "parse_langfuse_lines", lambda *a: taken.append(got := parse(*a)) or got)
     whole = run(src, tmp_path / "whole", reward=reward)
+    assert taken[0][1].tolist() == [0, 2, 6, 8]  # not g4, which starts "yesterday"; g8, outside the interval, is
     monkeypatch.setattr(mat, "_LANGFUSE_PART", 3)
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)  # the parts go to two workers, a bad generation's error too
     parts = run(src, tmp_path / "parts", reward=reward, dataset=DatasetConfig(workers=2))
@@ -672,7 +677,7 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 2}
     assert sorted((q["source_file"].rsplit("/", 1)[1], q["source_line"]) for q in table(parts, "quarantine")) == [
         ("observations.jsonl", 5), ("scores.jsonl", 11)]
-    assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 8, 9)]
+    assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 7, 9)]
     # Rows spread over buckets by trace: each generation still meets its score, wherever its rows were read.
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 200)
     spread = run(src, tmp_path / "spread", reward=reward, dataset=DatasetConfig(workers=2))

@@ -339,6 +339,112 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
+class _LangfuseText(msgspec.Struct):
+    content: str | None = None
+
+
+class _LangfuseShape(msgspec.Struct):
+    """A generation as the Langfuse fast path reads it: chat messages in, an object out, texts as text."""
+
+    id: str
+    traceId: str
+    input: list[_LangfuseText]
+    output: _LangfuseText
+
+
+_LANGFUSE_SHAPE = msgspec.json.Decoder(_LangfuseShape)
+_LANGFUSE_USAGE = pa.struct([("input", pa.int64()), ("output", pa.int64()), ("total", pa.int64())])
+_LANGFUSE_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("id", pa.string()), ("traceId", pa.string()), ("startTime", pa.string()), ("endTime", pa.string()),
+    ("model", pa.string()), ("version", pa.string()), ("input", MESSAGES),
+    ("output", pa.struct([("content", pa.string())])), ("usageDetails", _LANGFUSE_USAGE), ("usage", _LANGFUSE_USAGE),
+    ("promptTokens", pa.int64()), ("completionTokens", pa.int64()),
+]))
+_MOST_TOKENS = 1 << 62  # token counts the fast path adds up: two of them stay within int64
+
+
+def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
+                         scores: list[list[dict]]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for Langfuse generations (JSON lines), each with its trace's version and its
+    scores as the join found them: the rows that :func:`ctpipe.formats.joined` and the trace's
+    validation make of them, with the same values. Anything else (text or parts for messages, text
+    for the output, a usage object without the counts, a count that may be null rather than missing,
+    a time beyond 2242) is left to the exact path, as is a block pyarrow refuses.
+    """
+    shaped = _shaped(lines, _LANGFUSE_SHAPE)
+    chosen = [lines[i] for i in shaped]
+    table = _read_json(chosen, _LANGFUSE_PARSE)
+    if table is None:
+        return None
+    n = table.num_rows
+    col = {name: table[name].combine_chunks() for name in table.column_names}
+    # Times as the reader makes them: an ISO time's float seconds, then datetime.fromtimestamp.
+    start_text = col["startTime"]
+    end_text = pc.coalesce(_empty_as_null(col["endTime"]), start_text)  # no end (or ""): the start
+    seconds, sure = [], np.ones(n, bool)
+    for text in (start_text, end_text):
+        checked = _ok(pc.match_substring_regex(text, _RFC3339))
+        at = _rfc3339(text, checked)
+        if at is None:  # a date pyarrow refuses (February 30th): its row is the reader's, not the whole part
+            checked &= [_rfc3339(text.slice(i, 1), checked[i:i + 1]) is not None for i in range(n)]
+            at = _rfc3339(text, checked)
+        us = pc.fill_null(pc.cast(at, pa.int64()), 0).to_numpy(zero_copy_only=False)
+        seconds.append(us.astype(np.float64) / 1e6)  # what datetime.timestamp() gives: exact below 2**53 us
+        sure &= checked
+    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(s) for s in seconds)
+    sure &= start_ok & end_ok & (end_us >= start_us)
+    # Usage: usageDetails when it is a non-empty object, else usage; each count from it or, when it
+    # has none, from promptTokens/completionTokens. pyarrow reads a missing count and a null one
+    # alike, which the reader does not: such a row is the reader's, unless its line has no null.
+    details, legacy = _fields(col["usageDetails"]), _fields(col["usage"])
+    has_details = _ok(pc.or_kleene(pc.or_kleene(details["input"].is_valid(), details["output"].is_valid()),
+                                   details["total"].is_valid()))
+    unsure = _ok(col["usageDetails"].is_valid()) & ~has_details  # {} or only other keys: the reader's `or` decides
+    usage_given = np.where(has_details, _ok(col["usageDetails"].is_valid()), _ok(col["usage"].is_valid()))
+    pick = pa.array(has_details)
+    counts = {name: pc.if_else(pick, details[name], legacy[name]) for name in ("input", "output", "total")}
+    tokens = []
+    for name, fallback in (("input", "promptTokens"), ("output", "completionTokens")):
+        given = counts[name].is_valid()
+        other = pc.fill_null(col[fallback], 0)
+        unsure |= usage_given & ~_ok(given) & _ok(pc.not_equal(other, 0))  # missing: the fallback; null: 0
+        tokens.append(pc.fill_null(pc.if_else(given, counts[name], other), 0).to_numpy(zero_copy_only=False))
+    sure &= (tokens[0] < _MOST_TOKENS) & (tokens[1] < _MOST_TOKENS)
+    unsure |= usage_given & ~_ok(counts["total"].is_valid())  # missing: the sum; null: refused
+    for i in np.flatnonzero(unsure & sure):
+        unsure[i] = _JSON_NULL.search(chosen[i]) is not None
+    sure &= ~unsure
+    total = pc.fill_null(counts["total"], pa.array(np.where(sure, tokens[0] + tokens[1], 0)))
+    # Scores come whole from the join; a name or label of another type is the reader's to refuse.
+    chosen_scores = [scores[i] for i in shaped]
+    for i, found in enumerate(chosen_scores):
+        if not all(type(s["name"]) is str and (s["label"] is None or type(s["label"]) is str) for s in found):
+            sure[i], chosen_scores[i] = False, []
+    model = pc.fill_null(col["model"], "")
+    chosen_versions = pa.array([versions[i] for i in shaped], pa.string())
+    messages = col["input"]
+    message = _fields(messages.values)
+    canonical = {
+        "trace_id": pc.binary_join_element_wise(col["traceId"], col["id"], ":"),
+        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
+        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "model": pa.StructArray.from_arrays([model, pc.coalesce(_empty_as_null(col["version"]),
+                                                                _empty_as_null(chosen_versions), model)],
+                                            fields=list(_MODEL)),
+        "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], "")),
+        "completion": pc.fill_null(_fields(col["output"])["content"], ""),
+        "usage": pa.StructArray.from_arrays([pa.array(tokens[0]), pa.array(tokens[1]), total], fields=list(_USAGE)),
+        "latency_ms": pa.array((seconds[1] - seconds[0]) * 1000),
+        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())],
+                                               fields=list(_FEEDBACK)),
+        "reference_answer": pa.nulls(n, pa.string()),
+        "scores": pa.array([[(s["name"], s["value"], s["label"], s["source"]) for s in found]
+                            for found in chosen_scores], SCORES),
+    }
+    sure &= _canonical(canonical, n)
+    return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
 def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArray:
     """A :data:`ctpipe.datasets.MESSAGES` column: chat ``i`` is the messages
     ``roles[offsets[i]:offsets[i + 1]]`` / ``contents[...]`` (arrays or lists), null where ``mask`` is true."""

@@ -32,6 +32,8 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
+import msgspec
+
 Format = Literal["ctpipe", "openai", "otel", "langfuse"]
 FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse")
 
@@ -332,19 +334,21 @@ def _langfuse_messages(value: Any) -> list[dict]:
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
 
-def langfuse_entry(row: dict, where: tuple[str, int] | None = None) -> tuple | None:
+def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes | None = None) -> tuple | None:
     """What the join keeps of one Langfuse export row (None: nothing), made where the row was read:
     ``(kind, trace, key, value, where)``, the id of the row's trace (which places it, see
     :func:`join_langfuse`), the id it is found by, and what it brings, all pickled, so that Parquet
     rows keep their types and ids compare by type and value (1 is not "1"). A few bytes, cheaper to
-    keep and send than the row. FormatError for a row that is no Langfuse row, or a score that
-    cannot be read."""
+    keep and send than the row. A generation read from a JSON ``line`` brings that line instead,
+    which the join's fast path reads with others into columns (see :func:`generation_row`).
+    FormatError for a row that is no Langfuse row, or a score that cannot be read."""
     with _mapping("Langfuse row"):
         kind = langfuse_kind(row)
         if kind == "observation":
             if row.get("type") != "GENERATION":
                 return None
-            return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), _pickled(row), where
+            value = line if line is not None else _pickled(row)
+            return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), value, where
         if kind == "score":  # by observation id, or by trace id for trace-level scores
             score = _pickled(_score(row))
             return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
@@ -384,7 +388,7 @@ def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | N
     row, place, scores, version = generation
     try:
         with _mapping("Langfuse generation"):
-            trace: dict | FormatError = _trace(pickle.loads(row), [pickle.loads(s) for s in scores], version)
+            trace: dict | FormatError = _trace(generation_row(row), [pickle.loads(s) for s in scores], version)
     except FormatError as e:
         trace = e
     return trace, place
@@ -415,6 +419,17 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "latency_ms": (end - start) * 1000,
         "scores": scores,
     }
+
+
+def is_line(value: bytes) -> bool:
+    """Whether a generation's value (of :func:`langfuse_entry`) is the JSON line it was read from:
+    a pickle begins with its protocol's byte, 0x80, which never begins a line of JSON text."""
+    return value[:1] != b"\x80"
+
+
+def generation_row(value: bytes) -> dict:
+    """A generation's row from its value (of :func:`langfuse_entry`): the line, decoded again, or the pickled row."""
+    return msgspec.json.decode(value) if is_line(value) else pickle.loads(value)
 
 
 def _pickled(value: Any) -> bytes:

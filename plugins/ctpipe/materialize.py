@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -290,7 +291,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         part.formats[fmt] += len(recs)
         if fmt == "langfuse":  # joined across files (see langfuse_part); a row that cannot join is quarantined here
             try:
-                entry = formats.langfuse_entry(recs[0], (block.file, n))
+                entry = formats.langfuse_entry(recs[0], (block.file, n), raw if isinstance(raw, bytes) else None)
             except formats.FormatError as e:
                 part.read += 1
                 part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
@@ -782,8 +783,11 @@ def langfuse_part(item: tuple[int, tuple[int, int, int, list[int]]]) -> Part:
                *zip(itertools.repeat("generation"), *(ours[name].to_pylist() for name in ("trace", "key", "value")),
                     zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
     part = Part(index, [])
-    found = []
-    for doc, (file, n) in map(formats.joined, formats.join_langfuse(entries)):
+    generations = formats.join_langfuse(entries)
+    fast, taken, fast_at = _fast_langfuse(generations, part)
+    found, found_at = [], []
+    for i in np.setdiff1d(np.arange(len(generations)), taken, assume_unique=True).tolist():
+        doc, (file, n) = formats.joined(generations[i])
         try:
             if isinstance(doc, formats.FormatError):
                 raise doc
@@ -795,9 +799,35 @@ def langfuse_part(item: tuple[int, tuple[int, int, int, list[int]]]) -> Part:
         if _JOB.start <= rec.start_time < _JOB.end:
             part.read += 1
             found.append((file, n, rec))
+            found_at.append(i)
         else:
             part.outside += 1
-    return _keyed(part, _rows(columns.from_records(found), part))
+    table = columns.from_records(found)
+    if fast is not None:  # in the order the generations were read
+        table = pa.concat_tables([table, fast])
+        table = table.take(np.argsort(np.concatenate([np.array(found_at, np.int64), fast_at]), kind="stable"))
+    return _keyed(part, _rows(table, part))
+
+
+def _fast_langfuse(generations: list[tuple], part: Part) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+    """The generations of :func:`formats.join_langfuse` read from JSON lines that the fast path takes
+    (:func:`columns.parse_langfuse_lines`), counted into ``part``: (those in the interval, as
+    :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
+    lines = np.array([i for i, g in enumerate(generations) if formats.is_line(g[0])], np.int64)
+    got = columns.parse_langfuse_lines([generations[i][0] for i in lines], [generations[i][3] for i in lines],
+                                       [[pickle.loads(s) for s in generations[i][2]] for i in lines]) if len(lines) else None
+    if got is None:
+        return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    rows, at = got[0], lines[got[1]]
+    start = pc.cast(rows["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
+    inside = (start >= columns.micros(_JOB.start)) & (start < columns.micros(_JOB.end))
+    part.read += int(inside.sum())
+    part.outside += int(len(inside) - inside.sum())
+    places = [generations[i][1] for i in at[inside].tolist()]
+    rows = rows.filter(pa.array(inside))
+    return pa.Table.from_arrays(rows.columns + [pa.array([f for f, _ in places], pa.string()),
+                                                pa.array([n for _, n in places], pa.int64())],
+                                schema=columns.RAW_SCHEMA), at, at[inside]
 
 
 # Workers keep the memory they free for their next block instead of handing it back to the system
