@@ -544,7 +544,9 @@ def process(item: tuple[int, sources.Block]) -> Part:
         raws.append(_read(member, _JOB, part, got))
         part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                             known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
-    return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws), part))
+    # One chunk a column, not one a file: filtering and taking run per chunk, and with a chunk per
+    # file of ten rows, cost more than all the rest of a part.
+    return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws).combine_chunks(), part))
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
