@@ -84,6 +84,37 @@ def test_json_values_one_after_another_are_read_a_value_a_line(tmp_path, monkeyp
     assert [(i.position, i.doc) for i in items] == list(enumerate(records, 1))
 
 
+def test_brackets_outside_strings_are_found_wherever_the_pieces_are_cut():
+    """The marks of text fed a piece at a time (brackets and newlines outside strings, with the depth
+    before and after each) are those of reading it a character at a time, whatever runs of
+    backslashes the pieces cut."""
+    import numpy as np
+
+    import ctpipe.sources as sources
+
+    def one_by_one(text: bytes) -> list[tuple[int, int, int, int]]:
+        out, in_string, escaped, depth = [], False, False, 0
+        for at, c in enumerate(text):  # a quote after an odd run of backslashes is escaped, in a string or not
+            if c == ord('"') and not escaped:
+                in_string = not in_string
+            elif c in sources._SHAPING and not in_string:
+                after = depth + 1 if c in b"{[" else max(depth - 1, 0) if c in b"}]" else depth
+                out.append((at, c, depth, after))
+                depth = after
+            escaped = not escaped and c == ord("\\")
+        return out
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        text = bytes(rng.choice(b'\\\\""{}[]a \n') for _ in range(rng.randrange(80)))
+        cuts = sorted(rng.sample(range(len(text) + 1), rng.randrange(min(5, len(text) + 1))))
+        brackets, found, read_so_far = sources._Brackets(), [], 0
+        for a, b in zip([0, *cuts], [*cuts, len(text)]):
+            marks, kind, before, after = brackets.marks(text[a:b])
+            found += zip((marks + a).tolist(), kind.tolist(), before.tolist(), after.tolist())
+        assert found == one_by_one(text), (text, cuts)
+
+
 def test_a_value_cut_short_in_a_stream_is_quarantined_with_what_follows_it(tmp_path):
     """A stray closing bracket is passed over; a value left open takes the rest of the stream into its
     item. JSON Lines whose first line does not parse are still read line by line."""

@@ -430,20 +430,22 @@ class _Brackets:
         if self.scratch.shape[1] < len(b):
             self.scratch = np.zeros((2, len(b)), bool)
         found, other = self.scratch[:, :len(b)]
-        quotes = np.flatnonzero(np.equal(b, 34, out=found))
-        # A quote is escaped by an odd run of backslashes before it, counted back a step at a time
-        # for all quotes at once (JSON text inside a string, as GenAI attributes hold, escapes
-        # thousands of quotes a megabyte); a run from the piece's start goes on in the piece before.
-        run = np.zeros(len(quotes), np.int64)
-        going, k = np.arange(len(quotes)), 1  # the quotes whose run may go on: fewer at each step
-        while len(going):
-            at = quotes[going] - k
-            start = at < 0
-            run[going[start]] += self.backslashes
-            going = going[~start][b[at[~start]] == 92]
-            run[going] += 1
-            k += 1
-        quotes = quotes[run % 2 == 0]
+        np.equal(b, 34, out=found)
+        # A quote is escaped by an odd run of backslashes before it. The runs are found from the
+        # backslashes, fewer than the quotes (JSON text inside a string, as GenAI attributes hold,
+        # escapes thousands of quotes a megabyte, among tens of thousands); a run from the piece's
+        # start goes on in the piece before.
+        slashes = np.flatnonzero(np.equal(b, 92, out=other))
+        if len(slashes):
+            breaks = np.flatnonzero(np.diff(slashes) != 1)
+            starts, ends = slashes[np.r_[0, breaks + 1]], slashes[np.r_[breaks, len(slashes) - 1]]
+            lengths = ends - starts + 1
+            lengths[0] += self.backslashes if starts[0] == 0 else 0
+            escaped = ends[lengths % 2 == 1] + 1
+            found[escaped[escaped < len(b)]] = False
+        if self.backslashes % 2 and len(b) and b[0] != 92:
+            found[0] = False
+        quotes = np.flatnonzero(found)
         np.equal(b, self.shaping[0], out=found)
         for c in self.shaping[1:]:  # a comparison a byte is 3x as fast as a lookup table
             found |= np.equal(b, c, out=other)
