@@ -842,12 +842,14 @@ LANGFUSE_LINES = {
     "output blank": langfuse_line(("output.content", " \u3000")),
     "no id": langfuse_line(("id", ...)),
     "unicode": langfuse_line(("output.content", "五")),
-}
-# Lines pyarrow refuses, so that the generations read with them go to the exact path.
-LANGFUSE_REFUSED = {
     "count as a float": langfuse_line(("usageDetails.input", 10.0)),
     "model as a number": langfuse_line(("model", 7)),
     "usage as text": langfuse_line(("usage", "many")),
+    "role as a number": langfuse_line(("input.0.role", 1)),
+    "count past int64": langfuse_line(("usageDetails.input", 2**63)),
+}
+# Lines pyarrow refuses, so that the generations read with them go to the exact path.
+LANGFUSE_REFUSED = {
     "duplicate key": langfuse_line().replace(b'"model": "assistant"', b'"model": "assistant", "model": "other"'),
 }
 
@@ -876,7 +878,8 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
             "unicode"} <= taken
     assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
-                        "content as parts", "output as text", "start naive", "start in 2300", "February 30th"}
+                        "content as parts", "output as text", "start naive", "start in 2300", "February 30th",
+                        "count as a float", "model as a number", "usage as text", "role as a number", "count past int64"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]

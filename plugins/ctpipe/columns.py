@@ -12,8 +12,10 @@ cannot convert, a duplicated key, bad UTF-8) goes to the exact path entirely. Ei
 gives the same row or the same quarantine reason: the fast path only changes the speed.
 
 :func:`parse_openai_lines` does the same for OpenAI chat-completion logs, making the rows that
-:func:`ctpipe.formats.from_openai` and the same validation would make, and :func:`parse_otel_lines`
-for OTLP exports of GenAI spans, those of :func:`ctpipe.formats.from_otel`.
+:func:`ctpipe.formats.from_openai` and the same validation would make, :func:`parse_otel_lines`
+for OTLP exports of GenAI spans, those of :func:`ctpipe.formats.from_otel`, and
+:func:`parse_langfuse_lines` for the lines of Langfuse generations joined with their scores and
+versions, those of :func:`ctpipe.formats.joined`.
 
 :func:`from_records` turns records of the exact path (and of the other formats) into the same table.
 """
@@ -24,6 +26,7 @@ import calendar
 import io
 import re
 from datetime import datetime, timezone
+from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -339,17 +342,37 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
-class _LangfuseText(msgspec.Struct):
+class _LangfuseMessage(msgspec.Struct):
+    role: str | None = None
     content: str | None = None
 
 
+_INT64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class _LangfuseUsage(msgspec.Struct):
+    input: _INT64 | None = None
+    output: _INT64 | None = None
+    total: _INT64 | None = None
+
+
 class _LangfuseShape(msgspec.Struct):
-    """A generation as the Langfuse fast path reads it: chat messages in, an object out, texts as text."""
+    """A generation as the Langfuse fast path reads it: chat messages in, an object out, and each
+    field it reads of the type pyarrow is asked for, so that a line of another is left to the exact
+    path alone rather than failing the others' read."""
 
     id: str
     traceId: str
-    input: list[_LangfuseText]
-    output: _LangfuseText
+    input: list[_LangfuseMessage]
+    output: _LangfuseMessage
+    startTime: str | None = None
+    endTime: str | None = None
+    model: str | None = None
+    version: str | None = None
+    usageDetails: _LangfuseUsage | None = None
+    usage: _LangfuseUsage | None = None
+    promptTokens: _INT64 | None = None
+    completionTokens: _INT64 | None = None
 
 
 _LANGFUSE_SHAPE = msgspec.json.Decoder(_LangfuseShape)
