@@ -817,7 +817,7 @@ def _fast_langfuse(generations: list[tuple], part: Part) -> tuple[pa.Table | Non
     :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
     lines = np.array([i for i, g in enumerate(generations) if formats.is_line(g[0])], np.int64)
     got = columns.parse_langfuse_lines([generations[i][0] for i in lines], [generations[i][3] for i in lines],
-                                       [[pickle.loads(s) for s in generations[i][2]] for i in lines]) if len(lines) else None
+                                       [[pickle.loads(s) for s in generations[i][2]] for i in lines])
     if got is None:
         return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
     rows, at = got[0], lines[got[1]]
