@@ -146,7 +146,12 @@ OPENAI = {
 
 def openai_line(*changes: tuple[str, object]) -> bytes:
     """OPENAI with each (dotted path, value) set; value ... removes the key."""
-    doc = json.loads(json.dumps(OPENAI))
+    return line_of(OPENAI, changes)
+
+
+def line_of(base: dict, changes: tuple[tuple[str, object], ...]) -> bytes:
+    """``base`` as a JSON line with each (dotted path, value) of ``changes`` set; value ... removes the key."""
+    doc = json.loads(json.dumps(base))
     for path, value in changes:
         *parents, last = path.split(".")
         at = doc
@@ -760,21 +765,9 @@ LANGFUSE_SCORES = [{"name": "judge", "value": 0.5, "label": None, "source": "eva
                    {"name": "tone", "value": None, "label": "polite", "source": "api"}]
 
 
-def langfuse_line(*changes: tuple[str, object], base: dict = LANGFUSE) -> bytes:
-    """``base`` with each (dotted path, value) set; value ... removes the key."""
-    doc = json.loads(json.dumps(base))
-    for path, value in changes:
-        *parents, last = path.split(".")
-        at = doc
-        for key in parents:
-            at = at[int(key)] if isinstance(at, list) else at[key]
-        if value is ...:
-            del at[last]
-        elif isinstance(at, list):
-            at[int(last)] = value
-        else:
-            at[last] = value
-    return json.dumps(doc).encode()
+def langfuse_line(*changes: tuple[str, object]) -> bytes:
+    """LANGFUSE with each (dotted path, value) set; value ... removes the key."""
+    return line_of(LANGFUSE, changes)
 
 
 def langfuse_exact(raw: bytes, version: str | None = "v7", scores: list[dict] = LANGFUSE_SCORES) -> dict | None:
