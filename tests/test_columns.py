@@ -250,13 +250,17 @@ def test_an_openai_log_the_fast_path_takes_is_the_row_the_reader_makes(name):
         assert fast == [openai_exact(raw)], name
 
 
-def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
-    lines = list(OPENAI_LINES.values())
-    table, index = columns.parse_openai_lines(lines)
+def taken_together(named: dict[str, bytes], parse, exact) -> set[str]:
+    """The names of the lines that ``parse`` takes, given all at once; each row taken is ``exact``'s."""
+    names, lines = list(named), list(named.values())
+    table, index = parse(lines)
     for row, i in zip(table.to_pylist(), index.tolist()):
-        assert row == openai_exact(lines[i])
-    names = list(OPENAI_LINES)
-    taken = {names[i] for i in index.tolist()}
+        assert row == exact(lines[i]), names[i]
+    return {names[i] for i in index.tolist()}
+
+
+def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    taken = taken_together(OPENAI_LINES, columns.parse_openai_lines, openai_exact)
     assert {"plain", "no metadata", "metadata null", "version empty, fingerprint", "rating", "no usage", "usage null",
             "no latency", "whole latency", "half a microsecond", "created at the epoch", "answer without role",
             "system content null", "also ours", "unicode"} <= taken
@@ -859,12 +863,7 @@ def test_a_langfuse_generation_the_fast_path_takes_is_the_row_the_join_makes(nam
 
 
 def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
-    lines = list(LANGFUSE_LINES.values())
-    table, index = langfuse_fast(lines)
-    for row, i in zip(table.to_pylist(), index.tolist()):
-        assert row == langfuse_exact(lines[i])
-    names = list(LANGFUSE_LINES)
-    taken = {names[i] for i in index.tolist()}
+    taken = taken_together(LANGFUSE_LINES, langfuse_fast, langfuse_exact)
     assert {"plain", "no nulls", "own version", "own version empty", "no end", "end null", "end empty",
             "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
             "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
@@ -876,7 +875,8 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]
-    assert columns.parse_langfuse_lines(lines[:2], ["v7", "v7"], [odd_score, []])[1].tolist() == [1]
+    plain = LANGFUSE_LINES["plain"]
+    assert columns.parse_langfuse_lines([plain, plain], ["v7", "v7"], [odd_score, []])[1].tolist() == [1]
 
 
 def test_a_langfuse_generation_ends_where_the_join_puts_it():
