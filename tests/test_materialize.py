@@ -862,3 +862,16 @@ def test_pairing_buckets_are_cut_by_what_a_compressed_source_held_not_by_its_siz
     assert gz.counts == plain.counts and gz.counts["dpo_pairs"] == gz.counts["grpo_prompts"] == 600
     for name in ("grpo", "dpo"):  # the same rows, though cut into other buckets
         assert unordered(gz, name) == unordered(plain, name)
+
+
+def test_rows_taken_batch_by_batch_are_the_rows_a_table_take_gives():
+    """_take_rows copies only the rows asked for, in their order, from batches of any sizes (some empty)."""
+    rng = np.random.default_rng(0)
+    schema = pa.schema([("n", pa.int64()), ("text", pa.string())])
+    for _ in range(200):
+        sizes = rng.integers(0, 6, rng.integers(1, 6))
+        batches = [pa.record_batch([pa.array(rng.integers(0, 100, k), pa.int64()),
+                                    pa.array([f"t{j}" for j in range(k)], pa.string())], schema=schema) for k in sizes]
+        rows = rng.permutation(int(sizes.sum()))[:rng.integers(0, int(sizes.sum()) + 1)]
+        want = pa.Table.from_batches(batches, schema=schema).take(pa.array(rows, pa.int64()))
+        assert mat._take_rows(batches, rows.astype(np.uint64), schema).to_pylist() == want.to_pylist()
