@@ -822,7 +822,7 @@ def _take_rows(batches: list[pa.RecordBatch], rows: np.ndarray, schema: pa.Schem
     """The ``rows`` (positions in ``batches``, one after another) in the order given, copied batch by
     batch. A table's take first joins each column's chunks into one: for a bucket's rows, mapped from
     its spill files, a copy of the whole bucket (it took a 50 MB column 116 ms and 100 MB to take
-    2,000 rows, and a million Langfuse generations 80 MB more at their peak)."""
+    2,000 rows, and a million Langfuse generations some 50 MB more at their peak)."""
     rows, ends = np.asarray(rows, np.int64), np.cumsum([b.num_rows for b in batches], dtype=np.int64)
     at = np.searchsorted(ends, rows, side="right")  # the batch of each row
     by_batch = np.argsort(at, kind="stable")
