@@ -26,7 +26,6 @@ import calendar
 import io
 import re
 from datetime import datetime, timezone
-from typing import Annotated
 
 import msgspec
 import numpy as np
@@ -347,13 +346,10 @@ class _LangfuseMessage(msgspec.Struct):
     content: str | None = None
 
 
-_INT64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-
-
-class _LangfuseUsage(msgspec.Struct):
-    input: _INT64 | None = None
-    output: _INT64 | None = None
-    total: _INT64 | None = None
+class _LangfuseUsage(msgspec.Struct):  # counts as the trace takes them: a negative one fails it either way
+    input: traces.Count | None = None
+    output: traces.Count | None = None
+    total: traces.Count | None = None
 
 
 class _LangfuseShape(msgspec.Struct):
@@ -371,8 +367,8 @@ class _LangfuseShape(msgspec.Struct):
     version: str | None = None
     usageDetails: _LangfuseUsage | None = None
     usage: _LangfuseUsage | None = None
-    promptTokens: _INT64 | None = None
-    completionTokens: _INT64 | None = None
+    promptTokens: traces.Count | None = None
+    completionTokens: traces.Count | None = None
 
 
 _LANGFUSE_SHAPE = msgspec.json.Decoder(_LangfuseShape)
