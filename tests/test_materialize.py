@@ -424,6 +424,27 @@ def test_a_worker_failing_mid_run_leaves_no_staged_parts_and_its_error_is_the_on
     assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
 
+def test_a_full_disk_is_named_with_the_room_each_folder_has_and_leaves_nothing(tmp_path, monkeypatch, caplog, capsys):
+    """Writing to /dev/full fails as a full disk does (ENOSPC), here in the spill (of this process:
+    spawned workers would not see the patch; a worker's OSError comes back with its errno)."""
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(400))))
+    monkeypatch.setattr(mat, "_spill_path", lambda bucket, writer: "/dev/full")
+    monkeypatch.setattr(mat, "_SPILL_NEED", {"langfuse": 2.0, "other": 1e6})  # more than any disk: warned of
+    with pytest.raises(mat.DiskFull) as e:
+        run(tmp_path / "a.jsonl", tmp_path / "out")
+    spill = f"{tmp_path}/ctpipe-spill-"
+    assert e.value.errno == 28 and "no space left on the device of the spill folder " + spill in str(e.value)
+    assert f"or of the dataset store {tmp_path}/out (" in str(e.value) and "nothing was published" in str(e.value)
+    assert [r.message.startswith(f"the spill folder {spill}") and "set TMPDIR" in r.message
+            for r in caplog.records if r.levelname == "WARNING"] == [True]
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
+    assert main(["materialize", "--source", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"),
+                 "--start", T0.isoformat(), "--end", (T0 + timedelta(days=1)).isoformat()]) == 1
+    assert capsys.readouterr().err.startswith("ctpipe materialize: DiskFull: [Errno 28] no space left on the device")
+
+
 def _process_or_die(item):
     """A worker's block, unless it is the tenth: then the worker dies, as the out-of-memory killer ends it."""
     if item[0] == 9:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import itertools
+import errno
 import json
 import logging
 import math
@@ -76,6 +77,9 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
 # 8,885 buckets of a hundred million took 32 to 37 s to read instead of 22, 24 with this.
 _FANOUT = 1024
+# Peak size of the spill folder per source byte: a Langfuse export is joined through it whole (1.6
+# measured on 224 MB), other formats keep only the rows for pairing there (0.42 on 215 MB).
+_SPILL_NEED = {"langfuse": 2.0, "other": 0.5}
 _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 # Langfuse entries as they are spilled (formats.langfuse_entry, and where each was read: the part
 # of its block, its place there, and its file and line).
@@ -1081,6 +1085,33 @@ class WorkerLost(RuntimeError):
     """A worker process died mid-run: the environment's doing (memory, a signal), not the input's."""
 
 
+class DiskFull(OSError):
+    """A disk the run writes to filled up. Retried like any failure of the environment: another run
+    may have freed the space by then."""
+
+
+def _disk_full(e: OSError, spill_dir: str, output: Output, size: int) -> DiskFull:
+    """The error for a full disk, naming the folders written to and the room left on each, while the
+    spill files still take theirs."""
+    places = [f"the spill folder {spill_dir} (set TMPDIR to move it; {_free(spill_dir)} free)"]
+    if output.local:
+        places.append(f"the dataset store {output.root} ({_free(output.root)} free)")
+    return DiskFull(e.errno, f"no space left on the device of {' or of '.join(places)}. {_spill_room(size)}; "
+                    f"nothing was published")
+
+
+def _spill_room(size: int) -> str:
+    return (f"A source of {size / 1e6:,.0f} MB spills up to about {_SPILL_NEED['langfuse'] * size / 1e6:,.0f} MB "
+            f"as a Langfuse export (joined on disk), {_SPILL_NEED['other'] * size / 1e6:,.0f} MB in other formats")
+
+
+def _free(path: str) -> str:
+    try:
+        return f"{shutil.disk_usage(path).free / 1e6:,.0f} MB"
+    except OSError:
+        return "unknown"
+
+
 class _Dedup:
     """First occurrence wins, in source order. Three sets of 64-bit keys (:class:`KeySet`): 16 to 32
     bytes a key up to a million, where Python sets of ints took 70 (the main process then outgrew the
@@ -1188,6 +1219,10 @@ def materialize(
     buckets = min(_buckets_for(size), _FANOUT)
     splits = 1  # known once every block is read
     spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
+    need = _SPILL_NEED[dataset.format if dataset.format == "langfuse" else "other"] * size
+    if shutil.disk_usage(spill_dir).free < need:  # a warning: much of a source may lie outside the interval
+        log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
+                    _free(spill_dir), _spill_room(size))
     staging = output.staging()
     job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
@@ -1278,6 +1313,11 @@ def materialize(
                              ("dpo", DPO_SCHEMA)):
             staging.add_table(name, schema, parts[name])
         paired = time.monotonic()
+    except OSError as e:
+        failed = True
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _disk_full(e, spill_dir, output, size) from e
+        raise
     except BrokenProcessPool as e:  # retried by Airflow: a worker killed for memory may fit next time
         failed = True
         raise WorkerLost("a worker process stopped abruptly (killed from outside, as by the out-of-memory "
