@@ -708,6 +708,18 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
         return sorted(table(m, name), key=lambda r: (r["source_file"], r["source_line"]))
 
     assert all(by_place(spread, name) == by_place(whole, name) for name in ("traces", "quarantine"))
+    # Two buckets, as a source of a thousand would have, each cut again by trace before it is joined.
+    monkeypatch.setattr(mat, "_FANOUT", 2)
+    cut = []
+    split_langfuse = mat.split_langfuse
+    monkeypatch.setattr(mat, "split_langfuse", lambda item: cut.append(item[::2]) or split_langfuse(item))
+    alone = run(src, tmp_path / "split-alone", reward=reward, dataset=DatasetConfig(workers=1))  # cuts seen here
+    assert [b for b, _ in sorted(cut)] == [0, 1] and all(n > 4 for _, n in cut)
+    monkeypatch.setattr(mat, "split_langfuse", split_langfuse)
+    split = run(src, tmp_path / "split", reward=reward, dataset=DatasetConfig(workers=2))
+    assert split.counts == alone.counts == whole.counts and len(split.files["traces"]["parts"]) > 4
+    for m in (alone, split):
+        assert all(by_place(m, name) == by_place(whole, name) for name in ("traces", "quarantine"))
 
 
 _OTEL = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 3),

@@ -11,7 +11,8 @@ kept rows as a part of the version's traces table, its quarantined items as a pa
 quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
 each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
 pairs as parts of those tables. Langfuse rows, which join across files, are spilled the same way,
-by trace, and their generations come as parts of their own once every block is in. Memory is
+by trace, and their generations come as parts of their own once every block is in (their buckets
+split again first too). Memory is
 bounded by the block size, the bucket size and the spill buffer, plus the three 64-bit keys of each
 kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
@@ -760,23 +761,43 @@ def spill_langfuse() -> tuple[int, np.ndarray]:
         table = pa.concat_tables(_LANGFUSE)
         _LANGFUSE.clear()
         _LANGFUSE_BYTES = 0
-        traces = table["trace"].to_pylist()
-        bucket = _bucket_of(pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))]))
+        bucket = _bucket_of(_trace_keys(table))
         generations = pc.equal(table["kind"], "generation").to_numpy()
         _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[generations], minlength=_JOB.buckets)
         _append_runs(table, bucket, lambda b: _spill_path(b, f"langfuse-{os.getpid()}"))
     return os.getpid(), _LANGFUSE_GENERATIONS
 
 
-def langfuse_part(item: tuple[int, tuple[int, int, int, list[int]]]) -> Part:
-    """``size`` generations of a bucket (spilled into by the processes ``pids``, see
-    :func:`spill_langfuse`) from its ``first``, in the order they were read, joined with their scores
-    and versions, as one more part, as :func:`process` makes a block's.
+def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
+    traces = table["trace"].to_pylist()
+    return pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))])
+
+
+def split_langfuse(item: tuple[int, list[int], int]) -> np.ndarray:
+    """Cut a bucket of Langfuse entries (spilled into by the processes ``pids``) into ``n`` by trace,
+    as pairing's buckets are (see :func:`_sub_buckets`); the generations of each. Each join part
+    sorts and searches its whole bucket: past about 24 GB of export, with buckets ever larger, a
+    million generations in two buckets took 102 s and peaked at 1.2 GB, against 55 s and 830 MB."""
+    bucket, pids, n = item
+    paths = [p for p in (_spill_path(bucket, f"langfuse-{pid}") for pid in pids) if os.path.exists(p)]
+    generations = np.zeros(n, np.int64)
+
+    def spread(rows: pa.Table, sub: pa.ChunkedArray) -> None:
+        generations[:] += np.bincount(sub.to_numpy()[pc.equal(rows["kind"], "generation").to_numpy()], minlength=n)
+
+    _split(bucket, paths, n, _trace_keys, _LANGFUSE_SCHEMA, "langfuse-split", spread)
+    return generations
+
+
+def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
+    """``size`` generations of a bucket's spill files (those of ``writers``: see :func:`spill_langfuse`
+    and :func:`split_langfuse`) from its ``first``, in the order they were read, joined with their
+    scores and versions, as one more part, as :func:`process` makes a block's.
 
     The bucket's files are mapped, not read: only the rows of this part are copied (see
     :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket."""
-    index, (bucket, first, size, pids) = item
-    paths = [p for p in (_spill_path(bucket, f"langfuse-{pid}") for pid in pids) if os.path.exists(p)]
+    index, (bucket, writers, first, size) = item
+    paths = [p for p in (_spill_path(bucket, w) for w in writers) if os.path.exists(p)]
     batches = [b for path in paths for b in pa.ipc.open_stream(pa.memory_map(path))]
     rows = pa.Table.from_batches(batches, schema=_LANGFUSE_SCHEMA)
     generation = pc.equal(rows["kind"], "generation").to_numpy()
@@ -968,21 +989,35 @@ def _read_spilled(paths: list[str]) -> pa.Table:
 
 
 def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, list[str]]]:
-    """(sub-bucket, its spill files) of a bucket: the bucket itself when ``n`` is 1; otherwise its
-    rows spread over ``n`` files by the low bits of their prompt keys (the top bits chose the
-    bucket), a spill buffer at a time, its own files removed as they are read. A sub-bucket's file
-    is removed once its caller has paired it. Rows keep their order within one."""
+    """(sub-bucket, its spill files) of a bucket: the bucket itself when ``n`` is 1; otherwise cut
+    into ``n`` by prompt (see :func:`_split`). A sub-bucket's file is removed once its caller has
+    paired it."""
     if n == 1:
         yield 0, paths
         return
+    _split(bucket, paths, n, lambda rows: rows["prompt_key"], _SPILL_SCHEMA, "split")
+    for i in range(n):
+        path = _spill_path(bucket, f"split-{i:04d}")
+        if os.path.exists(path):
+            yield i, [path]
+            os.remove(path)  # paired by now: its disk is free for the next
+
+
+def _split(bucket: int, paths: list[str], n: int, keys: Callable[[pa.Table], pa.ChunkedArray], schema: pa.Schema,
+           name: str, spread: Callable[[pa.Table, pa.ChunkedArray], None] = lambda rows, sub: None) -> None:
+    """Spread the rows of a bucket's files over ``n`` files (written by ``f"{name}-{i:04d}"``) by the
+    low bits of their ``keys`` (the top bits chose the bucket), a spill buffer at a time, each file
+    removed once read; ``spread`` sees the rows and their sub-buckets. Rows keep their order within one."""
     held: list[pa.RecordBatch] = []
 
     def flush() -> None:
-        rows = pa.Table.from_batches(held, schema=_SPILL_SCHEMA)
+        rows = pa.Table.from_batches(held, schema=schema)
         held.clear()
-        low = pc.bit_wise_and(rows["prompt_key"], pa.scalar(0xFFFFFFFF, pa.uint64()))
-        sub = pc.shift_right(pc.multiply(low, pa.scalar(n, pa.uint64())), pa.scalar(32, pa.uint64()))
-        _append_runs(rows, pc.cast(sub, pa.int64()), lambda i: _spill_path(bucket, f"split-{i:04d}"))
+        low = pc.bit_wise_and(keys(rows), pa.scalar(0xFFFFFFFF, pa.uint64()))
+        sub = pc.cast(pc.shift_right(pc.multiply(low, pa.scalar(n, pa.uint64())), pa.scalar(32, pa.uint64())),
+                      pa.int64())
+        spread(rows, sub)
+        _append_runs(rows, sub, lambda i: _spill_path(bucket, f"{name}-{i:04d}"))
 
     size = 0
     for path in paths:
@@ -995,11 +1030,6 @@ def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, l
                     size = 0
         os.remove(path)
     flush()
-    for i in range(n):
-        path = _spill_path(bucket, f"split-{i:04d}")
-        if os.path.exists(path):
-            yield i, [path]
-            os.remove(path)  # paired by now: its disk is free for the next
 
 
 def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, int]:
@@ -1276,12 +1306,21 @@ def materialize(
         # Langfuse rows join across files, so their parts come once every block is read: from the
         # buckets their entries were spilled into, by trace, _LANGFUSE_PART generations a part.
         # (A worker takes this call after the blocks' finish() calls sent to it, which hold them.)
+        # Cut by what the source held, not by the estimate the buckets were chosen by: blocks are cut
+        # the same way whatever the workers, so the parts are too.
+        splits = math.ceil(_buckets_for(counts["bytes"]) / buckets)
         held = pool.everywhere(spill_langfuse)
         generations = sum(n for _, n in held)
         if generations.any():
-            writers = [pid for pid, _ in held]
-            chunks = [(b, first, _LANGFUSE_PART, writers) for b in range(buckets)
-                      for first in range(0, generations[b], _LANGFUSE_PART)]
+            pids = [pid for pid, _ in held]
+            if splits == 1:
+                subs = [(b, [f"langfuse-{pid}" for pid in pids], generations[b]) for b in range(buckets)]
+            else:
+                full = np.flatnonzero(generations).tolist()
+                subs = [(b, [f"langfuse-split-{i:04d}"], n) for b, split in
+                        zip(full, pool.ordered(split_langfuse, ((b, pids, splits) for b in full))) for i, n in enumerate(split)]
+            chunks = [(b, writers, first, _LANGFUSE_PART) for b, writers, n in subs
+                      for first in range(0, n, _LANGFUSE_PART)]
             for i, part in enumerate(pool.ordered(langfuse_part, enumerate(chunks, index + 1))):
                 take(part, i)
         while finishing:
@@ -1300,9 +1339,6 @@ def materialize(
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
-        # Cut by what the source held, not by the estimate the buckets were chosen by: blocks are cut
-        # the same way whatever the workers, so the parts are too.
-        splits = math.ceil(_buckets_for(counts["bytes"]) / buckets)
         for paired_parts in pool.ordered(pair_bucket, ((b, pids, splits) for b in range(buckets))):
             for grpo, dpo, n_grpo, n_dpo in paired_parts:
                 parts["grpo"] += [grpo] if grpo else []
