@@ -395,6 +395,24 @@ def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_pa
         assert unordered(gathered, name) == unordered(alone, name)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_is_named_as_in_no_format_only_when_none_of_its_blocks_holds_a_record(tmp_path, monkeypatch, workers):
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0 if workers > 1 else mat._IN_PROCESS_BYTES)
+    src = tmp_path / "src"
+    src.mkdir()
+    other = [{"hello": f"world {i}", "pad": "x" * 200} for i in range(40)]  # some ten blocks of them
+    questions = [trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(20)]
+    (src / "a.jsonl").write_bytes(lines(*other, *questions))  # records in its last blocks only
+    (src / "b.jsonl").write_bytes(lines(*other))  # none in any
+    (src / "c.jsonl").write_bytes(lines(*questions[:5], *other))  # records in its first block only
+    for i in range(3):  # small files, gathered into one block: one in no format between two that are not
+        (src / f"d{i}.jsonl").write_bytes(lines(other[i] if i == 1 else questions[i]))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces_in"] == 3 * 40 + 20 + 5 + 3
+    assert m.source["unrecognized_files"] == {str(src / "b.jsonl"): 40, str(src / "d1.jsonl"): 1}
+
+
 def test_workers_that_cannot_start_leave_no_spill_files_nor_staged_parts(tmp_path, monkeypatch):
     (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 101 plus 1?", "102")))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -65,6 +65,32 @@ def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path)
     assert [i.reason for i in read(str(tmp_path / "i.txt"))] == ["invalid_json"]
 
 
+def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_another_key(tmp_path):
+    import ctpipe.sources as sources
+
+    src = tmp_path / "src"
+    for path in ("date=2026-11-22/hour=10/a.jsonl", "date=2026-11-22/hour=10/minute=05/b.jsonl.gz", "c.parquet",
+                 ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "date=2026-11-22/hour=11/.part.jsonl"):
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_bytes(b'{"n": 1}\n')
+    (src / "empty").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "h.jsonl").write_bytes(b'{"n": 2}\n')
+    os.symlink(tmp_path / "elsewhere", src / "linked")
+    os.symlink(src, src / "e f" / "up")  # a loop
+    fs, found, _ = sources.list_files(str(src))
+    # fsspec's find lists a link to a folder as a file, which no read could open.
+    expected = sorted([p for p in fsspec.filesystem("file").find(str(src)) if p not in (f"{src}/linked", f"{src}/e f/up")]
+                      + [f"{src}/linked/h.jsonl"])
+    assert list(found) == [p for p in expected if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+    assert f"{src}/.hidden/d.jsonl" in found and f"{src}/e f/g.jsonl" in found
+    file = f"{src}/c.parquet"
+    key = sources.file_key(fs, file)
+    assert sources.file_key(fs, file) == key
+    (src / "c.parquet").write_bytes(b'{"n": 3}\n')
+    assert sources.file_key(fs, file) != key
+
+
 @pytest.mark.parametrize("name", ["firehose-1-2026-11-22-10-00-00-uuid", "firehose-1-2026-11-22-10-00-00-uuid.gz", "a.json.zst"])
 def test_json_values_one_after_another_are_read_a_value_a_line(tmp_path, monkeypatch, name):
     """Firehose joins records with no delimiter by default; others pretty-print them one after another.
