@@ -1239,8 +1239,8 @@ def materialize(
     if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
         config["dataset"]["partition_lag_s"] = lag.total_seconds()
     output = Output(out)
-    file_keys = [(f, sources.file_key(fs, f)) for f in files]
-    known = output.known_version(start, end, config, file_keys)
+    listed = sources.files_digest(fs, files)
+    known = output.known_version(start, end, config, listed)
     if known is not None:
         return known
 
@@ -1388,7 +1388,7 @@ def materialize(
                 "content_hash": digest.hexdigest()},
         config=config,
     )
-    output.remember(start, end, config, file_keys, manifest.version)
+    output.remember(start, end, config, listed, manifest.version)
     log.info("%s: %d traces in %.1f s with %d workers: read, labeled and deduplicated in %.1f s, %d buckets paired "
              "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
              read - started, buckets * splits, paired - read, time.monotonic() - paired)

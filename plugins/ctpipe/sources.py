@@ -36,6 +36,7 @@ in another process. A missing source is an error naming the URI.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -298,6 +299,15 @@ def _find_local(folder: str, _seen: set | None = None) -> Iterator[str]:
                 yield from _find_local(entry.path, seen)
             else:
                 yield entry.path
+
+
+def files_digest(fs, files: Iterable[str]) -> str:
+    """SHA-256 of the names of ``files`` and what changes when one does (:func:`file_key`), one
+    after another: a list of them, and its JSON, took some 60 MB at 200,000 files."""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(json.dumps([file, file_key(fs, file)]).encode() + b"\n")
+    return digest.hexdigest()
 
 
 def file_key(fs, file: str) -> str:
