@@ -141,7 +141,9 @@ class Block:
     size: int = 0  # their length, while they are still there
     fs: Any = None  # the object store of a place in a file (None: the local disk)
     version: tuple = ()  # what the store said of the object when it was cut, to notice it replaced since
-    spilled: str | None = None  # a file of its own holding its data or batch (see :func:`spilled`)
+    # A file of its own holding its data or batch (see :func:`spilled`); with ``at`` and ``size``,
+    # the place of its lines in a file it shares with the other places of its gathered block.
+    spilled: str | None = None
     # Small whole files gathered into one block (see :func:`gathered`): before it is loaded, a block
     # of each (a place in it, its lines, or a spilled file); once loaded, each file and the length of
     # its lines in ``data``, one after the other, each ending with a newline (so that the block's
@@ -170,6 +172,8 @@ class Block:
             return self._unspilled()
         if self.places:
             loaded = [d if d.endswith(b"\n") or not d else d + b"\n" for d in (p.load().data for p in self.places)]
+            for path in {p.spilled for p in self.places if p.spilled is not None}:  # read once, by this process
+                os.remove(path)
             return replace(self, data=b"".join(loaded), places=(),
                            files=tuple((place.file, len(d)) for place, d in zip(self.places, loaded)))
         if not self.size:
@@ -194,6 +198,10 @@ class Block:
 
     def _unspilled(self) -> Block:
         try:
+            if self.at is not None:  # its piece of the file of its gathered block's pieces, removed by that block
+                with open(self.spilled, "rb") as f:
+                    f.seek(self.at)
+                    return replace(self, data=f.read(self.size), spilled=None, at=None, size=0)
             if self.spilled.endswith(_SPILLED_BATCH):
                 with pa.OSFile(self.spilled) as f:
                     block = replace(self, batch=pa.ipc.open_stream(f).read_next_batch(), spilled=None)
@@ -1251,10 +1259,22 @@ def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
     Written here, a block is gone from this process once the page cache has it."""
     os.makedirs(folder, exist_ok=True)
     for n, block in enumerate(blocks):
-        if block.places:  # each file gathered into it that was read here, in a file of its own
-            block = replace(block, places=tuple(_spilled(p, os.path.join(folder, f"block-{n:09d}-{i:06d}"))
-                                                for i, p in enumerate(block.places)))
+        if block.places:
+            block = replace(block, places=_spilled_pieces(block.places, os.path.join(folder, f"block-{n:09d}-pieces.jsonl")))
         yield _spilled(block, os.path.join(folder, f"block-{n:09d}"))
+
+
+def _spilled_pieces(places: tuple[Block, ...], path: str) -> tuple[Block, ...]:
+    """The places of a gathered block, the lines of those read here written one after another to one
+    file, each place where its own are in it (``at``, ``size``). A file each cost this process some
+    0.2 ms to create, and set the pace of a source of 200,000 one-trace files, every fourth gzipped."""
+    read = [p for p in places if p.data]
+    if not read:
+        return places
+    with open(path, "wb") as f:
+        f.writelines(p.data for p in read)
+    starts = iter(itertools.accumulate((len(p.data) for p in read), initial=0))
+    return tuple(replace(p, data=b"", spilled=path, at=next(starts), size=len(p.data)) if p.data else p for p in places)
 
 
 def _spilled(block: Block, name: str) -> Block:
