@@ -80,8 +80,8 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     os.symlink(src, src / "e f" / "up")  # a loop
     fs, found, _ = sources.list_files(str(src))
     # fsspec's find lists a link to a folder as a file, which no read could open.
-    expected = sorted([p for p in fsspec.filesystem("file").find(str(src)) if p not in (f"{src}/linked", f"{src}/e f/up")]
-                      + [f"{src}/linked/h.jsonl"])
+    links = (f"{src}/linked", f"{src}/e f/up")
+    expected = sorted([p for p in fsspec.filesystem("file").find(str(src)) if p not in links] + [f"{src}/linked/h.jsonl"])
     assert list(found) == [p for p in expected if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
     assert f"{src}/.hidden/d.jsonl" in found and f"{src}/e f/g.jsonl" in found
     file = f"{src}/c.parquet"

@@ -1260,7 +1260,8 @@ def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
     os.makedirs(folder, exist_ok=True)
     for n, block in enumerate(blocks):
         if block.places:
-            block = replace(block, places=_spilled_pieces(block.places, os.path.join(folder, f"block-{n:09d}-pieces.jsonl")))
+            pieces = os.path.join(folder, f"block-{n:09d}-pieces.jsonl")
+            block = replace(block, places=_spilled_pieces(block.places, pieces))
         yield _spilled(block, os.path.join(folder, f"block-{n:09d}"))
 
 
