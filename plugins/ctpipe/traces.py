@@ -30,6 +30,7 @@ which decodes and checks a 2 KB record in about the time a plain JSON parse take
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -215,7 +216,16 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
     None
     None
     """
-    found = list(_PARTITION.finditer(str(path)))
+    path = str(path)
+    return _folder_span(path[:path.rfind("/") + 1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _folder_span(folder: str) -> tuple[datetime, timedelta] | None:
+    """:func:`partition_span` of the files in ``folder`` (ending in "/"): a span ends at a folder's
+    end, so the file's own name never changes it, and a source's files share a few folders (its
+    200,000 small files took 4% of a run to parse their paths one by one)."""
+    found = list(_PARTITION.finditer(folder))
     if not found:
         return None
     g = found[-1].groupdict()
