@@ -311,7 +311,7 @@ def _find_local(folder: str, _seen: set | None = None) -> Iterator[str]:
 
 def files_digest(fs, files: Iterable[str]) -> str:
     """SHA-256 of the names of ``files`` and what changes when one does (:func:`file_key`), one
-    after another: a list of them, and its JSON, took some 60 MB at 200,000 files."""
+    after another: a list of them took 29 MB at 200,000 files, and its JSON as much again."""
     digest = hashlib.sha256()
     for file in files:
         digest.update(json.dumps([file, file_key(fs, file)]).encode() + b"\n")
