@@ -358,36 +358,51 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers):
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers, partitioned):
     """Two hundred small files (ours, OpenAI logs, gzip, zstd, Parquet, one in no format, records of
-    another hour, duplicates across files) make a handful of parts, and the same rows, reasons and
-    counts as when every file is a block of its own."""
+    another hour, duplicates across files, blank lines) make a handful of parts, and the same rows,
+    reasons and counts as when every file is a block of its own; in hour and day partitions too,
+    with records their partition should not hold. (Gathered files that the fast paths take whole are
+    read together, see _read_fast; the others, and files alone, one by one.)"""
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     src = tmp_path / "src"
     src.mkdir()
+    folders = [src / "date=2026-11-22" / "hour=10", src / "date=2026-11-22"] if partitioned else [src]
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
     for i in range(200):
         q = i - 1 if i % 25 == 24 else i  # the file before's questions and answers again, other trace ids
-        later = T0 + HOUR if i % 50 == 7 else None  # a record of the next hour
+        later = T0 + HOUR if i % 50 == 8 else T0 - 2 * HOUR if i % 50 == 10 else None  # of another hour
         records = [trace(i * 3 + k, f"What is {q} plus {k}?", str(q + k), at=later if k == 1 else None) for k in range(3)]
         body = lines(*records, b"{cut" if i % 10 == 3 else records[0])  # a broken line, or a duplicate
+        body += b"\n \n" if i % 20 == 5 else b""  # blank lines
+        folder = folders[i % len(folders)]
         if i >= 170:  # Parquet files of one schema, then one of another (thumbs as strings, not all null)
             rows = pa.Table.from_pylist(records + [records[0]] if i != 199 else
                                         [dict(r, feedback={"thumb": "up", "rating": None}) for r in records])
-            pq.write_table(rows, src / f"part-{i:04d}.parquet")
+            pq.write_table(rows, folder / f"part-{i:04d}.parquet")
             continue
         name, packed = [(f"part-{i:04d}.jsonl", body), (f"part-{i:04d}.jsonl.gz", gzip.compress(body)),
                         (f"part-{i:04d}.jsonl.zst", zstd(body)), (f"part-{i:04d}.jsonl", body)][i % 4]
-        (src / name).write_bytes(packed)
-    (src / "part-0100.jsonl").write_bytes(lines(OPENAI, {"hello": "world"}))
-    (src / "part-0150.jsonl").write_bytes(lines({"hello": 1}, {"hello": 2}))  # in no format
+        (folder / name).write_bytes(packed)
+    (folders[0] / "part-0100.jsonl").write_bytes(lines(OPENAI, {"hello": "world"}))
+    (folders[0] / "part-0150.jsonl").write_bytes(lines({"hello": 1}, {"hello": 2}))  # in no format
+    together = []  # files read together, seen in this process only
+    read_fast = mat._read_fast
+    monkeypatch.setattr(mat, "_read_fast", lambda members, *a: together.append(len(members)) or read_fast(members, *a))
     gathered = run(src, tmp_path / "gathered", dataset=DatasetConfig(workers=workers))
+    assert workers > 1 or sum(together) == 200 - 17 - 2  # not those with a broken line, an OpenAI log or none
     monkeypatch.setattr(sources, "gathered", lambda blocks: blocks)
     alone = run(src, tmp_path / "alone", dataset=DatasetConfig(workers=workers))
     assert len(gathered.files["traces"]["parts"]) < 10 < 150 < len(alone.files["traces"]["parts"])
     assert gathered.counts == alone.counts and gathered.quarantine_reasons == alone.quarantine_reasons
-    assert gathered.counts["outside_interval"] == 4 + 1 and accounted(gathered)  # and the OpenAI log, of another day
-    assert gathered.source["unrecognized_files"] == alone.source["unrecognized_files"] == {str(src / "part-0150.jsonl"): 2}
+    assert gathered.counts["outside_interval"] == 4 + 4 + 1 and accounted(gathered)  # and the OpenAI log, of another day
+    assert gathered.source["misplaced"] == alone.source["misplaced"]
+    assert sorted(gathered.source["misplaced"]) == (["after_partition", "before_partition"] if partitioned else [])
+    assert gathered.source["unrecognized_files"] == alone.source["unrecognized_files"] == {
+        str(folders[0] / "part-0150.jsonl"): 2}
     assert gathered.source["formats"] == alone.source["formats"]
     for name in ("traces", "quarantine"):
         assert table(gathered, name) == table(alone, name)

@@ -425,6 +425,47 @@ def _fast_members(block: sources.Block, members: list[sources.Block], fmt: str,
     return out
 
 
+def _all_fast(member: sources.Block, got: tuple | None) -> bool:
+    """Whether the fast paths took every item of a file gathered into a block (``got``: its share of
+    :func:`_fast_members`): then :func:`_read_fast` gives what :func:`_read` would."""
+    if got is None or got[1] is None or not len(got[2]) or member.damage is not None:
+        return False
+    lines, _, at = got
+    if lines is None:
+        return len(at) == member.batch.num_rows
+    return len(at) == len(lines) or all(sources.blank(lines[i]) for i in np.setdiff1d(np.arange(len(lines)), at))
+
+
+def _read_fast(members: tuple[sources.Block, ...], got: tuple[tuple, ...], job: Job, part: Part) -> pa.Table:
+    """:func:`_read` of consecutive files of a gathered block that the fast paths took whole (see
+    :func:`_all_fast`), at once, with the same rows and counts: a file of one trace read on its own
+    took some ten pyarrow calls, which set the pace of a source of such files."""
+    counts = np.array([len(at) for _, _, at in got], np.int64)
+    parsed = pa.concat_tables([rows for _, rows, _ in got])
+    times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
+    of = np.repeat(np.arange(len(members)), counts)  # the file of each row
+    spans = [traces.partition_span(m.file) for m in members]
+    if any(spans):  # as _misplaced, file by file: per side, how many and the farthest
+        lag = job.dataset.partition_lag()
+        bounds = np.array([(columns.micros(s[0]), *map(columns.micros, _holds(s, lag))) if s else (0, 0, 0)
+                           for s in spans], np.int64)[of]
+        has = np.array([s is not None for s in spans])[of]
+        for side, out, by in (("before", has & (times < bounds[:, 1]), bounds[:, 0] - times),
+                              ("after", has & (times >= bounds[:, 2]), times - bounds[:, 2])):
+            if out.any():
+                _add_misplaced(part.misplaced, side, int(out.sum()), int(by[out].max()))
+    inside = (times >= columns.micros(job.start)) & (times < columns.micros(job.end))
+    part.read += int(inside.sum())
+    part.outside += int(len(inside) - inside.sum())
+    for member, n, k in zip(members, np.bincount(of[inside], minlength=len(members)).tolist(), counts.tolist()):
+        part.by_file[member.file] = Counter(read=n, unformatted=0, known=k)
+    keep = np.flatnonzero(inside)
+    lines = np.concatenate([m.numbers(at) for m, (_, _, at) in zip(members, got)])
+    rows = parsed.take(keep)
+    files = pa.array([m.file for m in members], pa.string()).take(pa.array(of[keep]))
+    return pa.Table.from_arrays(rows.columns + [files, pa.array(lines[keep], pa.int64())], schema=columns.RAW_SCHEMA)
+
+
 def _holds(span: tuple[datetime, timedelta], lag: timedelta) -> tuple[datetime, datetime]:
     """The start times a partition ``span`` (see traces.partition_span) may hold: from ``lag`` before it to its end."""
     return span[0] - lag, span[0] + span[1]
@@ -544,11 +585,15 @@ def process(item: tuple[int, sources.Block]) -> Part:
     members, raws = block.members(), []
     # Small files gathered into the block are read one by one, their lines parsed together.
     fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
-    for member, got in zip(members, fast):
-        before = part.read, part.unformatted, part.formats.total()
-        raws.append(_read(member, _JOB, part, got))
-        part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
-                                            known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
+    for quick, run in itertools.groupby(zip(members, fast), key=lambda m: _all_fast(*m)):
+        if quick:  # files whose every item the fast paths took: all at once
+            raws.append(_read_fast(*zip(*run), _JOB, part))
+            continue
+        for member, got in run:
+            before = part.read, part.unformatted, part.formats.total()
+            raws.append(_read(member, _JOB, part, got))
+            part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
+                                                known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
     # One chunk a column, not one a file: filtering and taking run per chunk, and with a chunk per
     # file of ten rows, cost more than all the rest of a part.
     return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws).combine_chunks(), part))

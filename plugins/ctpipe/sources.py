@@ -1325,11 +1325,16 @@ def entries(block: Block, lines: list[bytes] | None = None,
         for i in range(len(lines)) if taken is None else np.flatnonzero(~taken).tolist():
             raw = lines[i]
             text = raw.removeprefix(_BOM)
-            if text.strip():  # its size counts a mark and a carriage return before its newline, as cutting does
+            if not blank(text):  # its size counts a mark and a carriage return before its newline, as cutting does
                 n = int(block.numbers(i))
                 yield n, oversized(block.file, n, raw) or text.rstrip(b"\r")
     if block.damage is not None:
         yield block.damage.position, block.damage
+
+
+def blank(line: bytes) -> bool:
+    """Whether a line holds no item (:func:`entries` skips it)."""
+    return not line.removeprefix(_BOM).strip()
 
 
 # What pyarrow raises for a value it cannot make a Python object of: a timestamp past the year 9999
