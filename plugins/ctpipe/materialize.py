@@ -583,7 +583,8 @@ def process(item: tuple[int, sources.Block]) -> Part:
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
     members, raws = block.members(), []
-    # Small files gathered into the block are read one by one, their lines parsed together.
+    # Small files gathered into the block have their lines parsed together; the files the fast paths
+    # take whole are then read together too, the others one by one.
     fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
     for quick, run in itertools.groupby(zip(members, fast), key=lambda m: _all_fast(*m)):
         if quick:  # files whose every item the fast paths took: all at once
