@@ -315,15 +315,15 @@ class Output:
         return Staging(self)
 
     @staticmethod
-    def _source_key(start, end, config: dict, files: str) -> str:
+    def _source_key(start, end, config: dict, files_digest: str) -> str:
         blob = json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config, "code": CODE_VERSION,
-                           "files": files}, sort_keys=True, default=str)
+                           "files": files_digest}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
-    def known_version(self, start, end, config: dict, files: str) -> Manifest | None:
-        """The version already built from these very files (``files``: a digest of their names and
-        keys, see :func:`ctpipe.sources.files_digest`), if any."""
-        pointer = f"{self.root}/_sources/{self._source_key(start, end, config, files)}"
+    def known_version(self, start, end, config: dict, files_digest: str) -> Manifest | None:
+        """The version already built from these very files (their names and keys, see
+        :func:`ctpipe.sources.files_digest`), if any."""
+        pointer = f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}"
         if not self.fs.exists(pointer):
             return None
         try:
@@ -333,6 +333,6 @@ class Output:
         self.point_latest(manifest.version)
         return manifest
 
-    def remember(self, start, end, config: dict, files: str, version: str) -> None:
+    def remember(self, start, end, config: dict, files_digest: str, version: str) -> None:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
-        self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files)}", version + "\n")
+        self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")

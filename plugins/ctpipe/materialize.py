@@ -339,9 +339,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     if inside_fast.any():
         keep = np.flatnonzero(inside_fast)
         rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
-        tables.append(pa.Table.from_arrays(rows.columns + [
-            pa.array([block.file] * len(keep), pa.string()), pa.array(block.numbers(fast_at[keep]), pa.int64())],
-            schema=columns.RAW_SCHEMA))
+        tables.append(_placed(rows, pa.array([block.file] * len(keep), pa.string()), block.numbers(fast_at[keep])))
     table = pa.concat_tables(tables)
     if slow_inside and len(tables) > 1:  # a stable sort: the records of one line keep their order
         table = table.take(pc.sort_indices(table["source_line"]))
@@ -445,15 +443,9 @@ def _read_fast(members: tuple[sources.Block, ...], got: tuple[tuple, ...], job: 
     times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
     of = np.repeat(np.arange(len(members)), counts)  # the file of each row
     spans = [traces.partition_span(m.file) for m in members]
-    if any(spans):  # as _misplaced, file by file: per side, how many and the farthest
-        lag = job.dataset.partition_lag()
-        bounds = np.array([(columns.micros(s[0]), *map(columns.micros, _holds(s, lag))) if s else (0, 0, 0)
-                           for s in spans], np.int64)[of]
-        has = np.array([s is not None for s in spans])[of]
-        for side, out, by in (("before", has & (times < bounds[:, 1]), bounds[:, 0] - times),
-                              ("after", has & (times >= bounds[:, 2]), times - bounds[:, 2])):
-            if out.any():
-                _add_misplaced(part.misplaced, side, int(out.sum()), int(by[out].max()))
+    for span in dict.fromkeys(spans):  # a partition at a time (files share a few): counts add up as file by file
+        if span is not None:
+            _misplaced(part, span, job.dataset.partition_lag(), times[np.array([s == span for s in spans])[of]])
     inside = (times >= columns.micros(job.start)) & (times < columns.micros(job.end))
     part.read += int(inside.sum())
     part.outside += int(len(inside) - inside.sum())
@@ -463,7 +455,12 @@ def _read_fast(members: tuple[sources.Block, ...], got: tuple[tuple, ...], job: 
     lines = np.concatenate([m.numbers(at) for m, (_, _, at) in zip(members, got)])
     rows = parsed.take(keep)
     files = pa.array([m.file for m in members], pa.string()).take(pa.array(of[keep]))
-    return pa.Table.from_arrays(rows.columns + [files, pa.array(lines[keep], pa.int64())], schema=columns.RAW_SCHEMA)
+    return _placed(rows, files, lines[keep])
+
+
+def _placed(rows: pa.Table, files: pa.Array, lines) -> pa.Table:
+    """A fast path's rows with the file and line each came from, as :data:`columns.RAW_SCHEMA` rows."""
+    return pa.Table.from_arrays(rows.columns + [files, pa.array(lines, pa.int64())], schema=columns.RAW_SCHEMA)
 
 
 def _holds(span: tuple[datetime, timedelta], lag: timedelta) -> tuple[datetime, datetime]:
@@ -782,6 +779,11 @@ def _spill_path(bucket: int, writer: int | str) -> str:
     return os.path.join(_JOB.spill_dir, f"bucket-{bucket:06d}-{writer}.arrow")
 
 
+def _bucket_files(bucket: int, writers: Iterable[int | str]) -> list[str]:
+    """The spill files of a bucket that ``writers`` wrote (one that had no rows for it wrote none)."""
+    return [p for p in (_spill_path(bucket, w) for w in writers) if os.path.exists(p)]
+
+
 def _hold_langfuse(index: int, entries: list[tuple], lines_before: int) -> None:
     """Keep the Langfuse entries of part ``index`` in this process, as columns, their lines moved on
     by ``lines_before`` as its other items are (they go to the join through the spill files, not
@@ -810,8 +812,13 @@ def spill_langfuse() -> tuple[int, np.ndarray]:
         bucket = _bucket_of(_trace_keys(table))
         generations = pc.equal(table["kind"], "generation").to_numpy()
         _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[generations], minlength=_JOB.buckets)
-        _append_runs(table, bucket, lambda b: _spill_path(b, f"langfuse-{os.getpid()}"))
+        _append_runs(table, bucket, lambda b: _spill_path(b, _langfuse_writer(os.getpid())))
     return os.getpid(), _LANGFUSE_GENERATIONS
+
+
+def _langfuse_writer(pid: int) -> str:
+    """How a process's Langfuse spill files are named (see :func:`_spill_path`), apart from its pairing ones."""
+    return f"langfuse-{pid}"
 
 
 def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
@@ -819,21 +826,20 @@ def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
     return pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))])
 
 
-def split_langfuse(item: tuple[int, list[int], int]) -> np.ndarray:
-    """Cut a bucket of Langfuse entries (spilled into by the processes ``pids``) into ``n`` by trace,
-    as pairing's buckets are (see :func:`_sub_buckets`); the generations of each. Each join part
-    sorts and searches its whole bucket: past about 24 GB of export, with buckets ever larger, a
-    million generations in two buckets took 92 to 102 s and peaked at 1.21 to 1.22 GB; cut again,
-    63.5 s and 839 MB."""
-    bucket, pids, n = item
-    paths = [p for p in (_spill_path(bucket, f"langfuse-{pid}") for pid in pids) if os.path.exists(p)]
+def split_langfuse(item: tuple[int, list[str], int]) -> list[tuple[str, int]]:
+    """Cut a bucket of Langfuse entries (the spill files of ``writers``) into ``n`` by trace, as
+    pairing's buckets are (see :func:`_sub_buckets`): the writer of each piece and its generations.
+    Each join part sorts and searches its whole bucket: past about 24 GB of export, with buckets ever
+    larger, a million generations in two buckets took 92 to 102 s and peaked at 1.21 to 1.22 GB; cut
+    again, 63.5 s and 839 MB."""
+    bucket, writers, n = item
     generations = np.zeros(n, np.int64)
 
     def spread(rows: pa.Table, sub: pa.ChunkedArray) -> None:
         generations[:] += np.bincount(sub.to_numpy()[pc.equal(rows["kind"], "generation").to_numpy()], minlength=n)
 
-    _split(bucket, paths, n, _trace_keys, _LANGFUSE_SCHEMA, "langfuse-split", spread)
-    return generations
+    pieces = _split(bucket, _bucket_files(bucket, writers), n, _trace_keys, _LANGFUSE_SCHEMA, "langfuse-split", spread)
+    return list(zip(pieces, generations.tolist()))
 
 
 def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
@@ -844,8 +850,7 @@ def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     The bucket's files are mapped, not read: only the rows of this part are copied (see
     :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket."""
     index, (bucket, writers, first, size) = item
-    paths = [p for p in (_spill_path(bucket, w) for w in writers) if os.path.exists(p)]
-    batches = [b for path in paths for b in pa.ipc.open_stream(pa.memory_map(path))]
+    batches = [b for path in _bucket_files(bucket, writers) for b in pa.ipc.open_stream(pa.memory_map(path))]
     rows = pa.Table.from_batches(batches, schema=_LANGFUSE_SCHEMA)
     generation = pc.equal(rows["kind"], "generation").to_numpy()
     order = pc.sort_indices(rows.select(["part", "at"]), [("part", "ascending"), ("at", "ascending")]).to_numpy()
@@ -920,9 +925,7 @@ def _fast_langfuse(generations: list[tuple], part: Part) -> tuple[pa.Table | Non
     part.outside += int(len(inside) - inside.sum())
     places = [generations[i][1] for i in at[inside].tolist()]
     rows = rows.filter(pa.array(inside))
-    return pa.Table.from_arrays(rows.columns + [pa.array([f for f, _ in places], pa.string()),
-                                                pa.array([n for _, n in places], pa.int64())],
-                                schema=columns.RAW_SCHEMA), at, at[inside]
+    return _placed(rows, pa.array([f for f, _ in places], pa.string()), [n for _, n in places]), at, at[inside]
 
 
 # Workers keep the memory they free for their next block instead of handing it back to the system
@@ -1023,8 +1026,8 @@ def pair_bucket(item: tuple[int, list[int], int]) -> list[tuple[dict | None, dic
     ``pids``), cut into ``splits`` sub-buckets: a part of each per sub-bucket, prompts in order of
     first appearance; their parts, and their counts."""
     bucket, pids, splits = item
-    paths = [p for p in (_spill_path(bucket, pid) for pid in pids) if os.path.exists(p)]
-    return [_pair(bucket * splits + i, _read_spilled(files)) for i, files in _sub_buckets(bucket, paths, splits)]
+    return [_pair(bucket * splits + i, _read_spilled(files))
+            for i, files in _sub_buckets(bucket, _bucket_files(bucket, pids), splits)]
 
 
 def _read_spilled(paths: list[str]) -> pa.Table:
@@ -1042,19 +1045,20 @@ def _sub_buckets(bucket: int, paths: list[str], n: int) -> Iterator[tuple[int, l
     if n == 1:
         yield 0, paths
         return
-    _split(bucket, paths, n, lambda rows: rows["prompt_key"], _SPILL_SCHEMA, "split")
-    for i in range(n):
-        path = _spill_path(bucket, f"split-{i:04d}")
+    pieces = _split(bucket, paths, n, lambda rows: rows["prompt_key"], _SPILL_SCHEMA, "split")
+    for i, path in enumerate(_spill_path(bucket, piece) for piece in pieces):
         if os.path.exists(path):
             yield i, [path]
             os.remove(path)  # paired by now: its disk is free for the next
 
 
 def _split(bucket: int, paths: list[str], n: int, keys: Callable[[pa.Table], pa.ChunkedArray], schema: pa.Schema,
-           name: str, spread: Callable[[pa.Table, pa.ChunkedArray], None] = lambda rows, sub: None) -> None:
-    """Spread the rows of a bucket's files over ``n`` files (written by ``f"{name}-{i:04d}"``) by the
-    low bits of their ``keys`` (the top bits chose the bucket), a spill buffer at a time, each file
-    removed once read; ``spread`` sees the rows and their sub-buckets. Rows keep their order within one."""
+           name: str, spread: Callable[[pa.Table, pa.ChunkedArray], None] = lambda rows, sub: None) -> list[str]:
+    """Spread the rows of a bucket's files over ``n`` files by the low bits of their ``keys`` (the top
+    bits chose the bucket), a spill buffer at a time, each file removed once read; ``spread`` sees the
+    rows and their sub-buckets. Rows keep their order within one. Returns the writer of each new file
+    (see :func:`_spill_path`), which has none where no row went."""
+    pieces = [f"{name}-{i:04d}" for i in range(n)]
     held: list[pa.RecordBatch] = []
 
     def flush() -> None:
@@ -1064,7 +1068,7 @@ def _split(bucket: int, paths: list[str], n: int, keys: Callable[[pa.Table], pa.
         sub = pc.cast(pc.shift_right(pc.multiply(low, pa.scalar(n, pa.uint64())), pa.scalar(32, pa.uint64())),
                       pa.int64())
         spread(rows, sub)
-        _append_runs(rows, sub, lambda i: _spill_path(bucket, f"{name}-{i:04d}"))
+        _append_runs(rows, sub, lambda i: _spill_path(bucket, pieces[i]))
 
     size = 0
     for path in paths:
@@ -1077,6 +1081,7 @@ def _split(bucket: int, paths: list[str], n: int, keys: Callable[[pa.Table], pa.
                     size = 0
         os.remove(path)
     flush()
+    return pieces
 
 
 def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, int]:
@@ -1358,15 +1363,14 @@ def materialize(
         held = pool.everywhere(spill_langfuse)
         generations = sum(n for _, n in held)
         if generations.any():
-            pids = [pid for pid, _ in held]
+            writers = [_langfuse_writer(pid) for pid, _ in held]
             if splits == 1:
-                subs = [(b, [f"langfuse-{pid}" for pid in pids], generations[b]) for b in range(buckets)]
+                subs = [(b, writers, generations[b]) for b in range(buckets)]
             else:
                 full = np.flatnonzero(generations).tolist()
-                cut = pool.ordered(split_langfuse, ((b, pids, splits) for b in full))
-                subs = [(b, [f"langfuse-split-{i:04d}"], n) for b, split in zip(full, cut) for i, n in enumerate(split)]
-            chunks = [(b, writers, first, _LANGFUSE_PART) for b, writers, n in subs
-                      for first in range(0, n, _LANGFUSE_PART)]
+                cut = pool.ordered(split_langfuse, ((b, writers, splits) for b in full))
+                subs = [(b, [piece], n) for b, pieces in zip(full, cut) for piece, n in pieces]
+            chunks = [(b, names, first, _LANGFUSE_PART) for b, names, n in subs for first in range(0, n, _LANGFUSE_PART)]
             for i, part in enumerate(pool.ordered(langfuse_part, enumerate(chunks, index + 1))):
                 take(part, i)
         while finishing:

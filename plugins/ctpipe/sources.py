@@ -1143,7 +1143,7 @@ def blocks(fs, files: dict[str, str]) -> Iterator[Block]:
             yield from _parquet_blocks(fs, file)
         elif name.endswith(_COMPRESSED):
             yield from _jsonl_blocks(fs, file, name)
-        elif "file" in protocols:
+        elif _local(fs):
             yield from _plain_blocks(file)
         elif protocols & _RANGED:
             yield from _ranged_blocks(fs, file)
