@@ -576,10 +576,14 @@ def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_
         name = f"2026/11/22/{hour:02d}/traces-1-2026-11-22-{hour:02d}-04-59-{uuid.UUID(int=hour)}"
         (src / (name + ".gz" if hour == 11 else name)).write_bytes(gzip.compress(data) if hour == 11 else data)
     (src / "2026/11/22/10/notes.txt").write_text("what is in here\n")  # its bytes say no
-    opened = []
+    opened, listed = [], []
     monkeypatch.setattr(sources, "_sniffed", lambda fs, file, sniffed=sources._sniffed: opened.append(file) or sniffed(fs, file))
+    monkeypatch.setattr(os, "scandir", lambda path, scandir=os.scandir: listed.append(path) or scandir(path))
     m = run(src, tmp_path / "out")
     assert (m.source["files"], m.counts["traces_in"], m.source["misplaced"]) == (1, 1, {})
+    # The other hours' folders are not even listed.
+    assert [p for p in listed if str(p).startswith(str(src))] == [
+        f"{src}/", f"{src}/2026/", f"{src}/2026/11/", f"{src}/2026/11/22/", f"{src}/2026/11/22/10/"]
     assert m.source["skipped_files"] == [str(src / "2026/11/22/10/notes.txt")]
     assert sorted(opened) == [str(src / "2026/11/22/10/notes.txt"),
                               str(src / f"2026/11/22/10/traces-1-2026-11-22-10-04-59-{uuid.UUID(int=10)}")]
@@ -592,14 +596,19 @@ def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_
     assert m.source["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 2.0}}
 
 
-def test_sources_and_versions_behind_any_fsspec_uri(tmp_path):
+def test_sources_and_versions_behind_any_fsspec_uri(tmp_path, monkeypatch):
     import fsspec
 
     fs = fsspec.filesystem("memory")
     with fs.open("/traces/date=2026-11-22/hour=10/part-a.jsonl.gz", "wb") as f:
         f.write(gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
+    fs.pipe("/traces/date=2026-11-21/hour=10/part-a.jsonl", lines(trace(2, at=T0 - 24 * HOUR)))
+    listed = []
+    monkeypatch.setattr(type(fs), "ls", lambda self, path, ls=type(fs).ls, **kw: listed.append(path) or ls(self, path, **kw))
     m = run("memory://traces", "memory://datasets")
     assert m.uri == f"memory://datasets/{m.version}" and m.counts["traces_in"] == 2
+    assert [p for p in listed if p.startswith("/traces")] == [  # the 21st's folder is not listed
+        "/traces", "/traces/date=2026-11-22", "/traces/date=2026-11-22/hour=10"]
     assert json.loads(fs.cat(f"/datasets/{m.version}/manifest.json"))["files"]["traces"]["rows"] == 1
     assert fs.cat("/datasets/LATEST").decode().strip() == m.version
     assert not [p for p in fs.ls("/datasets", detail=False) if ".tmp-" in p]
@@ -917,7 +926,7 @@ def test_pairing_buckets_are_cut_by_what_a_compressed_source_held_not_by_its_siz
         (tmp_path / folder / name).write_bytes(data)
     fs, files, _ = sources.list_files(str(tmp_path / "gz"))
     held = len(text)
-    assert sources.data_bytes(fs, files) < held / 2
+    assert files.held < held / 2
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 64 * 1024)
     paired = []
     pair = mat._pair

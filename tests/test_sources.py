@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ctpipe.sources import SourceError, data_bytes, read
+from ctpipe.sources import SourceError, read
 from tests.conftest import damage_row_group, trace, zstd
 
 
@@ -59,15 +59,16 @@ def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path)
         ("b-1-2026-11-22-10-05-00-uuid.gz", 1, 1), ("b-1-2026-11-22-10-05-00-uuid.gz", 2, 2),
         ("c.zst", 1, 3), ("c.zst", 2, 4), ("d.log", 2, 5), ("k", 1, 8)]
     plain = ("a-1-2026-11-22-10-00-00-uuid", "d.log")
-    assert sources.data_bytes(fs, found) == sum((tmp_path / f).stat().st_size * (1 if f in plain else 10) for f in names)
+    assert found.held == sum((tmp_path / f).stat().st_size * (1 if f in plain else 10) for f in names)
     # A file named as the source is read whatever it holds: as its bytes say, or as JSON Lines.
     assert [i.doc["n"] for i in read(str(tmp_path / "b-1-2026-11-22-10-05-00-uuid.gz"))] == [1, 2]
     assert [i.reason for i in read(str(tmp_path / "i.txt"))] == ["invalid_json"]
 
 
-def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_another_key(tmp_path):
+def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_another_key(tmp_path, monkeypatch):
     import ctpipe.sources as sources
 
+    monkeypatch.setattr(sources.Files, "_CHUNK", 2)  # names held joined two by two
     src = tmp_path / "src"
     for path in ("date=2026-11-22/hour=10/a.jsonl", "date=2026-11-22/hour=10/minute=05/b.jsonl.gz", "c.parquet",
                  ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "date=2026-11-22/hour=11/.part.jsonl"):
@@ -83,12 +84,14 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     links = (f"{src}/linked", f"{src}/e f/up")
     expected = sorted([p for p in fsspec.filesystem("file").find(str(src)) if p not in links] + [f"{src}/linked/h.jsonl"])
     assert list(found) == [p for p in expected if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-    assert f"{src}/.hidden/d.jsonl" in found and f"{src}/e f/g.jsonl" in found
+    assert f"{src}/.hidden/d.jsonl" in list(found) and f"{src}/e f/g.jsonl" in list(found)
     file = f"{src}/c.parquet"
     key = sources.file_key(fs, file)
     assert sources.file_key(fs, file) == key
+    assert sources.list_files(str(src))[1].digest == found.digest
     (src / "c.parquet").write_bytes(b'{"n": 3}\n')
     assert sources.file_key(fs, file) != key
+    assert sources.list_files(str(src))[1].digest != found.digest
 
 
 @pytest.mark.parametrize("name", ["firehose-1-2026-11-22-10-00-00-uuid", "firehose-1-2026-11-22-10-00-00-uuid.gz", "a.json.zst"])
@@ -379,7 +382,7 @@ def test_zstd_is_read_as_its_lines_frames_one_after_another_in_blocks_of_the_blo
     fs, files, _ = sources.list_files(str(tmp_path))
     assert max(len(b.data) for b in sources.blocks(fs, files)) < 4096 + 2 * len(line(999))
     assert [(i.doc["n"], i.position) for i in read(str(tmp_path))] == [(n, n % 1000 + 1) for n in range(1002)]
-    assert sources.data_bytes(fs, files) == 10 * sum(fs.size(f) for f in files)  # sized as compressed, unopened
+    assert files.held == 10 * sum(fs.size(f) for f in files)  # sized as compressed, unopened
 
 
 def test_an_error_reading_a_zstd_file_is_not_taken_for_damage(tmp_path):
@@ -532,6 +535,8 @@ def test_the_parent_reads_a_plain_file_only_around_its_cuts(tmp_path, monkeypatc
 def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
     """What a run holds is sized from the listing: a gzip or Parquet file of traces counts at least
     the bytes of the records it holds (the pairing buckets are cut from that count)."""
+    import ctpipe.sources as sources
+
     rng = random.Random(0)
     words = [f"{w}{i}" for w in ("tank", "rate", "price", "hours", "store") for i in range(40)]
     records = [trace(i, " ".join(rng.choices(words, k=100)) + f" What is {i} plus 1?", " ".join(rng.choices(words, k=150)))
@@ -540,11 +545,10 @@ def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
     plain.write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "a.parquet", compression="zstd")
-    fs = fsspec.filesystem("file")
     held = plain.stat().st_size
-    assert data_bytes(fs, {str(plain): str(plain)}) == held
+    assert sources.list_files(str(plain))[1].held == held
     for name in ("a.jsonl.gz", "a.parquet"):
-        assert (tmp_path / name).stat().st_size < held / 4 and data_bytes(fs, {str(tmp_path / name): name}) >= held, name
+        assert (tmp_path / name).stat().st_size < held / 4 and sources.list_files(str(tmp_path / name))[1].held >= held, name
 
 
 def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_path, monkeypatch):

@@ -322,7 +322,7 @@ class Output:
 
     def known_version(self, start, end, config: dict, files_digest: str) -> Manifest | None:
         """The version already built from these very files (their names and keys, see
-        :func:`ctpipe.sources.files_digest`), if any."""
+        :attr:`ctpipe.sources.Files.digest`), if any."""
         pointer = f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}"
         if not self.fs.exists(pointer):
             return None

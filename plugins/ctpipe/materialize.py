@@ -64,7 +64,7 @@ log = logging.getLogger(__name__)
 
 _IN_PROCESS_BYTES = 8 * 1024 * 1024  # smaller sources are not worth starting worker processes for
 # Source bytes (decompressed) per pairing bucket: bounds the memory of the pairing step. The buckets
-# spilled into are chosen by the listing's estimate of those bytes (see sources.data_bytes); once
+# spilled into are chosen by the listing's estimate of those bytes (see sources.Files.held); once
 # every block is read, they are cut again by the bytes the blocks held, so that a source compressed
 # better than the estimate assumes (a long system prompt on every line) does not crowd them.
 _BUCKET_BYTES = 24 * 1024 * 1024
@@ -1278,7 +1278,7 @@ def materialize(
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     lag = dataset.partition_lag()
-    fs, files, skipped = sources.list_files(source, keep=lambda file: _may_hold(file, start, end, lag))
+    fs, files, skipped = sources.list_files(source, keep=lambda folder: _may_hold(folder, start, end, lag))
     if skipped:  # named in the manifest too, all of them
         log.warning("%d files of the source are not read (of each, %s): %s", len(skipped), sources.NOT_READ,
                     ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
@@ -1291,12 +1291,11 @@ def materialize(
     if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
         config["dataset"]["partition_lag_s"] = lag.total_seconds()
     output = Output(out)
-    listed = sources.files_digest(fs, files)
-    known = output.known_version(start, end, config, listed)
+    known = output.known_version(start, end, config, files.digest)
     if known is not None:
         return known
 
-    size = sources.data_bytes(fs, files)  # what the run holds, not its files' size: compressed, they hold more
+    size = files.held  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = min(_buckets_for(size), _FANOUT)
     splits = 1  # known once every block is read
@@ -1439,7 +1438,7 @@ def materialize(
                 "content_hash": digest.hexdigest()},
         config=config,
     )
-    output.remember(start, end, config, listed, manifest.version)
+    output.remember(start, end, config, files.digest, manifest.version)
     log.info("%s: %d traces in %.1f s with %d workers: read, labeled and deduplicated in %.1f s, %d buckets paired "
              "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
              read - started, buckets * splits, paired - read, time.monotonic() - paired)
@@ -1470,10 +1469,11 @@ def _buckets_for(size: int) -> int:
     return max(1, math.ceil(size / _BUCKET_BYTES))
 
 
-def _may_hold(file: str, start: datetime, end: datetime, lag: timedelta) -> bool:
-    """False only for files in a partition (an hour or a day) that cannot hold a record started in the
-    interval: one that ends before it, or begins more than ``lag`` after it."""
-    span = traces.partition_span(file)
+def _may_hold(folder: str, start: datetime, end: datetime, lag: timedelta) -> bool:
+    """False only for a folder (ending in "/") of a partition (an hour or a day) that cannot hold a
+    record started in the interval: one that ends before it, or begins more than ``lag`` after it.
+    The folders in it are inside it (see traces.partition_span), so they are not listed either."""
+    span = traces.partition_span(folder)
     if span is None:
         return True
     lo, hi = _holds(span, lag)

@@ -84,7 +84,7 @@ _GZIP_STEP = 1 << 16
 # ratio): as with gzip, damage fails the read it is in, and takes that much of the lines before it.
 _ZSTD_STEP = 1 << 18
 # About how many bytes of records a byte of a compressed file (gzip, zstd, Parquet) holds: text
-# compresses four to eight times in each. It sizes what a run will hold (see data_bytes) without
+# compresses four to eight times in each. It sizes what a run will hold (see Files.held) without
 # reading any file, to choose its workers and pairing buckets; pairing cuts the buckets again by what
 # the files held, so an estimate too low costs a pass over the spilled rows, not memory.
 _EXPANSION = 10
@@ -265,57 +265,140 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
 
 
 def list_files(uri: str, what: str = "source",
-               keep: Callable[[str], bool] = lambda file: True) -> tuple[Any, dict[str, str], list[str]]:
+               keep: Callable[[str], bool] = lambda folder: True) -> tuple[Any, Files, list[str]]:
     """(filesystem, the source's files to read, the other files of a source folder), each in a stable
-    order, of the files ``keep`` keeps; SourceError, naming the source as ``what``, when there is nothing.
+    order (of their paths), in the folders ``keep`` keeps (it is given each folder's path, ending in
+    "/"; a folder it refuses is not listed, nor any folder in it); SourceError, naming the source as
+    ``what``, when there is nothing.
 
     Each file to read comes with the name it is read by: its own, or, for a file whose name ends in
     none of :data:`SUFFIXES`, a name with the suffix its first bytes call for (see :func:`_sniffed`),
     so that only kept files are opened. A file named as the source is read whatever its name says:
-    as JSON Lines, unless its first bytes call for more."""
+    as JSON Lines, unless its first bytes call for more. Files whose names start with "." or "_" (a
+    writer's temporary files, markers) are left out."""
     try:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"{what} {uri!r}: {e}") from None
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
+    files, skipped = Files(fs), []
     if not fs.isdir(path):
-        return fs, {path: _read_as(fs, path) or path}, []
-    listed = _find_local(path) if _local(fs) else fs.find(path)
-    found = [p for p in sorted(listed) if keep(p) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-    files = {p: _read_as(fs, p) for p in found}
-    return fs, {p: name for p, name in files.items() if name}, [p for p, name in files.items() if not name]
+        cut = path.rfind("/") + 1
+        files.add(path[:cut], [path[cut:]], None, skipped, as_named=True)
+        return fs, files, skipped
+    for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set()):
+        files.add(folder, names, infos, skipped)
+    return fs, files, skipped
+
+
+class Files:
+    """A source's files to read, in the order of their paths, each with the name it is read by (see
+    :func:`list_files`): iterated as paths, or as (path, name) by :meth:`items`. Each folder's names
+    are held joined, a string for many files: the dict of paths and names this replaces took the main
+    process 181 MB at a million files. What else a run needs of them, the bytes they hold
+    (:attr:`held`) and a digest of their names and keys (:attr:`digest`), is summed as they are listed."""
+
+    _CHUNK = 1 << 16  # names joined into one string
+
+    def __init__(self, fs):
+        self._fs, self._local = fs, _local(fs)
+        self._runs: list[tuple[str, str | tuple[str, ...]]] = []  # (folder, the names of files listed one after another)
+        self._renamed: dict[str, str] = {}  # the few read by another name than their own
+        self._digest = hashlib.sha256()
+        self._count = 0
+        self.held = 0  # about how many bytes of records the files hold (see _EXPANSION)
+
+    def add(self, folder: str, names: list[str], infos: dict[str, dict] | None, skipped: list[str],
+            as_named: bool = False) -> None:
+        """Files of ``folder`` that follow the last ones added (``infos``: their details as an object
+        store listed them); those read by no name go to ``skipped``. ``as_named``: read as JSON
+        Lines whatever their names say, unless their first bytes call for more (a file named as the
+        source)."""
+        quote = json.encoder.encode_basestring_ascii  # what json.dumps writes of a string
+        for lo in range(0, len(names), self._CHUNK):
+            kept, lines = [], []
+            for name in names[lo:lo + self._CHUNK]:
+                path = folder + name
+                read_as = _read_as(self._fs, path) or (path if as_named else None)
+                if read_as is None:
+                    skipped.append(path)
+                    continue
+                if self._local:  # one stat for both (fsspec's local size and ukey are each a whole info())
+                    st = os.stat(path)
+                    size, key = st.st_size, f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+                else:
+                    size, key = (infos[name] if infos else self._fs.info(path))["size"], file_key(self._fs, path)
+                if read_as != path:
+                    self._renamed[path] = read_as
+                self.held += (size or 0) * (_EXPANSION if read_as.endswith((*_COMPRESSED, ".parquet")) else 1)
+                lines.append(f"[{quote(path)}, {quote(key)}]\n")
+                kept.append(name)
+            if kept:
+                self._digest.update("".join(lines).encode())
+                self._runs.append((folder, "\0".join(kept) if not any("\0" in n for n in kept) else tuple(kept)))
+                self._count += len(kept)
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the files' names and what changes when one does (:func:`file_key`), one after
+        another: what tells a run its source is as it was."""
+        return self._digest.hexdigest()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        for folder, names in self._runs:
+            for name in names.split("\0") if isinstance(names, str) else names:
+                yield folder + name
+
+    def items(self) -> Iterator[tuple[str, str]]:
+        for path in self:
+            yield path, self._renamed.get(path, path)
+
+
+def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterator[tuple[str, list[str], dict | None]]:
+    """(folder, the names of files in it that come one after another, their details on an object
+    store) under ``folder`` (ending in "/"), at any depth, in the order of their paths: a folder "a/"
+    comes after a file "a.jsonl". The folders ``keep`` refuses are not listed.
+
+    A local folder is listed with ``os.scandir``: fsspec's ``find`` made a dict of details of each
+    file, 2.4 s and 172 MB for 200,000 files. A link to a local folder is followed (``find`` lists it
+    as a file, which no read could open), once: a link to a folder above it is not."""
+    if not keep(folder):
+        return
+    infos = None
+    if _local(fs):
+        st = os.stat(folder)
+        if (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        with os.scandir(folder) as entries:
+            names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+    else:
+        infos = {}
+        for info in fs.ls(folder.rstrip("/"), detail=True):
+            full = info["name"].rstrip("/")
+            name = full.rsplit("/", 1)[-1]
+            if full != folder.rstrip("/"):  # a store's marker of the folder itself
+                infos[name + "/" if info["type"] == "directory" else name] = info
+        names = sorted(infos)
+    run: list[str] = []
+    for name in names:
+        if name.endswith("/"):
+            if run:
+                yield folder, run, infos
+                run = []
+            yield from _listing(fs, folder + name, keep, seen)
+        elif not name.startswith((".", "_")):
+            run.append(name)
+    if run:
+        yield folder, run, infos
 
 
 def _local(fs) -> bool:
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-
-def _find_local(folder: str, _seen: set | None = None) -> Iterator[str]:
-    """The files under a local folder, at any depth, as fsspec's ``find`` lists them, without the dict
-    of details it makes of each: 200,000 files took it 2.4 s and 172 MB, more than a whole run's main
-    process holds otherwise, and this 0.2 s and 26 MB. A link to a folder is followed (``find`` lists
-    it as a file, which no read could open), once: a link to a folder above it is not."""
-    st = os.stat(folder)
-    seen = _seen if _seen is not None else set()
-    if (st.st_dev, st.st_ino) in seen:
-        return
-    seen.add((st.st_dev, st.st_ino))
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir():
-                yield from _find_local(entry.path, seen)
-            else:
-                yield entry.path
-
-
-def files_digest(fs, files: Iterable[str]) -> str:
-    """SHA-256 of the names of ``files`` and what changes when one does (:func:`file_key`), one
-    after another: a list of them took 29 MB at 200,000 files, and its JSON as much again."""
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(json.dumps([file, file_key(fs, file)]).encode() + b"\n")
-    return digest.hexdigest()
 
 
 def file_key(fs, file: str) -> str:
@@ -534,15 +617,6 @@ def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
 def _version(info: dict) -> tuple:
     """What changes when an object is written again: its size, and its ETag (S3) or generation (GCS)."""
     return info.get("size"), info.get("ETag") or info.get("etag"), info.get("generation")
-
-
-def data_bytes(fs, files: dict[str, str]) -> int:
-    """About how many bytes of records ``files`` (each with the name it is read by, see
-    :func:`list_files`) hold: a plain file's size, a compressed one's times :data:`_EXPANSION`
-    (from the listing, no file opened)."""
-    size = os.path.getsize if _local(fs) else fs.size  # fsspec's local size is a whole info(), three times slower
-    return sum((size(f) or 0) * (_EXPANSION if name.endswith((*_COMPRESSED, ".parquet")) else 1)
-               for f, name in files.items())
 
 
 def _plain_blocks(file: str) -> Iterator[Block]:
