@@ -71,7 +71,7 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     monkeypatch.setattr(sources.Files, "_CHUNK", 2)  # names held joined two by two
     src = tmp_path / "src"
     for path in ("date=2026-11-22/hour=10/a.jsonl", "date=2026-11-22/hour=10/minute=05/b.jsonl.gz", "c.parquet",
-                 ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "date=2026-11-22/hour=11/.part.jsonl"):
+                 ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "e f.jsonl", "e-f/g.jsonl", "date=2026-11-22/hour=11/.part.jsonl"):
         (src / path).parent.mkdir(parents=True, exist_ok=True)
         (src / path).write_bytes(b'{"n": 1}\n')
     (src / "empty").mkdir()
