@@ -604,7 +604,8 @@ def test_sources_and_versions_behind_any_fsspec_uri(tmp_path, monkeypatch):
         f.write(gzip.compress(lines(trace(1, "What is 101 plus 1?", "102"), b"{cut")))
     fs.pipe("/traces/date=2026-11-21/hour=10/part-a.jsonl", lines(trace(2, at=T0 - 24 * HOUR)))
     listed = []
-    monkeypatch.setattr(type(fs), "ls", lambda self, path, ls=type(fs).ls, **kw: listed.append(path) or ls(self, path, **kw))
+    ls = type(fs).ls
+    monkeypatch.setattr(type(fs), "ls", lambda self, path, **kw: listed.append(path) or ls(self, path, **kw))
     m = run("memory://traces", "memory://datasets")
     assert m.uri == f"memory://datasets/{m.version}" and m.counts["traces_in"] == 2
     assert [p for p in listed if p.startswith("/traces")] == [  # the 21st's folder is not listed

@@ -71,7 +71,8 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     monkeypatch.setattr(sources.Files, "_CHUNK", 2)  # names held joined two by two
     src = tmp_path / "src"
     for path in ("date=2026-11-22/hour=10/a.jsonl", "date=2026-11-22/hour=10/minute=05/b.jsonl.gz", "c.parquet",
-                 ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "e f.jsonl", "e-f/g.jsonl", "date=2026-11-22/hour=11/.part.jsonl"):
+                 ".hidden/d.jsonl", "_tmp.jsonl", "e f/g.jsonl", "e f.jsonl", "e-f/g.jsonl",
+                 "date=2026-11-22/hour=11/.part.jsonl"):
         (src / path).parent.mkdir(parents=True, exist_ok=True)
         (src / path).write_bytes(b'{"n": 1}\n')
     (src / "empty").mkdir()
@@ -548,7 +549,8 @@ def test_a_compressed_files_records_are_not_counted_below_their_size(tmp_path):
     held = plain.stat().st_size
     assert sources.list_files(str(plain))[1].held == held
     for name in ("a.jsonl.gz", "a.parquet"):
-        assert (tmp_path / name).stat().st_size < held / 4 and sources.list_files(str(tmp_path / name))[1].held >= held, name
+        _, files, _ = sources.list_files(str(tmp_path / name))
+        assert (tmp_path / name).stat().st_size < held / 4 and files.held >= held, name
 
 
 def test_parquet_rows_come_in_blocks_of_about_the_block_size_once_decoded(tmp_path, monkeypatch):

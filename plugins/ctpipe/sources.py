@@ -303,7 +303,7 @@ class Files:
 
     def __init__(self, fs):
         self._fs, self._local = fs, _local(fs)
-        self._runs: list[tuple[str, str | tuple[str, ...]]] = []  # (folder, the names of files listed one after another)
+        self._runs: list[tuple[str, str | tuple[str, ...]]] = []  # (folder, names of files listed one after another)
         self._renamed: dict[str, str] = {}  # the few read by another name than their own
         self._digest = hashlib.sha256()
         self._count = 0
