@@ -95,6 +95,16 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     assert sources.list_files(str(src))[1].digest != found.digest
 
 
+def test_an_object_name_holding_a_nul_is_listed_whole():
+    """Names are held joined by NUL, which no local name holds; an object's may."""
+    import ctpipe.sources as sources
+
+    fs = fsspec.filesystem("memory")
+    for name in ("a\0b.jsonl", "c.jsonl"):
+        fs.pipe(f"/nul/{name}", b'{"n": 1}\n')
+    assert list(sources.list_files("memory://nul")[1]) == ["/nul/a\0b.jsonl", "/nul/c.jsonl"]
+
+
 @pytest.mark.parametrize("name", ["firehose-1-2026-11-22-10-00-00-uuid", "firehose-1-2026-11-22-10-00-00-uuid.gz", "a.json.zst"])
 def test_json_values_one_after_another_are_read_a_value_a_line(tmp_path, monkeypatch, name):
     """Firehose joins records with no delimiter by default; others pretty-print them one after another.
