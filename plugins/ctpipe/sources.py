@@ -383,9 +383,6 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterato
             name = full.rsplit("/", 1)[-1]
             if full != folder.rstrip("/"):  # a store's marker of the folder itself
                 infos[name + "/" if info["type"] == "directory" else name] = info
-        # s3fs and gcsfs keep each listing for the filesystem's life, a dict for every object: once
-        # its files are added, nothing needs it (blocks ask for an object's details as it is then).
-        fs.dircache.pop(folder.rstrip("/"), None)
         names = sorted(infos)
     run: list[str] = []
     for name in names:
