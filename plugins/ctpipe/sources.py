@@ -304,7 +304,7 @@ class Files:
     _CHUNK = 1 << 16  # names joined and compressed together
 
     def __init__(self, fs):
-        self._fs, self._local = fs, _local(fs)
+        self._fs = fs
         self._runs: list[tuple[str, bytes | tuple[str, ...]]] = []  # (folder, names of files listed one after another)
         self._renamed: dict[str, str] = {}  # the few read by another name than their own
         self._digest = hashlib.sha256()
@@ -377,11 +377,11 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterato
         with os.scandir(folder) as entries:
             names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
     else:
-        infos = {}
-        for info in fs.ls(folder.rstrip("/"), detail=True):
+        infos, here = {}, folder.rstrip("/")
+        for info in fs.ls(here, detail=True):
             full = info["name"].rstrip("/")
-            name = full.rsplit("/", 1)[-1]
-            if full != folder.rstrip("/"):  # a store's marker of the folder itself
+            if full != here:  # a store's marker of the folder itself
+                name = full.rsplit("/", 1)[-1]
                 infos[name + "/" if info["type"] == "directory" else name] = info
         names = sorted(infos)
     run: list[str] = []
@@ -1206,7 +1206,7 @@ def _batch_sizes(meta, probed: int) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def blocks(fs, files: dict[str, str]) -> Iterator[Block]:
+def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
     """Every file's blocks, in order (``files``: each with the name it is read by, see :func:`list_files`)."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     for file, name in files.items():
