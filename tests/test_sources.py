@@ -677,3 +677,57 @@ def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_
     assert [(p, d["n"]) for f, p, _, d in loaded(gathered) if f == "a6.jsonl"] == [(1, 90)]
     spilled = list(sources.spilled(gathered, str(tmp_path / "spill")))  # the gzip run's lines wait in a file
     assert loaded(spilled) == loaded(blocks) and os.listdir(tmp_path / "spill") == []
+
+
+def test_a_small_local_parquet_file_is_read_whole_where_it_is_loaded_when_its_footer_shows_it_small(tmp_path, monkeypatch):
+    """Small Parquet files are sized from their footers and read where they are loaded, gathered as
+    files of one schema; the rows and damage come as if each was read here. A file whose rows may take
+    more than half a block once decoded (a dictionary's value in every row), one of more rows than a
+    batch, and one whose footer cannot be read are read here; a run stops before the files it holds
+    may take more than its most; a file changed since its footer was read fails the run."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 1 << 20)
+    rows = lambda n, first=0, text="": pa.table({"n": range(first, first + n), "text": [text] * n})  # noqa: E731
+    for i in range(4):
+        pq.write_table(rows(3, 3 * i), tmp_path / f"a{i}.parquet")
+    rng = random.Random(0)
+    b = pa.table({"n": range(100, 300), "text": ["".join(rng.choices("abcdef", k=200)) for _ in range(200)]})
+    pq.write_table(b, tmp_path / "b.parquet", row_group_size=50, compression="zstd", use_dictionary=False)
+    damage_row_group(tmp_path / "b.parquet", 1)  # its footer is whole, and shows it small
+    pq.write_table(rows(3, 12), tmp_path / "c.parquet")
+    pq.write_table(rows(1000, 0, "rule " * 400), tmp_path / "d.parquet")  # 2 MB once decoded, 14 KB stored
+    pq.write_table(rows(sources._BATCH_ROWS + 1), tmp_path / "e.parquet")
+    (tmp_path / "f.parquet").write_bytes((tmp_path / "c.parquet").read_bytes()[:-20])  # its footer cut
+    fs, files, _ = sources.list_files(str(tmp_path))
+    blocks = list(sources.blocks(fs, files))
+    whole = {b.file.rsplit("/", 1)[-1] for b in blocks if b.whole}
+    assert whole == {"a0.parquet", "a1.parquet", "a2.parquet", "a3.parquet", "b.parquet", "c.parquet"}
+    assert all(b.batch is None for b in blocks if b.whole) and os.path.getsize(tmp_path / "d.parquet") < 16384
+
+    def loaded(bs):  # (file, row, reason, n) of every row and damage, as read here one file at a time
+        return [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc and i.doc["n"])
+                for block in sources.numbered(bs) for member in block.members() for i in sources.items(member)]
+
+    def unloaded(name):
+        return [(name, i.position, i.reason, i.doc and i.doc["n"])
+                for block in sources._parquet_blocks(fs, str(tmp_path / name)) for i in sources.items(block)]
+
+    expected = [x for f in files for x in unloaded(f.rsplit("/", 1)[-1])]
+    assert [x[2] for x in expected].count("unreadable_parquet") == 2  # b's second row group, f
+    gathered = list(sources.gathered(blocks))
+    assert [len(b.places) for b in gathered] == [6] + [0] * (len(gathered) - 1)  # a0-a3, b, c; then d, e, f
+    first = gathered[0].load()
+    assert first.loaded and first.members()[4].batch.num_rows == 50 and first.members()[5].damage  # b's
+    assert loaded(gathered) == loaded(blocks) == expected
+    assert sorted((x.file.rsplit("/", 1)[-1], x.position) for x in sources.read(str(tmp_path)) if x.reason) == [
+        ("b.parquet", 51), ("f.parquet", 1)]
+
+    monkeypatch.setattr(sources, "_MOST_GATHERED", 2 * blocks[0].whole[1])  # two of a's files to a run
+    assert [len(b.places) for b in sources.gathered(blocks)][:3] == [2, 2, 0]
+    good = [b for b in sources.gathered(blocks) if b.places][0]
+    assert good.load().batch.num_rows == 6 and good.load().files == ((str(tmp_path / "a0.parquet"), 3),
+                                                                     (str(tmp_path / "a1.parquet"), 3))
+    pq.write_table(rows(4, 0), tmp_path / "a1.parquet")
+    with pytest.raises(SourceError, match="a1.parquet changed while it was read"):
+        good.load()
