@@ -562,8 +562,6 @@ def _digest(block: sources.Block) -> bytes:
     import xxhash
 
     h = xxhash.xxh3_128(f"{block.file}:{block.first}:{block.at}:{block.files}:".encode())
-    for member in block.loaded:
-        h.update(_digest(member))
     if block.batch is not None:
         # Its values as Arrow's IPC format writes them, not its buffers: a buffer may hold bytes past
         # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses.
@@ -579,13 +577,12 @@ def process(item: tuple[int, sources.Block]) -> Part:
     index, block = item[0], item[1].load()
     counted = block.first is not None
     block = block if counted else block.numbered_from(1)  # see Part.lines
-    members, raws = block.members(), []
     part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
-                size=sum(len(m.data) if m.batch is None else m.batch.nbytes for m in members))
+                size=len(block.data) if block.batch is None else block.batch.nbytes)
+    members, raws = block.members(), []
     # Small files gathered into the block have their lines parsed together; the files the fast paths
     # take whole are then read together too, the others one by one.
-    together = len(members) > 1 and not block.loaded
-    fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if together else [None] * len(members)
+    fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
     for quick, run in itertools.groupby(zip(members, fast), key=lambda m: _all_fast(*m)):
         if quick:  # files whose every item the fast paths took: all at once
             raws.append(_read_fast(*zip(*run), _JOB, part))

@@ -161,13 +161,6 @@ class Block:
     # Exports split from a long line of a plain file (see _SplitExport), before it is loaded: each as
     # what it has before its spans, and where they begin and end in its place (at, size).
     exports: tuple[tuple[bytes, int, int], ...] = ()
-    # A small Parquet file on the local disk, read whole where it is loaded (see _parquet_whole): its
-    # schema's key, at most how many bytes its rows take once decoded, and its length; ``size``,
-    # about how many bytes its rows take.
-    whole: tuple[int, int, int] | None = None
-    # Once loaded, the blocks of Parquet files gathered whole that could not become one batch (a
-    # damaged one among them, or schemas that differ only once read): its members as they are.
-    loaded: tuple[Block, ...] = ()
 
     def numbers(self, i):
         """The line numbers in the file of the block's lines ``i`` (an index, or an array of them, into
@@ -178,8 +171,6 @@ class Block:
         """This block with its data."""
         if self.spilled is not None:
             return self._unspilled()
-        if self.whole is not None or self.places and self.places[0].whole is not None:
-            return self._read_whole()
         if self.places:
             loaded = [d if d.endswith(b"\n") or not d else d + b"\n" for d in (p.load().data for p in self.places)]
             for path in {p.spilled for p in self.places if p.spilled is not None}:  # read once, by this process
@@ -205,30 +196,6 @@ class Block:
         if self.exports:
             data = b"\n".join(_an_export_of(prefix, data[lo:hi]) for prefix, lo, hi in self.exports)
         return replace(self, data=data, size=0, exports=())
-
-    def _read_whole(self) -> Block:
-        """The rows of the small Parquet files of this block, read whole here: one batch, as
-        :func:`gathered` puts the rows of files read before it together, where each file's rows are one
-        undamaged batch of the same schema; else each file's blocks, as :func:`_parquet_blocks` gives them."""
-        read = [list(_parquet_blocks(None, place.file, place._whole_file())) for place in self.places or (self,)]
-        batches = [blocks[0].batch for blocks in read if len(blocks) == 1 and blocks[0].batch is not None]
-        if len(batches) < len(read) or not all(b.num_rows and b.schema.equals(batches[0].schema) for b in batches):
-            return replace(self, whole=None, places=(), size=0, loaded=tuple(b for blocks in read for b in blocks))
-        if len(batches) == 1:
-            return read[0][0]
-        rows = pa.Table.from_batches(batches).combine_chunks().to_batches()
-        return replace(self, whole=None, places=(), size=0, batch=rows[0],
-                       files=tuple((blocks[0].file, blocks[0].batch.num_rows) for blocks in read))
-
-    def _whole_file(self) -> bytes:
-        try:
-            with open(self.file, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise SourceError(f"{self.file} could not be read again: {type(e).__name__}: {e}") from None
-        if len(data) != self.whole[2]:
-            raise SourceError(f"{self.file} changed while it was read")
-        return data
 
     def _unspilled(self) -> Block:
         try:
@@ -259,8 +226,6 @@ class Block:
     def members(self) -> list[Block]:
         """A loaded block as blocks of one file each: itself, or each file gathered into it, from its
         first line or row."""
-        if self.loaded:
-            return list(self.loaded)
         if not self.files:
             return [self]
         ends = np.cumsum([size for _, size in self.files]).tolist()
@@ -1145,7 +1110,7 @@ class _SplitExport:
                 "exports": tuple((prefix, a - lo, b - lo) for prefix, a, b in self.held)}
 
 
-def _parquet_blocks(fs, file: str, data: bytes | None = None) -> Iterator[Block]:
+def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     """A Parquet file's rows in blocks of about :data:`BLOCK_BYTES` once decoded.
 
     The size of a decoded row is measured on the file's first rows, and taken as at least what the
@@ -1158,12 +1123,12 @@ def _parquet_blocks(fs, file: str, data: bytes | None = None) -> Iterator[Block]
 
     A damaged row group is one ``unreadable_parquet`` item at its first row not read, and the file
     goes on with the next group; damage that leaves no group readable (the footer) is one item for
-    the file. With ``data``, the file's bytes, it is not opened."""
+    the file."""
     import pyarrow.parquet as pq
 
     row = 1
     try:
-        with fs.open(file, "rb") if data is None else pa.BufferReader(data) as f:
+        with fs.open(file, "rb") as f:
             # A file smaller than a read is read whole at once (one request to an object store, not
             # one per column chunk), and decoded without threads, whose hand-offs cost more than its
             # few rows: 0.37 ms a file of ten traces, against 0.55 through the file.
@@ -1195,43 +1160,6 @@ def _parquet_blocks(fs, file: str, data: bytes | None = None) -> Iterator[Block]
                     row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
-
-
-# Encodings whose values take about the bytes they are stored in once decoded (and levels'): a
-# column chunk of any other (a dictionary's, a delta's) may hold a value per row as long as itself.
-_STORED_AS_DECODED = frozenset({"PLAIN", "RLE", "BIT_PACKED"})
-
-
-def _parquet_whole(file: str) -> Block | None:
-    """A local Parquet file that its footer shows small enough to gather with others whole (its rows
-    at most half a block once decoded, whatever their encoding), as a block its worker reads
-    (:meth:`Block.load`); None for any other, read here. Decoding each file of ten traces here took
-    this process 0.46 ms, and set the pace of a source of such files; reading its footer takes 0.2 ms."""
-    import pyarrow.parquet as pq
-    import xxhash
-
-    try:
-        with open(file, "rb") as f:  # whole: pyarrow's own opening of a path took twice the time
-            data = f.read(_PARQUET_READS + 1)
-        if len(data) > _PARQUET_READS:
-            return None
-        meta = pq.read_metadata(pa.BufferReader(data))
-        if not 0 < meta.num_rows <= _BATCH_ROWS:
-            return None
-        most = about = 0
-        for group in map(meta.row_group, range(meta.num_row_groups)):
-            about += group.total_byte_size
-            for chunk in map(group.column, range(group.num_columns)):
-                n = chunk.num_values
-                most += chunk.total_uncompressed_size * (1 if _STORED_AS_DECODED.issuperset(chunk.encodings) else n)
-                most += 8 * n  # an offset and validity a value
-    except Exception:  # noqa: BLE001 - damage is read, and reported, as any Parquet file's
-        return None
-    if most > BLOCK_BYTES // 2:
-        return None
-    # Its schema as written (its text, after a first line naming the object) and as Arrow reads it.
-    schema = str(meta.schema).partition("\n")[2].encode() + (meta.metadata or {}).get(b"ARROW:schema", b"")
-    return Block(file, 1, size=max(about, 1), whole=(xxhash.xxh3_64_intdigest(schema), most, len(data)))
 
 
 def _group_batches(reader, rows: int, groups: list[int]) -> Iterator[Any]:
@@ -1288,8 +1216,7 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
         elif layout == "stream":
             yield from _jsonl_blocks(fs, file, name, stream=True)
         elif name.endswith(".parquet"):
-            whole = _parquet_whole(file) if _local(fs) else None
-            yield from [whole] if whole else _parquet_blocks(fs, file)
+            yield from _parquet_blocks(fs, file)
         elif name.endswith(_COMPRESSED):
             yield from _jsonl_blocks(fs, file, name)
         elif _local(fs):
@@ -1358,10 +1285,10 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
     lines, or Parquet files of one schema, whose rows become one batch (see :attr:`Block.files`), so
     that they are spilled, and parsed, at once; a run of one file stays the block it was."""
     run: list[Block] = []
-    held = most = 0  # bytes of the run; of Parquet files read whole where it is loaded, the most they may take
+    held = 0  # bytes of the run
 
     def flush() -> Iterator[Block]:
-        nonlocal held, most
+        nonlocal held
         if len(run) > 1 and run[0].batch is not None:
             rows = pa.Table.from_batches([b.batch for b in run]).combine_chunks().to_batches()
             yield Block(run[0].file, 1, batch=rows[0], files=tuple((b.file, b.batch.num_rows) for b in run))
@@ -1370,13 +1297,13 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
         else:
             yield from run
         run.clear()
-        held = most = 0
+        held = 0
 
     def size(block: Block) -> int:
         return block.batch.nbytes if block.batch is not None else len(block.data) or block.size
 
-    def kind(block: Block) -> pa.Schema | int | None:
-        return block.batch.schema if block.batch is not None else block.whole and block.whole[0]
+    def kind(block: Block) -> pa.Schema | None:
+        return None if block.batch is None else block.batch.schema
 
     previous: Block | None = None  # held until the next block shows whether it ends its file
     before = ""  # the file of the block before it
@@ -1385,24 +1312,16 @@ def gathered(blocks: Iterable[Block]) -> Iterator[Block]:
             whole = (previous.file != before and (block is None or block.file != previous.file)
                      and previous.damage is None and (previous.batch is None or previous.batch.num_rows))
             if whole and (n := size(previous)) <= BLOCK_BYTES // 2:  # a small file, whole
-                m = previous.whole[1] if previous.whole else 0
-                if held + n > BLOCK_BYTES or most + m > _MOST_GATHERED or (run and kind(run[0]) != kind(previous)):
+                if held + n > BLOCK_BYTES or (run and kind(run[0]) != kind(previous)):
                     yield from flush()
                 run.append(previous)
                 held += n
-                most += m
             else:
                 yield from flush()
                 yield previous
             before = previous.file
         previous = block
     yield from flush()
-
-
-# The most bytes the rows of Parquet files gathered to be read whole may take once decoded: their
-# footers say about as many as their rows take, a dictionary's values at most as many as a chunk
-# holds a value each. Files of ten bench traces, dictionary-encoded, say 19 KB and 250 KB at most.
-_MOST_GATHERED = 8 * BLOCK_BYTES
 
 
 def spilled(blocks: Iterable[Block], folder: str) -> Iterator[Block]:
@@ -1527,10 +1446,6 @@ def _document(batch, i: int, file: str, n: int) -> dict | Item:
 
 def items(block: Block) -> Iterator[Item]:
     """A block's lines or rows one by one, decoded (numbering kept), then its damage."""
-    if block.loaded:
-        for member in block.loaded:
-            yield from items(member)
-        return
     for n, content in entries(block):
         if isinstance(content, Item):
             yield content
