@@ -716,7 +716,7 @@ def _release_arrow_memory() -> None:
     """Give back now what Arrow's allocator holds of the memory freed here, not after the second the
     workers have it wait (see _WORKER_ALLOCATORS). A spill's copies (some 60 MB for 24 MB of rows)
     otherwise stayed in the worker into the next parts, where the other worker and the main process
-    were at their largest too: a million bench traces peaked at 822 to 831 MB, now 745 to 776 MB, in
+    were at their largest too: a million bench traces peaked at 822 to 831 MB, now 740 to 776 MB, in
     the same time; a million Langfuse generations, with the main process's key sets as twenty million
     traces fill them, at 926 and 988 MB, now 906 and 908 MB."""
     pa.default_memory_pool().release_unused()
