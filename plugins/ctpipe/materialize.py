@@ -707,18 +707,19 @@ def spill() -> int:
     rows = _pairable(pa.concat_tables([t for t, _ in _SPILLING]), _JOB.dataset.dpo_max_pairs_per_prompt)
     _SPILLING.clear()
     _append_runs(rows, _bucket_of(rows["prompt_key"]), lambda b: _spill_path(b, os.getpid()))
+    # A spill's copies (some 60 MB for 24 MB of rows) otherwise stayed in the worker into the next
+    # parts, where the other worker and the main process were at their largest too: a million bench
+    # traces peaked at 822 to 831 MB, now 740 to 776 MB, in the same time; a million Langfuse
+    # generations, with the main process's key sets as twenty million traces fill them, at 926 to
+    # 991 MB in five runs, now 906 to 946 MB in four.
     del rows
     _release_arrow_memory()
     return os.getpid()
 
 
 def _release_arrow_memory() -> None:
-    """Give back now what Arrow's allocator holds of the memory freed here, not after the second the
-    workers have it wait (see _WORKER_ALLOCATORS). A spill's copies (some 60 MB for 24 MB of rows)
-    otherwise stayed in the worker into the next parts, where the other worker and the main process
-    were at their largest too: a million bench traces peaked at 822 to 831 MB, now 740 to 776 MB, in
-    the same time; a million Langfuse generations, with the main process's key sets as twenty million
-    traces fill them, at 926 to 991 MB, now 906 to 946 MB (four runs each)."""
+    """Give back now what Arrow's allocator holds of the memory freed in this process, not after the
+    second the workers have it wait (see _WORKER_ALLOCATORS): where a step frees much at once."""
     pa.default_memory_pool().release_unused()
 
 
@@ -825,7 +826,7 @@ def spill_langfuse() -> tuple[int, np.ndarray]:
         generations = pc.equal(table["kind"], "generation").to_numpy()
         _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[generations], minlength=_JOB.buckets)
         _append_runs(table, bucket, lambda b: _spill_path(b, _langfuse_writer(os.getpid())))
-        del table, bucket
+        del table, bucket  # as spill() does
         _release_arrow_memory()
     return os.getpid(), _LANGFUSE_GENERATIONS
 
@@ -902,7 +903,8 @@ def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     part = _keyed(part, _rows(table, part))
     # A join part's Python rows and Arrow buffers churn through memory fast enough that a second's
     # worth of freed pages added some 100 MB to each worker, and took a million generations to
-    # 875-902 MB. Given back after each part: 814-832 MB, in the same time (52.5-56.5 s against 56.4-58.7).
+    # 875-902 MB. Given back after each part: 814-832 MB, in the same time (52.5-56.5 s against
+    # 56.4-58.7).
     _release_arrow_memory()
     return part
 
