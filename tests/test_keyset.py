@@ -1,9 +1,12 @@
 """The numpy key set against Python's set, its keys in memory, moved to disk, or moved to disk and merged
 under a small filter budget, including keys that all want the same slots."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
+from ctpipe import keyset
 from ctpipe.keyset import KeySet
 
 
@@ -41,3 +44,45 @@ def test_a_capacity_that_is_no_power_of_two_is_refused():
     with pytest.raises(ValueError, match="capacity=12 is not a power of two"):
         KeySet(12)
 
+
+def test_the_batch_that_fills_the_table_goes_to_disk_without_growing_it(tmp_path):
+    """Placing that batch first would double the table for a moment: 32 MB more per set at the
+    materializer's sizes, in the process that holds all three sets."""
+    hot_keys = 1 << 19
+    ours = KeySet(spill_dir=str(tmp_path), hot_keys=hot_keys)
+    keys = np.random.default_rng(2).permutation(np.arange(1, hot_keys + 100, dtype=np.uint64))
+    ours.add(keys[:hot_keys - 10])
+    table = ours.slots.nbytes
+    tracemalloc.start()
+    try:
+        ours.add(keys[hot_keys - 10:])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(ours.runs) == 1 and ours.runs[0].size == len(keys) and ours.hot == 0
+    assert peak < 2 * table, (peak, table)  # the table, its keys in a run, and the run's filter
+    assert ours.contains(keys).all() and not ours.contains(np.array([hot_keys + 100], np.uint64)).any()
+
+
+def test_a_merge_holds_a_range_of_keys_at_a_time_not_the_set(tmp_path, monkeypatch):
+    """A set merges first at about seventeen million keys (130 MB): holding them all at once would
+    break the materializer's memory bound, in the process that holds all three sets."""
+    monkeypatch.setattr(keyset, "_MERGE_KEYS", 1 << 14)
+    run_keys = 1 << 15
+    # Runs of 32,768 keys with a filter of 64 KB each: the 33rd run passes the budget and merges them.
+    ours = KeySet(spill_dir=str(tmp_path), hot_keys=run_keys, filter_bytes=2 << 20)
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(1, 2**64 - 1, run_keys, dtype=np.uint64, endpoint=True) for _ in range(33)]
+    for batch in batches[:-1]:
+        ours.add(batch)
+    assert len(ours.runs) == 32
+    tracemalloc.start()
+    try:
+        ours.add(batches[-1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    every_key = 8 * 33 * run_keys  # 8.7 MB
+    assert len(ours.runs) == 1 and ours.runs[0].size == 33 * run_keys
+    assert peak < every_key / 3, (peak, every_key)  # the merged filter (1 MB), the new run and table, a range
+    assert ours.contains(np.concatenate(batches)).all()
