@@ -86,3 +86,15 @@ def test_a_merge_holds_a_range_of_keys_at_a_time_not_the_set(tmp_path, monkeypat
     assert len(ours.runs) == 1 and ours.runs[0].size == 33 * run_keys
     assert peak < every_key / 3, (peak, every_key)  # the merged filter (1 MB), the new run and table, a range
     assert ours.contains(np.concatenate(batches)).all()
+
+
+def test_a_run_of_several_pages_answers_for_every_key_and_its_neighbours(tmp_path):
+    """A lookup reads the page a key would be in: first, middle and a last page of 276 keys."""
+    rng = np.random.default_rng(4)
+    keys = np.unique(rng.integers(2, 2**64 - 2, 1300, dtype=np.uint64))
+    ours = KeySet(spill_dir=str(tmp_path), hot_keys=len(keys))
+    ours.add(keys)
+    assert len(ours.runs) == 1 and ours.hot == 0 and len(ours.runs[0].fences) == 3
+    near = np.concatenate([keys - np.uint64(1), keys + np.uint64(1), np.array([1, 2**64 - 1], np.uint64)])
+    asked = np.concatenate([keys, near])
+    assert ours.contains(asked).tolist() == np.isin(asked, keys).tolist()
