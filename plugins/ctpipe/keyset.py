@@ -178,8 +178,8 @@ class _Run:
             return found
         # Each page asked for is read (4 KB a page) and searched, all keys a step at a time. Mapping
         # the file instead brought sixteen pages into this process for each page touched (the
-        # kernel's fault-around): once a merged run's filter lets a tenth of the keys through, 100
-        # to 190 MB more for a moment, at a million traces past twenty million.
+        # kernel's fault-around): 100 to 190 MB more for a moment, once a merged run's filter lets a
+        # tenth of the keys through (past about twenty million keys).
         pages, row = np.unique(page, return_inverse=True)
         stored = np.empty((len(pages), _PAGE), np.uint64)
         with open(self.path, "rb", buffering=0) as f:
