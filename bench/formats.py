@@ -120,6 +120,11 @@ def _kv(key: str, value: str) -> dict:
 
 
 def child(fmt: str, src: Path, out: Path) -> None:
+    print("RESULT " + json.dumps(materialize_format(src, out)))
+
+
+def materialize_format(src: Path, out: Path) -> dict:
+    """One run on ``src`` with the bench's settings: its time, its process tree's peak RSS, its counts."""
     from ctpipe.materialize import materialize
 
     task, reward, dataset = settings_for_bench()
@@ -129,8 +134,7 @@ def child(fmt: str, src: Path, out: Path) -> None:
     m = materialize(str(src), str(out), T0, T0 + timedelta(hours=1), task=task, reward=reward, dataset=dataset)
     seconds = time.perf_counter() - started
     stop.set()
-    print("RESULT " + json.dumps({"seconds": seconds, "peak_rss_mb": peak[0], "counts": m.counts,
-                                  "formats": m.source["formats"]}))
+    return {"seconds": seconds, "peak_rss_mb": peak[0], "counts": m.counts, "formats": m.source["formats"]}
 
 
 def main() -> None:

@@ -346,10 +346,11 @@ def arguments(doc: str, traces: int, folder: str, kinds: list[str], **options: i
     return p.parse_args()
 
 
-def run_child(script: str, kind: str, src: Path, out: Path) -> dict:
-    """``script --child kind`` in a process of its own, on an empty ``out``: the result it printed."""
+def run_child(script: str, kind: str, src: Path, out: Path, *options: str) -> dict:
+    """``script --child kind`` (and ``options``) in a process of its own, on an empty ``out``: the
+    result it printed."""
     subprocess.run(["rm", "-rf", str(out)], check=True)
-    done = subprocess.run([sys.executable, script, "--child", kind, "--src", str(src), "--out", str(out)],
+    done = subprocess.run([sys.executable, script, "--child", kind, "--src", str(src), "--out", str(out), *options],
                           capture_output=True, text=True)
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
