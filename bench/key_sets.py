@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,14 +47,13 @@ def _rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["RssFile"]
 
 
-def alone(traces: int, spill_dir: Path) -> float:
+def alone(traces: int, spill_dir: str) -> float:
     """Feed the three sets ``traces`` traces' keys; the peak RSS."""
     import numpy as np
 
     from ctpipe.materialize import _Dedup
 
-    spill_dir.mkdir(parents=True, exist_ok=True)
-    sets, rng = _Dedup(str(spill_dir)), np.random.default_rng(0)
+    sets, rng = _Dedup(spill_dir), np.random.default_rng(0)
     peak, overall, stop = [0.0, 0.0], [0.0], threading.Event()
 
     def watch() -> None:
@@ -111,7 +111,9 @@ def main() -> None:
         child(args.child, args.src, args.out, args.filled)
         return
     print(f"the key sets alone, {args.alone:,} traces' keys:", flush=True)
-    alone_peak = alone(args.alone, args.dir / "key-sets")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.dir) as spill_dir:  # the sets' runs: 8 bytes a key
+        alone_peak = alone(args.alone, spill_dir)
     root = args.dir / f"traces-{args.traces}"
     if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in formats.FORMATS):
         print(f"writing {args.traces} conversations in {len(formats.FORMATS)} formats to {root} ...", flush=True)
