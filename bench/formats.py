@@ -115,6 +115,16 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         f.close()
 
 
+def written(folder: Path, n: int) -> Path:
+    """The folder of ``n`` conversations in every format under ``folder``, written first if missing."""
+    root = folder / f"traces-{n}"
+    if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in FORMATS):  # or written before a format was added
+        print(f"writing {n} conversations in {len(FORMATS)} formats to {root} ...", flush=True)
+        generate(root, n)
+        (root / "DONE").write_text("")
+    return root
+
+
 def _kv(key: str, value: str) -> dict:
     return {"key": key, "value": {"stringValue": value}}
 
@@ -142,11 +152,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.src, args.out)
         return
-    root = args.dir / f"traces-{args.traces}"
-    if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in FORMATS):  # or written before a format was added
-        print(f"writing {args.traces} conversations in {len(FORMATS)} formats to {root} ...", flush=True)
-        generate(root, args.traces)
-        (root / "DONE").write_text("")
+    root = written(args.dir, args.traces)
     rates = {}
     for fmt in FORMATS:
         r = run_child(__file__, fmt, root / fmt, args.dir / f"out-{fmt}")

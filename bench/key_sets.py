@@ -114,11 +114,7 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.dir) as spill_dir:  # the sets' runs: 8 bytes a key
         alone_peak = alone(args.alone, spill_dir)
-    root = args.dir / f"traces-{args.traces}"
-    if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in formats.FORMATS):
-        print(f"writing {args.traces} conversations in {len(formats.FORMATS)} formats to {root} ...", flush=True)
-        formats.generate(root, args.traces)
-        (root / "DONE").write_text("")
+    root = formats.written(args.dir, args.traces)
     runs = {}
     for kind in ("plain", "filled"):
         runs[kind] = r = run_child(__file__, kind, root / "langfuse", args.dir / "out-key-sets", "--filled",
