@@ -11,8 +11,8 @@ run of tens of millions holds. Two measurements:
 
 * The sets alone, in this process: ``--alone`` traces' keys (random, in parts of 2,600, as the
   workers' parts bring them), with a line per five million traces: the process's RSS, its peak
-  since the line before (sampled every 2 ms, imports included) and the CPU seconds a million
-  traces' lookups took.
+  since the line before (the kernel's high-water mark, imports included) and the CPU seconds a
+  million traces' lookups took.
 * Whole runs, side by side: ``bench/formats.py``'s Langfuse export of ``--traces`` generations (the
   format closest to the 1 GB bound; written first if missing), once as it is and once with each set
   holding ``--filled`` random keys before the first block, as a run that far into a source of that
@@ -29,22 +29,18 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import formats
-from materialize import arguments, run_child
+from materialize import _own_peak_mb, _status_kb, arguments, run_child
 
 PART = 2600  # traces of a bench part
 
 
-def _rss_mb() -> tuple[float, float]:
-    """This process's (RSS, file-backed part of it) in MB."""
-    with open("/proc/self/status") as f:
-        fields = {line.split(":")[0]: int(line.split()[1]) / 1024
-                  for line in f if line.startswith(("VmRSS", "RssFile"))}
-    return fields["VmRSS"], fields["RssFile"]
+def _reset_peak() -> None:
+    """Start this process's peak RSS (VmHWM) again from its RSS now (Linux 4.0 on)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def alone(traces: int, spill_dir: str) -> float:
@@ -54,30 +50,20 @@ def alone(traces: int, spill_dir: str) -> float:
     from ctpipe.materialize import _Dedup
 
     sets, rng = _Dedup(spill_dir), np.random.default_rng(0)
-    peak, overall, stop = [0.0, 0.0], [0.0], threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(0.002):
-            rss, mapped = _rss_mb()
-            peak[:] = max(peak[0], rss), max(peak[1], mapped)
-            overall[0] = max(overall[0], rss)
-
-    threading.Thread(target=watch, daemon=True).start()
-    done, last, cpu = 0, 0, time.process_time()
+    done, last, cpu, overall = 0, 0, time.process_time(), 0.0
     while done < traces:
         n = min(PART, traces - done)
         sets.verdicts({name: rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
                        for name in ("id_key", "exact_key", "norm_key")})
         done += n
         if done % 5_000_000 < PART or done == traces:
-            rss, mapped = _rss_mb()
-            spent, cpu = time.process_time() - cpu, time.process_time()
-            millions, last = (done - last) / 1e6, done
-            print(f"{done / 1e6:6.1f}M traces  RSS {rss:4.0f} MB ({mapped:3.0f} mapped), peak {peak[0]:4.0f} "
-                  f"({peak[1]:3.0f} mapped)  {spent / millions:4.1f} CPU s a million", flush=True)
-            peak[:] = [0.0, 0.0]
-    stop.set()
-    return overall[0]
+            peak, spent, cpu = _own_peak_mb(), time.process_time() - cpu, time.process_time()
+            millions, last, overall = (done - last) / 1e6, done, max(overall, peak)
+            _reset_peak()
+            print(f"{done / 1e6:6.1f}M traces  RSS {_status_kb('self', 'VmRSS') / 1024:4.0f} MB "
+                  f"({_status_kb('self', 'RssFile') / 1024:3.0f} file-backed), peak {peak:4.0f}  "
+                  f"{spent / millions:4.1f} CPU s a million", flush=True)
+    return overall
 
 
 def child(kind: str, src: Path, out: Path, filled: int) -> None:
