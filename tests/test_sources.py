@@ -677,3 +677,47 @@ def test_small_whole_files_are_gathered_into_blocks_and_loaded_as_they_were(tmp_
     assert [(p, d["n"]) for f, p, _, d in loaded(gathered) if f == "a6.jsonl"] == [(1, 90)]
     spilled = list(sources.spilled(gathered, str(tmp_path / "spill")))  # the gzip run's lines wait in a file
     assert loaded(spilled) == loaded(blocks) and os.listdir(tmp_path / "spill") == []
+
+
+def test_an_object_stores_small_objects_are_read_many_at_once(tmp_path, monkeypatch):
+    """Each read of an object waits a round trip: objects named by nothing are sniffed, small ones read
+    whole here fetched, and a gathered block's places loaded, several at once, and come as the same
+    files on a local disk do."""
+    import threading
+    import time
+
+    import ctpipe.sources as sources
+
+    fs = fsspec.filesystem("memory")
+    line = lambda i: json.dumps({"n": i}).encode() + b"\n"  # noqa: E731
+    named = {**{f"firehose-{i:02d}": line(i) for i in range(16)},  # sniffed, then read whole
+             **{f"g{i:02d}.jsonl.gz": gzip.compress(line(100 + i)) for i in range(16)}}
+    for name, data in named.items():
+        fs.pipe(f"/store/{name}", data)
+        (tmp_path / name).write_bytes(data)
+    active, most, lock = 0, 0, threading.Lock()
+
+    def waiting(call):  # a round trip of 50 ms, counting how many wait at once
+        def wait(*args, **kwargs):
+            nonlocal active, most
+            with lock:
+                active += 1
+                most = max(most, active)
+            time.sleep(0.05)
+            with lock:
+                active -= 1
+            return call(*args, **kwargs)
+        return wait
+
+    for method in ("open", "cat_file"):
+        monkeypatch.setattr(fs, method, waiting(getattr(fs, method)))
+
+    def read(uri):
+        return [(i.file.rsplit("/", 1)[-1], i.position, i.doc) for i in sources.read(uri)]
+
+    assert read("memory://store") == read(str(tmp_path)) and most >= 4
+    files = [f"/store/firehose-{i:02d}" for i in range(16)]  # as places of a ranged store's gathered block
+    block = sources.Block(files[0], 1, places=tuple(sources.Block(f, None, at=0, size=fs.size(f), fs=fs,
+                                                                  version=sources._version(fs.info(f))) for f in files))
+    most = 0
+    assert block.load().data == b"".join(fs.cat_file(f) for f in files) and most >= 4
