@@ -798,6 +798,34 @@ def _export(spans_by_version: dict[str, list[list[dict]]]) -> dict:
                               for version, scopes in spans_by_version.items()]}
 
 
+def test_a_time_an_offset_takes_past_the_years_of_utc_is_outside_the_interval(tmp_path):
+    """Year 1 at +01:00 is in year 0 in UTC, which Python's datetime cannot hold: the lines read one
+    by one (the first one's wrong type sends the block there) ended the run with an OverflowError."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(trace(4, latency_ms="40"), trace(1),
+                                        trace(2, start_time="0001-01-01T00:00:00+01:00", end_time="0001-01-01T00:00:00+01:00"),
+                                        trace(3, start_time="9999-12-31T23:59:59-00:01", end_time="9999-12-31T23:59:59-00:01")))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 1 and m.quarantine_reasons == {"invalid_field": 1}
+
+
+def test_a_span_that_is_not_a_trace_is_quarantined_and_the_others_of_its_export_kept(tmp_path):
+    """An export holds thousands of spans (the Collector batches 8,192): one that is not a trace (an
+    answer with no text) was the export's one quarantined item, its other spans lost uncounted."""
+    spans = [_genai_span(i) for i in range(6)]
+    spans[2]["attributes"][2] = kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c1", "name": "get_weather", "arguments": {}}]}]))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "spans.jsonl").write_bytes(lines(_export({"7": [spans]}), trace(9)))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces_in"] == 7 and m.counts["traces"] == 6
+    (q,) = table(m, "quarantine")
+    assert q["source_line"] == 1 and q["reason"] == "invalid_field" and f"{2:032x}:{2:016x}" in q["raw"]
+    assert sorted(r["prompt"] for r in table(m, "traces") if r["prompt"].endswith("plus 1?")) == [f"What is {i} plus 1?" for i in (0, 1, 3, 4, 5)]
+
+
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
     """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
     each span a trace under its own resource, numbered as that line. An export that breaks off is

@@ -25,7 +25,7 @@ from __future__ import annotations
 import calendar
 import io
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import msgspec
 import numpy as np
@@ -87,7 +87,11 @@ _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_sch
 def micros(ts: datetime) -> int:
     """Microseconds since the epoch, exactly (a float timestamp would round). Whole-number arithmetic
     on the UTC fields, so that datetime subclasses (Airflow's pendulum times) give the same answer."""
-    return calendar.timegm(ts.utctimetuple()) * 1_000_000 + ts.microsecond
+    try:
+        return calendar.timegm(ts.utctimetuple()) * 1_000_000 + ts.microsecond
+    except OverflowError:  # before year 1 or past 9999 in UTC, as an offset can take a time at either end
+        naive = ts.replace(tzinfo=None) - datetime(1970, 1, 1)  # a difference of naive times stays in range
+        return (naive - ts.utcoffset()) // timedelta(microseconds=1)
 
 
 def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:

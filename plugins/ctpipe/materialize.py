@@ -240,12 +240,32 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
 
 
 def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
-    """(format, canonical records) of a decoded document of format ``found`` (:func:`formats.detect`)."""
+    """(format, canonical records) of a decoded document of format ``found`` (:func:`formats.detect`).
+    Of a document of several records (an OTLP export's spans, an OpenAI response's choices), one that
+    is not a trace comes in its place as :class:`_Refused`: the others are traces all the same."""
     if found == "langfuse" and fmt in ("auto", "langfuse"):
         return "langfuse", [doc]
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
         return "ctpipe", [traces.convert(doc)]
-    return found or fmt, [traces.convert(d) for d in formats.normalize(doc, fmt)]
+    records = formats.normalize(doc, fmt)
+    if len(records) < 2:
+        return found or fmt, [traces.convert(d) for d in records]
+    return found or fmt, [_converted(d) for d in records]
+
+
+@dataclass
+class _Refused:
+    """One record of a document that is not a trace: why, and the record as its format was read."""
+
+    error: traces.InvalidTrace
+    record: dict
+
+
+def _converted(record: dict) -> traces.TraceRecord | _Refused:
+    try:
+        return traces.convert(record)
+    except traces.InvalidTrace as e:
+        return _Refused(e, record)
 
 
 def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None) -> pa.Table:
@@ -304,6 +324,11 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             if entry is not None:
                 part.langfuse.append(entry)
             continue
+        for refused in (r for r in recs if isinstance(r, _Refused)):
+            rejected.append((n, _quarantined(block.file, n, refused.error.reason, str(refused.error),
+                                             json.dumps(refused.record, default=str)[:2000])))
+        if any(isinstance(r, _Refused) for r in recs):
+            recs = [r for r in recs if not isinstance(r, _Refused)]
         if recs:
             times = [columns.micros(rec.start_time) for rec in recs]
             record_lines.append((n, times[0], times[-1]))
