@@ -210,6 +210,28 @@ def test_a_parquet_value_python_cannot_hold_is_quarantined_naming_its_column(tmp
     assert '"start_time": "11476-08-15' in q[0]["raw"] and '"trace_id": "t2"' in q[0]["raw"]
 
 
+def test_a_parquet_row_of_bytes_that_are_not_utf8_is_quarantined_naming_its_column(tmp_path):
+    """Parquet's reader does not check that strings are UTF-8: such a row ended the run where its text
+    became Python's, naming no file, row or column."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = pa.Table.from_pylist([trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(1, 6)])
+    completions = pa.array([b"2", b"3\xff", b"4", b"5", b"6"]).view(pa.string())
+    rows = rows.set_column(rows.schema.get_field_index("completion"), "completion", completions)
+    messages = rows["messages"].combine_chunks()
+    contents = pa.array([b"What is 1 plus 1?", b"What is 2 plus 1?", b"What is \xfe plus 1?", b"What is 4 plus 1?",
+                         b"What is 5 plus 1?"]).view(pa.string())
+    messages = pa.ListArray.from_arrays(messages.offsets, pa.StructArray.from_arrays(
+        [messages.values.field("role"), contents], names=["role", "content"]))
+    pq.write_table(rows.set_column(rows.schema.get_field_index("messages"), "messages", messages), src / "a.parquet")
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 3 and m.quarantine_reasons == {"invalid_utf8": 2}
+    q = table(m, "quarantine")
+    assert [(r["source_line"], r["detail"]) for r in q] == [(2, "completion: not UTF-8 text"), (3, "messages: not UTF-8 text")]
+    assert '"trace_id": "t2"' in q[0]["raw"] and '"completion": "3\\ufffd"' in q[0]["raw"]
+    assert sorted(r["completion"] for r in table(m, "traces")) == ["2", "5", "6"]
+
+
 @pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])
 def test_records_after_a_byte_order_mark_are_read_as_any_other(tmp_path, name):
     bom = b"\xef\xbb\xbf"
