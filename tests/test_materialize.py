@@ -285,6 +285,20 @@ def test_pii_is_scrubbed_everywhere_and_counted(tmp_path):
     assert rows[1]["completion"] == "ok <SECRET>"
 
 
+def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
+    """The quarantine is published with the version: its raw text kept the e-mail and the card the
+    traces lost."""
+    bad = trace(1, "Mail ann@example.com, card 4111 1111 1111 1111", "5", latency_ms="1")
+    generation = {**_LANGFUSE[0], "startTime": "yesterday", "input": [{"role": "user", "content": "I am bob@example.org"}]}
+    (tmp_path / "a.jsonl").write_bytes(lines(bad, trace(2)))
+    (tmp_path / "b.jsonl").write_bytes(lines(generation))
+    m = run(tmp_path, tmp_path / "out")
+    q = {r["source_file"].rsplit("/", 1)[-1]: r for r in table(m, "quarantine")}
+    assert accounted(m) and m.scrubbed == {"card": 1, "email": 2}
+    assert "<EMAIL>, card <CARD>" in q["a.jsonl"]["raw"] and json.loads(q["a.jsonl"]["raw"])["latency_ms"] == "1"
+    assert q["b.jsonl"]["reason"] == "invalid_field" and "I am <EMAIL>" in q["b.jsonl"]["raw"]  # a Langfuse row's own text
+
+
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "What is 2 plus 3?", "It is 5."),

@@ -86,3 +86,10 @@ def test_a_column_is_scrubbed_and_counted_as_each_text_alone():
         assert got == expected and got["email"] > 100
         clean = pa.array(["What is 2 plus 3?", None, "order 123456789"])  # a pre-check hit, nothing to scrub
         assert pii.scrub_array(clean, got, repeats=repeats) is clean
+
+
+def test_the_seconds_of_a_time_are_not_a_phone_number():
+    """A record's raw text (scrubbed when quarantined) holds times in every line."""
+    found = Counter()
+    text = '"end_time": "2026-11-22T10:00:01.040000+00:00", call +1 415-555-0100'
+    assert scrub(text, found) == '"end_time": "2026-11-22T10:00:01.040000+00:00", call <PHONE>' and found == {"phone": 1}

@@ -626,6 +626,10 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``; the rows, quarantined items and Langfuse entries stay in this
     process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
+    if _JOB.dataset.scrub_pii and part.quarantine:  # published with the version, as the traces are
+        raws = pii.scrub_array(pa.array([q["raw"] for q in part.quarantine], pa.string()), part.pii, repeats=False)
+        for q, raw in zip(part.quarantine, raws.to_pylist()):
+            q["raw"] = raw
     _ROWS[part.index] = rows, part.quarantine, part.langfuse
     part.langfuse = []
     part.quarantine = []
@@ -913,7 +917,10 @@ def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
             rec = traces.convert(doc)
         except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
             part.read += 1
-            part.quarantine.append(_quarantined(file, n, e.reason, str(e), ""))
+            value = generations[i][0]
+            raw = (value.decode("utf-8", "replace") if formats.is_line(value)
+                   else json.dumps(formats.generation_row(value), default=str))
+            part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:2000]))
             continue
         if _JOB.start <= rec.start_time < _JOB.end:
             part.read += 1

@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-# International or national numbers with at least 9 digits in groups: "+1 415-555-0100", "(030) 1234 5678".
-_PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])\d{3,4}[ .-]?\d{3,5}(?![\w-])")
+# International or national numbers with at least 9 digits in groups: "+1 415-555-0100", "(030) 1234 5678";
+# not the seconds of a time ("10:00:01.040000+00:00", which a record's raw text holds in every line).
+_PHONE = re.compile(r"(?<![\w+:])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])\d{3,4}[ .-]?\d{3,5}(?![\w+-])")
 _SECRET = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}"
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
@@ -91,7 +92,8 @@ def _numbers(text: str, counts: Counter) -> str:
         start, end = run.span()
         a, b = max(start - 1, 0), min(end + 1, len(text))
         window, n = _PHONE.subn("<PHONE>", _CARD.sub(card, text[a:b]))
-        counts["phone"] += n
+        if n:
+            counts["phone"] += n
         middle = window[start - a:len(window) - (b - end)]  # the characters around it never change
         if middle != run.group():
             out += [text[done:start], middle]
