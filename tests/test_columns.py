@@ -219,6 +219,12 @@ OPENAI_LINES = {
     "also OTLP": openai_line(("resourceSpans", [])),
     "also ours": openai_line(("trace_id", "t"), ("completion", "5")),
     "unicode": openai_line(("response.choices.0.message.content", "五")),
+    "answer a tool call": openai_line(("response.choices.0.message.content", None), ("response.choices.0.message.tool_calls", [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}])),
+    "answer a refusal": openai_line(("response.choices.0.message.content", None),
+                                    ("response.choices.0.message.refusal", "I can't help with that.")),
+    "answer filtered": openai_line(("response.choices.0.finish_reason", "content_filter")),
+    "finish reason null": openai_line(("response.choices.0.finish_reason", None)),
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -228,6 +234,7 @@ OPENAI_REFUSED = {
     "latency as text": openai_line(("latency_ms", "41")),
     "usage as text": openai_line(("response.usage", "many")),
     "duplicate key": openai_line().replace(b'"thumb": "up"', b'"thumb": "up", "thumb": "down"'),
+    "finish reason as a number": openai_line(("response.choices.0.finish_reason", 1)),
 }
 
 
@@ -263,8 +270,9 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
     taken = taken_together(OPENAI_LINES, columns.parse_openai_lines, openai_exact)
     assert {"plain", "no metadata", "metadata null", "version empty, fingerprint", "rating", "no usage", "usage null",
             "no latency", "whole latency", "half a microsecond", "created at the epoch", "answer without role",
-            "system content null", "also ours", "unicode"} <= taken
-    assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null"}
+            "system content null", "also ours", "unicode", "finish reason null"} <= taken
+    assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
+                        "answer a tool call", "answer a refusal", "answer filtered"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 

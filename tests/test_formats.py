@@ -44,6 +44,27 @@ def test_an_openai_log_line_becomes_a_valid_trace():
     assert [(x["trace_id"], x["completion"]) for x in normalize(flat, "openai")] == [("chatcmpl-1:0", "5"), ("chatcmpl-1:1", "6")]
 
 
+@pytest.mark.parametrize("choice, detail", [
+    ({"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+      "finish_reason": "tool_calls"}, "is a tool call"),
+    ({"message": {"role": "assistant", "content": None, "refusal": "I can't help with that."}, "finish_reason": "stop"},
+     "is a refusal"),
+    ({"message": {"role": "assistant", "content": "The answer is"}, "finish_reason": "content_filter"},
+     "was stopped by the content filter"),
+], ids=["tool call", "refusal", "content filter"])
+def test_an_openai_answer_that_is_no_text_answer_is_refused_saying_what_it_is(choice, detail):
+    doc = json.loads(json.dumps(OPENAI))
+    doc["response"]["choices"] = [{"index": 0, **choice}]
+    with pytest.raises(FormatError, match=f"response chatcmpl-1: choice 0: the answer {detail}") as e:
+        normalize(doc, "openai")
+    assert e.value.reason == "no_text_answer"
+    doc["response"]["choices"] = [{"index": 0, "message": {"role": "assistant", "content": " "}}]
+    (blank,) = normalize(doc, "openai")  # blank for no known reason: the trace's validation says so
+    with pytest.raises(Exception, match="`completion` is empty"):
+        decode(json.dumps(blank))
+
+
 def test_current_otel_genai_spans_and_their_evaluation_events():
     doc = otlp(
         [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "ctpipe-arith"),

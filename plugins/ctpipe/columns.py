@@ -77,7 +77,8 @@ _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)
 _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("request", pa.struct([("messages", MESSAGES)])),
     ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
-                            ("system_fingerprint", pa.string()), ("choices", pa.list_(pa.struct([("message", MESSAGES.value_type)]))),
+                            ("system_fingerprint", pa.string()),
+                            ("choices", pa.list_(pa.struct([("message", MESSAGES.value_type), ("finish_reason", pa.string())]))),
                             ("usage", _USAGE)])),
     ("metadata", pa.struct([("model_version", pa.string()), ("thumb", pa.string()), ("rating", pa.float64())])),
     ("latency_ms", pa.float64()),
@@ -313,7 +314,9 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     one = _ok(pc.equal(pc.list_value_length(choices), 1))
     sure = one & _ok(response["created"].is_valid())
     first = np.asarray(choices.offsets)[:-1]
-    answer = _fields(_fields(choices.values.take(pa.array(first, mask=~one)))["message"])  # null: a blank completion
+    choice = _fields(choices.values.take(pa.array(first, mask=~one)))
+    answer = _fields(choice["message"])  # null: a blank completion
+    sure &= ~_ok(pc.equal(choice["finish_reason"], "content_filter"))  # the reader's to refuse
     counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
     for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
         sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))

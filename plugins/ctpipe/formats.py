@@ -7,7 +7,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
-  ``request``/``response`` or flat in one object. Each choice becomes one trace.
+  ``request``/``response`` or flat in one object. Each choice becomes one trace; one that is no
+  text answer (a tool call or a refusal without text, or an answer the content filter stopped) is
+  refused as ``no_text_answer``.
 * ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
   the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``), or
@@ -154,6 +156,19 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False, filtered: bool = False) -> None:
+    """FormatError ``no_text_answer`` for an answer that is not one to train on: a tool call or a
+    refusal without text (the datasets hold text answers), or any answer the content filter stopped
+    (its text, if any, is cut off or a placeholder such as OpenLLMetry's "FILTERED"). A blank answer
+    of none of these is left to the trace's validation, which calls it empty."""
+    if filtered:
+        raise FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
+    if text and not text.isspace():
+        return
+    if tool_call or refusal:
+        raise FormatError("no_text_answer", f"{where}: the answer is a {'tool call' if tool_call else 'refusal'}, not text")
+
+
 def from_openai(doc: dict) -> Iterator[dict]:
     """One trace per choice of a logged chat completion."""
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
@@ -172,6 +187,9 @@ def from_openai(doc: dict) -> Iterator[dict]:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
+        _text_answer(_text(message.get("content")), f"response {rid}: choice {choice.get('index', position)}",
+                     tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+                     refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
         yield {
             "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
             "start_time": _iso(created, f"response {rid}: created"),
