@@ -599,6 +599,19 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
     assert json.loads(capsys.readouterr().out)["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 1.0}}
 
 
+def test_a_broken_line_after_a_misplaced_record_is_quarantined_by_a_run_that_reads_its_partition(tmp_path):
+    """A broken line belongs to the interval of the record before it: a record of 09:59:59 in hour=10
+    took it to the run of 09:00, which does not read hour=10, and no run counted it."""
+    hour = tmp_path / "src" / "date=2026-11-22" / "hour=10"
+    hour.mkdir(parents=True)
+    (hour / "part-a.jsonl").write_bytes(lines(trace(1, at=T0 - timedelta(seconds=1)), b"{broken",
+                                              trace(2, "What is 9 plus 1?", "10", at=T0 + timedelta(seconds=1)),
+                                              trace(3, at=T0 + HOUR + timedelta(seconds=5)), b"{broken too"))
+    runs = [run(tmp_path / "src", tmp_path / "out", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in (-1, 0, 1)]
+    assert runs[0] is None and runs[2] is None  # hour=10 is not theirs to read
+    assert accounted(runs[1]) and runs[1].counts["traces"] == 1 and runs[1].quarantine_reasons == {"invalid_json": 2}
+
+
 def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_their_names(tmp_path, monkeypatch):
     """Kinesis Data Firehose writes YYYY/MM/DD/HH folders by arrival time, with no key=, names its
     objects <stream>-<version>-<time>-<uuid> (no suffix, or ".gz" when it compresses them), and by

@@ -278,7 +278,8 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     lines at once, see :func:`_fast_members`). An unreadable line belongs to
     the interval of the record before it; at the start of a block, of the first record after it (a
     block never knows the records of the block before); in a block with no readable record, to the
-    hour of its file's partition (or to every run, outside that layout).
+    hour of its file's partition (or to every run, outside that layout). In a partition, the time so
+    found is brought within those the partition may hold (see :func:`_holds`).
     """
     lo, hi = columns.micros(job.start), columns.micros(job.end)
     lines, parsed, taken = None, None, None
@@ -350,10 +351,15 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         firsts, lasts = (np.concatenate([fast_times, slow_lines[:, i]]) for i in (1, 2))
         order = np.argsort(lines_with, kind="stable")
         lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
+        # In a partition, a time it may hold: the runs that read its folder are those whose intervals
+        # its times may fall in, so a neighbour misplaced in it took the item to a run that never came.
+        held = [columns.micros(t) for t in _holds(span, job.dataset.partition_lag())] if span else None
         for n, q in rejected:
             before = int(np.searchsorted(lines_with, n))
             at = (int(lasts[before - 1]) if before else int(firsts[0]) if len(firsts)
                   else columns.micros(span[0]) if span else None)
+            if held is not None:
+                at = min(max(at, held[0]), held[1] - 1)
             if at is None or lo <= at < hi:
                 part.read += 1
                 part.unformatted += q["reason"] in _NO_FORMAT
