@@ -77,7 +77,7 @@ def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeyp
     assert accounted(m) and m.counts["traces"] == 3 and m.counts["traces_in"] == 9
     # Every line of array.json is in no format at all; the others hold traces, or broken records of ours.
     assert m.source["unrecognized_files"] == {str(src / "array.json"): 2}
-    assert m.source["skipped_files"] == [str(src / "export.csv")]  # markers and hidden files go unsaid
+    assert m.source["skipped_files"] == {str(src / "export.csv"): sources.NOT_READ}  # markers and hidden files go unsaid
     assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "out"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 0
     out = capsys.readouterr().out
@@ -633,7 +633,7 @@ def test_a_firehose_layout_is_partitioned_by_hour_and_its_objects_read_whatever_
     # The other hours' folders are not even listed.
     assert [p for p in listed if str(p).startswith(str(src))] == [
         f"{src}/", f"{src}/2026/", f"{src}/2026/11/", f"{src}/2026/11/22/", f"{src}/2026/11/22/10/"]
-    assert m.source["skipped_files"] == [str(src / "2026/11/22/10/notes.txt")]
+    assert m.source["skipped_files"] == {str(src / "2026/11/22/10/notes.txt"): sources.NOT_READ}
     assert sorted(opened) == [str(src / "2026/11/22/10/notes.txt"),
                               str(src / f"2026/11/22/10/traces-1-2026-11-22-10-04-59-{uuid.UUID(int=10)}")]
     m = run(src, tmp_path / "out", dataset=DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(minutes=5)))

@@ -721,3 +721,26 @@ def test_an_object_stores_small_objects_are_read_many_at_once(tmp_path, monkeypa
                                                                   version=sources._version(fs.info(f))) for f in files))
     most = 0
     assert block.load().data == b"".join(fs.cat_file(f) for f in files) and most >= 4
+
+
+def test_local_entries_that_cannot_be_read_are_named_with_why_and_the_rest_read(tmp_path):
+    """A dangling link, a link loop, a pipe, a name that is not UTF-8: each stopped the run (a pipe
+    hung it); now each is named with why, and the files beside them are read."""
+    import ctpipe.sources as sources
+
+    (tmp_path / "a.jsonl").write_bytes(b'{"n": 1}\n')
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+    os.mkfifo(tmp_path / "pipe.jsonl")
+    (tmp_path / "_pipe.jsonl").symlink_to(tmp_path / "nowhere.jsonl")  # a marker: passed over in silence
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.jsonl"), "wb") as f:
+        f.write(b'{"n": 2}\n')
+    _, files, skipped = sources.list_files(str(tmp_path))
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["a.jsonl"]
+    assert {path.rsplit("/", 1)[-1]: why.split(":")[0] for path, why in skipped.items()} == {
+        "caf\udce9.jsonl": "its name is not UTF-8, which the dataset's source_file column holds",
+        "gone.jsonl": "a link to nothing that can be read", "loop.jsonl": "a link to nothing that can be read",
+        "pipe.jsonl": "neither a file nor a folder (a pipe, a socket or a device)"}
+    assert [i.doc for i in read(str(tmp_path))] == [{"n": 1}]
+    with pytest.raises(SourceError, match="is neither a file nor a folder"):
+        sources.list_files(str(tmp_path / "pipe.jsonl"))

@@ -101,7 +101,6 @@ def _duration(text: str) -> timedelta:
 
 def cmd_materialize(args) -> int:
     from ctpipe.materialize import materialize, misplaced_lines
-    from ctpipe.sources import NOT_READ
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
@@ -118,7 +117,7 @@ def cmd_materialize(args) -> int:
                               **({"version": None} if m is None else {
                                   **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
-                                  "skipped_files": m.source.get("skipped_files", []),
+                                  "skipped_files": m.source.get("skipped_files", {}),
                                   "misplaced": m.source.get("misplaced", {})})}))
         elif m is None:
             print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
@@ -131,8 +130,8 @@ def cmd_materialize(args) -> int:
                   f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
                   + "".join(f"  {f}: no trace in a known format, {n} items quarantined\n"
                             for f, n in m.source.get("unrecognized_files", {}).items())
-                  + "".join(f"  {f}: not read: {NOT_READ}\n"
-                            for f in m.source.get("skipped_files", []))
+                  + "".join(f"  {f}: not read: {why}\n"
+                            for f, why in m.source.get("skipped_files", {}).items())
                   + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset))
                   + f"  {m.uri}")
         start = end

@@ -157,9 +157,9 @@ class Manifest:
             "rows": {k: self.counts[k] for k in ("traces", "grpo_prompts", "dpo_pairs")},
             "traces_in": self.counts["traces_in"],
             "quarantined": self.counts["quarantined"],
-            # Files of the source none of whose lines is a trace, and files not read for their names.
+            # Files of the source none of whose lines is a trace, and files not read (for their names, mostly).
             "files_in_no_format": len(self.source.get("unrecognized_files", {})),
-            "files_not_read": len(self.source.get("skipped_files", [])),
+            "files_not_read": len(self.source.get("skipped_files", {})),
             "reward": self.reward_stats,
         }
 

@@ -271,9 +271,9 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
 
 
 def list_files(uri: str, what: str = "source",
-               keep: Callable[[str], bool] = lambda folder: True) -> tuple[Any, Files, list[str]]:
-    """(filesystem, the source's files to read, the other files of a source folder), each in a stable
-    order (of their paths), in the folders ``keep`` keeps (it is given each folder's path, ending in
+               keep: Callable[[str], bool] = lambda folder: True) -> tuple[Any, Files, dict[str, str]]:
+    """(filesystem, the source's files to read, the other files of a source folder, each with why it is
+    not read), each in a stable order (of their paths), in the folders ``keep`` keeps (it is given each folder's path, ending in
     "/"; a folder it refuses is not listed, nor any folder in it); SourceError, naming the source as
     ``what``, when there is nothing.
 
@@ -281,19 +281,23 @@ def list_files(uri: str, what: str = "source",
     none of :data:`SUFFIXES`, a name with the suffix its first bytes call for (see :func:`_sniffed`),
     so that only kept files are opened. A file named as the source is read whatever its name says:
     as JSON Lines, unless its first bytes call for more. Files whose names start with "." or "_" (a
-    writer's temporary files, markers) are left out."""
+    writer's temporary files, markers) are left out. On a local disk, an entry that is neither a file
+    nor a folder once links are followed (a dangling link, a pipe), or whose name is not UTF-8, is
+    not read either, nor a folder that cannot be listed: one such entry stopped the run, or hung it."""
     try:
         fs, path = filesystem(uri)
     except (ImportError, ValueError) as e:
         raise SourceError(f"{what} {uri!r}: {e}") from None
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
-    files, skipped = Files(fs), []
+    files, skipped = Files(fs), {}
     if not fs.isdir(path):
+        if _local(fs) and not os.path.isfile(path):
+            raise SourceError(f"{what} {uri!r} is neither a file nor a folder")
         cut = path.rfind("/") + 1
         files.add(path[:cut], [path[cut:]], None, skipped, as_named=True)
         return fs, files, skipped
-    for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set()):
+    for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set(), skipped):
         files.add(folder, names, infos, skipped)
     return fs, files, skipped
 
@@ -316,7 +320,7 @@ class Files:
         self._count = 0
         self.held = 0  # about how many bytes of records the files hold (see _EXPANSION)
 
-    def add(self, folder: str, names: list[str], infos: dict[str, dict] | None, skipped: list[str],
+    def add(self, folder: str, names: list[str], infos: dict[str, dict] | None, skipped: dict[str, str],
             as_named: bool = False) -> None:
         """Files of ``folder`` that follow the last ones added (``infos``: their details as an object
         store listed them); those read by no name go to ``skipped``. ``as_named``: read as JSON
@@ -331,7 +335,7 @@ class Files:
                 path = folder + name
                 read_as = (said[name] if name in said else path) or (path if as_named else None)
                 if read_as is None:
-                    skipped.append(path)
+                    skipped[path] = NOT_READ
                     continue
                 size, key = file_key(self._fs, path, infos[name] if infos else None)
                 if read_as != path:
@@ -365,10 +369,12 @@ class Files:
             yield path, self._renamed.get(path, path)
 
 
-def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterator[tuple[str, list[str], dict | None]]:
+def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
+             skipped: dict[str, str]) -> Iterator[tuple[str, list[str], dict | None]]:
     """(folder, the names of files in it that come one after another, their details on an object
     store) under ``folder`` (ending in "/"), at any depth, in the order of their paths: a folder "a/"
-    comes after a file "a.jsonl". The folders ``keep`` refuses are not listed.
+    comes after a file "a.jsonl". The folders ``keep`` refuses are not listed; local entries that
+    cannot be read go to ``skipped``, with why (see :func:`_unreadable`).
 
     A local folder is listed with ``os.scandir``: fsspec's ``find`` made a dict of details of each
     file, 2.4 s and 172 MB for 200,000 files. A link to a local folder is followed (``find`` lists it
@@ -381,8 +387,19 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterato
         if (st.st_dev, st.st_ino) in seen:
             return
         seen.add((st.st_dev, st.st_ino))
-        with os.scandir(folder) as entries:
-            names = sorted(e.name + "/" if e.is_dir() else e.name for e in entries)
+        try:
+            with os.scandir(folder) as entries:
+                listed = list(entries)
+        except OSError as e:
+            skipped[folder] = f"the folder cannot be listed: {e.strerror}"
+            return
+        names = []
+        for e in listed:
+            if not e.name.startswith((".", "_")) and (why := _unreadable(e)):
+                skipped[e.path] = why
+            else:
+                names.append(e.name + "/" if e.is_dir() else e.name)
+        names.sort()
     else:
         infos, here = {}, folder.rstrip("/")
         for info in fs.ls(here, detail=True):
@@ -397,11 +414,26 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set) -> Iterato
             if run:
                 yield folder, run, infos
                 run = []
-            yield from _listing(fs, folder + name, keep, seen)
+            yield from _listing(fs, folder + name, keep, seen, skipped)
         elif not name.startswith((".", "_")):
             run.append(name)
     if run:
         yield folder, run, infos
+
+
+def _unreadable(entry: os.DirEntry) -> str | None:
+    """Why a local folder's entry is read neither as a file nor as a folder, or None."""
+    try:
+        entry.name.encode()
+    except UnicodeEncodeError:
+        return "its name is not UTF-8, which the dataset's source_file column holds"
+    try:
+        if entry.is_dir() or entry.is_file():
+            return None
+        os.stat(entry.path)
+    except OSError as e:  # a dangling link is neither, a link loop raises
+        return f"a link to nothing that can be read: {e.strerror}" if entry.is_symlink() else e.strerror
+    return "neither a file nor a folder (a pipe, a socket or a device)"
 
 
 def _local(fs) -> bool:
