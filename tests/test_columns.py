@@ -620,6 +620,24 @@ OTEL_LINES = {
     "older names with two completions": otel_line(flat(gen_ai__completion__1__content="more")),
     "older names and the current": otel_line(otlp(FLAT_ATTRIBUTES + genai_attributes())),
     "older names, many messages": otel_line(otlp(FLAT_ATTRIBUTES + [kv(f"gen_ai.prompt.{i}.content", "x") for i in range(2, 70)])),
+    "older names, a message without content": otel_line(flat(
+        gen_ai__prompt__2__role="assistant", gen_ai__prompt__2__tool_calls__0__name="add", gen_ai__prompt__3__role="tool",
+        gen_ai__prompt__3__content="5", gen_ai__prompt__4__role="user", gen_ai__prompt__4__content="And 3 plus 4?")),
+    "older names, a message of roles only": otel_line(flat(gen_ai__prompt__0__content=None)),
+    "older names, parts as JSON": otel_line(flat(gen_ai__prompt__1__content=json.dumps([{"type": "text", "text": "Hi"}]))),
+    "older names, text like JSON": otel_line(flat(gen_ai__prompt__1__content=" [1, 2]")),
+    "older names, a choice filtered": otel_line(flat(gen_ai__completion__0__content="FILTERED",
+                                                     gen_ai__completion__0__finish_reason="content_filter")),
+    "older names, a choice that stopped": otel_line(flat(gen_ai__completion__0__finish_reason="stop")),
+    "older names, a tool call": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__tool_calls__0__name="add")),
+    "older names, a second choice only": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__role=None,
+                                                        gen_ai__completion__1__content="5")),
+    "an answer filtered": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
+                                              "finish_reason": "content_filter"}]),
+    "an answer that stopped": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
+                                                  "finish_reason": "stop"}]),
+    "an answer a tool call": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 2}}], "finish_reason": "tool_call"}]),
     "older JSON names": otel_line(OTEL_JSON),
     "older JSON names, texts only": otel_line(json_named([{"role": "user", "content": "hi"}])),
     "older JSON names, an image part": otel_line(json_named([{"role": "user", "content": [
@@ -716,10 +734,12 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
     taken = {names[i] for i in index.tolist()}
     assert {"plain", "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
             "no tokens", "an item without a key", "content outside parts", "an image part",
-            "a part without content", "duplicate key in the messages", "two answers", "unicode", "no version",
+            "a part without content", "duplicate key in the messages", "unicode", "no version",
             "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch", "no ids",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
-            "older prompt names", "older names without a role", "older names with a gap", "older names with two completions",
+            "older prompt names", "older names without a role", "older names, a message without content",
+            "older names, a message of roles only", "older names, a choice that stopped",
+            "an answer that stopped",
             "older names and the current", "older JSON names", "older JSON names, texts only", "older JSON names, an image part",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
             "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
@@ -732,7 +752,10 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "older JSON names with a prompt as a number", "older JSON names with NaN", "older JSON names with a null", "a second resource with a bad value",
                         "no GenAI span", "past int64", "older names with a role as a number", "a span of older JSON names beside",
                         "older names with a content as a number", "older names, many messages", "in the year 2300", "time with a sign", "a null", "a null with spaces",
-                        "a null in the messages", "also ours"}
+                        "a null in the messages", "also ours", "two answers", "older names with a gap",
+                        "older names with two completions", "older names, parts as JSON", "older names, a choice filtered",
+                        "older names, a tool call", "older names, a second choice only", "an answer filtered",
+                        "an answer a tool call"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name

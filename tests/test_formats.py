@@ -95,6 +95,63 @@ def test_older_otel_attribute_names_still_read(attributes):
     assert rec.messages[0].content == "What is 2 plus 3?" and rec.completion == "5" and rec.usage.total_tokens == 21
 
 
+SPAN_ID = "5b8aa5a2d2c872e8321cf37308d69df2:051581bf3cb55c13"
+
+
+def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_a_trace():
+    """An assistant turn of tool calls only has no ``.content`` (OpenLLMetry sets none): the messages
+    after it are read all the same, and the prompt is the last user message."""
+    attributes = [
+        kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?"),
+        kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.1.tool_calls.0.name", "add"),
+        kv("gen_ai.prompt.2.role", "tool"), kv("gen_ai.prompt.2.content", "5"),
+        kv("gen_ai.prompt.3.role", "user"),
+        kv("gen_ai.prompt.3.content", json.dumps([{"type": "text", "text": "And 3 plus 4?"}, {"type": "image_url"}])),
+        kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "7"),
+        kv("gen_ai.completion.0.finish_reason", "stop"),
+        kv("gen_ai.completion.1.role", "assistant"), kv("gen_ai.completion.1.content", "Seven."),
+        kv("gen_ai.response.model", "ctpipe-arith")]
+    traces = normalize(otlp(attributes), "otel")
+    assert [(t["trace_id"], t["completion"]) for t in traces] == [(f"{SPAN_ID}:0", "7"), (f"{SPAN_ID}:1", "Seven.")]
+    rec = decode(json.dumps(traces[0]))
+    assert [(m.role, m.content) for m in rec.messages] == [
+        ("user", "What is 2 plus 3?"), ("assistant", ""), ("tool", "5"), ("user", "And 3 plus 4?")]
+    (one,) = normalize(otlp([kv("gen_ai.prompt.0.content", " [1, 2]"), kv("gen_ai.completion.0.content", "3")]), "otel")
+    assert one["trace_id"] == SPAN_ID and one["messages"] == [{"role": "user", "content": " [1, 2]"}]  # no parts: text
+
+
+@pytest.mark.parametrize("answer, detail", [
+    ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "FILTERED"),
+      kv("gen_ai.completion.0.finish_reason", "content_filter")], "completion 0: the answer was stopped by the content filter"),
+    ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.finish_reason", "tool_calls"),
+      kv("gen_ai.completion.0.tool_calls.0.name", "add")], "completion 0: the answer is a tool call, not text"),
+    ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.refusal", "I can't.")],
+     "completion 0: the answer is a refusal, not text"),
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}]}]))],
+     "output 0: the answer is a tool call, not text"),
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "content_filter", "parts": [
+        {"type": "text", "content": "The answer"}]}]))], "output 0: the answer was stopped by the content filter"),
+], ids=["flattened filtered", "flattened tool call", "flattened refusal", "current tool call", "current filtered"])
+def test_an_otel_answer_that_is_no_text_answer_is_refused_saying_what_it_is(answer, detail):
+    prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?")]
+    if "gen_ai.output.messages" in answer[0]["key"]:
+        prompt = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]))]
+    with pytest.raises(FormatError, match=f"span {SPAN_ID}: {detail}") as e:
+        normalize(otlp(prompt + answer), "otel")
+    assert e.value.reason == "no_text_answer"
+
+
+def test_each_current_otel_output_message_is_a_choice_of_its_own():
+    """semconv: each message of gen_ai.output.messages "represents a single output choice"."""
+    doc = otlp([kv("gen_ai.request.model", "m"),
+                kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "A colour?"}]}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}
+                                                         for text in ("Red.", "Blue.")]))])
+    assert [(t["trace_id"], t["completion"]) for t in normalize(doc, "otel")] == [(f"{SPAN_ID}:0", "Red."),
+                                                                               (f"{SPAN_ID}:1", "Blue.")]
+
+
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")

@@ -500,6 +500,7 @@ class _Part(msgspec.Struct):
 class _GenAIMessage(msgspec.Struct):
     role: str | None = None
     parts: list[_Part] = []
+    finish_reason: str | None = None
 
     def text(self) -> str:  # as formats._parts_text reads it
         one = self.parts[0] if len(self.parts) == 1 else None  # the common case, without a join
@@ -548,6 +549,10 @@ _NANOS = r"^[0-9]{1,19}$"
 _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
 _OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
+_PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
+_OTHER_CHOICES = r"^gen_ai\.completion\.[1-9][0-9]*\.(role|content)$"  # a flattened choice past the first
+# A text that the reader may read as a JSON list of parts: "[" after whitespace (str.isspace's, as _NOT_SPACE).
+_JSON_LIST = "^" + _NOT_SPACE.replace("[^", "[", 1) + "*\\["
 
 
 class _Attributes:
@@ -576,6 +581,11 @@ class _Attributes:
         match = _ok(pc.equal(self.keys, key))
         np.maximum.at(at, self.parents[match], self._positions[match])
         return at
+
+    def count(self, pattern: str) -> np.ndarray:
+        """Per owner, how many of its keys match ``pattern``."""
+        match = _ok(pc.match_substring_regex(self.keys, pattern))
+        return np.bincount(self.parents[match], minlength=self._owners)
 
     def has(self, *keys: str) -> np.ndarray:
         """Per owner, whether it has any of ``keys``."""
@@ -629,34 +639,41 @@ class _Evaluations:
 
 def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa.Array, np.ndarray]:
     """Per span, the messages and the completion of the flattened older names for the spans
-    ``chosen`` (none for the others), as the reader reads them: ``gen_ai.prompt.<i>.content`` and
-    ``.role`` (user when there is none) from 0 while there is a content, and
-    ``gen_ai.completion.0.content`` ("" when there is none); and whether each span's are read so
-    (texts, no more than :data:`_MOST_FLATTENED` messages)."""
+    ``chosen`` (none for the others), as the reader reads them: ``gen_ai.prompt.<i>.role`` (user when
+    there is none) and ``.content`` ("" when there is none) of each index present, and
+    ``gen_ai.completion.0.content`` ("" when there is none); and whether each span's are read so:
+    texts, indices from 0 without a gap (no more than :data:`_MOST_FLATTENED`), none that the reader
+    may read as JSON parts, and one choice, not stopped by the content filter."""
     spans, roles, contents = [], [], []
     ok, going = np.ones(len(chosen), bool), chosen.copy()
+    read = np.zeros(len(chosen), np.int64)  # the prompt's keys read, to be all of them
     for i in range(_MOST_FLATTENED + 1):
         if not going.any():
             break
-        content_at = attrs.find(f"gen_ai.prompt.{i}.content")
-        going &= content_at >= 0
+        content_at, role_at = attrs.find(f"gen_ai.prompt.{i}.content"), attrs.find(f"gen_ai.prompt.{i}.role")
+        going &= (content_at >= 0) | (role_at >= 0)
         at = np.flatnonzero(going)
         if i == _MOST_FLATTENED:
             ok[at] = False
             break
+        read[at] += (content_at[at] >= 0).astype(np.int64) + (role_at[at] >= 0)
         content, content_ok = attrs.pick(content_at[at], _STRING)
-        role, role_ok = attrs.pick(attrs.find(f"gen_ai.prompt.{i}.role")[at], _STRING)
-        ok[at] &= content_ok & role_ok
+        role, role_ok = attrs.pick(role_at[at], _STRING)
+        ok[at] &= content_ok & role_ok & ~_ok(pc.match_substring_regex(content, _JSON_LIST))
         spans.append(at)
         roles.append(pc.fill_null(role, "user"))
-        contents.append(content)
+        contents.append(pc.fill_null(content, ""))
+    ok &= ~chosen | (read == attrs.count(_PROMPT_KEYS))
     span_of = np.concatenate(spans) if spans else np.zeros(0, np.int64)
     order = pa.array(np.argsort(span_of, kind="stable"))  # a span's messages together, in order
     offsets = np.concatenate([[0], np.cumsum(np.bincount(span_of, minlength=len(chosen)))])
     messages = chats(offsets, *(pa.concat_arrays(texts).take(order) if texts else [] for texts in (roles, contents)))
-    completion, completion_ok = (attrs.get("gen_ai.completion.0.content", _STRING) if chosen.any()
-                                 else (pa.nulls(len(chosen), pa.string()), ok))
-    ok &= ~chosen | completion_ok
+    if not chosen.any():
+        return messages, pa.nulls(len(chosen), pa.string()), ok
+    (completion, completion_ok), (finish, finish_ok) = (attrs.get(f"gen_ai.completion.0.{name}", _STRING)
+                                                        for name in ("content", "finish_reason"))
+    ok &= ~chosen | (completion_ok & finish_ok & (attrs.count(_OTHER_CHOICES) == 0)
+                     & ~_ok(pc.equal(finish, "content_filter")) & ~_ok(pc.match_substring_regex(completion, _JSON_LIST)))
     return messages, pc.fill_null(completion, ""), ok
 
 
@@ -690,6 +707,8 @@ def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder) -> tuple
         for m in messages:
             roles.append(m.role)
             texts.append(m.text())
+            if getattr(m, "finish_reason", None) == "content_filter":  # the reader refuses its answer
+                sure[i] = False
         lengths.append(lengths[-1] + len(messages))
     return chats(lengths, roles, texts), sure
 
@@ -733,7 +752,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     # else the older flattened ones, as the reader looks for them.
     current, older_json = attrs.has("gen_ai.input.messages", "gen_ai.output.messages"), attrs.has(*_OLDER_JSON)
     json_named = ~current & older_json
-    flattened = ~current & ~older_json & attrs.has("gen_ai.prompt.0.content")
+    flattened = ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
     genai = current | json_named | flattened
     sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1]
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
@@ -765,7 +784,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
 
     messages, prompts_ok = _messages(inputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
     answers, answers_ok = _messages(outputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
-    ok &= prompts_ok & answers_ok
+    ok &= prompts_ok & answers_ok & _ok(pc.less_equal(pc.list_value_length(answers), 1))  # a trace per choice: the reader's
     completion = _joined(answers)
     for named, older_messages, older_completion, _ in older:
         read = pa.array(named[rows])

@@ -13,8 +13,12 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 * ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
   the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``), or
-  the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened
-  ``gen_ai.prompt.<i>.role``/``.content``). ``gen_ai.evaluation.result`` events become scores.
+  the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened as OpenLLMetry writes them:
+  ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content of typed parts as JSON
+  text; ``gen_ai.completion.<i>.*`` per choice). Each output message (current names) or flattened
+  completion is a choice, and each choice a trace, ids as OpenAI's get them; one that is no text
+  answer (a tool call, a refusal, an answer the content filter stopped) is ``no_text_answer``.
+  ``gen_ai.evaluation.result`` events become scores.
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -256,8 +261,13 @@ def _parts_text(message: dict) -> str:
     return "".join(texts)
 
 
-def _otel_messages(a: dict) -> tuple[list[dict], str] | None:
-    """(input messages, output text) of a GenAI span, from the current or the older attribute names."""
+# OpenLLMetry's flattened names: one attribute per field of each message, numbered from 0.
+_FLATTENED = re.compile(r"gen_ai\.(prompt|completion)\.(0|[1-9][0-9]*)\.(.+)")
+
+
+def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str]]] | None:
+    """(input messages, answers) of a GenAI span, from the current or the older attribute names:
+    each answer (its choice's index, its text) a choice of the model's, to be a trace of its own."""
     if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
         try:
             inputs = json.loads(a.get("gen_ai.input.messages") or "[]")
@@ -265,21 +275,62 @@ def _otel_messages(a: dict) -> tuple[list[dict], str] | None:
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
         messages = [{"role": m.get("role"), "content": _parts_text(m)} for m in inputs if isinstance(m, dict)]
-        return messages, "".join(_parts_text(m) for m in outputs if isinstance(m, dict))
+        answers = []
+        for i, m in enumerate(outputs):  # each message "represents a single output choice"
+            if isinstance(m, dict):
+                text, parts = _parts_text(m), m.get("parts") or []
+                _text_answer(text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
+                             tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))
+                answers.append((i, text))
+        return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
             prompt, completion = json.loads(a.get("gen_ai.prompt") or "[]"), json.loads(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         messages = [{"role": m.get("role"), "content": _text(m.get("content"))} for m in prompt if isinstance(m, dict)]
-        return messages, "".join(_text(m.get("content")) for m in completion if isinstance(m, dict))
-    if "gen_ai.prompt.0.content" in a:  # older still: flattened, one attribute per field
-        messages, i = [], 0
-        while f"gen_ai.prompt.{i}.content" in a:
-            messages.append({"role": a.get(f"gen_ai.prompt.{i}.role", "user"), "content": str(a[f"gen_ai.prompt.{i}.content"])})
-            i += 1
-        return messages, str(a.get("gen_ai.completion.0.content", ""))
-    return None
+        return messages, [(0, "".join(_text(m.get("content")) for m in completion if isinstance(m, dict)))]
+    return _flattened(a, where)
+
+
+def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str]]] | None:
+    """The older flattened names, as OpenLLMetry writes them: ``gen_ai.prompt.<i>.role`` and
+    ``.content`` per message, ``gen_ai.completion.<i>.*`` per choice (``i`` the choice's index). A
+    message without content (an assistant turn of tool calls only) has no ``.content``, so messages
+    are the indices present, in order, not a count from 0."""
+    found: dict[str, dict[int, set[str]]] = {"prompt": {}, "completion": {}}
+    for key in a:
+        m = _FLATTENED.fullmatch(key)
+        if m:
+            found[m[1]].setdefault(int(m[2]), set()).add(m[3])
+    prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content"})
+    if not prompt:
+        return None
+    messages = [{"role": a.get(f"gen_ai.prompt.{i}.role", "user"), "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"))}
+                for i in prompt]
+    answers = []
+    for i in sorted(i for i, fields in found["completion"].items() if fields & {"role", "content"}):
+        text, fields = _flat_content(a.get(f"gen_ai.completion.{i}.content")), found["completion"][i]
+        _text_answer(text, f"{where}: completion {i}", refusal="refusal" in fields,
+                     tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
+                     filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")
+        answers.append((i, text))
+    return messages, answers or [(0, "")]
+
+
+def _flat_content(value: Any) -> str:
+    """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
+    writes as JSON text, as the text of its text parts."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            parts = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
+            return _text(parts)
+    return str(value)
 
 
 def from_otel(doc: dict) -> Iterator[dict]:
@@ -289,11 +340,11 @@ def from_otel(doc: dict) -> Iterator[dict]:
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
             for span in _objects(ss, "spans", "scopeSpans[]."):
                 a = _attrs(span.get("attributes"))
-                content = _otel_messages(a)
+                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
+                content = _otel_messages(a, f"span {span_id}")
                 if content is None:
                     continue
-                messages, completion = content
-                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
+                messages, answers = content
                 try:
                     start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
                 except (KeyError, TypeError, ValueError):
@@ -307,19 +358,20 @@ def from_otel(doc: dict) -> Iterator[dict]:
                         e = _attrs(ev.get("attributes"))
                         scores.append({"name": e.get("gen_ai.evaluation.name"), "value": e.get("gen_ai.evaluation.score.value"),
                                        "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
-                yield {
-                    "trace_id": span_id,
-                    "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
-                    "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
-                    "model": {"name": model, "version": str(resource.get("service.version") or model)},
-                    "messages": messages,
-                    "completion": completion,
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": _total(prompt_tokens, completion_tokens)},
-                    "feedback": {"thumb": None, "rating": None},
-                    "latency_ms": (end - start) / 1e6,
-                    "scores": scores,
-                }
+                for index, completion in answers:  # ids as OpenAI's choices get them
+                    yield {
+                        "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",
+                        "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
+                        "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
+                        "model": {"name": model, "version": str(resource.get("service.version") or model)},
+                        "messages": messages,
+                        "completion": completion,
+                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                  "total_tokens": _total(prompt_tokens, completion_tokens)},
+                        "feedback": {"thumb": None, "rating": None},
+                        "latency_ms": (end - start) / 1e6,
+                        "scores": scores,
+                    }
 
 
 def _epoch(ts: Any, where: str) -> float:
