@@ -500,6 +500,9 @@ EVALUATION = {"name": "gen_ai.evaluation.result", "attributes": [kv("gen_ai.eval
                                                                  kv("gen_ai.evaluation.score.label", "good")]}
 
 
+INSTRUCTIONS = [{"type": "text", "content": "Be brief."}]
+
+
 def changed(attributes: list[dict], **values) -> list[dict]:
     """``attributes`` with ``values`` instead (an attribute's name with dots as double underscores:
     None drops it, a dict is its raw item)."""
@@ -632,6 +635,14 @@ OTEL_LINES = {
     "older names, a tool call": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__tool_calls__0__name="add")),
     "older names, a second choice only": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__role=None,
                                                         gen_ai__completion__1__content="5")),
+    "system instructions": otel_line(inputs=GENAI_INPUT[1:], gen_ai__system_instructions=json.dumps(INSTRUCTIONS)),
+    "system instructions empty": otel_line(gen_ai__system_instructions=""),
+    "system instructions of no parts": otel_line(gen_ai__system_instructions="[]"),
+    "system instructions of an image": otel_line(gen_ai__system_instructions='[{"type": "image", "uri": "u"}]'),
+    "system instructions not JSON": otel_line(gen_ai__system_instructions="Be brief."),
+    "system instructions as a number": otel_line(gen_ai__system_instructions=5),
+    "system instructions an object": otel_line(gen_ai__system_instructions=json.dumps(INSTRUCTIONS[0])),
+    "system instructions and older names": otel_line(otlp(FLAT_ATTRIBUTES + [kv("gen_ai.system_instructions", "[{")])),
     "an answer filtered": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
                                               "finish_reason": "content_filter"}]),
     "an answer that stopped": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
@@ -739,7 +750,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
             "older prompt names", "older names without a role", "older names, a message without content",
             "older names, a message of roles only", "older names, a choice that stopped",
-            "an answer that stopped",
+            "an answer that stopped", "system instructions", "system instructions empty", "system instructions of no parts",
+            "system instructions of an image",
             "older names and the current", "older JSON names", "older JSON names, texts only", "older JSON names, an image part",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
             "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
@@ -755,7 +767,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "a null in the messages", "also ours", "two answers", "older names with a gap",
                         "older names with two completions", "older names, parts as JSON", "older names, a choice filtered",
                         "older names, a tool call", "older names, a second choice only", "an answer filtered",
-                        "an answer a tool call"}
+                        "an answer a tool call", "system instructions not JSON", "system instructions as a number",
+                        "system instructions an object"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name
@@ -777,7 +790,8 @@ def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
     JSON text), each line alone: rows the fast path takes are the reader's."""
     docs = (list(mutated(OTEL)) + list(mutated(OTEL_FLAT)) + list(mutated(OTEL_JSON))
             + [otlp(genai_attributes(inputs, outputs), [EVALUATION]) for inputs, outputs in mutated([GENAI_INPUT, GENAI_OUTPUT])]
-            + [json_named(prompt, completion) for prompt, completion in mutated([OLDER_PROMPT, OLDER_COMPLETION])])
+            + [json_named(prompt, completion) for prompt, completion in mutated([OLDER_PROMPT, OLDER_COMPLETION])]
+            + [otlp(genai_attributes(gen_ai__system_instructions=json.dumps(parts))) for parts in mutated(INSTRUCTIONS)])
     taken = 0
     for doc in docs:
         raw = json.dumps(doc).encode()

@@ -152,6 +152,19 @@ def test_each_current_otel_output_message_is_a_choice_of_its_own():
                                                                                (f"{SPAN_ID}:1", "Blue.")]
 
 
+def test_current_otel_system_instructions_are_the_first_message():
+    doc = otlp([kv("gen_ai.request.model", "m"),
+                kv("gen_ai.system_instructions", json.dumps([{"type": "text", "content": "Be brief."}])),
+                kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "2+3?"}]}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]))])
+    (t,) = normalize(doc, "otel")
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"][1] = kv("gen_ai.system_instructions", "Be brief.")
+    with pytest.raises(FormatError, match="gen_ai.system_instructions is not JSON") as e:
+        normalize(doc, "otel")
+    assert e.value.reason == "invalid_json"
+
+
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")

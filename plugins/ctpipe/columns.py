@@ -502,10 +502,13 @@ class _GenAIMessage(msgspec.Struct):
     parts: list[_Part] = []
     finish_reason: str | None = None
 
-    def text(self) -> str:  # as formats._parts_text reads it
-        one = self.parts[0] if len(self.parts) == 1 else None  # the common case, without a join
-        return one.content if one is not None and one.type == "text" else "".join(
-            p.content for p in self.parts if p.type == "text")
+    def text(self) -> str:
+        return _parts_text(self.parts)
+
+
+def _parts_text(parts: list[_Part]) -> str:  # as formats._parts_text reads them
+    one = parts[0] if len(parts) == 1 else None  # the common case, without a join
+    return one.content if one is not None and one.type == "text" else "".join(p.content for p in parts if p.type == "text")
 
 
 class _TextPart(msgspec.Struct):
@@ -527,6 +530,7 @@ class _OlderMessage(msgspec.Struct):
 
 _OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
 _GENAI_MESSAGES = msgspec.json.Decoder(list[_GenAIMessage])
+_PARTS = msgspec.json.Decoder(list[_Part])  # gen_ai.system_instructions
 _OLDER_MESSAGES = msgspec.json.Decoder(list[_OlderMessage])
 _ANY_VALUE = pa.struct([("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
                         ("boolValue", pa.bool_())])
@@ -695,21 +699,27 @@ def _older_json(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, p
     return messages.take(spread), texts.take(spread), ok
 
 
-def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder) -> tuple[pa.ListArray, np.ndarray]:
+def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder,
+              system: list[str | None] | None = None) -> tuple[pa.ListArray, np.ndarray]:
     """Each JSON messages attribute (None or "" is none) as the list of messages ``decoder`` reads,
-    with the ``text()`` of each; and whether it could be read so (otherwise the reader decides)."""
+    with the ``text()`` of each, after a system message of the JSON parts of ``system`` when it has
+    some; and whether it could be read so (otherwise the reader decides)."""
     lengths, roles, texts, sure = [0], [], [], np.ones(len(encoded), bool)
     for i, text in enumerate(encoded):
         try:
             messages = decoder.decode(text or "[]")
+            instructions = _PARTS.decode(system[i]) if system is not None and system[i] else []
         except (msgspec.DecodeError, RecursionError):
-            messages, sure[i] = [], False
+            messages, instructions, sure[i] = [], [], False
+        if instructions:
+            roles.append("system")
+            texts.append(_parts_text(instructions))
         for m in messages:
             roles.append(m.role)
             texts.append(m.text())
             if getattr(m, "finish_reason", None) == "content_filter":  # the reader refuses its answer
                 sure[i] = False
-        lengths.append(lengths[-1] + len(messages))
+        lengths.append(lengths[-1] + len(messages) + bool(instructions))
     return chats(lengths, roles, texts), sure
 
 
@@ -782,7 +792,10 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(ns.astype(np.float64) / 1e9) for ns in nanos)
     ok &= start_ok & end_ok
 
-    messages, prompts_ok = _messages(inputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
+    instructions, instructions_ok = attrs.get("gen_ai.system_instructions", _STRING)
+    ok &= instructions_ok[rows]
+    messages, prompts_ok = _messages(inputs[0].take(take).to_pylist(), _GENAI_MESSAGES,
+                                     instructions.take(take).to_pylist())
     answers, answers_ok = _messages(outputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
     ok &= prompts_ok & answers_ok & _ok(pc.less_equal(pc.list_value_length(answers), 1))  # a trace per choice: the reader's
     completion = _joined(answers)

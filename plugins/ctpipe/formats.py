@@ -12,7 +12,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   refused as ``no_text_answer``.
 * ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
-  the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``), or
+  the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``; the
+  system prompt, which ``gen_ai.system_instructions`` keeps apart as JSON parts, first), or
   the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened as OpenLLMetry writes them:
   ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content of typed parts as JSON
   text; ``gen_ai.completion.<i>.*`` per choice). Each output message (current names) or flattened
@@ -261,6 +262,22 @@ def _parts_text(message: dict) -> str:
     return "".join(texts)
 
 
+def _system_instructions(a: dict) -> list[dict]:
+    """The system prompt, which the current names keep apart from the input messages in
+    ``gen_ai.system_instructions`` (JSON parts, as a message's), as the first message: none when
+    the attribute is absent, empty or an empty list."""
+    text = a.get("gen_ai.system_instructions")
+    if not text:
+        return []
+    try:
+        parts = json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
+    if not isinstance(parts, list):
+        raise FormatError("invalid_field", f"gen_ai.system_instructions={str(parts)[:80]} is not a list of parts")
+    return [{"role": "system", "content": _parts_text({"parts": parts})}] if parts else []
+
+
 # OpenLLMetry's flattened names: one attribute per field of each message, numbered from 0.
 _FLATTENED = re.compile(r"gen_ai\.(prompt|completion)\.(0|[1-9][0-9]*)\.(.+)")
 
@@ -274,7 +291,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             outputs = json.loads(a.get("gen_ai.output.messages") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
-        messages = [{"role": m.get("role"), "content": _parts_text(m)} for m in inputs if isinstance(m, dict)]
+        messages = _system_instructions(a) + [{"role": m.get("role"), "content": _parts_text(m)}
+                                              for m in inputs if isinstance(m, dict)]
         answers = []
         for i, m in enumerate(outputs):  # each message "represents a single output choice"
             if isinstance(m, dict):
