@@ -643,6 +643,12 @@ OTEL_LINES = {
     "system instructions as a number": otel_line(gen_ai__system_instructions=5),
     "system instructions an object": otel_line(gen_ai__system_instructions=json.dumps(INSTRUCTIONS[0])),
     "system instructions and older names": otel_line(otlp(FLAT_ATTRIBUTES + [kv("gen_ai.system_instructions", "[{")])),
+    "a chat span": otel_line(gen_ai__operation__name="chat"),
+    "an agent's span": otel_line(gen_ai__operation__name="invoke_agent"),
+    "an agent's span beside a chat span": otel_line({"resourceSpans": [{**OTEL["resourceSpans"][0], "scopeSpans": [
+        {"spans": [otlp(genai_attributes(gen_ai__operation__name="invoke_agent"))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]]},
+        with_span({"spanId": "s2"})["resourceSpans"][0]["scopeSpans"][0]]}]}),
+    "an operation as a number": otel_line(gen_ai__operation__name=3),
     "an answer filtered": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
                                               "finish_reason": "content_filter"}]),
     "an answer that stopped": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
@@ -751,7 +757,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "older prompt names", "older names without a role", "older names, a message without content",
             "older names, a message of roles only", "older names, a choice that stopped",
             "an answer that stopped", "system instructions", "system instructions empty", "system instructions of no parts",
-            "system instructions of an image",
+            "system instructions of an image", "a chat span", "an agent's span beside a chat span",
             "older names and the current", "older JSON names", "older JSON names, texts only", "older JSON names, an image part",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
             "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
@@ -768,7 +774,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "older names with two completions", "older names, parts as JSON", "older names, a choice filtered",
                         "older names, a tool call", "older names, a second choice only", "an answer filtered",
                         "an answer a tool call", "system instructions not JSON", "system instructions as a number",
-                        "system instructions an object"}
+                        "system instructions an object", "an agent's span", "an operation as a number"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name

@@ -165,6 +165,18 @@ def test_current_otel_system_instructions_are_the_first_message():
     assert e.value.reason == "invalid_json"
 
 
+def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_them():
+    messages = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "2+3?"}]}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]))]
+    spans = []
+    for i, operation in enumerate(["invoke_agent", "create_agent", "execute_tool", "embeddings", "chat", None]):
+        span = otlp(([kv("gen_ai.operation.name", operation)] if operation else []) + messages)["resourceSpans"][0]
+        span = span["scopeSpans"][0]["spans"][0]
+        spans.append({**span, "spanId": f"s{i}"})
+    doc = {"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]}
+    assert [t["trace_id"].split(":")[1] for t in normalize(doc, "otel")] == ["s4", "s5"]
+
+
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ctpipe import traces
+from ctpipe import formats, traces
 from ctpipe.datasets import MESSAGES, SCORES
 
 _TIME = pa.timestamp("us", tz="UTC")
@@ -759,12 +759,16 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     attrs = _Attributes(span["attributes"])
     inputs, outputs = (attrs.get(f"gen_ai.{side}.messages", _STRING) for side in ("input", "output"))
     # Which names a span's messages are read from: the current ones, or else the older JSON ones, or
-    # else the older flattened ones, as the reader looks for them.
-    current, older_json = attrs.has("gen_ai.input.messages", "gen_ai.output.messages"), attrs.has(*_OLDER_JSON)
+    # else the older flattened ones, as the reader looks for them; of a model call's span only.
+    operation_at = attrs.find("gen_ai.operation.name")
+    operation, operation_ok = attrs.pick(operation_at, _STRING)
+    model_call = (operation_at < 0) | _ok(pc.is_in(operation, value_set=pa.array(formats.MODEL_CALLS)))
+    current = model_call & attrs.has("gen_ai.input.messages", "gen_ai.output.messages")
+    older_json = model_call & attrs.has(*_OLDER_JSON)
     json_named = ~current & older_json
-    flattened = ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
+    flattened = model_call & ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
     genai = current | json_named | flattened
-    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1]
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
         sure &= older_ok

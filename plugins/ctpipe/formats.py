@@ -19,7 +19,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   text; ``gen_ai.completion.<i>.*`` per choice). Each output message (current names) or flattened
   completion is a choice, and each choice a trace, ids as OpenAI's get them; one that is no text
   answer (a tool call, a refusal, an answer the content filter stopped) is ``no_text_answer``.
-  ``gen_ai.evaluation.result`` events become scores.
+  Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
+  ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
+  are. ``gen_ai.evaluation.result`` events become scores.
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
@@ -210,6 +212,12 @@ def from_openai(doc: dict) -> Iterator[dict]:
         }
 
 
+# The operations of a span that is a model call (or none: older instrumentations name none). An
+# agent's span (invoke_agent, create_agent) carries messages too, the whole conversation's or its
+# final answer, which the model calls under it already hold; a tool's or an embedding's is no answer.
+MODEL_CALLS = ("chat", "text_completion", "generate_content")
+
+
 def _otel_value(v: dict) -> Any:
     """An OTLP ``AnyValue`` as a Python value (intValue arrives as a string in OTLP JSON)."""
     if "stringValue" in v:
@@ -352,12 +360,15 @@ def _flat_content(value: Any) -> str:
 
 
 def from_otel(doc: dict) -> Iterator[dict]:
-    """One trace per GenAI span of an OTLP JSON export; other spans (HTTP, DB, ...) are skipped."""
+    """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
+    DB, agents, tools, embeddings, ...) are skipped."""
     for rs in _objects(doc, "resourceSpans", ""):
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
             for span in _objects(ss, "spans", "scopeSpans[]."):
                 a = _attrs(span.get("attributes"))
+                if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
+                    continue
                 span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
                 content = _otel_messages(a, f"span {span_id}")
                 if content is None:
