@@ -649,6 +649,11 @@ OTEL_LINES = {
         {"spans": [otlp(genai_attributes(gen_ai__operation__name="invoke_agent"))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]]},
         with_span({"spanId": "s2"})["resourceSpans"][0]["scopeSpans"][0]]}]}),
     "an operation as a number": otel_line(gen_ai__operation__name=3),
+    "content on events": otel_line(otlp([kv("gen_ai.request.model", "m")], [
+        {"name": "gen_ai.content.prompt", "attributes": [kv("gen_ai.prompt", json.dumps(OLDER_PROMPT))]},
+        {"name": "gen_ai.content.completion", "attributes": [kv("gen_ai.completion", json.dumps(OLDER_COMPLETION))]}])),
+    "content on events beside a GenAI span": otel_line({"resourceSpans": OTEL["resourceSpans"] + otlp([], [
+        {"name": "gen_ai.content.prompt", "attributes": [kv("gen_ai.prompt", json.dumps(OLDER_PROMPT))]}])["resourceSpans"]}),
     "an answer filtered": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
                                               "finish_reason": "content_filter"}]),
     "an answer that stopped": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
@@ -774,7 +779,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "older names with two completions", "older names, parts as JSON", "older names, a choice filtered",
                         "older names, a tool call", "older names, a second choice only", "an answer filtered",
                         "an answer a tool call", "system instructions not JSON", "system instructions as a number",
-                        "system instructions an object", "an agent's span", "an operation as a number"}
+                        "system instructions an object", "an agent's span", "an operation as a number", "content on events",
+                        "content on events beside a GenAI span"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name

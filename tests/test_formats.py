@@ -177,6 +177,15 @@ def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_
     assert [t["trace_id"].split(":")[1] for t in normalize(doc, "otel")] == ["s4", "s5"]
 
 
+def test_semconv_1_26_content_on_span_events_is_read_as_on_the_span():
+    prompt = json.dumps([{"role": "user", "content": "What is 2 plus 3?"}])
+    doc = otlp([kv("gen_ai.request.model", "m")], [
+        {"name": "gen_ai.content.prompt", "attributes": [kv("gen_ai.prompt", prompt)]},
+        {"name": "gen_ai.content.completion", "attributes": [kv("gen_ai.completion", '[{"role": "assistant", "content": "5"}]')]}])
+    (t,) = normalize(doc, "otel")
+    assert t["trace_id"] == SPAN_ID and t["messages"][-1]["content"] == "What is 2 plus 3?" and t["completion"] == "5"
+
+
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")

@@ -14,11 +14,13 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
   the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``; the
   system prompt, which ``gen_ai.system_instructions`` keeps apart as JSON parts, first), or
-  the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, or flattened as OpenLLMetry writes them:
-  ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content of typed parts as JSON
-  text; ``gen_ai.completion.<i>.*`` per choice). Each output message (current names) or flattened
-  completion is a choice, and each choice a trace, ids as OpenAI's get them; one that is no text
-  answer (a tool call, a refusal, an answer the content filter stopped) is ``no_text_answer``.
+  the older ``gen_ai.prompt`` / ``gen_ai.completion`` (JSON, on the span or, as semconv v1.26
+  and v1.27 put them, on its ``gen_ai.content.prompt`` / ``.completion`` events; or flattened as
+  OpenLLMetry writes them: ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content
+  of typed parts as JSON text; ``gen_ai.completion.<i>.*`` per choice). Each output message
+  (current names) or flattened completion is a choice, and each choice a trace, ids as OpenAI's
+  get them; one that is no text answer (a tool call, a refusal, an answer the content filter
+  stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
   ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
   are. ``gen_ai.evaluation.result`` events become scores.
@@ -359,6 +361,22 @@ def _flat_content(value: Any) -> str:
     return str(value)
 
 
+# semconv v1.26 and v1.27 put the content on span events, each with one attribute of the older name.
+_CONTENT_EVENTS = {"gen_ai.content.prompt": "gen_ai.prompt", "gen_ai.content.completion": "gen_ai.completion"}
+
+
+def _with_content_events(span: dict, a: dict) -> dict:
+    """A span's attributes with those of its content events, read as if on the span (the span's own win)."""
+    found = {}
+    for ev in span.get("events") if isinstance(span.get("events"), list) else []:
+        name = ev.get("name") if isinstance(ev, dict) else None
+        if isinstance(name, str) and name in _CONTENT_EVENTS:
+            e = _attrs(ev.get("attributes"))
+            if _CONTENT_EVENTS[name] in e:
+                found[_CONTENT_EVENTS[name]] = e[_CONTENT_EVENTS[name]]
+    return {**found, **a} if found else a
+
+
 def from_otel(doc: dict) -> Iterator[dict]:
     """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
     DB, agents, tools, embeddings, ...) are skipped."""
@@ -369,6 +387,7 @@ def from_otel(doc: dict) -> Iterator[dict]:
                 a = _attrs(span.get("attributes"))
                 if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
                     continue
+                a = _with_content_events(span, a)
                 span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
                 content = _otel_messages(a, f"span {span_id}")
                 if content is None:
