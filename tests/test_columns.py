@@ -725,6 +725,8 @@ OTEL_REFUSED = {
     "times as numbers": otel_line(with_span({"startTimeUnixNano": 1795340000000000000})),
     "an integer as a number": otel_line(other={"key": "other", "value": {"intValue": 5}}),
     "attributes not a list": otel_line(with_span({"attributes": {"k": "v"}})),
+    "a score NaN": otel_line(with_span({"events": [{"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.name", "judge"), {"key": "gen_ai.evaluation.score.value", "value": {"doubleValue": "NaN"}}]}]})),
     "duplicate key": otel_line().replace(b'"spanId": ', b'"spanId": "s0", "spanId": ', 1),
 }
 

@@ -186,6 +186,23 @@ def test_semconv_1_26_content_on_span_events_is_read_as_on_the_span():
     assert t["trace_id"] == SPAN_ID and t["messages"][-1]["content"] == "What is 2 plus 3?" and t["completion"] == "5"
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_score_is_refused_as_a_non_finite_number_in_otlp_and_langfuse(value):
+    """OTLP JSON writes a non-finite double as a string; a Langfuse Parquet export holds it as a float."""
+    from ctpipe.formats import langfuse_entry
+
+    messages = [kv("gen_ai.prompt.0.content", "What is 2 plus 3?"), kv("gen_ai.completion.0.content", "5")]
+    evaluation = {"name": "gen_ai.evaluation.result", "attributes": [
+        kv("gen_ai.evaluation.name", "judge"), {"key": "gen_ai.evaluation.score.value", "value": {"doubleValue": value}}]}
+    with pytest.raises(FormatError, match=f"span {SPAN_ID}: .*gen_ai.evaluation.score.value is") as e:
+        normalize(otlp(messages, [evaluation]), "otel")
+    assert e.value.reason == "non_finite_number"
+    for kind in ("NUMERIC", "BOOLEAN"):
+        with pytest.raises(FormatError, match="score s1: value is") as e:
+            langfuse_entry({"id": "s1", "traceId": "t1", "name": "q", "value": float(value), "dataType": kind, "source": "API"})
+        assert e.value.reason == "non_finite_number"
+
+
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")

@@ -37,6 +37,7 @@ reported, never guessed at.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import re
 from collections.abc import Iterable, Iterator
@@ -404,7 +405,9 @@ def from_otel(doc: dict) -> Iterator[dict]:
                 for ev in _objects(span, "events", f"span {span_id}: "):
                     if ev.get("name") == "gen_ai.evaluation.result":
                         e = _attrs(ev.get("attributes"))
-                        scores.append({"name": e.get("gen_ai.evaluation.name"), "value": e.get("gen_ai.evaluation.score.value"),
+                        value = _finite(e.get("gen_ai.evaluation.score.value"),
+                                        f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
+                        scores.append({"name": e.get("gen_ai.evaluation.name"), "value": value,
                                        "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
                 for index, completion in answers:  # ids as OpenAI's choices get them
                     yield {
@@ -438,8 +441,17 @@ def _score(row: dict) -> dict:
     numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)  # Parquet decimals too
     if kind != "CATEGORICAL" and not numeric:
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
-    return {"name": row.get("name"), "value": None if kind == "CATEGORICAL" else float(value),
-            "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
+    value = None if kind == "CATEGORICAL" else _finite(float(value), f"score {row.get('id')}: value")
+    return {"name": row.get("name"), "value": value, "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
+
+
+def _finite(value: Any, where: str) -> Any:
+    """``value``, unless it is a float that is NaN or infinite: such a score is no score, and JSON
+    itself has no such number (OTLP JSON writes them as strings, Parquet holds them), so the record
+    is refused as a line of JSON holding ``NaN`` is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FormatError("non_finite_number", f"{where} is {value}")
+    return value
 
 
 def _langfuse_messages(value: Any) -> list[dict]:
