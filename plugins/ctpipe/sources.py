@@ -46,7 +46,7 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -440,22 +440,17 @@ def _local(fs) -> bool:
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
 
-def _in_turn(fn: Callable[[Any], Any], items: Iterable, fs=None, waits: Callable[[Any], bool] = lambda item: True) -> Iterator:
-    """``fn`` of each item, in the items' order: on an object store (``fs``), the calls that ``waits``
-    says wait on it up to :data:`_AHEAD` at once in threads, since each waits a round trip or more;
-    elsewhere one after another. A thousand one-trace objects at 20 ms a request took 54 s one after
-    another (two requests each)."""
+def _in_turn(fn: Callable[[Any], Any], items: Iterable, fs=None) -> Iterator:
+    """``fn`` of each item, in the items' order: on an object store (``fs``), up to :data:`_AHEAD` at
+    once in threads, since each call waits a round trip or more; elsewhere one after another. A
+    thousand one-trace objects at 20 ms a request took 54 s one after another (two requests each)."""
     if fs is None or _local(fs):
         yield from map(fn, items)
         return
     pool, pending = ThreadPoolExecutor(_AHEAD), deque()
     try:
         for item in items:
-            if waits(item):
-                pending.append(pool.submit(fn, item))
-            else:
-                pending.append(Future())
-                pending[-1].set_result(fn(item))
+            pending.append(pool.submit(fn, item))
             if len(pending) == _AHEAD:
                 yield pending.popleft().result()
         while pending:
@@ -1319,26 +1314,22 @@ def _batch_sizes(meta, probed: int) -> list[tuple[int, list[int]]]:
 
 def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
     """Every file's blocks, in order (``files``: each with the name it is read by, see :func:`list_files`).
-    The small objects of a store that this process reads whole are fetched ahead of their turn, many at
-    once (see :func:`_in_turn`)."""
+    A store's small objects are read whole here, ahead of their turn, many at once (see :func:`_in_turn`)."""
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     local, ranged = _local(fs), bool(protocols & _RANGED)
 
-    def read_here(item: tuple[str, str]) -> bool:
-        return not (local or ranged and not item[1].endswith(_READ_HERE))
-
     def fetched(item: tuple[str, str]) -> tuple[str, str, Any]:
-        """(file, name, what to open it from): its bytes when it is a small object read here whole."""
+        """(file, name, what to open it from): its bytes when it is a small object."""
         file, name = item
         try:
-            if read_here(item) and fs.info(file)["size"] <= _FETCHED:
+            if fs.info(file)["size"] <= _FETCHED:
                 with fs.open(file, "rb") as f:
                     return file, name, _Fetched(f.read())
         except Exception:  # noqa: BLE001 - read again in its turn, which reports what fails
             pass
         return file, name, fs
 
-    for file, name, src in _in_turn(fetched, files.items(), fs, read_here):
+    for file, name, src in _in_turn(fetched, files.items(), None if local else fs):
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
         if layout == "document":
             yield Block(file, 1, data=records)
@@ -1350,17 +1341,16 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             yield from _jsonl_blocks(src, file, name)
         elif local:
             yield from _plain_blocks(file)
-        elif ranged:
+        elif ranged and src is fs:
             yield from _ranged_blocks(fs, file)
         else:
             yield from _jsonl_blocks(src, file, name)
 
 
-# What this process reads of a file on a store with ranged reads, where a plain file's blocks are
-# loaded by the workers: all of it.
-_READ_HERE = (*_JSON, ".parquet", *_COMPRESSED)
-# An object fetched ahead whole at most: a round trip is worth about this much transfer, and with
-# _AHEAD fetched at once, this process holds 16 MB of them at most.
+# An object fetched ahead whole at most, by this process (a larger plain one is cut where it lies, its
+# blocks loaded by the workers): a round trip is worth about this much transfer, and with _AHEAD
+# fetched at once, this process holds 16 MB of them at most. A small plain object loaded by a worker
+# cost two requests there (its bytes, and its details, to see it unchanged), one after another.
 _FETCHED = 1 << 18
 
 
