@@ -1331,9 +1331,10 @@ def materialize(
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     lag = dataset.partition_lag()
     fs, files, skipped = sources.list_files(source, keep=lambda folder: _may_hold(folder, start, end, lag))
-    if skipped:  # named in the manifest too, all of them
-        log.warning("%d files of the source are not read (of each, %s): %s", len(skipped), sources.NOT_READ,
-                    ", ".join(skipped[:20] + ["..."] * (len(skipped) > 20)))
+    if skipped:  # named in the manifest too, all of them, with why
+        log.warning("%d files of the source are not read: %s", len(skipped),
+                    "; ".join([f"{path}: {why}" for path, why in itertools.islice(skipped.items(), 20)]
+                              + ["..."] * (len(skipped) > 20)))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = _eval_items(task, dataset)
