@@ -865,6 +865,8 @@ LANGFUSE_LINES = {
     "start with six digits": langfuse_line(("startTime", "2026-11-22T10:00:00.123456Z")),
     "start with seven digits": langfuse_line(("startTime", "2026-11-22T10:00:00.1234567Z")),
     "start naive": langfuse_line(("startTime", "2026-11-22T10:00:00")),
+    "both naive": langfuse_line(("startTime", "2026-11-22T10:00:00.25"), ("endTime", "2026-11-22T10:00:01.5")),
+    "naive with a space": langfuse_line(("startTime", "2026-11-22 10:00:00"), ("endTime", ...)),
     "start null": langfuse_line(("startTime", None)),
     "start in 2300": langfuse_line(("startTime", "2300-01-01T00:00:00Z"), ("endTime", ...)),
     "start before 1970": langfuse_line(("startTime", "1969-12-31T23:59:59Z")),
@@ -926,10 +928,10 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
     assert {"plain", "no nulls", "own version", "own version empty", "no end", "end null", "end empty",
             "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
             "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
-            "unicode"} <= taken
+            "unicode", "start naive", "both naive"} <= taken
     assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
-                        "content as parts", "output as text", "start naive", "start in 2300", "February 30th",
+                        "content as parts", "output as text", "start in 2300", "February 30th",
                         "count as a float", "model as a number", "usage as text", "role as a number", "count past int64"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name

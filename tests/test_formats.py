@@ -254,6 +254,26 @@ def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_or
         langfuse_entry({"id": "x", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"})
 
 
+def test_langfuse_times_without_a_zone_are_utc_whatever_the_hosts_zone(monkeypatch):
+    import time
+    from datetime import datetime
+
+    def generation(start, end):
+        return {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": start, "endTime": end, "model": "m",
+                "input": [{"role": "user", "content": "q"}], "output": "a"}
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        for row in (generation("2026-11-22T10:30:00", "2026-11-22T10:30:01.5"),  # JSON text
+                    generation(datetime(2026, 11, 22, 10, 30), datetime(2026, 11, 22, 10, 30, 1, 500000))):  # naive Parquet
+            (t,) = _joined([row])
+            assert (t["start_time"], t["end_time"]) == ("2026-11-22T10:30:00+00:00", "2026-11-22T10:30:01.500000+00:00")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole_export():
     """A trace's rows joined without the others give what the whole export does: ids of other types
     (1 is not "1") and Parquet's datetimes come back as they went in, the last release read wins."""

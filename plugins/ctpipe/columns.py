@@ -49,6 +49,7 @@ _JSON_SCHEMA = pa.schema([(name, pa.string() if t == _TIME else t) for name, t i
 _PARSE = pj.ParseOptions(explicit_schema=_JSON_SCHEMA, unexpected_field_behavior="ignore")
 # RFC 3339 as msgspec reads it, with a zone and at most microseconds; anything else takes the exact path.
 _RFC3339 = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$"
+_NAIVE = _RFC3339[:_RFC3339.index("(Z|")] + "$"  # the same, without a zone
 # A character that is not whitespace by Python's str.isspace (which the exact path's blank check uses).
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
@@ -405,8 +406,8 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
     n = table.num_rows
     col = {name: table[name].combine_chunks() for name in table.column_names}
     # Times as the reader makes them: an ISO time's float seconds, then datetime.fromtimestamp.
-    start_text = col["startTime"]
-    end_text = pc.coalesce(_empty_as_null(col["endTime"]), start_text)  # no end (or ""): the start
+    start_text = _utc(col["startTime"])
+    end_text = pc.coalesce(_empty_as_null(_utc(col["endTime"])), start_text)  # no end (or ""): the start
     seconds, sure = [], np.ones(n, bool)
     for text in (start_text, end_text):
         checked = _ok(pc.match_substring_regex(text, _RFC3339))
@@ -469,6 +470,11 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
     }
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
+def _utc(text: pa.Array) -> pa.Array:
+    """Langfuse's times, those without a zone in UTC (as the reader takes them): "Z" added."""
+    return pc.if_else(_ok(pc.match_substring_regex(text, _NAIVE)), pc.binary_join_element_wise(text, "Z", ""), text)
 
 
 def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArray:

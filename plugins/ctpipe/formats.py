@@ -28,6 +28,7 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
   generations by id, across files, so :func:`join_langfuse` takes an interval's rows at once.
+  A time without a zone (text, or a naive Parquet timestamp) is UTC, as Langfuse's exports are.
 * ``ctpipe``: our own schema, unchanged.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
@@ -426,10 +427,13 @@ def from_otel(doc: dict) -> Iterator[dict]:
 
 
 def _epoch(ts: Any, where: str) -> float:
+    """Seconds since 1970 of a Langfuse time (ISO 8601 text, or a Parquet timestamp's datetime): one
+    without a zone is UTC, as Langfuse keeps and exports them, not the host's local time."""
     try:
-        return datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+        at = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
     except ValueError:
         raise FormatError("invalid_field", f"{where}={ts!r} is not an ISO 8601 time") from None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _score(row: dict) -> dict:
