@@ -905,6 +905,9 @@ LANGFUSE_LINES = {
     "usage as text": langfuse_line(("usage", "many")),
     "role as a number": langfuse_line(("input.0.role", 1)),
     "count past int64": langfuse_line(("usageDetails.input", 2**63)),
+    "snake case": json.dumps({"id": "g1", "trace_id": "t1", "type": "GENERATION", "start_time": LANGFUSE["startTime"],
+                              "provided_model_name": "assistant", "input": LANGFUSE["input"], "output": LANGFUSE["output"],
+                              "usage_details": LANGFUSE["usageDetails"]}).encode(),
 }
 # Lines pyarrow refuses, so that the generations read with them go to the exact path.
 LANGFUSE_REFUSED = {
@@ -932,7 +935,8 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
     assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",
-                        "count as a float", "model as a number", "usage as text", "role as a number", "count past int64"}
+                        "count as a float", "model as a number", "usage as text", "role as a number", "count past int64",
+                        "snake case"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]

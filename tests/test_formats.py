@@ -274,6 +274,31 @@ def test_langfuse_times_without_a_zone_are_utc_whatever_the_hosts_zone(monkeypat
         time.tzset()
 
 
+def test_langfuse_blob_storage_exports_in_snake_case_join_as_the_apis_camel_case():
+    rows = [
+        {"id": "g1", "trace_id": "t1", "type": "GENERATION", "start_time": "2026-11-22T10:00:00.000Z",
+         "end_time": "2026-11-22T10:00:00.120Z", "provided_model_name": "ctpipe-arith", "parent_observation_id": None,
+         "input": [{"role": "user", "content": "What is 2 plus 3?"}], "output": {"role": "assistant", "content": "5"},
+         "usage_details": {"input": 19, "output": 2, "total": 21}},
+        {"id": "s1", "trace_id": "t1", "observation_id": "g1", "name": "correct", "value": 1, "string_value": None,
+         "data_type": "BOOLEAN", "source": "EVAL"},
+        {"id": "s2", "trace_id": "t1", "observation_id": None, "name": "tone", "value": 0, "string_value": "polite",
+         "data_type": "CATEGORICAL", "source": "API"},
+        {"id": "t1", "timestamp": "2026-11-22T10:00:00Z", "release": "3", "session_id": None},
+    ]
+    assert {detect(r) for r in rows} == {"langfuse"}
+    (t,) = _joined(rows)
+    rec = decode(json.dumps(t))
+    assert rec.trace_id == "t1:g1" and rec.model.name == "ctpipe-arith" and rec.model.version == "3"
+    assert rec.usage.total_tokens == 21 and rec.completion == "5" and rec.latency_ms == pytest.approx(120.0)
+    assert t["scores"] == [{"name": "correct", "value": 1.0, "label": None, "source": "eval"},
+                           {"name": "tone", "value": None, "label": "polite", "source": "api"}]
+    from ctpipe.formats import joined
+
+    line, _ = joined((json.dumps(rows[0]).encode(), None, [], "3"))  # a generation read from a JSON line
+    assert line == {**t, "scores": []}
+
+
 def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole_export():
     """A trace's rows joined without the others give what the whole export does: ids of other types
     (1 is not "1") and Parquet's datetimes come back as they went in, the last release read wins."""

@@ -29,6 +29,7 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   (their ``release``/``version`` name the model version). Scores and traces attach to
   generations by id, across files, so :func:`join_langfuse` takes an interval's rows at once.
   A time without a zone (text, or a naive Parquet timestamp) is UTC, as Langfuse's exports are.
+  The columns may be named in camelCase (the API's) or snake_case (the blob-storage export's).
 * ``ctpipe``: our own schema, unchanged.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
@@ -121,13 +122,32 @@ def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
     >>> langfuse_kind({"id": "s", "traceId": "t", "name": "correct", "dataType": "BOOLEAN", "source": "EVAL"})
     'score'
     """
-    if "traceId" in doc and "type" in doc and "startTime" in doc:
+    if ("traceId" in doc and "startTime" in doc or "trace_id" in doc and "start_time" in doc) and "type" in doc:
         return "observation"
-    if "traceId" in doc and "dataType" in doc and "source" in doc and "name" in doc:
+    if ("traceId" in doc and "dataType" in doc or "trace_id" in doc and "data_type" in doc) and "source" in doc and "name" in doc:
         return "score"
-    if "id" in doc and "timestamp" in doc and ("release" in doc or "observations" in doc or "sessionId" in doc):
+    if "id" in doc and "timestamp" in doc and ("release" in doc or "observations" in doc or "sessionId" in doc
+                                               or "session_id" in doc):
         return "trace"
     return None
+
+
+# Langfuse's blob-storage export (its S3/GCS integration) names the columns in snake_case, where
+# its API and the exports of its UI use camelCase, which the readers read.
+_CAMEL_CASE = {"trace_id": "traceId", "observation_id": "observationId", "start_time": "startTime",
+               "end_time": "endTime", "provided_model_name": "model", "usage_details": "usageDetails",
+               "data_type": "dataType", "string_value": "stringValue", "session_id": "sessionId"}
+
+
+def _camel_case(row: dict) -> dict:
+    """A Langfuse row with its snake_case columns under the camelCase names too (a camelCase one wins)."""
+    snake = _CAMEL_CASE.keys() & row.keys()
+    if not snake:
+        return row
+    out = dict(row)
+    for key in snake:
+        out.setdefault(_CAMEL_CASE[key], row[key])
+    return out
 
 
 def _iso(epoch_s: float, where: str) -> str:
@@ -478,6 +498,7 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
     FormatError for a row that is no Langfuse row, or a score that cannot be read."""
     with _mapping("Langfuse row"):
         kind = langfuse_kind(row)
+        row = _camel_case(row)
         if kind == "observation":
             if row.get("type") != "GENERATION":
                 return None
@@ -522,7 +543,7 @@ def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | N
     row, place, scores, version = generation
     try:
         with _mapping("Langfuse generation"):
-            trace: dict | FormatError = _trace(generation_row(row), [pickle.loads(s) for s in scores], version)
+            trace: dict | FormatError = _trace(_camel_case(generation_row(row)), [pickle.loads(s) for s in scores], version)
     except FormatError as e:
         trace = e
     return trace, place
