@@ -142,6 +142,16 @@ def test_an_otel_answer_that_is_no_text_answer_is_refused_saying_what_it_is(answ
     assert e.value.reason == "no_text_answer"
 
 
+def test_a_choice_that_is_no_text_answer_stands_in_its_place_beside_the_others():
+    """Of several choices (or spans), the one that cannot be a trace comes as its error, with its
+    record; alone, it is the document's error."""
+    doc = json.loads(json.dumps(OPENAI))
+    tool_call = {"index": 1, "message": {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}}
+    doc["response"]["choices"].append(tool_call)
+    text, refused = normalize(doc, "openai")
+    assert text["trace_id"] == "chatcmpl-1:0" and refused.reason == "no_text_answer" and refused.record == tool_call
+
+
 def test_each_current_otel_output_message_is_a_choice_of_its_own():
     """semconv: each message of gen_ai.output.messages "represents a single output choice"."""
     doc = otlp([kv("gen_ai.request.model", "m"),

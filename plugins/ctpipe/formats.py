@@ -54,11 +54,13 @@ FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse")
 
 
 class FormatError(ValueError):
-    """A document that does not map onto a trace: ``reason`` is machine-readable, the message names the field."""
+    """A document that does not map onto a trace: ``reason`` is machine-readable, the message names the
+    field; ``record``, where one record of a document (an OTLP span, a choice) is what does not map."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, record: Any = None):
         super().__init__(message)
         self.reason = reason
+        self.record = record
 
     def __reduce__(self):  # to and from worker processes (the default would call cls(message))
         return type(self), (self.reason, str(self))
@@ -188,21 +190,23 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False, filtered: bool = False) -> None:
-    """FormatError ``no_text_answer`` for an answer that is not one to train on: a tool call or a
-    refusal without text (the datasets hold text answers), or any answer the content filter stopped
-    (its text, if any, is cut off or a placeholder such as OpenLLMetry's "FILTERED"). A blank answer
-    of none of these is left to the trace's validation, which calls it empty."""
+def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
+                 filtered: bool = False) -> str | FormatError:
+    """``text``, or FormatError ``no_text_answer`` in its place for an answer that is not one to train
+    on: a tool call or a refusal without text (the datasets hold text answers), or any answer the
+    content filter stopped (its text, if any, is cut off or a placeholder such as OpenLLMetry's
+    "FILTERED"). A blank answer of none of these is left to the trace's validation, which calls it
+    empty. In its place, not raised: the other choices of the call are traces all the same."""
     if filtered:
-        raise FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
-    if text and not text.isspace():
-        return
-    if tool_call or refusal:
-        raise FormatError("no_text_answer", f"{where}: the answer is a {'tool call' if tool_call else 'refusal'}, not text")
+        return FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
+    if (not text or text.isspace()) and (tool_call or refusal):
+        return FormatError("no_text_answer", f"{where}: the answer is a {'tool call' if tool_call else 'refusal'}, not text")
+    return text
 
 
-def from_openai(doc: dict) -> Iterator[dict]:
-    """One trace per choice of a logged chat completion."""
+def from_openai(doc: dict) -> Iterator[dict | FormatError]:
+    """One trace per choice of a logged chat completion; a choice that is no text answer comes as its
+    FormatError, in its place."""
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
     messages = _need(request, "messages", list, "request.")
@@ -219,9 +223,13 @@ def from_openai(doc: dict) -> Iterator[dict]:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
-        _text_answer(_text(message.get("content")), f"response {rid}: choice {choice.get('index', position)}",
-                     tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                     refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
+        answer = _text_answer(_text(message.get("content")), f"response {rid}: choice {choice.get('index', position)}",
+                              tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+                              refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
+        if isinstance(answer, FormatError):
+            answer.record = choice
+            yield answer
+            continue
         yield {
             "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
             "start_time": _iso(created, f"response {rid}: created"),
@@ -314,9 +322,10 @@ def _system_instructions(a: dict) -> list[dict]:
 _FLATTENED = re.compile(r"gen_ai\.(prompt|completion)\.(0|[1-9][0-9]*)\.(.+)")
 
 
-def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str]]] | None:
+def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
     """(input messages, answers) of a GenAI span, from the current or the older attribute names:
-    each answer (its choice's index, its text) a choice of the model's, to be a trace of its own."""
+    each answer (its choice's index, its text or why it is no text answer) a choice of the model's,
+    to be a trace of its own."""
     if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
         try:
             inputs = json.loads(a.get("gen_ai.input.messages") or "[]")
@@ -329,9 +338,9 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         for i, m in enumerate(outputs):  # each message "represents a single output choice"
             if isinstance(m, dict):
                 text, parts = _parts_text(m), m.get("parts") or []
-                _text_answer(text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
-                             tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))
-                answers.append((i, text))
+                answers.append((i, _text_answer(
+                    text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
+                    tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))))
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
@@ -343,7 +352,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     return _flattened(a, where)
 
 
-def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str]]] | None:
+def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
     """The older flattened names, as OpenLLMetry writes them: ``gen_ai.prompt.<i>.role`` and
     ``.content`` per message, ``gen_ai.completion.<i>.*`` per choice (``i`` the choice's index). A
     message without content (an assistant turn of tool calls only) has no ``.content``, so messages
@@ -361,10 +370,9 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str]]] 
     answers = []
     for i in sorted(i for i, fields in found["completion"].items() if fields & {"role", "content"}):
         text, fields = _flat_content(a.get(f"gen_ai.completion.{i}.content")), found["completion"][i]
-        _text_answer(text, f"{where}: completion {i}", refusal="refusal" in fields,
-                     tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
-                     filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")
-        answers.append((i, text))
+        answers.append((i, _text_answer(text, f"{where}: completion {i}", refusal="refusal" in fields,
+                                        tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
+                                        filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")))
     return messages, answers or [(0, "")]
 
 
@@ -399,51 +407,65 @@ def _with_content_events(span: dict, a: dict) -> dict:
     return {**found, **a} if found else a
 
 
-def from_otel(doc: dict) -> Iterator[dict]:
+def from_otel(doc: dict) -> Iterator[dict | FormatError]:
     """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
-    DB, agents, tools, embeddings, ...) are skipped."""
+    DB, agents, tools, embeddings, ...) are skipped. A span or a choice that cannot be a trace comes
+    as its FormatError, in its place: an export holds thousands of spans (the Collector batches 8,192),
+    and one of them answering with a tool call is no reason to lose the others."""
     for rs in _objects(doc, "resourceSpans", ""):
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
             for span in _objects(ss, "spans", "scopeSpans[]."):
-                a = _attrs(span.get("attributes"))
-                if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
-                    continue
-                a = _with_content_events(span, a)
-                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}"
-                content = _otel_messages(a, f"span {span_id}")
-                if content is None:
-                    continue
-                messages, answers = content
+                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}" if isinstance(span, dict) else "?"
                 try:
-                    start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
-                except (KeyError, TypeError, ValueError):
-                    raise FormatError("invalid_field", f"span {span_id}: start/endTimeUnixNano missing or not integers") from None
-                model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
-                prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
-                completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
-                scores = []
-                for ev in _objects(span, "events", f"span {span_id}: "):
-                    if ev.get("name") == "gen_ai.evaluation.result":
-                        e = _attrs(ev.get("attributes"))
-                        value = _finite(e.get("gen_ai.evaluation.score.value"),
-                                        f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
-                        scores.append({"name": e.get("gen_ai.evaluation.name"), "value": value,
-                                       "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
-                for index, completion in answers:  # ids as OpenAI's choices get them
-                    yield {
-                        "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",
-                        "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
-                        "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
-                        "model": {"name": model, "version": str(resource.get("service.version") or model)},
-                        "messages": messages,
-                        "completion": completion,
-                        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                                  "total_tokens": _total(prompt_tokens, completion_tokens)},
-                        "feedback": {"thumb": None, "rating": None},
-                        "latency_ms": (end - start) / 1e6,
-                        "scores": scores,
-                    }
+                    with _mapping(f"span {span_id}"):
+                        found = _span_traces(span, span_id, resource)
+                except FormatError as e:
+                    found = [e]
+                for trace in found:
+                    if isinstance(trace, FormatError):
+                        trace.record = span
+                    yield trace
+
+
+def _span_traces(span: dict, span_id: str, resource: dict) -> list[dict | FormatError]:
+    """The traces of one span of :func:`from_otel` (none for a span that is not a model call)."""
+    a = _attrs(span.get("attributes"))
+    if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
+        return []
+    a = _with_content_events(span, a)
+    content = _otel_messages(a, f"span {span_id}")
+    if content is None:
+        return []
+    messages, answers = content
+    try:
+        start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
+    except (KeyError, TypeError, ValueError):
+        raise FormatError("invalid_field", f"span {span_id}: start/endTimeUnixNano missing or not integers") from None
+    model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
+    prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
+    completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
+    scores = []
+    for ev in _objects(span, "events", f"span {span_id}: "):
+        if ev.get("name") == "gen_ai.evaluation.result":
+            e = _attrs(ev.get("attributes"))
+            value = _finite(e.get("gen_ai.evaluation.score.value"),
+                            f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
+            scores.append({"name": e.get("gen_ai.evaluation.name"), "value": value,
+                           "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
+    return [completion if isinstance(completion, FormatError) else {
+        "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",  # ids as OpenAI's choices get them
+        "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
+        "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
+        "model": {"name": model, "version": str(resource.get("service.version") or model)},
+        "messages": messages,
+        "completion": completion,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": _total(prompt_tokens, completion_tokens)},
+        "feedback": {"thumb": None, "rating": None},
+        "latency_ms": (end - start) / 1e6,
+        "scores": scores,
+    } for index, completion in answers]
 
 
 def _epoch(ts: Any, where: str) -> float:
@@ -592,8 +614,10 @@ def _pickled(value: Any) -> bytes:
     return pickle.dumps(value, protocol=5)
 
 
-def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
-    """The canonical traces of one document; FormatError when it is not of ``fmt`` (or of any, for auto)."""
+def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict | FormatError]:
+    """The canonical traces of one document, with a FormatError in the place of each of its records (an
+    OTLP span, a choice) that cannot be one; FormatError when it is not of ``fmt`` (or of any, for
+    auto), cannot be read as a whole, or its only record cannot be a trace."""
     found = detect(doc)
     if fmt == "auto":
         if found is None:
@@ -607,4 +631,7 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict]:
     if fmt == "langfuse":
         raise FormatError("needs_join", "Langfuse rows join across files: see join_langfuse")
     with _mapping(f"{fmt} record"):
-        return list(from_openai(doc) if fmt == "openai" else from_otel(doc))
+        records = list(from_openai(doc) if fmt == "openai" else from_otel(doc))
+    if len(records) == 1 and isinstance(records[0], FormatError):  # the document's only record: its own item
+        raise records[0]
+    return records

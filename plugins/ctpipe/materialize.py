@@ -255,13 +255,15 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
 
 @dataclass
 class _Refused:
-    """One record of a document that is not a trace: why, and the record as its format was read."""
+    """One record of a document that is not a trace: why, and the record as its format has it."""
 
-    error: traces.InvalidTrace
-    record: dict
+    error: traces.InvalidTrace | formats.FormatError
+    record: Any
 
 
-def _converted(record: dict) -> traces.TraceRecord | _Refused:
+def _converted(record: dict | formats.FormatError) -> traces.TraceRecord | _Refused:
+    if isinstance(record, formats.FormatError):
+        return _Refused(record, record.record)
     try:
         return traces.convert(record)
     except traces.InvalidTrace as e:
