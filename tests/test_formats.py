@@ -152,6 +152,25 @@ def test_a_choice_that_is_no_text_answer_stands_in_its_place_beside_the_others()
     assert text["trace_id"] == "chatcmpl-1:0" and refused.reason == "no_text_answer" and refused.record == tool_call
 
 
+def test_current_otel_messages_recorded_structured_are_read_as_their_json_text_is():
+    """semconv asks for the messages in structured form on spans where that can be recorded: an
+    arrayValue of kvlistValues, which was refused as not JSON."""
+    def any_value(value):
+        if isinstance(value, list):
+            return {"arrayValue": {"values": [any_value(v) for v in value]}}
+        if isinstance(value, dict):
+            return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
+        return {"stringValue": value}
+
+    inputs = [{"role": "user", "parts": [{"type": "text", "content": "2+3?"}]}]
+    outputs = [{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]
+    structured = otlp([kv("gen_ai.request.model", "m"), {"key": "gen_ai.input.messages", "value": any_value(inputs)},
+                       {"key": "gen_ai.output.messages", "value": any_value(outputs)}])
+    text = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps(inputs)),
+                 kv("gen_ai.output.messages", json.dumps(outputs))])
+    assert normalize(structured, "otel") == normalize(text, "otel") and normalize(text, "otel")[0]["completion"] == "5"
+
+
 def test_each_current_otel_output_message_is_a_choice_of_its_own():
     """semconv: each message of gen_ai.output.messages "represents a single output choice"."""
     doc = otlp([kv("gen_ai.request.model", "m"),

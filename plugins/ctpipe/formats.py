@@ -310,12 +310,18 @@ def _system_instructions(a: dict) -> list[dict]:
     if not text:
         return []
     try:
-        parts = json.loads(text)
+        parts = _structured(text)
     except (TypeError, ValueError) as e:
         raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
     if not isinstance(parts, list):
         raise FormatError("invalid_field", f"gen_ai.system_instructions={str(parts)[:80]} is not a list of parts")
     return [{"role": "system", "content": _parts_text({"parts": parts})}] if parts else []
+
+
+def _structured(value: Any) -> Any:
+    """A content attribute's value: JSON text, as today's instrumentations write it, or the structured
+    AnyValue (arrays and key-value lists) that semconv asks for on spans where it can be recorded."""
+    return value if isinstance(value, (list, dict)) else json.loads(value)
 
 
 # OpenLLMetry's flattened names: one attribute per field of each message, numbered from 0.
@@ -328,8 +334,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     to be a trace of its own."""
     if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
         try:
-            inputs = json.loads(a.get("gen_ai.input.messages") or "[]")
-            outputs = json.loads(a.get("gen_ai.output.messages") or "[]")
+            inputs = _structured(a.get("gen_ai.input.messages") or "[]")
+            outputs = _structured(a.get("gen_ai.output.messages") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
         messages = _system_instructions(a) + [{"role": m.get("role"), "content": _parts_text(m)}
@@ -344,7 +350,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
-            prompt, completion = json.loads(a.get("gen_ai.prompt") or "[]"), json.loads(a.get("gen_ai.completion") or "[]")
+            prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         messages = [{"role": m.get("role"), "content": _text(m.get("content"))} for m in prompt if isinstance(m, dict)]
