@@ -273,9 +273,9 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
 def list_files(uri: str, what: str = "source",
                keep: Callable[[str], bool] = lambda folder: True) -> tuple[Any, Files, dict[str, str]]:
     """(filesystem, the source's files to read, the other files of a source folder, each with why it is
-    not read), each in a stable order (of their paths), in the folders ``keep`` keeps (it is given each folder's path, ending in
-    "/"; a folder it refuses is not listed, nor any folder in it); SourceError, naming the source as
-    ``what``, when there is nothing.
+    not read), each in a stable order (of their paths), in the folders ``keep`` keeps (it is given
+    each folder's path, ending in "/"; a folder it refuses is not listed, nor any folder in it);
+    SourceError, naming the source as ``what``, when there is nothing.
 
     Each file to read comes with the name it is read by: its own, or, for a file whose name ends in
     none of :data:`SUFFIXES`, a name with the suffix its first bytes call for (see :func:`_sniffed`),
@@ -1226,10 +1226,11 @@ def _utf8_runs(batch) -> Iterator[Any]:
     they were (13 GB/s checked, so the check is free)."""
     try:
         batch.validate(full=True)
-        yield batch
-        return
     except pa.ArrowInvalid:
         pass
+    else:
+        yield batch
+        return
     start = 0
     for i in range(batch.num_rows):
         row = batch.take([i])  # a copy: a view of a struct array slice loses its offset
