@@ -484,13 +484,11 @@ def _sniffed(fs, file: str) -> str | None:
     Kinesis Data Firehose names its objects ``<stream>-<version>-<time>-<uuid>``, with ``.gz`` when it
     compresses them; other shippers name theirs ``.log``, ``.txt`` or nothing at all."""
     try:
-        with fs.open(file, "rb", block_size=_PEEK) as raw:
-            magic = raw.read(4)
-            if magic == b"PAR1":
-                return file + ".parquet"
-            compression = next((suffix for start, suffix in _MAGIC if magic.startswith(start)), "")
-            raw.seek(0)
-            head = _opened(raw, compression).read(64)
+        first = fs.cat_file(file, start=0, end=_PEEK)  # opening it would ask the store for its details
+        if first.startswith(b"PAR1"):
+            return file + ".parquet"
+        compression = next((suffix for start, suffix in _MAGIC if first.startswith(start)), "")
+        head = _opened(io.BytesIO(first), compression).read(64)
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
     return file + ".json" + compression if _text(head)[:1] in (b"{", b"[") else None
@@ -686,10 +684,10 @@ def _plain_blocks(file: str) -> Iterator[Block]:
         yield from _places(file, os.fstat(f.fileno()).st_size, read)
 
 
-def _ranged_blocks(fs, file: str) -> Iterator[Block]:
+def _ranged_blocks(fs, file: str, info: dict) -> Iterator[Block]:
     """The blocks of a plain file on an object store as places in the file (see :func:`_places`), the
-    windows around its cuts fetched many at once, and pinned to the object as it is now."""
-    info = fs.info(file)
+    windows around its cuts fetched many at once, and pinned to the object as ``info`` (its details)
+    says it is."""
 
     def read(ranges: list[tuple[int, int]]) -> list[bytes]:
         return fs.cat_ranges([file] * len(ranges), [lo for lo, _ in ranges], [hi for _, hi in ranges], on_error="raise")
@@ -1319,18 +1317,18 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
     protocols = set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     local, ranged = _local(fs), bool(protocols & _RANGED)
 
-    def fetched(item: tuple[str, str]) -> tuple[str, str, Any]:
-        """(file, name, what to open it from): its bytes when it is a small object."""
-        file, name = item
+    def fetched(item: tuple[str, str, dict]) -> tuple[str, str, dict, Any]:
+        """(file, name, details, what to open it from): its bytes when it is a small object."""
+        file, name, info = item
         try:
-            if fs.info(file)["size"] <= _FETCHED:
-                with fs.open(file, "rb") as f:
-                    return file, name, _Fetched(f.read())
+            if info.get("size") is not None and info["size"] <= _FETCHED:
+                return file, name, info, _Fetched(fs.cat_file(file))
         except Exception:  # noqa: BLE001 - read again in its turn, which reports what fails
             pass
-        return file, name, fs
+        return file, name, info, fs
 
-    for file, name, src in _in_turn(fetched, files.items(), None if local else fs):
+    listed = ((file, name, {}) for file, name in files.items()) if local else _listed(fs, files.items(), not ranged)
+    for file, name, info, src in _in_turn(fetched, listed, None if local else fs):
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
         if layout == "document":
             yield Block(file, 1, data=records)
@@ -1343,9 +1341,29 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
         elif local:
             yield from _plain_blocks(file)
         elif ranged and src is fs:
-            yield from _ranged_blocks(fs, file)
+            yield from _ranged_blocks(fs, file, info or fs.info(file))
         else:
             yield from _jsonl_blocks(src, file, name)
+
+
+def _listed(fs, items: Iterable[tuple[str, str]], ask: bool) -> Iterator[tuple[str, str, dict]]:
+    """Each (file, name) of a store with its details as its folder's listing gave them ({} where there
+    is none). s3fs and gcsfs find an object's in the listing they keep by going through it: 6.8 ms an
+    object in a folder of 100,000, 11 minutes a pass over them. Indexed by name here, one folder at a
+    time, as the files come in the order of their paths: the listings the store keeps, and with
+    ``ask``, the folder listed where it keeps none (not an object store's: a source that is one object
+    would list its whole folder)."""
+    folder, by_name = None, {}
+    for file, name in items:
+        here, _, own = file.rpartition("/")
+        if here != folder:
+            folder = here
+            try:
+                listing = fs.dircache.get(here) or (fs.ls(here, detail=True) if ask else [])
+                by_name = {i["name"].rstrip("/").rpartition("/")[2]: i for i in listing}
+            except Exception:  # noqa: BLE001 - none to go by: each is asked for in its turn
+                by_name = {}
+        yield file, name, by_name.get(own, {})
 
 
 # An object fetched ahead whole at most, by this process (a larger plain one is cut where it lies, its
