@@ -210,14 +210,16 @@ def test_a_parquet_value_python_cannot_hold_is_quarantined_naming_its_column(tmp
     assert '"start_time": "11476-08-15' in q[0]["raw"] and '"trace_id": "t2"' in q[0]["raw"]
 
 
-def test_a_parquet_row_of_bytes_that_are_not_utf8_is_quarantined_naming_its_column(tmp_path):
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_parquet_row_of_bytes_that_are_not_utf8_is_quarantined_naming_its_column(tmp_path, dictionary):
     """Parquet's reader does not check that strings are UTF-8: such a row ended the run where its text
-    became Python's, naming no file, row or column."""
+    became Python's, naming no file, row or column. A dictionary column's rows share its values."""
     src = tmp_path / "src"
     src.mkdir()
     rows = pa.Table.from_pylist([trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(1, 6)])
     completions = pa.array([b"2", b"3\xff", b"4", b"5", b"6"]).view(pa.string())
-    rows = rows.set_column(rows.schema.get_field_index("completion"), "completion", completions)
+    rows = rows.set_column(rows.schema.get_field_index("completion"), "completion",
+                           completions.dictionary_encode() if dictionary else completions)
     messages = rows["messages"].combine_chunks()
     contents = pa.array([b"What is 1 plus 1?", b"What is 2 plus 1?", b"What is \xfe plus 1?", b"What is 4 plus 1?",
                          b"What is 5 plus 1?"]).view(pa.string())
@@ -290,11 +292,14 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
     traces lost."""
     bad = trace(1, "Mail ann@example.com, card 4111 1111 1111 1111", "5", latency_ms="1")
     generation = {**_LANGFUSE[0], "startTime": "yesterday", "input": [{"role": "user", "content": "I am bob@example.org"}]}
+    quoted = {**_LANGFUSE[0], "id": "g2", "input": {"prompt": "Mail carl@example.net"}}  # the detail quotes it
     (tmp_path / "a.jsonl").write_bytes(lines(bad, trace(2)))
     (tmp_path / "b.jsonl").write_bytes(lines(generation))
+    (tmp_path / "c.jsonl").write_bytes(lines(quoted))
     m = run(tmp_path, tmp_path / "out")
     q = {r["source_file"].rsplit("/", 1)[-1]: r for r in table(m, "quarantine")}
-    assert accounted(m) and m.scrubbed == {"card": 1, "email": 2}
+    assert "Mail <EMAIL>" in q["c.jsonl"]["detail"] and "carl@" not in q["c.jsonl"]["raw"]
+    assert accounted(m) and m.scrubbed == {"card": 1, "email": 4}
     assert "<EMAIL>, card <CARD>" in q["a.jsonl"]["raw"] and json.loads(q["a.jsonl"]["raw"])["latency_ms"] == "1"
     assert q["b.jsonl"]["reason"] == "invalid_field" and "I am <EMAIL>" in q["b.jsonl"]["raw"]  # a Langfuse row's own text
 
@@ -657,8 +662,8 @@ def test_sources_and_versions_behind_any_fsspec_uri(tmp_path, monkeypatch):
     monkeypatch.setattr(type(fs), "ls", lambda self, path, **kw: listed.append(path) or ls(self, path, **kw))
     m = run("memory://traces", "memory://datasets")
     assert m.uri == f"memory://datasets/{m.version}" and m.counts["traces_in"] == 2
-    assert [p for p in listed if p.startswith("/traces")] == [  # the 21st's folder is not listed
-        "/traces", "/traces/date=2026-11-22", "/traces/date=2026-11-22/hour=10"]
+    assert {p for p in listed if p.startswith("/traces")} == {  # the 21st's folder is not listed
+        "/traces", "/traces/date=2026-11-22", "/traces/date=2026-11-22/hour=10"}
     assert json.loads(fs.cat(f"/datasets/{m.version}/manifest.json"))["files"]["traces"]["rows"] == 1
     assert fs.cat("/datasets/LATEST").decode().strip() == m.version
     assert not [p for p in fs.ls("/datasets", detail=False) if ".tmp-" in p]

@@ -733,6 +733,7 @@ def test_local_entries_that_cannot_be_read_are_named_with_why_and_the_rest_read(
     (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
     os.mkfifo(tmp_path / "pipe.jsonl")
     (tmp_path / "_pipe.jsonl").symlink_to(tmp_path / "nowhere.jsonl")  # a marker: passed over in silence
+    (tmp_path / ".loop").symlink_to(tmp_path / ".loop")  # hidden, and a loop: passed over in silence too
     with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.jsonl"), "wb") as f:
         f.write(b'{"n": 2}\n')
     _, files, skipped = sources.list_files(str(tmp_path))

@@ -86,7 +86,7 @@ _LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
 # of its block, its place there, and its file and line).
 _LANGFUSE_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
                               ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
-_OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped), in no other format's
+_OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped); of the others, only in Langfuse's snake_case rows
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
@@ -316,8 +316,8 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
-        part.formats[fmt] += len(recs)
         if fmt == "langfuse":  # joined across files (see langfuse_part); a row that cannot join is quarantined here
+            part.formats[fmt] += 1
             try:
                 entry = formats.langfuse_entry(recs[0], (block.file, n), raw if isinstance(raw, bytes) else None)
             except formats.FormatError as e:
@@ -332,6 +332,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                                              json.dumps(refused.record, default=str)[:2000])))
         if any(isinstance(r, _Refused) for r in recs):
             recs = [r for r in recs if not isinstance(r, _Refused)]
+        part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
             times = [columns.micros(rec.start_time) for rec in recs]
             record_lines.append((n, times[0], times[-1]))
@@ -635,9 +636,10 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
     process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
     if _JOB.dataset.scrub_pii and part.quarantine:  # published with the version, as the traces are
-        raws = pii.scrub_array(pa.array([q["raw"] for q in part.quarantine], pa.string()), part.pii, repeats=False)
-        for q, raw in zip(part.quarantine, raws.to_pylist()):
-            q["raw"] = raw
+        for field in ("raw", "detail"):  # a detail may quote a value (an input that is neither chat nor text)
+            texts = pii.scrub_array(pa.array([q[field] for q in part.quarantine], pa.string()), part.pii, repeats=False)
+            for q, text in zip(part.quarantine, texts.to_pylist()):
+                q[field] = text
     _ROWS[part.index] = rows, part.quarantine, part.langfuse
     part.langfuse = []
     part.quarantine = []

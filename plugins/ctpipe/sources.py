@@ -395,10 +395,14 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
             return
         names = []
         for e in listed:
-            if not e.name.startswith((".", "_")) and (why := _unreadable(e)):
+            hidden = e.name.startswith((".", "_"))
+            if not hidden and (why := _unreadable(e)):
                 skipped[e.path] = why
-            else:
+                continue
+            try:
                 names.append(e.name + "/" if e.is_dir() else e.name)
+            except OSError:  # a hidden link loop: passed over as the hidden are
+                pass
         names.sort()
     else:
         infos, here = {}, folder.rstrip("/")
@@ -1231,13 +1235,15 @@ def _utf8_runs(batch) -> Iterator[Any]:
         return
     start = 0
     for i in range(batch.num_rows):
-        row = batch.take([i])  # a copy: a view of a struct array slice loses its offset
-        bad = [name for name, column in zip(row.schema.names, row.columns) if not _valid(column)]
+        # A copy (a view of a struct array's slice loses its offset), its dictionaries decoded: a
+        # dictionary column's row keeps the whole dictionary, bad values of other rows and all.
+        row = [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in batch.take([i]).columns]
+        bad = [name for name, column in zip(batch.schema.names, row) if not _valid(column)]
         if bad:
             if i > start:
                 yield batch.slice(start, i - start)
             as_bytes = {name: column.view(_as_binary(column.type)).to_pylist()[0]
-                        for name, column in zip(row.schema.names, row.columns)}
+                        for name, column in zip(batch.schema.names, row)}
             yield Item("", 0, reason="invalid_utf8", detail=f"{', '.join(bad)}: not UTF-8 text",
                        raw=json.dumps(as_bytes, default=lambda b: b.decode("utf-8", "replace")
                                       if isinstance(b, bytes) else str(b))[:2000])
@@ -1322,7 +1328,9 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
         file, name, info = item
         try:
             if info.get("size") is not None and info["size"] <= _FETCHED:
-                return file, name, info, _Fetched(fs.cat_file(file))
+                data = fs.cat_file(file)
+                if len(data) == info["size"]:  # else written again since it was listed: read in its turn, which says so
+                    return file, name, info, _Fetched(data)
         except Exception:  # noqa: BLE001 - read again in its turn, which reports what fails
             pass
         return file, name, info, fs
