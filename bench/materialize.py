@@ -144,7 +144,7 @@ def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
         expr = col
         for name, rx in (("SECRET", pii._SECRET.pattern), ("EMAIL", pii._EMAIL.pattern), ("CARD", pii._CARD.pattern),
                          ("PHONE", pii._PHONE.pattern)):
-            rx = re.sub(r"\(\?<?!\[[^\]]*\]\)", "", rx)  # RE2 has no lookarounds: (?<![...]) and (?![...]) go
+            rx = re.sub(r"\(\?<?![^()]*\)", "", rx)  # RE2 has no lookarounds: the negative ones go
             rx = rx.replace("(?<=Bearer )", "Bearer ").replace("\\b", "")
             expr = f"regexp_replace({expr}, '{rx.replace(chr(39), chr(39) * 2)}', '<{name}>', 'g')"
         return expr

@@ -71,9 +71,8 @@ def scrub(text: str, found: Counter | None = None) -> str:
 # Every character a card or phone number can hold. Their matches lie inside runs of these, and
 # their lookarounds look one character out (two before, for a time's seconds), which is never in a
 # run's set: so scrubbing each run (with two characters before it and one after) is scrubbing the
-# text, minus scanning all of it twice. The
-# gate (nine digits close together somewhere) is made of those characters too, so it is asked of
-# the runs as well.
+# text, minus scanning all of it twice. The gate (nine digits close together somewhere) is made of
+# those characters too, so it is asked of the runs as well.
 _NUMBER_RUNS = re.compile(r"[\d ().+-]{8,}")  # no card or phone number is shorter
 
 
