@@ -299,7 +299,7 @@ def list_files(uri: str, what: str = "source",
         return fs, files, skipped
     for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set(), skipped):
         files.add(folder, names, infos, skipped)
-    return fs, files, skipped
+    return fs, files, dict(sorted(skipped.items()))  # a folder's unreadable entries came before its files
 
 
 class Files:
