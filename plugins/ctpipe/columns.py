@@ -558,7 +558,6 @@ _NANOS = r"^[0-9]{1,19}$"
 # inside the messages' JSON text fail their typed decoding instead.
 _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
 _OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
-_CONTENT_EVENTS = ("gen_ai.content.prompt", "gen_ai.content.completion")
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 _PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
 _OTHER_CHOICES = r"^gen_ai\.completion\.[1-9][0-9]*\.(role|content)$"  # a flattened choice past the first
@@ -786,7 +785,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     sure &= evaluations.sure
     # Content on events (semconv v1.26 and v1.27) is the reader's, even of a span without GenAI attributes.
     events = span["events"]
-    on_events = _ok(pc.is_in(_fields(events.flatten())["name"], value_set=pa.array(_CONTENT_EVENTS)))
+    on_events = _ok(pc.is_in(_fields(events.flatten())["name"], value_set=pa.array(list(formats.CONTENT_EVENTS))))
     sure &= np.bincount(pc.list_parent_indices(events).to_numpy(zero_copy_only=False)[on_events], minlength=len(sure)) == 0
 
     # Lines whose every resource and span is sure; of those, the rows of their GenAI spans.

@@ -57,10 +57,10 @@ class FormatError(ValueError):
     """A document that does not map onto a trace: ``reason`` is machine-readable, the message names the
     field; ``record``, where one record of a document (an OTLP span, a choice) is what does not map."""
 
-    def __init__(self, reason: str, message: str, record: Any = None):
+    def __init__(self, reason: str, message: str):
         super().__init__(message)
         self.reason = reason
-        self.record = record
+        self.record: Any = None  # set by the reader that yields it in a record's place
 
     def __reduce__(self):  # to and from worker processes (the default would call cls(message))
         return type(self), (self.reason, str(self))
@@ -398,7 +398,7 @@ def _flat_content(value: Any) -> str:
 
 
 # semconv v1.26 and v1.27 put the content on span events, each with one attribute of the older name.
-_CONTENT_EVENTS = {"gen_ai.content.prompt": "gen_ai.prompt", "gen_ai.content.completion": "gen_ai.completion"}
+CONTENT_EVENTS = {"gen_ai.content.prompt": "gen_ai.prompt", "gen_ai.content.completion": "gen_ai.completion"}
 
 
 def _with_content_events(span: dict, a: dict) -> dict:
@@ -406,10 +406,10 @@ def _with_content_events(span: dict, a: dict) -> dict:
     found = {}
     for ev in span.get("events") if isinstance(span.get("events"), list) else []:
         name = ev.get("name") if isinstance(ev, dict) else None
-        if isinstance(name, str) and name in _CONTENT_EVENTS:
+        if isinstance(name, str) and name in CONTENT_EVENTS:
             e = _attrs(ev.get("attributes"))
-            if _CONTENT_EVENTS[name] in e:
-                found[_CONTENT_EVENTS[name]] = e[_CONTENT_EVENTS[name]]
+            if CONTENT_EVENTS[name] in e:
+                found[CONTENT_EVENTS[name]] = e[CONTENT_EVENTS[name]]
     return {**found, **a} if found else a
 
 
