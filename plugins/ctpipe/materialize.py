@@ -327,10 +327,10 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             if entry is not None:
                 part.langfuse.append(entry)
             continue
-        for refused in (r for r in recs if isinstance(r, _Refused)):
-            rejected.append((n, _quarantined(block.file, n, refused.error.reason, str(refused.error),
-                                             json.dumps(refused.record, default=str)[:2000])))
-        if any(isinstance(r, _Refused) for r in recs):
+        refused = [r for r in recs if isinstance(r, _Refused)]
+        if refused:
+            rejected += [(n, _quarantined(block.file, n, r.error.reason, str(r.error), json.dumps(r.record, default=str)[:2000]))
+                         for r in refused]
             recs = [r for r in recs if not isinstance(r, _Refused)]
         part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
