@@ -1335,8 +1335,9 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             pass
         return file, name, info, fs
 
-    listed = ((file, name, {}) for file, name in files.items()) if local else _listed(fs, files.items(), not ranged)
-    for file, name, info, src in _in_turn(fetched, listed, None if local else fs):
+    read = (((file, name, {}, fs) for file, name in files.items()) if local
+            else _in_turn(fetched, _listed(fs, files.items(), not ranged), fs))
+    for file, name, info, src in read:
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
         if layout == "document":
             yield Block(file, 1, data=records)
