@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from materialize import T0, arguments, bench_traces
+from materialize import arguments, bench_traces
 
 KINDS = {"plain": "part-{:06d}.jsonl", "gzip": "part-{:06d}.jsonl.gz",
          "named": "traces-1-2026-11-22-10-00-00-{:06d}"}
