@@ -604,6 +604,11 @@ OTEL_LINES = {
     "content outside parts": otel_line(inputs=[{"role": "user", "content": "hi"}]),
     "an image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "image", "url": "u"}, {"type": "text", "content": "hi"}]}]),
     "a part without content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text"}]}]),
+    "two text parts": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": "Question:"},
+                                                                   {"type": "reasoning", "content": "think"},
+                                                                   {"type": "text", "content": "hi"}]}]),
+    "an answer of a file part": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "text", "content": "Here:"}, {"type": "file", "file_id": "f1"}]}]),
     "a number as content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": 5}]}]),
     "parts not a list": otel_line(inputs=[{"role": "user", "parts": "hi"}]),
     "a message not an object": otel_line(inputs=["hi", GENAI_INPUT[1]]),
@@ -664,6 +669,8 @@ OTEL_LINES = {
     "older JSON names, texts only": otel_line(json_named([{"role": "user", "content": "hi"}])),
     "older JSON names, an image part": otel_line(json_named([{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "https://x/y.png"}}, {"type": "text", "text": "What is this?"}]}])),
+    "older JSON names, two text parts": otel_line(json_named([{"role": "user", "content": [
+        {"type": "text", "text": "Question:"}, {"type": "text", "text": "hi"}]}])),
     "older JSON names, a part without text": otel_line(json_named([{"role": "user", "content": [{"type": "text"}, {"type": "text", "text": "hi"}]}])),
     "older JSON names without a role": otel_line(json_named([{"content": "hi"}])),
     "older JSON names without a content": otel_line(json_named([{"role": "system"}, {"role": "user", "content": "hi"}])),
@@ -757,19 +764,20 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
     names = list(OTEL_LINES)
     taken = {names[i] for i in index.tolist()}
     assert {"plain", "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
-            "no tokens", "an item without a key", "content outside parts", "an image part",
+            "no tokens", "an item without a key", "content outside parts", "two text parts", "older JSON names, two text parts",
             "a part without content", "duplicate key in the messages", "unicode", "no version",
             "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch", "no ids",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
             "older prompt names", "older names without a role", "older names, a message without content",
             "older names, a message of roles only", "older names, a choice that stopped",
             "an answer that stopped", "system instructions", "system instructions empty", "system instructions of no parts",
-            "system instructions of an image", "a chat span", "an agent's span beside a chat span",
-            "older names and the current", "older JSON names", "older JSON names, texts only", "older JSON names, an image part",
+            "a chat span", "an agent's span beside a chat span",
+            "older names and the current", "older JSON names", "older JSON names, texts only",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
             "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
             "older JSON names and flattened"} <= taken
-    assert not taken & {"model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
+    assert not taken & {"an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
+                        "model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
                         "version as a number", "older JSON names with a content as a number",
                         "older JSON names with a content as an object", "older JSON names with a message not an object",

@@ -106,7 +106,7 @@ def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_
         kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.1.tool_calls.0.name", "add"),
         kv("gen_ai.prompt.2.role", "tool"), kv("gen_ai.prompt.2.content", "5"),
         kv("gen_ai.prompt.3.role", "user"),
-        kv("gen_ai.prompt.3.content", json.dumps([{"type": "text", "text": "And 3 plus 4?"}, {"type": "image_url"}])),
+        kv("gen_ai.prompt.3.content", json.dumps([{"type": "text", "text": "And 3 plus 4?"}])),
         kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "7"),
         kv("gen_ai.completion.0.finish_reason", "stop"),
         kv("gen_ai.completion.1.role", "assistant"), kv("gen_ai.completion.1.content", "Seven."),
@@ -150,6 +150,79 @@ def test_a_choice_that_is_no_text_answer_stands_in_its_place_beside_the_others()
     doc["response"]["choices"].append(tool_call)
     text, refused = normalize(doc, "openai")
     assert text["trace_id"] == "chatcmpl-1:0" and refused.reason == "no_text_answer" and refused.record == tool_call
+
+
+def _parts(texts: list[str], key: str = "text") -> list[dict]:
+    return [{"type": "text", key: t} for t in texts]
+
+
+def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_format():
+    """vLLM joins a message's text parts with a newline for the chat template: the model serving the
+    checkpoint sees "Question:\n2+3?", so it is trained on that, not on "Question:2+3?"."""
+    doc = json.loads(json.dumps(OPENAI))
+    doc["request"]["messages"][0]["content"] = _parts(["Question:", "2+3?"])
+    doc["response"]["choices"][0]["message"]["content"] = _parts(["It is", "5."])
+    (t,) = normalize(doc, "openai")
+    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
+    (t,) = normalize(otlp([kv("gen_ai.request.model", "m"),
+                           kv("gen_ai.system_instructions", json.dumps(_parts(["Be brief.", "Be kind."], "content"))),
+                           kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["Question:", "2+3?"], "content")}])),
+                           kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["It is", "5."], "content")}]))]),
+                     "otel")
+    assert [m["content"] for m in t["messages"]] == ["Be brief.\nBe kind.", "Question:\n2+3?"] and t["completion"] == "It is\n5."
+    (t,) = normalize(otlp([kv("gen_ai.prompt", json.dumps([{"role": "user", "content": _parts(["Question:", "2+3?"])}])),
+                           kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": "5"}]))]), "otel")
+    assert t["messages"][0]["content"] == "Question:\n2+3?"
+    (t,) = normalize(otlp([kv("gen_ai.prompt.0.content", json.dumps(_parts(["Question:", "2+3?"]))),
+                           kv("gen_ai.completion.0.content", "5")]), "otel")
+    assert t["messages"][0]["content"] == "Question:\n2+3?"
+    (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+                     "input": [{"role": "user", "content": _parts(["Question:", "2+3?"])}], "output": _parts(["It is", "5."])}])
+    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+
+
+def test_a_prompt_that_showed_the_model_an_image_or_a_file_is_refused_naming_the_part():
+    """A text dataset cannot hold the image: the question read without it ("What is in this
+    picture?") is another one, whose answer the model would learn to make up."""
+    doc = json.loads(json.dumps(OPENAI))
+    doc["request"]["messages"][0]["content"] = [{"type": "text", "text": "What is in this picture?"}, IMAGE]
+    with pytest.raises(FormatError, match=r"request.messages\[0\] holds a part of type image_url") as e:
+        normalize(doc, "openai")
+    assert e.value.reason == "non_text_content"
+    current = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
+        {"type": "text", "content": "Summarize this."}, {"type": "blob", "modality": "image", "content": "iVBORw0KGgo="}]}])),
+        kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "A cat."}]}]))])
+    with pytest.raises(FormatError, match=rf"span {SPAN_ID}: gen_ai.input.messages\[0\] holds a part of type blob") as e:
+        normalize(current, "otel")
+    assert e.value.reason == "non_text_content"
+    older = otlp([kv("gen_ai.prompt", json.dumps([{"role": "user", "content": [IMAGE]}])), kv("gen_ai.completion", "[]")])
+    with pytest.raises(FormatError, match=r"gen_ai.prompt\[0\] holds a part of type image_url"):
+        normalize(older, "otel")
+    flattened = otlp([kv("gen_ai.prompt.0.content", json.dumps([IMAGE])), kv("gen_ai.completion.0.content", "A cat.")])
+    with pytest.raises(FormatError, match=r"gen_ai.prompt.0.content holds a part of type image_url"):
+        normalize(flattened, "otel")
+    (refused,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+                           "input": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}],
+                           "output": "A cat."}])
+    assert isinstance(refused, FormatError) and refused.reason == "non_text_content" and "input[0].content" in str(refused)
+
+
+def test_an_answer_holding_an_image_or_audio_is_refused_in_its_place_beside_the_other_choices():
+    doc = json.loads(json.dumps(OPENAI))
+    audio = {"index": 1, "message": {"role": "assistant", "content": [{"type": "input_audio", "input_audio": {"data": "UklG"}}]}}
+    doc["response"]["choices"].append(audio)
+    text, refused = normalize(doc, "openai")
+    assert text["completion"] == "5" and refused.reason == "non_text_content" and refused.record == audio
+    assert "choice 1: message.content holds a part of type input_audio" in str(refused)
+    span = otlp([kv("gen_ai.request.model", "m"),
+                 kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["Draw a cat."], "content")}])),
+                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["Here:"], "content")},
+                                                          {"role": "assistant", "parts": [{"type": "uri", "uri": "s3://b/cat.png"}]}]))])
+    text, refused = normalize(span, "otel")
+    assert text["completion"] == "Here:" and refused.reason == "non_text_content" and "output 1 holds a part of type uri" in str(refused)
 
 
 def test_current_otel_messages_recorded_structured_are_read_as_their_json_text_is():

@@ -880,6 +880,24 @@ def test_a_span_that_is_not_a_trace_is_quarantined_and_the_others_of_its_export_
     assert sorted(r["prompt"] for r in table(m, "traces") if r["prompt"].endswith("plus 1?")) == [f"What is {i} plus 1?" for i in (0, 1, 3, 4, 5)]
 
 
+def test_a_span_whose_prompt_showed_an_image_is_quarantined_and_text_parts_read_on_their_lines(tmp_path):
+    """Among spans the fast path takes, one with an image part is the reader's, which refuses it by
+    name; the text parts of another are joined on a new line, as vLLM renders them."""
+    spans = [_genai_span(i) for i in range(5)]
+    spans[1]["attributes"][1] = kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
+        {"type": "text", "content": "What is in"}, {"type": "uri", "modality": "image", "uri": "s3://b/cat.png"}]}]))
+    spans[3]["attributes"][1] = kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [
+        {"type": "text", "content": "Question:"}, {"type": "text", "content": "What is 3 plus 1?"}]}]))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "spans.jsonl").write_bytes(lines(_export({"7": [spans]}), trace(9)))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 5 and m.quarantine_reasons == {"non_text_content": 1}
+    (q,) = table(m, "quarantine")
+    assert "gen_ai.input.messages[0] holds a part of type uri" in q["detail"] and "s3://b/cat.png" in q["raw"]
+    assert "Question:\nWhat is 3 plus 1?" in {r["prompt"] for r in table(m, "traces")}
+
+
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
     """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
     each span a trace under its own resource, numbered as that line. An export that breaks off is

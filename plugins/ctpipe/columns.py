@@ -508,13 +508,18 @@ class _GenAIMessage(msgspec.Struct):
     parts: list[_Part] = []
     finish_reason: str | None = None
 
-    def text(self) -> str:
+    def text(self) -> str | None:
         return _parts_text(self.parts)
 
 
-def _parts_text(parts: list[_Part]) -> str:  # as formats._parts_text reads them
+def _parts_text(parts: list[_Part]) -> str | None:
+    """As formats._parts_text reads them; None for parts the reader refuses (an image, a file)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
-    return one.content if one is not None and one.type == "text" else "".join(p.content for p in parts if p.type == "text")
+    if one is not None and one.type == "text":
+        return one.content
+    if any(p.type in formats.MEDIA_PARTS for p in parts):
+        return None
+    return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
 
 
 class _TextPart(msgspec.Struct):
@@ -528,10 +533,12 @@ class _OlderMessage(msgspec.Struct):
     role: str | None = None
     content: str | list[_TextPart] = ""
 
-    def text(self) -> str:  # as formats._text reads it
+    def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content if p.type == "text")
+        if any(p.type in formats.MEDIA_PARTS for p in self.content):
+            return None
+        return formats.PART_SEPARATOR.join([p.text for p in self.content if p.type == "text"])
 
 
 _OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
@@ -717,6 +724,7 @@ def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder,
             instructions = _PARTS.decode(system[i]) if system is not None and system[i] else []
         except (msgspec.DecodeError, RecursionError):
             messages, instructions, sure[i] = [], [], False
+        first = len(texts)
         if instructions:
             roles.append("system")
             texts.append(_parts_text(instructions))
@@ -725,6 +733,9 @@ def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder,
             texts.append(m.text())
             if getattr(m, "finish_reason", None) == "content_filter":  # the reader refuses its answer
                 sure[i] = False
+        if None in texts[first:]:  # parts the reader refuses (an image, a file): it decides
+            texts[first:] = [""] * (len(texts) - first)
+            sure[i] = False
         lengths.append(lengths[-1] + len(messages) + bool(instructions))
     return chats(lengths, roles, texts), sure
 

@@ -32,6 +32,11 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   The columns may be named in camelCase (the API's) or snake_case (the blob-storage export's).
 * ``ctpipe``: our own schema, unchanged.
 
+A message of typed parts is the text of its text parts, joined on a new line as vLLM joins them
+for a chat template. One holding an image, audio or a file (:data:`MEDIA_PARTS`) is
+``non_text_content``: in a prompt, its record is refused (the question without its image is
+another one); in an answer, its choice.
+
 :func:`detect` tells the format of a document from its keys; a document that matches none is
 reported, never guessed at.
 """
@@ -181,12 +186,30 @@ def _total(prompt_tokens: Any, completion_tokens: Any) -> Any:
     return prompt_tokens + completion_tokens if both else 0
 
 
-def _text(content: Any) -> str:
-    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined)."""
+# Parts that a text dataset cannot hold: OpenAI's (``image_url``, ``input_audio``, ``file``), semconv's
+# (``blob``, ``uri``, ``file``) and Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
+# A prompt that showed the model one reads as another question without it, so its trace is refused.
+MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "image", "document"})
+# Text parts are joined as vLLM joins them to render a message for a chat template: the model that
+# serves the trained checkpoint then sees the prompt it was trained on.
+PART_SEPARATOR = "\n"
+
+
+def _media(kinds: Iterable[Any], where: str) -> None:
+    for kind in kinds:
+        if kind in MEDIA_PARTS:
+            raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
+
+
+def _text(content: Any, where: str) -> str:
+    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined);
+    FormatError ``non_text_content`` for one holding an image, audio or a file."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        parts = [p for p in content if isinstance(p, dict)]
+        _media((p.get("type") for p in parts), where)
+        return PART_SEPARATOR.join(p.get("text", "") for p in parts if p.get("type") == "text")
     return ""
 
 
@@ -219,13 +242,19 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError]:
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
+    prompt = [{"role": m.get("role"), "content": _text(m.get("content"), f"request.messages[{i}]")}
+              for i, m in enumerate(messages) if isinstance(m, dict)]
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
-        answer = _text_answer(_text(message.get("content")), f"response {rid}: choice {choice.get('index', position)}",
-                              tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                              refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
+        where = f"response {rid}: choice {choice.get('index', position)}"
+        try:
+            answer = _text_answer(_text(message.get("content"), f"{where}: message.content"), where,
+                                  tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+                                  refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
+        except FormatError as e:  # in its place, as a choice that is no text answer
+            answer = e
         if isinstance(answer, FormatError):
             answer.record = choice
             yield answer
@@ -235,8 +264,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError]:
             "start_time": _iso(created, f"response {rid}: created"),
             "end_time": _iso(created + latency_ms / 1000, f"response {rid}: created + latency_ms"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
-            "messages": [{"role": m.get("role"), "content": _text(m.get("content"))} for m in messages if isinstance(m, dict)],
-            "completion": _text(message.get("content")),
+            "messages": prompt,
+            "completion": answer,
             "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
             "feedback": {"thumb": meta.get("thumb"), "rating": meta.get("rating")},
             "latency_ms": latency_ms,
@@ -293,13 +322,14 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     return value
 
 
-def _parts_text(message: dict) -> str:
+def _parts_text(message: dict, where: str) -> str:
     parts = message.get("parts") or []
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"
              ] if isinstance(parts, list) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"message parts={str(parts)[:80]} are not text parts")
-    return "".join(texts)
+    _media((p.get("type") for p in parts if isinstance(p, dict)), where)
+    return PART_SEPARATOR.join(texts)
 
 
 def _system_instructions(a: dict) -> list[dict]:
@@ -315,7 +345,7 @@ def _system_instructions(a: dict) -> list[dict]:
         raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
     if not isinstance(parts, list):
         raise FormatError("invalid_field", f"gen_ai.system_instructions={str(parts)[:80]} is not a list of parts")
-    return [{"role": "system", "content": _parts_text({"parts": parts})}] if parts else []
+    return [{"role": "system", "content": _parts_text({"parts": parts}, "gen_ai.system_instructions")}] if parts else []
 
 
 def _structured(value: Any) -> Any:
@@ -338,23 +368,32 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             outputs = _structured(a.get("gen_ai.output.messages") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
-        messages = _system_instructions(a) + [{"role": m.get("role"), "content": _parts_text(m)}
-                                              for m in inputs if isinstance(m, dict)]
+        messages = _system_instructions(a) + [
+            {"role": m.get("role"), "content": _parts_text(m, f"{where}: gen_ai.input.messages[{i}]")}
+            for i, m in enumerate(inputs) if isinstance(m, dict)]
         answers = []
         for i, m in enumerate(outputs):  # each message "represents a single output choice"
             if isinstance(m, dict):
-                text, parts = _parts_text(m), m.get("parts") or []
-                answers.append((i, _text_answer(
-                    text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
-                    tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))))
+                try:
+                    text, parts = _parts_text(m, f"{where}: output {i}"), m.get("parts") or []
+                    answer = _text_answer(text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
+                                          tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))
+                except FormatError as e:  # in its place: the other choices are traces all the same
+                    answer = e
+                answers.append((i, answer))
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
-        messages = [{"role": m.get("role"), "content": _text(m.get("content"))} for m in prompt if isinstance(m, dict)]
-        return messages, [(0, "".join(_text(m.get("content")) for m in completion if isinstance(m, dict)))]
+        messages = [{"role": m.get("role"), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
+                    for i, m in enumerate(prompt) if isinstance(m, dict)]
+        try:
+            answer = "".join(_text(m.get("content"), f"{where}: gen_ai.completion") for m in completion if isinstance(m, dict))
+        except FormatError as e:
+            answer = e
+        return messages, [(0, answer)]
     return _flattened(a, where)
 
 
@@ -371,18 +410,24 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content"})
     if not prompt:
         return None
-    messages = [{"role": a.get(f"gen_ai.prompt.{i}.role", "user"), "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"))}
+    messages = [{"role": a.get(f"gen_ai.prompt.{i}.role", "user"),
+                 "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"), f"{where}: gen_ai.prompt.{i}.content")}
                 for i in prompt]
     answers = []
     for i in sorted(i for i, fields in found["completion"].items() if fields & {"role", "content"}):
-        text, fields = _flat_content(a.get(f"gen_ai.completion.{i}.content")), found["completion"][i]
-        answers.append((i, _text_answer(text, f"{where}: completion {i}", refusal="refusal" in fields,
-                                        tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
-                                        filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")))
+        fields, content = found["completion"][i], f"gen_ai.completion.{i}.content"
+        try:
+            answer = _text_answer(_flat_content(a.get(content), f"{where}: {content}"),
+                                  f"{where}: completion {i}", refusal="refusal" in fields,
+                                  tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
+                                  filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")
+        except FormatError as e:  # in its place: the other choices are traces all the same
+            answer = e
+        answers.append((i, answer))
     return messages, answers or [(0, "")]
 
 
-def _flat_content(value: Any) -> str:
+def _flat_content(value: Any, where: str) -> str:
     """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
     writes as JSON text, as the text of its text parts."""
     if value is None:
@@ -393,7 +438,7 @@ def _flat_content(value: Any) -> str:
         except ValueError:
             return value
         if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
-            return _text(parts)
+            return _text(parts, where)
     return str(value)
 
 
@@ -512,7 +557,8 @@ def _langfuse_messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
-        return [{"role": m.get("role"), "content": _text(m.get("content"))} for m in value if isinstance(m, dict)]
+        return [{"role": m.get("role"), "content": _text(m.get("content"), f"input[{i}].content")}
+                for i, m in enumerate(value) if isinstance(m, dict)]
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
 
@@ -587,7 +633,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
     output = g.get("output")
-    completion = _text(output.get("content")) if isinstance(output, dict) else _text(output)
+    completion = _text(output.get("content") if isinstance(output, dict) else output, "output")
     model = g.get("model") or ""
     return {
         "trace_id": f"{tid}:{gid}",
