@@ -701,6 +701,10 @@ OTEL_LINES = {
         OTEL["resourceSpans"][0]["scopeSpans"][0]]}, {"resource": {}, "scopeSpans": []}]}),
     "two GenAI spans": otel_line(with_span({"spanId": "s2"}, {"resourceSpans": OTEL["resourceSpans"] * 2})),
     "no GenAI span": otel_line(otlp([kv("http.method", "GET")])),
+    "a chat call without content beside one with": otel_line({"resourceSpans": [{**OTEL["resourceSpans"][0], "scopeSpans": [
+        OTEL["resourceSpans"][0]["scopeSpans"][0],
+        with_span({"spanId": "s2", "attributes": [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]}
+                  )["resourceSpans"][0]["scopeSpans"][0]]}]}),
     "no end": otel_line(with_span({"endTimeUnixNano": ...})),
     "end before start": otel_line(with_span({"endTimeUnixNano": "1795339999000000000"})),
     "half a microsecond": otel_line(with_span({"startTimeUnixNano": "1795340000000000500", "endTimeUnixNano": "1795340000000001500"})),
@@ -783,7 +787,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "older JSON names with a content as an object", "older JSON names with a message not an object",
                         "older JSON names with a prompt as an object", "older JSON names with a prompt not JSON",
                         "older JSON names with a prompt as a number", "older JSON names with NaN", "older JSON names with a null", "a second resource with a bad value",
-                        "no GenAI span", "past int64", "older names with a role as a number", "a span of older JSON names beside",
+                        "no GenAI span", "a chat call without content beside one with", "past int64", "older names with a role as a number", "a span of older JSON names beside",
                         "older names with a content as a number", "older names, many messages", "in the year 2300", "time with a sign", "a null", "a null with spaces",
                         "a null in the messages", "also ours", "two answers", "older names with a gap",
                         "older names with two completions", "older names, parts as JSON", "older names, a choice filtered",

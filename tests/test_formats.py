@@ -279,6 +279,25 @@ def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_
     assert [t["trace_id"].split(":")[1] for t in normalize(doc, "otel")] == ["s4", "s5"]
 
 
+def test_a_model_calls_span_without_content_is_counted_as_no_content_saying_how_to_record_it():
+    """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and
+    said nothing. A span that names no operation is another kind of span, passed over as before."""
+    usage = [kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 12)]
+    with pytest.raises(FormatError, match=f"span {SPAN_ID}: a chat call's span holds no prompt or answer: .*"
+                                          "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") as e:
+        normalize(otlp([kv("gen_ai.operation.name", "chat"), *usage]), "otel")
+    assert e.value.reason == "no_content"
+    assert normalize(otlp(usage), "otel") == []  # no operation named: as the /health span beside it
+    messages = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["2+3?"], "content")}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["5"], "content")}]))]
+    doc = otlp([kv("gen_ai.operation.name", "chat"), *usage, *messages])
+    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    spans.append({**spans[0], "spanId": "s1", "attributes": [kv("gen_ai.operation.name", "chat"), *usage]})
+    text, silent = normalize(doc, "otel")
+    assert text["completion"] == "5" and silent.reason == "no_content" and silent.record["spanId"] == "s1"
+
+
 def test_semconv_1_26_content_on_span_events_is_read_as_on_the_span():
     prompt = json.dumps([{"role": "user", "content": "What is 2 plus 3?"}])
     doc = otlp([kv("gen_ai.request.model", "m")], [

@@ -898,6 +898,20 @@ def test_a_span_whose_prompt_showed_an_image_is_quarantined_and_text_parts_read_
     assert "Question:\nWhat is 3 plus 1?" in {r["prompt"] for r in table(m, "traces")}
 
 
+def test_a_source_of_model_calls_recorded_without_content_says_so_instead_of_giving_nothing(tmp_path):
+    """The OpenTelemetry instrumentations record no prompt or answer by default: such an export gave
+    a run of no trace that said nothing of why."""
+    spans = [_genai_span(i) for i in range(4)]
+    for span in spans[1:]:
+        span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "spans.jsonl").write_bytes(lines(_export({"7": [spans]})))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 1 and m.quarantine_reasons == {"no_content": 3}
+    assert all("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in q["detail"] for q in table(m, "quarantine"))
+
+
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
     """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
     each span a trace under its own resource, numbered as that line. An export that breaks off is

@@ -785,7 +785,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     json_named = ~current & older_json
     flattened = model_call & ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
     genai = current | json_named | flattened
-    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok
+    silent = model_call & (operation_at >= 0) & ~genai  # a model call without content: the reader's no_content
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & ~silent
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
         sure &= older_ok

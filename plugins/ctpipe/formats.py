@@ -23,7 +23,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
   ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
-  are. ``gen_ai.evaluation.result`` events become scores.
+  are. A span named a model call that holds no content (its instrumentation was not asked to
+  record it, or recorded it as log records) is ``no_content``, so that a source of them does not
+  give nothing without a word. ``gen_ai.evaluation.result`` events become scores.
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
@@ -487,7 +489,13 @@ def _span_traces(span: dict, span_id: str, resource: dict) -> list[dict | Format
     a = _with_content_events(span, a)
     content = _otel_messages(a, f"span {span_id}")
     if content is None:
-        return []
+        if "gen_ai.operation.name" not in a:  # any other span: HTTP, DB, ...
+            return []
+        # A model call all the same: counted, so that a source of them says why it gave no trace.
+        raise FormatError("no_content", f"span {span_id}: a {a['gen_ai.operation.name']} call's span holds no prompt "
+                                        "or answer: instrumentations record them only when asked to (such as "
+                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), on the span or as log "
+                                        "records, which are not read")
     messages, answers = content
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
