@@ -181,6 +181,24 @@ def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_forma
     assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
 
 
+def test_openais_legacy_function_role_is_the_tool_role_it_became():
+    """Logs of the functions API (before tools) hold a function's result as role "function", which
+    refused the whole trace; chat templates know it as "tool"."""
+    history = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": None, "function_call": {"name": "weather", "arguments": "{}"}},
+               {"role": "function", "name": "weather", "content": "4 C, rain"}]
+    doc = json.loads(json.dumps(OPENAI))
+    doc["request"]["messages"] = history
+    roles = ["user", "assistant", "tool"]
+    (t,) = normalize(doc, "openai")
+    assert [m["role"] for m in t["messages"]] == roles and decode(json.dumps(t)).messages[2].content == "4 C, rain"
+    (t,) = normalize(otlp([kv("gen_ai.prompt", json.dumps(history)), kv("gen_ai.completion", "[]")]), "otel")
+    assert [m["role"] for m in t["messages"]] == roles
+    (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+                     "input": history, "output": "Cold."}])
+    assert [m["role"] for m in t["messages"]] == roles
+
+
 IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
 
 

@@ -203,6 +203,12 @@ def _media(kinds: Iterable[Any], where: str) -> None:
             raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
 
 
+def _role(role: Any) -> Any:
+    """A role of OpenAI's messages: the legacy ``function`` (a function's result, before tools came)
+    as the ``tool`` role that took its place, which chat templates know."""
+    return "tool" if role == "function" else role
+
+
 def _text(content: Any, where: str) -> str:
     """Message content as text: a string, or OpenAI's list of typed parts (text parts joined);
     FormatError ``non_text_content`` for one holding an image, audio or a file."""
@@ -244,7 +250,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError]:
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
-    prompt = [{"role": m.get("role"), "content": _text(m.get("content"), f"request.messages[{i}]")}
+    prompt = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"request.messages[{i}]")}
               for i, m in enumerate(messages) if isinstance(m, dict)]
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -389,7 +395,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
-        messages = [{"role": m.get("role"), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
+        messages = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
                     for i, m in enumerate(prompt) if isinstance(m, dict)]
         try:
             answer = "".join(_text(m.get("content"), f"{where}: gen_ai.completion") for m in completion if isinstance(m, dict))
@@ -412,7 +418,7 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content"})
     if not prompt:
         return None
-    messages = [{"role": a.get(f"gen_ai.prompt.{i}.role", "user"),
+    messages = [{"role": _role(a.get(f"gen_ai.prompt.{i}.role", "user")),
                  "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"), f"{where}: gen_ai.prompt.{i}.content")}
                 for i in prompt]
     answers = []
@@ -565,7 +571,7 @@ def _langfuse_messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
-        return [{"role": m.get("role"), "content": _text(m.get("content"), f"input[{i}].content")}
+        return [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"input[{i}].content")}
                 for i, m in enumerate(value) if isinstance(m, dict)]
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
