@@ -683,6 +683,8 @@ OTEL_LINES = {
     "older JSON names with a prompt as a number": otel_line(json_named(gen_ai__prompt=3)),
     "older JSON names without a prompt": otel_line(json_named(gen_ai__prompt=None)),
     "older JSON names without a completion": otel_line(json_named(gen_ai__completion=None)),
+    "older JSON names, an answer filtered": otel_line(json_named(completion=[
+        {"role": "assistant", "content": "The answer", "finish_reason": "content_filter"}])),
     "older JSON names with two completions": otel_line(json_named(completion=OLDER_COMPLETION + [{"role": "assistant", "content": "!"}])),
     "older JSON names with a duplicate key": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": "4", "content": "5"}]')),
     "older JSON names with NaN": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": NaN}]')),
@@ -778,9 +780,9 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "a chat span", "an agent's span beside a chat span",
             "older names and the current", "older JSON names", "older JSON names, texts only",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
-            "older JSON names with two completions", "older JSON names with a duplicate key", "older JSON names and the current",
+            "older JSON names with a duplicate key", "older JSON names and the current",
             "older JSON names and flattened"} <= taken
-    assert not taken & {"an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
+    assert not taken & {"older JSON names with two completions", "older JSON names, an answer filtered", "an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
                         "model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
                         "version as a number", "older JSON names with a content as a number",

@@ -272,6 +272,18 @@ def test_each_current_otel_output_message_is_a_choice_of_its_own():
                                                                                (f"{SPAN_ID}:1", "Blue.")]
 
 
+def test_each_message_of_the_older_json_completion_is_a_choice_of_its_own():
+    """The older names hold the choices as the current ones do, a message each: they were joined
+    into one answer ("Red." + "Blue." = "Red.Blue."), a tool call among them unnoticed."""
+    doc = otlp([kv("gen_ai.prompt", json.dumps([{"role": "user", "content": "A colour?"}])),
+                kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": "Red."},
+                                                    {"role": "assistant", "content": "Blue."},
+                                                    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]}]))])
+    red, blue, tool_call = normalize(doc, "otel")
+    assert [(t["trace_id"], t["completion"]) for t in (red, blue)] == [(f"{SPAN_ID}:0", "Red."), (f"{SPAN_ID}:1", "Blue.")]
+    assert tool_call.reason == "no_text_answer" and "completion 2: the answer is a tool call" in str(tool_call)
+
+
 def test_current_otel_system_instructions_are_the_first_message():
     doc = otlp([kv("gen_ai.request.model", "m"),
                 kv("gen_ai.system_instructions", json.dumps([{"type": "text", "content": "Be brief."}])),

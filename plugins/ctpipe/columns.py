@@ -532,6 +532,7 @@ class _OlderMessage(msgspec.Struct):
 
     role: str | None = None
     content: str | list[_TextPart] = ""
+    finish_reason: str | None = None
 
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses
         if isinstance(self.content, str):
@@ -696,15 +697,16 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
 
 def _older_json(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa.Array, np.ndarray]:
     """Per span, the messages and the completion of the older JSON names (``gen_ai.prompt``,
-    ``gen_ai.completion``) for the spans ``chosen`` (null for the others), as the reader reads them:
-    the completion is the text of all its messages; and whether each span's are read so (texts
-    holding JSON lists of messages that :class:`_OlderMessage` decodes)."""
+    ``gen_ai.completion``) for the spans ``chosen`` (null for the others), as the reader reads them;
+    and whether each span's are read so (texts holding JSON lists of messages that
+    :class:`_OlderMessage` decodes, and a completion of one message: of several, each is a choice,
+    which the reader makes a trace of its own)."""
     (prompt, prompt_ok), (completion, completion_ok) = (attrs.get(name, _STRING) for name in _OLDER_JSON)
     at = np.flatnonzero(chosen)
     messages, messages_ok = _messages(prompt.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
     answers, answers_ok = _messages(completion.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
     ok = ~chosen | (prompt_ok & completion_ok)
-    ok[at] &= messages_ok & answers_ok
+    ok[at] &= messages_ok & answers_ok & (pc.list_value_length(answers).to_numpy(zero_copy_only=False) <= 1)
     texts = _joined(answers)
     position = np.full(len(chosen), -1)
     position[at] = np.arange(len(at))

@@ -18,8 +18,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   and v1.27 put them, on its ``gen_ai.content.prompt`` / ``.completion`` events; or flattened as
   OpenLLMetry writes them: ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content
   of typed parts as JSON text; ``gen_ai.completion.<i>.*`` per choice). Each output message
-  (current names) or flattened completion is a choice, and each choice a trace, ids as OpenAI's
-  get them; one that is no text answer (a tool call, a refusal, an answer the content filter
+  (current names), message of the older JSON ``gen_ai.completion`` or flattened completion is a
+  choice, and each choice a trace, ids as OpenAI's get them; one that is no text answer (a tool call, a refusal, an answer the content filter
   stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
   ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
@@ -397,11 +397,17 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         messages = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
                     for i, m in enumerate(prompt) if isinstance(m, dict)]
-        try:
-            answer = "".join(_text(m.get("content"), f"{where}: gen_ai.completion") for m in completion if isinstance(m, dict))
-        except FormatError as e:
-            answer = e
-        return messages, [(0, answer)]
+        answers = []
+        for i, m in enumerate(completion):  # a message per choice, as the current names have them
+            if isinstance(m, dict):
+                try:
+                    answer = _text_answer(_text(m.get("content"), f"{where}: gen_ai.completion[{i}]"), f"{where}: completion {i}",
+                                          tool_call=bool(m.get("tool_calls") or m.get("function_call")),
+                                          refusal=bool(m.get("refusal")), filtered=m.get("finish_reason") == "content_filter")
+                except FormatError as e:
+                    answer = e
+                answers.append((i, answer))
+        return messages, answers or [(0, "")]
     return _flattened(a, where)
 
 
