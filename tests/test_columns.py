@@ -850,7 +850,7 @@ def langfuse_line(*changes: tuple[str, object]) -> bytes:
 def langfuse_exact(raw: bytes, version: str | None = "v7", scores: list[dict] = LANGFUSE_SCORES) -> dict | None:
     import pickle
 
-    trace, _ = formats.joined((raw, ("f", 1), [pickle.dumps(s, protocol=5) for s in scores], version))
+    (trace,) = formats.joined(("generation", raw, ("f", 1), [pickle.dumps(s, protocol=5) for s in scores], version))
     if isinstance(trace, formats.FormatError):
         return None
     try:

@@ -309,23 +309,111 @@ def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_
     assert [t["trace_id"].split(":")[1] for t in normalize(doc, "otel")] == ["s4", "s5"]
 
 
-def test_a_model_calls_span_without_content_is_counted_as_no_content_saying_how_to_record_it():
+def _with_logs(*docs: dict) -> list:
+    """The traces of OTLP exports of spans and of logs read together: what each gives at once, then
+    what the join makes of the spans held for it (in the order read)."""
+    from ctpipe.formats import Held, join, joined
+
+    found, entries = [], []
+    for n, doc in enumerate(docs):
+        for record in normalize(doc, "otel"):
+            if isinstance(record, Held):
+                entries.append(record.entry(("f", n)))
+            else:
+                found.append(record)
+    return found + [trace for record in join(entries) for trace in joined(record)]
+
+
+def logs(*records: dict) -> dict:
+    return {"resourceLogs": [{"resource": {"attributes": [kv("service.name", "chat")]},
+                              "scopeLogs": [{"scope": {"name": "opentelemetry.instrumentation.openai_v2"},
+                                             "logRecords": list(records)}]}]}
+
+
+def event(name: str, body=None, attributes=(), span: str = "051581bf3cb55c13", named_by_attribute: bool = False) -> dict:
+    """A log record of a GenAI event in the span of :func:`otlp`, as the SDK exports one (its name in
+    ``eventName``; older SDKs set the ``event.name`` attribute instead)."""
+    def any_value(value):
+        if isinstance(value, list):
+            return {"arrayValue": {"values": [any_value(v) for v in value]}}
+        if isinstance(value, dict):
+            return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
+        if isinstance(value, int):
+            return {"intValue": str(value)}
+        return {"stringValue": value}
+
+    record = {"timeUnixNano": "1795340000100000000", "observedTimeUnixNano": "1795340000100000000", "severityNumber": 9,
+              "traceId": "5b8aa5a2d2c872e8321cf37308d69df2", "spanId": span, "flags": 1,
+              "attributes": [kv("gen_ai.system", "openai"), *attributes] + ([kv("event.name", name)] if named_by_attribute else [])}
+    if not named_by_attribute:
+        record["eventName"] = name
+    if body is not None:
+        record["body"] = any_value(body)
+    return record
+
+
+CONTENTLESS = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "gpt-4o-mini"),
+               kv("gen_ai.response.model", "gpt-4o-mini-2024-07-18"), kv("gen_ai.usage.input_tokens", 21),
+               kv("gen_ai.usage.output_tokens", 3)]
+
+
+def test_a_model_calls_span_without_content_or_log_records_of_it_is_no_content_saying_how_to_record_it():
     """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and
     said nothing. A span that names no operation is another kind of span, passed over as before."""
-    usage = [kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 12)]
-    with pytest.raises(FormatError, match=f"span {SPAN_ID}: a chat call's span holds no prompt or answer: .*"
-                                          "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") as e:
-        normalize(otlp([kv("gen_ai.operation.name", "chat"), *usage]), "otel")
-    assert e.value.reason == "no_content"
-    assert normalize(otlp(usage), "otel") == []  # no operation named: as the /health span beside it
+    (silent,) = _with_logs(otlp(CONTENTLESS), logs(event("gen_ai.user.message", {"content": "Hi"}, span="other")))
+    assert silent.reason == "no_content" and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in str(silent)
+    assert str(silent).startswith(f"span {SPAN_ID}: a chat call's span holds no prompt or answer")
+    assert normalize(otlp(CONTENTLESS[1:]), "otel") == []  # no operation named: as the /health span beside it
+    assert normalize(logs({"body": {"stringValue": "GET /health 200"}, "severityNumber": 9}), "otel") == []  # no GenAI event
+
+
+@pytest.mark.parametrize("named_by_attribute", [False, True], ids=["eventName", "event.name attribute"])
+def test_the_log_records_of_a_calls_messages_and_choices_join_its_span(named_by_attribute):
+    """OpenTelemetry's own instrumentations (semconv v1.28 to v1.36, their default) record content as
+    log records, a message or a choice each, in the span of the call, which holds its model, usage
+    and times: they join by the span's trace and span id, across files, in the order read."""
+    records = logs(*(event(name, body, named_by_attribute=named_by_attribute) for name, body in [
+        ("gen_ai.system.message", {"content": "Be brief."}),
+        ("gen_ai.user.message", {"content": "What is 2 plus 3?"}),
+        ("gen_ai.assistant.message", {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add"}}]}),
+        ("gen_ai.tool.message", {"content": "5", "id": "c1"}),
+        ("gen_ai.choice", {"index": 1, "finish_reason": "stop", "message": {"role": "assistant", "content": "Five."}}),
+        ("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "5"}}),
+    ]), event("gen_ai.evaluation.result", attributes=[kv("gen_ai.evaluation.name", "correct"),
+                                                       kv("gen_ai.evaluation.score.value", 1.0)]))
+    first, second = _with_logs(otlp(CONTENTLESS), records)
+    assert [(t["trace_id"], t["completion"]) for t in (first, second)] == [(f"{SPAN_ID}:0", "5"), (f"{SPAN_ID}:1", "Five.")]
+    rec = decode(json.dumps(first))
+    assert [(m.role, m.content) for m in rec.messages] == [("system", "Be brief."), ("user", "What is 2 plus 3?"),
+                                                           ("assistant", ""), ("tool", "5")]
+    assert rec.model.name == "gpt-4o-mini-2024-07-18" and rec.usage.prompt_tokens == 21 and rec.latency_ms == 250.0
+    assert [(s.name, s.value) for s in rec.scores] == [("correct", 1.0)]
+    tool_call = logs(event("gen_ai.user.message", {"content": "Weather?"}),
+                     event("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {"tool_calls": [{"id": "c"}]}}))
+    (refused,) = _with_logs(otlp(CONTENTLESS), tool_call)
+    assert refused.reason == "no_text_answer" and "choice 0: the answer is a tool call" in str(refused)
+
+
+def test_the_details_log_record_of_newer_semconv_joins_its_span():
+    """From semconv v1.37, content recorded apart from the span is one record of the call's attributes."""
+    details = event("gen_ai.client.inference.operation.details", attributes=[
+        kv("gen_ai.operation.name", "chat"),
+        {"key": "gen_ai.input.messages", "value": {"arrayValue": {"values": [{"kvlistValue": {"values": [
+            {"key": "role", "value": {"stringValue": "user"}},
+            {"key": "parts", "value": {"arrayValue": {"values": [{"kvlistValue": {"values": [
+                {"key": "type", "value": {"stringValue": "text"}}, {"key": "content", "value": {"stringValue": "2+3?"}}]}}]}}}]}}]}}},
+        kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]))])
+    (t,) = _with_logs(logs(details), otlp(CONTENTLESS))  # the logs first: the order of the files does not matter
+    assert t["messages"] == [{"role": "user", "content": "2+3?"}] and t["completion"] == "5" and t["trace_id"] == SPAN_ID
+
+
+def test_a_span_that_holds_its_content_is_read_as_it_is_whatever_log_records_of_it():
+    """Content on the span and in log records both (SPAN_AND_EVENT): the span's, once."""
     messages = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["2+3?"], "content")}])),
                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["5"], "content")}]))]
-    doc = otlp([kv("gen_ai.operation.name", "chat"), *usage, *messages])
-    spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
-    spans.append({**spans[0], "spanId": "s1", "attributes": [kv("gen_ai.operation.name", "chat"), *usage]})
-    text, silent = normalize(doc, "otel")
-    assert text["completion"] == "5" and silent.reason == "no_content" and silent.record["spanId"] == "s1"
+    (t,) = _with_logs(otlp(CONTENTLESS + messages), logs(event("gen_ai.choice", {"index": 0, "message": {"content": "6"}})))
+    assert t["completion"] == "5"
 
 
 def test_semconv_1_26_content_on_span_events_is_read_as_on_the_span():
@@ -367,9 +455,9 @@ def test_unknown_and_mismatched_documents_are_reported_not_guessed():
 
 
 def _joined(rows):
-    from ctpipe.formats import join_langfuse, joined, langfuse_entry
+    from ctpipe.formats import join, joined, langfuse_entry
 
-    return [trace for trace, _ in map(joined, join_langfuse(filter(None, map(langfuse_entry, rows))))]
+    return [trace for record in join(filter(None, map(langfuse_entry, rows))) for trace in joined(record)]
 
 
 def test_langfuse_generations_get_their_scores_and_trace_release_whatever_the_order():
@@ -446,7 +534,7 @@ def test_langfuse_blob_storage_exports_in_snake_case_join_as_the_apis_camel_case
                            {"name": "tone", "value": None, "label": "polite", "source": "api"}]
     from ctpipe.formats import joined
 
-    line, _ = joined((json.dumps(rows[0]).encode(), None, [], "3"))  # a generation read from a JSON line
+    (line,) = joined(("generation", json.dumps(rows[0]).encode(), None, [], "3"))  # a generation read from a JSON line
     assert line == {**t, "scores": []}
 
 

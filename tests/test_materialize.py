@@ -912,6 +912,48 @@ def test_a_source_of_model_calls_recorded_without_content_says_so_instead_of_giv
     assert all("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in q["detail"] for q in table(m, "quarantine"))
 
 
+def _log_records(i: int, question: str, answer: str) -> list[dict]:
+    """The log records OpenTelemetry's instrumentations make of the content of :func:`_genai_span` ``i``."""
+    def record(name, body):
+        return {"timeUnixNano": str(int(T0.timestamp()) * 10**9 + i * 10**9 // 3), "eventName": name,
+                "traceId": f"{i:032x}", "spanId": f"{i:016x}", "attributes": [kv("gen_ai.system", "openai")],
+                "body": {"kvlistValue": {"values": [{"key": k, "value": v} for k, v in body.items()]}}}
+
+    message = {"kvlistValue": {"values": [{"key": "role", "value": {"stringValue": "assistant"}},
+                                          {"key": "content", "value": {"stringValue": answer}}]}}
+    return [record("gen_ai.user.message", {"content": {"stringValue": question}}),
+            record("gen_ai.choice", {"index": {"intValue": "0"}, "finish_reason": {"stringValue": "stop"},
+                                     "message": message})]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_spans_without_content_join_the_log_records_of_their_content_from_other_files(tmp_path, monkeypatch, workers):
+    """OpenTelemetry's own instrumentations record the content as log records of the call's span, which
+    the Collector writes to a file of its own: each span joins its records, in whichever file and
+    block; a span whose records are not there is no_content."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    spans = [_genai_span(i) for i in range(40)]
+    for span in spans:
+        span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"),
+                              kv("gen_ai.usage.input_tokens", 7), kv("gen_ai.usage.output_tokens", 1)]
+    records = [r for i in range(40) if i != 5 for r in _log_records(i, f"What is {i} plus 1?", str(i + 1))]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "logs.jsonl").write_bytes(lines(*({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": records[j:j + 7]}]}]}
+                                             for j in range(0, len(records), 7))))
+    (src / "traces.jsonl").write_bytes(lines(*(_export({"7": [spans[j:j + 10]]}) for j in range(0, 40, 10))))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces"] == 39 and m.quarantine_reasons == {"no_content": 1}
+    rows = {r["prompt"]: r for r in table(m, "traces")}
+    assert rows["What is 7 plus 1?"]["completion"] == "8" and rows["What is 7 plus 1?"]["model_version"] == "7"
+    assert rows["What is 7 plus 1?"]["trace_id"] == f"{7:032x}:{7:016x}" and rows["What is 7 plus 1?"]["prompt_tokens"] == 7
+    (q,) = table(m, "quarantine")
+    assert q["source_file"].endswith("traces.jsonl") and q["source_line"] == 1 and f"{5:016x}" in q["detail"]
+    assert "unrecognized_files" not in m.source or not m.source["unrecognized_files"]
+    assert run(src, tmp_path / "again", dataset=DatasetConfig(workers=3 - workers)).version == m.version
+
+
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
     """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
     each span a trace under its own resource, numbered as that line. An export that breaks off is

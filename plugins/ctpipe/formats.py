@@ -23,13 +23,15 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
   ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
-  are. A span named a model call that holds no content (its instrumentation was not asked to
-  record it, or recorded it as log records) is ``no_content``, so that a source of them does not
-  give nothing without a word. ``gen_ai.evaluation.result`` events become scores.
+  are. ``gen_ai.evaluation.result`` events become scores. A span named a model call that holds no
+  content joins the log records of its content (``resourceLogs``: a record per message and per
+  choice, semconv v1.28 to v1.36, or one of the call's attributes from v1.37, and evaluation
+  results), read across files as Langfuse rows are (:class:`Held`, :func:`join`); with none, it is
+  ``no_content``, so that a source of them does not give nothing without a word.
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
-  generations by id, across files, so :func:`join_langfuse` takes an interval's rows at once.
+  generations by id, across files, so :func:`join` takes an interval's rows at once.
   A time without a zone (text, or a naive Parquet timestamp) is UTC, as Langfuse's exports are.
   The columns may be named in camelCase (the API's) or snake_case (the blob-storage export's).
 * ``ctpipe``: our own schema, unchanged.
@@ -50,6 +52,7 @@ import math
 import pickle
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
@@ -108,7 +111,7 @@ def detect(doc: Any) -> Format | None:
     """
     if not isinstance(doc, dict):
         return None
-    if "resourceSpans" in doc:
+    if "resourceSpans" in doc or "resourceLogs" in doc:
         return "otel"
     request, response = doc.get("request"), doc.get("response")  # side by side, or flat in one object
     if "choices" in (response if isinstance(response, dict) else doc) and \
@@ -472,11 +475,37 @@ def _with_content_events(span: dict, a: dict) -> dict:
     return {**found, **a} if found else a
 
 
-def from_otel(doc: dict) -> Iterator[dict | FormatError]:
+@dataclass(frozen=True)
+class Held:
+    """What an OTLP export gives a join rather than a trace: a model call's span that holds no content
+    (``kind`` "span": its content may be in log records, which attach to it by its trace and span id),
+    or such a log record (``kind`` "event"). See :func:`join` and :func:`joined`."""
+
+    kind: Literal["span", "event"]
+    trace: str
+    span: str
+    value: dict  # the span and its resource's service.version, or the log record
+
+    def entry(self, where: tuple[str, int] | None) -> tuple:
+        """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
+        id, the log record by the span it belongs to; a span where it was read."""
+        return (self.kind, _pickled(("otel", self.trace)), _pickled(("otel", self.trace, self.span)),
+                _pickled(self.value), where if self.kind == "span" else None)
+
+
+# Log records of GenAI content (semconv v1.28 to v1.36: a record per message and per choice, the
+# role in the name; from v1.37, one record of the call's attributes) and of evaluation results.
+_MESSAGE_EVENT = re.compile(r"gen_ai\.(system|developer|user|assistant|tool)\.message")
+_LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", "gen_ai.evaluation.result")
+
+
+def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
     DB, agents, tools, embeddings, ...) are skipped. A span or a choice that cannot be a trace comes
     as its FormatError, in its place: an export holds thousands of spans (the Collector batches 8,192),
-    and one of them answering with a tool call is no reason to lose the others."""
+    and one of them answering with a tool call is no reason to lose the others. A model call's span
+    that holds no content, and the log records of GenAI events of an export of logs, come as
+    :class:`Held`: their join makes the traces."""
     for rs in _objects(doc, "resourceSpans", ""):
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
@@ -484,30 +513,37 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError]:
                 span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}" if isinstance(span, dict) else "?"
                 try:
                     with _mapping(f"span {span_id}"):
-                        found = _span_traces(span, span_id, resource)
+                        a = _attrs(span.get("attributes"))
+                        found = _span_traces(span, span_id, resource, a, _otel_messages)
+                        if found is None:  # a model call whose content, if recorded, is in log records
+                            found = [Held("span", span.get("traceId"), span.get("spanId"),
+                                          {"span": span, "version": resource.get("service.version")})]
                 except FormatError as e:
                     found = [e]
                 for trace in found:
                     if isinstance(trace, FormatError):
                         trace.record = span
                     yield trace
+    for rl in _objects(doc, "resourceLogs", ""):
+        for sl in _objects(rl, "scopeLogs", "resourceLogs[]."):
+            for record in _objects(sl, "logRecords", "scopeLogs[]."):
+                name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+                trace, span = record.get("traceId"), record.get("spanId")
+                if (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name))
+                        and isinstance(trace, str) and isinstance(span, str) and trace and span):
+                    yield Held("event", trace, span, record)
 
 
-def _span_traces(span: dict, span_id: str, resource: dict) -> list[dict | FormatError]:
-    """The traces of one span of :func:`from_otel` (none for a span that is not a model call)."""
-    a = _attrs(span.get("attributes"))
+def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
+    """The traces of one span of :func:`from_otel` with attributes ``a`` (none for a span that is not
+    a model call), its messages and answers as ``content_of`` finds them; None for a model call
+    without them."""
     if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
         return []
     a = _with_content_events(span, a)
-    content = _otel_messages(a, f"span {span_id}")
+    content = content_of(a, f"span {span_id}")
     if content is None:
-        if "gen_ai.operation.name" not in a:  # any other span: HTTP, DB, ...
-            return []
-        # A model call all the same: counted, so that a source of them says why it gave no trace.
-        raise FormatError("no_content", f"span {span_id}: a {a['gen_ai.operation.name']} call's span holds no prompt "
-                                        "or answer: instrumentations record them only when asked to (such as "
-                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), on the span or as log "
-                                        "records, which are not read")
+        return None if "gen_ai.operation.name" in a else []  # without one, any other span: HTTP, DB, ...
     messages, answers = content
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
@@ -585,7 +621,7 @@ def _langfuse_messages(value: Any) -> list[dict]:
 def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes | None = None) -> tuple | None:
     """What the join keeps of one Langfuse export row (None: nothing), made where the row was read:
     ``(kind, trace, key, value, where)``, the id of the row's trace (which places it, see
-    :func:`join_langfuse`), the id it is found by, and what it brings, all pickled, so that Parquet
+    :func:`join`), the id it is found by, and what it brings, all pickled, so that Parquet
     rows keep their types and ids compare by type and value (1 is not "1"). A few bytes, cheaper to
     keep and send than the row. A generation read from a JSON ``line`` brings that line instead,
     which the join's fast path reads with others into columns (see :func:`generation_row`).
@@ -608,39 +644,97 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
         raise FormatError("wrong_format", "is not a Langfuse observation, score or trace row")
 
 
-def join_langfuse(entries: Iterable[tuple]) -> list[tuple[bytes, tuple[str, int] | None, list[bytes], str | None]]:
-    """The generations among ``entries`` (of :func:`langfuse_entry`, in the order their rows were
-    read, whatever the order of the kinds), each as (its row, where it was read, its scores (its own,
-    then its trace's, in the order read), its trace's version (the last one read)): :func:`joined`
-    maps one to a trace.
+# The entries of a join that are records, each a trace (a Langfuse generation) or a trace per choice
+# (a model call's OTLP span); the others attach to them.
+RECORD_KINDS = ("generation", "span")
 
-    Only the scores and versions among ``entries`` join: the caller passes all of an export's rows
-    of the generations' traces (a score names the trace of the generation it scores, a trace row
-    its own id), so a score that names another trace than its generation's joins nothing."""
-    scores: dict[bytes, list[bytes]] = {}
+
+def join(entries: Iterable[tuple]) -> list[tuple[str, bytes, tuple[str, int] | None, list[bytes], str | None]]:
+    """The records among ``entries`` (of :func:`langfuse_entry` and :meth:`Held.entry`, in the order
+    their rows were read, whatever the order of the kinds), each as (its kind, its value, where it was
+    read, what attaches to it (a generation's scores, its own then its trace's; a span's log records),
+    in the order read, its trace's version (the last one read)): :func:`joined` maps one to traces.
+
+    Only what is among ``entries`` joins: the caller passes all of an export's rows of the records'
+    traces (a score names the trace of the generation it scores, a trace row its own id, a log
+    record its trace and span), so a score that names another trace than its generation's joins nothing."""
+    attached: dict[bytes, list[bytes]] = {}
     versions: dict[bytes, bytes] = {}
-    generations = []
+    records = []
     for kind, trace, key, value, where in entries:
-        if kind == "generation":
-            generations.append((key, trace, value, where))
-        elif kind == "score":
-            scores.setdefault(key, []).append(value)
-        else:
+        if kind in RECORD_KINDS:
+            records.append((kind, key, trace, value, where))
+        elif kind == "version":
             versions[key] = value
-    return [(row, where, scores.get(gid, []) + scores.get(tid, []),
-             pickle.loads(versions[tid]) if tid in versions else None) for gid, tid, row, where in generations]
+        else:
+            attached.setdefault(key, []).append(value)
+    return [(kind, value, where, attached.get(key, []) + attached.get(trace, []),
+             pickle.loads(versions[trace]) if trace in versions else None) for kind, key, trace, value, where in records]
 
 
-def joined(generation: tuple[bytes, tuple[str, int] | None, list[bytes], str | None]) -> tuple[dict | FormatError, tuple[str, int] | None]:
-    """One generation of :func:`join_langfuse` as (its canonical trace, or the FormatError of one
-    that cannot map; where it was read)."""
-    row, place, scores, version = generation
+def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | None]) -> list[dict | FormatError]:
+    """The canonical traces of one record of :func:`join` (a FormatError in the place of one that
+    cannot map)."""
+    kind, value, _, attached, version = record
+    if kind == "span":
+        held = pickle.loads(value)
+        span, span_id = held["span"], f"{held['span'].get('traceId', '')}:{held['span'].get('spanId', '')}"
+        try:
+            with _mapping(f"span {span_id}"):
+                return _logged_span_traces(span, span_id, held["version"], [pickle.loads(r) for r in attached])
+        except FormatError as e:
+            return [e]
     try:
         with _mapping("Langfuse generation"):
-            trace: dict | FormatError = _trace(_camel_case(generation_row(row)), [pickle.loads(s) for s in scores], version)
+            return [_trace(_camel_case(generation_row(value)), [pickle.loads(s) for s in attached], version)]
     except FormatError as e:
-        trace = e
-    return trace, place
+        return [e]
+
+
+def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:
+    """The traces of a model call's span that holds no content, with the log records of its GenAI
+    events: a record per message and per choice (semconv v1.28 to v1.36), or one of the call's
+    attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
+    details, messages, choices, evaluations = {}, [], [], []
+    for record in records:
+        a = _attrs(record.get("attributes"))
+        name = record.get("eventName") or a.get("event.name")
+        body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
+        body = body if isinstance(body, dict) else {}
+        if name == "gen_ai.client.inference.operation.details":
+            details.update(a)
+        elif name == "gen_ai.evaluation.result":
+            evaluations.append({"name": name, "attributes": record.get("attributes")})
+        elif name == "gen_ai.choice":
+            choices.append(body)
+        else:
+            messages.append((_MESSAGE_EVENT.fullmatch(name)[1], body))
+
+    def content(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
+        if not (messages or choices):
+            return _otel_messages(a, where)
+        prompt = [{"role": _role(body.get("role") or role), "content": _text(body.get("content"), f"{where}: gen_ai.{role}.message")}
+                  for role, body in messages]
+        answers = []
+        for body in sorted(choices, key=lambda b: b.get("index", 0) if isinstance(b.get("index"), int) else 0):
+            index, message = body.get("index", 0), body.get("message") if isinstance(body.get("message"), dict) else {}
+            try:
+                answer = _text_answer(_text(message.get("content"), f"{where}: gen_ai.choice {index}"), f"{where}: choice {index}",
+                                      tool_call=bool(message.get("tool_calls")), filtered=body.get("finish_reason") == "content_filter")
+            except FormatError as e:
+                answer = e
+            answers.append((index, answer))
+        return prompt, answers or [(0, "")]
+
+    a = {**details, **_attrs(span.get("attributes"))}  # the span's own win
+    span = {**span, "events": [*_objects(span, "events", f"span {span_id}: "), *evaluations]}
+    found = _span_traces(span, span_id, {"service.version": version}, a, content)
+    if found is None:
+        raise FormatError("no_content", f"span {span_id}: a {a['gen_ai.operation.name']} call's span "
+                                        "holds no prompt or answer, nor do log records of its events: instrumentations "
+                                        "record them only when asked to (such as "
+                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
+    return found
 
 
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
@@ -701,7 +795,7 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict | FormatErro
     if fmt == "ctpipe":
         return [doc]
     if fmt == "langfuse":
-        raise FormatError("needs_join", "Langfuse rows join across files: see join_langfuse")
+        raise FormatError("needs_join", "Langfuse rows join across files: see join")
     with _mapping(f"{fmt} record"):
         records = list(from_openai(doc) if fmt == "openai" else from_otel(doc))
     if len(records) == 1 and isinstance(records[0], FormatError):  # the document's only record: its own item

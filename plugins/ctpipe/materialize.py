@@ -10,9 +10,10 @@ so the answer is the same whatever the number of workers. The same worker then w
 kept rows as a part of the version's traces table, its quarantined items as a part of the
 quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
 each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
-pairs as parts of those tables. Langfuse rows, which join across files, are spilled the same way,
-by trace, and their generations come as parts of their own once every block is in (their buckets
-split again first too). Memory is
+pairs as parts of those tables. Langfuse rows, and OTLP spans without content with the log records
+of their content, which join across files, are spilled the same way, by trace, and their
+generations and spans come as parts of their own once every block is in (their buckets split again
+first too). Memory is
 bounded by the block size, the bucket size and the spill buffer, plus the three 64-bit keys of each
 kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
@@ -249,7 +250,7 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
         return "ctpipe", [traces.convert(doc)]
     records = formats.normalize(doc, fmt)
     if len(records) < 2:
-        return found or fmt, [traces.convert(d) for d in records]
+        return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
     return found or fmt, [_converted(d) for d in records]
 
 
@@ -261,7 +262,9 @@ class _Refused:
     record: Any
 
 
-def _converted(record: dict | formats.FormatError) -> traces.TraceRecord | _Refused:
+def _converted(record: dict | formats.FormatError | formats.Held) -> traces.TraceRecord | _Refused | formats.Held:
+    if isinstance(record, formats.Held):
+        return record
     if isinstance(record, formats.FormatError):
         return _Refused(record, record.record)
     try:
@@ -327,6 +330,11 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             if entry is not None:
                 part.langfuse.append(entry)
             continue
+        held = [r for r in recs if isinstance(r, formats.Held)]
+        if held:  # joined with what attaches to them (see langfuse_part), as Langfuse rows are
+            part.formats[fmt] += len(held)
+            part.langfuse += [h.entry((block.file, n)) for h in held]
+            recs = [r for r in recs if not isinstance(r, formats.Held)]
         refused = [r for r in recs if isinstance(r, _Refused)]
         if refused:
             rejected += [(n, _quarantined(block.file, n, r.error.reason, str(r.error), json.dumps(r.record, default=str)[:2000]))
@@ -862,8 +870,8 @@ def spill_langfuse() -> tuple[int, np.ndarray]:
         _LANGFUSE.clear()
         _LANGFUSE_BYTES = 0
         bucket = _bucket_of(_trace_keys(table))
-        generations = pc.equal(table["kind"], "generation").to_numpy()
-        _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[generations], minlength=_JOB.buckets)
+        records = pc.is_in(table["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
+        _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[records], minlength=_JOB.buckets)
         _append_runs(table, bucket, lambda b: _spill_path(b, _langfuse_writer(os.getpid())))
         del table, bucket  # as spill() does
         _release_arrow_memory()
@@ -890,7 +898,8 @@ def split_langfuse(item: tuple[int, list[str], int]) -> list[tuple[str, int]]:
     generations = np.zeros(n, np.int64)
 
     def spread(rows: pa.Table, sub: pa.ChunkedArray) -> None:
-        generations[:] += np.bincount(sub.to_numpy()[pc.equal(rows["kind"], "generation").to_numpy()], minlength=n)
+        records = pc.is_in(rows["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
+        generations[:] += np.bincount(sub.to_numpy()[records], minlength=n)
 
     pieces = _split(bucket, _bucket_files(bucket, writers), n, _trace_keys, _LANGFUSE_SCHEMA, "langfuse-split", spread)
     return list(zip(pieces, generations.tolist()))
@@ -906,38 +915,38 @@ def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     index, (bucket, writers, first, size) = item
     batches = [b for path in _bucket_files(bucket, writers) for b in pa.ipc.open_stream(pa.memory_map(path))]
     rows = pa.Table.from_batches(batches, schema=_LANGFUSE_SCHEMA)
-    generation = pc.equal(rows["kind"], "generation").to_numpy()
+    record = pc.is_in(rows["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
     order = pc.sort_indices(rows.select(["part", "at"]), [("part", "ascending"), ("at", "ascending")]).to_numpy()
-    ours = _take_rows(batches, order[generation[order]][first:first + size], _LANGFUSE_SCHEMA)
+    ours = _take_rows(batches, order[record[order]][first:first + size], _LANGFUSE_SCHEMA)
     ids = pa.concat_arrays([ours[name].combine_chunks() for name in ("key", "trace")])
-    theirs = ~generation & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores and versions
+    theirs = ~record & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores, versions and log records
     theirs = _take_rows(batches, order[theirs[order]], _LANGFUSE_SCHEMA)
     entries = [*zip(*(theirs[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
-               *zip(itertools.repeat("generation"), *(ours[name].to_pylist() for name in ("trace", "key", "value")),
+               *zip(*(ours[name].to_pylist() for name in ("kind", "trace", "key", "value")),
                     zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
     part = Part(index, [])
-    generations = formats.join_langfuse(entries)
-    fast, taken, fast_at = _fast_langfuse(generations, part)
+    records = formats.join(entries)
+    fast, taken, fast_at = _fast_langfuse(records, part)
     found, found_at = [], []
-    for i in np.setdiff1d(np.arange(len(generations)), taken, assume_unique=True).tolist():
-        doc, (file, n) = formats.joined(generations[i])
-        try:
-            if isinstance(doc, formats.FormatError):
-                raise doc
-            rec = traces.convert(doc)
-        except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
-            part.read += 1
-            value = generations[i][0]
-            raw = (value.decode("utf-8", "replace") if formats.is_line(value)
-                   else json.dumps(formats.generation_row(value), default=str))
-            part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:2000]))
-            continue
-        if _JOB.start <= rec.start_time < _JOB.end:
-            part.read += 1
-            found.append((file, n, rec))
-            found_at.append(i)
-        else:
-            part.outside += 1
+    for i in np.setdiff1d(np.arange(len(records)), taken, assume_unique=True).tolist():
+        (file, n), value = records[i][2], records[i][1]
+        for doc in formats.joined(records[i]):  # a span's choices each a trace
+            try:
+                if isinstance(doc, formats.FormatError):
+                    raise doc
+                rec = traces.convert(doc)
+            except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
+                part.read += 1
+                raw = (value.decode("utf-8", "replace") if formats.is_line(value)
+                       else json.dumps(formats.generation_row(value), default=str))
+                part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:2000]))
+                continue
+            if _JOB.start <= rec.start_time < _JOB.end:
+                part.read += 1
+                found.append((file, n, rec))
+                found_at.append(i)
+            else:
+                part.outside += 1
     table = columns.from_records(found)
     if fast is not None:  # in the order the generations were read
         table = pa.concat_tables([table, fast])
@@ -965,13 +974,14 @@ def _take_rows(batches: list[pa.RecordBatch], rows: np.ndarray, schema: pa.Schem
     return taken.take(np.argsort(by_batch))  # back in the order given: a copy of what was taken only
 
 
-def _fast_langfuse(generations: list[tuple], part: Part) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
-    """The generations of :func:`formats.join_langfuse` read from JSON lines that the fast path takes
-    (:func:`columns.parse_langfuse_lines`), counted into ``part``: (those in the interval, as
-    :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
-    lines = np.array([i for i, g in enumerate(generations) if formats.is_line(g[0])], np.int64)
-    got = columns.parse_langfuse_lines([generations[i][0] for i in lines], [generations[i][3] for i in lines],
-                                       [[pickle.loads(s) for s in generations[i][2]] for i in lines])
+def _fast_langfuse(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+    """The Langfuse generations among the records of :func:`formats.join` read from JSON lines that the
+    fast path takes (:func:`columns.parse_langfuse_lines`), counted into ``part``: (those in the
+    interval, as :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
+    lines = np.array([i for i, (kind, value, *_) in enumerate(records) if kind == "generation" and formats.is_line(value)],
+                     np.int64)
+    got = columns.parse_langfuse_lines([records[i][1] for i in lines], [records[i][4] for i in lines],
+                                       [[pickle.loads(s) for s in records[i][3]] for i in lines])
     if got is None:
         return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
     rows, at = got[0], lines[got[1]]
@@ -979,7 +989,7 @@ def _fast_langfuse(generations: list[tuple], part: Part) -> tuple[pa.Table | Non
     inside = (start >= columns.micros(_JOB.start)) & (start < columns.micros(_JOB.end))
     part.read += int(inside.sum())
     part.outside += int(len(inside) - inside.sum())
-    places = [generations[i][1] for i in at[inside].tolist()]
+    places = [records[i][2] for i in at[inside].tolist()]
     rows = rows.filter(pa.array(inside))
     return _placed(rows, pa.array([f for f, _ in places], pa.string()), [n for _, n in places]), at, at[inside]
 
