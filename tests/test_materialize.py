@@ -987,6 +987,30 @@ def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_
                                           f"after {len(cut)} bytes")]
 
 
+@pytest.mark.parametrize("name", ["logs.jsonl", "logs.jsonl.gz"])  # cut in place, or read through
+def test_an_otlp_export_of_log_records_past_a_records_size_is_read_as_exports_of_them(tmp_path, monkeypatch, name):
+    """The Collector batches log records as it batches spans, 8,192 to a line: such a line, of the
+    content of the spans beside it, was one record_too_large item and every span no_content."""
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
+    monkeypatch.setattr(sources, "_EXPORT_BYTES", 2000)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 3000)
+    spans = [_genai_span(i) for i in range(120)]
+    for span in spans:
+        span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    records = [r for i in range(120) for r in _log_records(i, f"What is {i} plus 1?", str(i + 1))]
+    export = {"resourceLogs": [{"resource": {"attributes": [kv("service.name", "chat")]}, "scopeLogs": [
+        {"scope": {"name": "openai_v2"}, "logRecords": records[:100]}, {"scope": {"name": "openai_v2"}, "logRecords": records[100:]}]}]}
+    src = tmp_path / "src"
+    src.mkdir()
+    data = lines(export)
+    assert len(data) > 25 * 4000
+    (src / name).write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    (src / "spans.jsonl").write_bytes(lines(*(_export({"7": [spans[j:j + 5]]}) for j in range(0, 120, 5))))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 120 and not m.quarantine_reasons
+    assert sorted(r["completion"] for r in table(m, "traces")) == sorted(str(i + 1) for i in range(120))
+
+
 @pytest.mark.parametrize("name", ["a.jsonl", "a.jsonl.gz"])  # cut in place, or read through
 def test_an_otlp_export_of_ten_megabytes_is_read_by_the_workers(tmp_path, monkeypatch, name):
     """At full size, in two workers: an export line past 8 MB (9,000 spans with a 1 KB answer each)

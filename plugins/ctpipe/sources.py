@@ -68,7 +68,8 @@ MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparse
 # But for an OTLP JSON export, a line of the OpenTelemetry Collector's file or S3 exporter: its batch
 # processor sends 8,192 spans at once by default (more, unless send_batch_max_size says otherwise),
 # tens or hundreds of MB of GenAI spans with their messages. Such a line is read through where it
-# is cut, as exports of a megabyte of spans each (see _Exports), whatever its length.
+# is cut, as exports of a megabyte of spans each (see _Exports), whatever its length; so is an
+# export of log records, which the Collector batches alike.
 # Each block costs some 20 ms of fixed work (dozens of Arrow calls, two Parquet files written): 12 MB
 # blocks took a million bench traces 6-7% less time, but OTLP and Langfuse sources peaked 50 to 60 MB
 # higher (Langfuse at up to 944 MB), too close to the 1 GB bound.
@@ -896,13 +897,20 @@ def _too_large(file: str, line: int, size: int, head: bytes) -> Item:
                 raw=head[:200].decode("utf-8", "replace"))
 
 
-def _an_export(head: bytes) -> bool:
-    """Whether a line starting with ``head`` is an OTLP JSON export, as far as its first member says."""
-    return _text(head).startswith(b'{"resourceSpans"')
+# The lists of an OTLP JSON export of spans or of log records: its resources', each resource's scopes',
+# each scope's records'.
+_SIGNALS = {"resourceSpans": ("scopeSpans", "spans"), "resourceLogs": ("scopeLogs", "logRecords")}
+
+
+def _an_export(head: bytes) -> str | None:
+    """Whether a line starting with ``head`` is an OTLP JSON export, as far as its first member says:
+    the name of that member (``resourceSpans`` or ``resourceLogs``), or None."""
+    text = _text(head)
+    return next((signal for signal in _SIGNALS if text.startswith(b'{"%s"' % signal.encode())), None)
 
 
 # The key before the list a resource or a scope holds, at the end of the members before it.
-_LIST_KEYS = {inner: re.compile(rb'"%s"\s*:\s*$' % inner.encode()) for inner in ("scopeSpans", "spans")}
+_LIST_KEYS = {inner: re.compile(rb'"%s"\s*:\s*$' % inner.encode()) for lists in _SIGNALS.values() for inner in lists}
 _EXPORT_BYTES = MAX_RECORD_BYTES // 8  # of spans to an export split from a longer one: a megabyte
 _EXPORT_TAIL = b"]}]}]}"  # what closes an export made of a run of spans (see _export_prefix)
 
@@ -912,10 +920,10 @@ def _an_export_of(prefix: bytes, spans: bytes) -> bytes:
     return prefix + spans + _EXPORT_TAIL
 
 
-def _export_prefix(frames: dict[str, bytes]) -> bytes:
-    """What an export of spans split from a longer one has before them: its resource's and its scope's
-    members (each with the key of the list that follows them)."""
-    return b'{"resourceSpans":[' + frames["resource"] + b"[" + frames["scope"] + b"["
+def _export_prefix(signal: str, frames: dict[str, bytes]) -> bytes:
+    """What an export of spans (or log records) split from a longer one has before them: its
+    resource's and its scope's members (each with the key of the list that follows them)."""
+    return b'{"%s":[' % signal.encode() + frames["resource"] + b"[" + frames["scope"] + b"["
 
 
 class _Exports:
@@ -935,8 +943,8 @@ class _Exports:
     its spans, where they begin and end in the line), for a reader that can read the line again
     (see :attr:`Block.exports`)."""
 
-    def __init__(self, keep: bool = True):
-        self.keep = keep
+    def __init__(self, keep: bool = True, signal: str = "resourceSpans"):
+        self.keep, self.signal, (self.scopes, self.records) = keep, signal, _SIGNALS[signal]
         self.brackets = _Brackets(_BRACKETS)
         # Each open bracket down to a span's: its role (export, resources, resource, scopes, scope,
         # spans, span, or other) and whether the list it holds (resourceSpans, scopeSpans, spans) has closed.
@@ -944,7 +952,7 @@ class _Exports:
         self.done = False  # the export has closed
         self.listed = False  # its resourceSpans is a list
         self.frames = {"resource": b"", "scope": b""}  # their members before their list, with its key
-        self.prefix = _export_prefix(self.frames)  # what an export has before its spans
+        self.prefix = _export_prefix(signal, self.frames)  # what an export has before its spans
         # What is being captured ("resource" or "scope": its members; "spans"; or nothing), from
         # where in the line: the bytes before the piece being read, and where it begins in that piece.
         self.capturing, self.start, self.held, self.at = "", 0, bytearray(), 0
@@ -979,7 +987,7 @@ class _Exports:
             self.failure = _Damage("invalid_json", f"the export breaks off after {self.read} bytes")
             self._flush(b"", out)
         elif self.failure is None and not self.listed:
-            self.failure = _Damage("invalid_field", "resourceSpans is not a list")
+            self.failure = _Damage("invalid_field", f"{self.signal} is not a list")
         return out, self.failure
 
     def _open(self, piece: bytes, p: int, is_list: bool) -> str | None:
@@ -989,25 +997,25 @@ class _Exports:
             if self.done:
                 return "a second value after the export"
             role = "export"
-        elif parent == ["export", False]:  # its first member, resourceSpans (see _an_export)
+        elif parent == ["export", False]:  # its first member, resourceSpans or resourceLogs (see _an_export)
             if not is_list:
-                return "resourceSpans is not a list"
+                return f"{self.signal} is not a list"
             role, self.listed = "resources", True
         elif parent[0] in ("resources", "scopes"):
             role = parent[0][:-1]
             if is_list:
-                return f"an item of {'resourceSpans' if role == 'resource' else 'scopeSpans'} is a list"
+                return f"an item of {self.signal if role == 'resource' else self.scopes} is a list"
             self._capture(role, self.read + p)
         elif parent[0] in ("resource", "scope"):
-            inner = "scopeSpans" if parent[0] == "resource" else "spans"
+            inner = self.scopes if parent[0] == "resource" else self.records
             if parent[1]:
                 return (f"a {parent[0]} has a member after its {inner}: an export past {MAX_RECORD_BYTES} bytes "
                         "is read with its members in OTLP's field order")
             members = self._bytes(piece, self.start, self.read + p)
             if is_list and _LIST_KEYS[inner].search(members[-64:]):
-                role = "scopes" if inner == "scopeSpans" else "spans"
+                role = "scopes" if inner == self.scopes else "spans"
                 self.frames[parent[0]], self.capturing = members, ""
-                self.prefix = _export_prefix(self.frames)
+                self.prefix = _export_prefix(self.signal, self.frames)
         elif parent[0] == "spans":
             role = "span"
             self.span_at = self.read + p
@@ -1026,7 +1034,8 @@ class _Exports:
             if self.skipping or end - self.span_at > room:
                 if self.complete and not self.skipping:  # the whole spans before it
                     self._export(piece, self.start, self.complete, out)
-                out.append(_Damage("record_too_large", f"a span of {end - self.span_at} bytes in an OTLP export, "
+                record = "span" if self.records == "spans" else "log record"
+                out.append(_Damage("record_too_large", f"a {record} of {end - self.span_at} bytes in an OTLP export, "
                                                        f"> {room} with its resource and scope"))
                 self.capturing, self.skipping = "", False
             elif end - self.start > room:  # the spans before it in one export, it in another
@@ -1106,7 +1115,7 @@ class _SplitExport:
 
     def __init__(self, file: str, first: int | None, head: bytes, place: Block | None = None):
         self.file, self.first, self.head, self.place = file, first, head, place
-        self.exports = _Exports(keep=place is None)
+        self.exports = _Exports(keep=place is None, signal=_an_export(head))
         self.held: list = []  # exports, or where their spans are in the line
         self.size = 0  # of the exports held
         self.blocks = 0  # given so far
