@@ -14,6 +14,10 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
 * otel-batches: the same spans as the OpenTelemetry Collector's file exporter writes its batch
   processor's batches by default, 8,192 spans to an export on one line (some 30 MB each), which
   the process that cuts the file splits into exports of a megabyte;
+* otel-logs: the same calls as OpenTelemetry's own instrumentations record them by default: spans
+  without content (model, usage, times) and, in a file of their own, log records of the content
+  (one per message and per choice, and one of the judge's evaluation), each joined with its span by
+  trace and span id; both batched as otel-batches is;
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
   files, so that every generation is joined across files with its score and its trace's release.
 
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "otel", "otel-batches", "langfuse")
+FORMATS = ("ctpipe", "openai", "otel", "otel-batches", "otel-logs", "langfuse")
 BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
@@ -50,8 +54,10 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     system = " ".join(rng.choices(WORDS, k=70))
     files = {}
     batch: list[bytes] = []  # spans of the next export of otel-batches
+    bare: list[bytes] = []  # spans without content of the next export of otel-logs
+    records: list[bytes] = []  # log records of the next export of otel-logs
     for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("otel", ["spans"]), ("otel-batches", ["spans"]),
-                       ("langfuse", ["observations", "scores", "traces"])):
+                       ("otel-logs", ["spans", "logs"]), ("langfuse", ["observations", "scores", "traces"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
     for i in range(n):
@@ -105,12 +111,20 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         }
         for key, row in rows.items():
             files[key].write(enc.encode(row) + b"\n")
-        batch.append(enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]))
+        span = rows[("otel", "spans")]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        batch.append(enc.encode(span))
+        bare.append(enc.encode({**span, "events": [], "attributes": [
+            a for a in span["attributes"] if a["key"] not in ("gen_ai.input.messages", "gen_ai.output.messages")]}))
+        records += [enc.encode(r) for r in _log_records(span, messages, answer, judge)]
         if len(batch) == BATCH or i == n - 1:
-            files[("otel-batches", "spans")].write(
-                b'{"resourceSpans":[{"resource":' + enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["resource"])
-                + b',"scopeSpans":[{"scope":{"name":"bench"},"spans":[' + b",".join(batch) + b"]}]}]}\n")
-            batch.clear()
+            resource = enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["resource"])
+            for (fmt, name), items, signal, scope, key in (
+                    (("otel-batches", "spans"), batch, b"resourceSpans", b"scopeSpans", b"spans"),
+                    (("otel-logs", "spans"), bare, b"resourceSpans", b"scopeSpans", b"spans"),
+                    (("otel-logs", "logs"), records, b"resourceLogs", b"scopeLogs", b"logRecords")):
+                files[(fmt, name)].write(b'{"%s":[{"resource":%s,"%s":[{"scope":{"name":"bench"},"%s":[' % (
+                    signal, resource, scope, key) + b",".join(items) + b"]}]}]}\n")
+                items.clear()
     for f in files.values():
         f.close()
 
@@ -127,6 +141,24 @@ def written(folder: Path, n: int) -> Path:
 
 def _kv(key: str, value: str) -> dict:
     return {"key": key, "value": {"stringValue": value}}
+
+
+def _log_records(span: dict, messages: list[dict], answer: str, judge: float) -> list[dict]:
+    """The log records of a call's content and its judge's evaluation, in its span, as
+    OpenTelemetry's own instrumentations emit them (semconv v1.28 to v1.36)."""
+    def record(name: str, body: dict | None, attributes: list[dict]) -> dict:
+        out = {"timeUnixNano": span["endTimeUnixNano"], "eventName": name, "traceId": span["traceId"],
+               "spanId": span["spanId"], "attributes": [_kv("gen_ai.system", "openai"), *attributes]}
+        if body is not None:
+            out["body"] = {"kvlistValue": {"values": [{"key": k, "value": v} for k, v in body.items()]}}
+        return out
+
+    choice = {"kvlistValue": {"values": [{"key": "role", "value": {"stringValue": "assistant"}},
+                                         {"key": "content", "value": {"stringValue": answer}}]}}
+    return [*(record(f"gen_ai.{m['role']}.message", {"content": {"stringValue": m["content"]}}, []) for m in messages),
+            record("gen_ai.choice", {"index": {"intValue": "0"}, "finish_reason": {"stringValue": "stop"}, "message": choice}, []),
+            record("gen_ai.evaluation.result", None, [_kv("gen_ai.evaluation.name", "judge"), {
+                "key": "gen_ai.evaluation.score.value", "value": {"doubleValue": judge}}])]
 
 
 def child(fmt: str, src: Path, out: Path) -> None:
