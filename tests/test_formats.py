@@ -234,7 +234,7 @@ def test_an_answer_holding_an_image_or_audio_is_refused_in_its_place_beside_the_
     doc["response"]["choices"].append(audio)
     text, refused = normalize(doc, "openai")
     assert text["completion"] == "5" and refused.reason == "non_text_content" and refused.record == audio
-    assert "choice 1: message.content holds a part of type input_audio" in str(refused)
+    assert "choice 1: content holds a part of type input_audio" in str(refused)
     span = otlp([kv("gen_ai.request.model", "m"),
                  kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["Draw a cat."], "content")}])),
                  kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["Here:"], "content")},

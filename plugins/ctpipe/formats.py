@@ -19,8 +19,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   OpenLLMetry writes them: ``gen_ai.prompt.<i>.role``/``.content``, the indices present, a content
   of typed parts as JSON text; ``gen_ai.completion.<i>.*`` per choice). Each output message
   (current names), message of the older JSON ``gen_ai.completion`` or flattened completion is a
-  choice, and each choice a trace, ids as OpenAI's get them; one that is no text answer (a tool call, a refusal, an answer the content filter
-  stopped) is ``no_text_answer``.
+  choice, and each choice a trace, ids as OpenAI's get them; one that is no text answer (a tool
+  call, a refusal, an answer the content filter stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
   ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
   are. ``gen_ai.evaluation.result`` events become scores. A span named a model call that holds no
@@ -238,6 +238,17 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     return text
 
 
+def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
+    """The text of an answer message as OpenAI shapes them (``content``, ``tool_calls``, ``refusal``),
+    or the FormatError of one that is none, to stand in its place beside the other choices."""
+    try:
+        return _text_answer(_text(message.get("content"), f"{where}: content"), where,
+                            tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+                            refusal=bool(message.get("refusal")), filtered=finish_reason == "content_filter")
+    except FormatError as e:
+        return e
+
+
 def from_openai(doc: dict) -> Iterator[dict | FormatError]:
     """One trace per choice of a logged chat completion; a choice that is no text answer comes as its
     FormatError, in its place."""
@@ -259,13 +270,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError]:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
-        where = f"response {rid}: choice {choice.get('index', position)}"
-        try:
-            answer = _text_answer(_text(message.get("content"), f"{where}: message.content"), where,
-                                  tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                                  refusal=bool(message.get("refusal")), filtered=choice.get("finish_reason") == "content_filter")
-        except FormatError as e:  # in its place, as a choice that is no text answer
-            answer = e
+        answer = _answer(message, f"response {rid}: choice {choice.get('index', position)}", choice.get("finish_reason"))
         if isinstance(answer, FormatError):
             answer.record = choice
             yield answer
@@ -400,16 +405,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         messages = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
                     for i, m in enumerate(prompt) if isinstance(m, dict)]
-        answers = []
-        for i, m in enumerate(completion):  # a message per choice, as the current names have them
-            if isinstance(m, dict):
-                try:
-                    answer = _text_answer(_text(m.get("content"), f"{where}: gen_ai.completion[{i}]"), f"{where}: completion {i}",
-                                          tool_call=bool(m.get("tool_calls") or m.get("function_call")),
-                                          refusal=bool(m.get("refusal")), filtered=m.get("finish_reason") == "content_filter")
-                except FormatError as e:
-                    answer = e
-                answers.append((i, answer))
+        answers = [(i, _answer(m, f"{where}: completion {i}", m.get("finish_reason")))  # a message per choice,
+                   for i, m in enumerate(completion) if isinstance(m, dict)]  # as the current names have them
         return messages, answers or [(0, "")]
     return _flattened(a, where)
 
@@ -713,17 +710,11 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     def content(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
         if not (messages or choices):
             return _otel_messages(a, where)
-        prompt = [{"role": _role(body.get("role") or role), "content": _text(body.get("content"), f"{where}: gen_ai.{role}.message")}
-                  for role, body in messages]
-        answers = []
-        for body in sorted(choices, key=lambda b: b.get("index", 0) if isinstance(b.get("index"), int) else 0):
-            index, message = body.get("index", 0), body.get("message") if isinstance(body.get("message"), dict) else {}
-            try:
-                answer = _text_answer(_text(message.get("content"), f"{where}: gen_ai.choice {index}"), f"{where}: choice {index}",
-                                      tool_call=bool(message.get("tool_calls")), filtered=body.get("finish_reason") == "content_filter")
-            except FormatError as e:
-                answer = e
-            answers.append((index, answer))
+        prompt = [{"role": _role(body.get("role") or role),
+                   "content": _text(body.get("content"), f"{where}: gen_ai.{role}.message")} for role, body in messages]
+        answers = [(body.get("index", 0), _answer(body["message"] if isinstance(body.get("message"), dict) else {},
+                                                  f"{where}: choice {body.get('index', 0)}", body.get("finish_reason")))
+                   for body in sorted(choices, key=lambda b: b.get("index") if isinstance(b.get("index"), int) else 0)]
         return prompt, answers or [(0, "")]
 
     a = {**details, **_attrs(span.get("attributes"))}  # the span's own win
