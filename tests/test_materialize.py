@@ -785,7 +785,7 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     monkeypatch.setattr(columns, "parse_langfuse_lines", lambda *a: taken.append(got := parse(*a)) or got)
     whole = run(src, tmp_path / "whole", reward=reward)
     assert taken[0][1].tolist() == [0, 2, 6, 8]  # not g4, which starts "yesterday"; g8, outside the interval, is
-    monkeypatch.setattr(mat, "_LANGFUSE_PART", 3)
+    monkeypatch.setattr(mat, "_JOIN_PART", 3)
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)  # the parts go to two workers, a bad generation's error too
     parts = run(src, tmp_path / "parts", reward=reward, dataset=DatasetConfig(workers=2))
     assert parts.version == whole.version and parts.counts == whole.counts
@@ -808,11 +808,11 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     # Two buckets, as a source of a thousand would have, each cut again by trace before it is joined.
     monkeypatch.setattr(mat, "_FANOUT", 2)
     cut = []
-    split_langfuse = mat.split_langfuse
-    monkeypatch.setattr(mat, "split_langfuse", lambda item: cut.append(item[::2]) or split_langfuse(item))
+    split_joined = mat.split_joined
+    monkeypatch.setattr(mat, "split_joined", lambda item: cut.append(item[::2]) or split_joined(item))
     alone = run(src, tmp_path / "split-alone", reward=reward, dataset=DatasetConfig(workers=1))  # cuts seen here
     assert [b for b, _ in sorted(cut)] == [0, 1] and all(n > 4 for _, n in cut)
-    monkeypatch.setattr(mat, "split_langfuse", split_langfuse)
+    monkeypatch.setattr(mat, "split_joined", split_joined)
     split = run(src, tmp_path / "split", reward=reward, dataset=DatasetConfig(workers=2))
     assert split.counts == alone.counts == whole.counts and len(split.files["traces"]["parts"]) > 4
     for m in (alone, split):

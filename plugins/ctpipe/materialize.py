@@ -82,11 +82,11 @@ _FANOUT = 1024
 # Peak size of the spill folder per source byte: a Langfuse export is joined through it whole (1.6
 # measured on 224 MB), other formats keep only the rows for pairing there (0.42 on 215 MB).
 _SPILL_NEED = {"langfuse": 2.0, "other": 0.5}
-_LANGFUSE_PART = 2000  # Langfuse generations to a part: about a block's worth
-# Langfuse entries as they are spilled (formats.langfuse_entry, and where each was read: the part
-# of its block, its place there, and its file and line).
-_LANGFUSE_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
-                              ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
+_JOIN_PART = 2000  # records of a join (Langfuse generations, OTLP spans) to a part: about a block's worth
+# The entries of a join as they are spilled (formats.langfuse_entry, formats.Held.entry, and where
+# each was read: the part of its block, its place there, and its file and line).
+_JOIN_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
+                          ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped); of the others, only in Langfuse's snake_case rows
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
@@ -128,7 +128,7 @@ class Part:
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
-    langfuse: list[tuple] = field(default_factory=list)  # formats.langfuse_entry()s, kept here until finish()
+    joined: list[tuple] = field(default_factory=list)  # entries of formats.join, kept here until finish()
     file: str = ""  # the block's file, the first of those gathered into it (a Langfuse part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
@@ -195,18 +195,18 @@ _SPILLED_PROMPTS: dedup.Recent | None = None
 # The normalized keys of message texts met lately, by their exact keys (8 MB): a question asked again,
 # or a system prompt, is not normalized again.
 _NORMALIZED: dedup.Recent | None = None
-# Langfuse entries of the parts made here (see _LANGFUSE_SCHEMA), not spilled yet, and their bytes.
-_LANGFUSE: list[pa.Table] = []
-_LANGFUSE_BYTES = 0
-# Generations this process has spilled into each bucket (see spill_langfuse).
-_LANGFUSE_GENERATIONS = np.zeros(0, np.int64)
+# Entries of a join of the parts made here (see _JOIN_SCHEMA), not spilled yet, and their bytes.
+_JOINED: list[pa.Table] = []
+_JOINED_BYTES = 0
+# Records of a join this process has spilled into each bucket (see spill_joined).
+_JOINED_RECORDS = np.zeros(0, np.int64)
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _LANGFUSE_BYTES, _LANGFUSE_GENERATIONS
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _JOINED_BYTES, _JOINED_RECORDS
     _JOB, _LABELER = job, Labeler(job.reward)
-    _LANGFUSE.clear()
-    _LANGFUSE_BYTES, _LANGFUSE_GENERATIONS = 0, np.zeros(job.buckets, np.int64)
+    _JOINED.clear()
+    _JOINED_BYTES, _JOINED_RECORDS = 0, np.zeros(job.buckets, np.int64)
     _SPILLED_PROMPTS, _NORMALIZED = dedup.Recent(_PROMPT_SLOTS, bool), dedup.Recent(1 << 19, np.uint64)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
@@ -319,7 +319,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
-        if fmt == "langfuse":  # joined across files (see langfuse_part); a row that cannot join is quarantined here
+        if fmt == "langfuse":  # joined across files (see joined_part); a row that cannot join is quarantined here
             part.formats[fmt] += 1
             try:
                 entry = formats.langfuse_entry(recs[0], (block.file, n), raw if isinstance(raw, bytes) else None)
@@ -328,12 +328,12 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
                 continue
             if entry is not None:
-                part.langfuse.append(entry)
+                part.joined.append(entry)
             continue
         held = [r for r in recs if isinstance(r, formats.Held)]
-        if held:  # joined with what attaches to them (see langfuse_part), as Langfuse rows are
+        if held:  # joined with what attaches to them (see joined_part), as Langfuse rows are
             part.formats[fmt] += len(held)
-            part.langfuse += [h.entry((block.file, n)) for h in held]
+            part.joined += [h.entry((block.file, n)) for h in held]
             recs = [r for r in recs if not isinstance(r, formats.Held)]
         refused = [r for r in recs if isinstance(r, _Refused)]
         if refused:
@@ -648,8 +648,8 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
             texts = pii.scrub_array(pa.array([q[field] for q in part.quarantine], pa.string()), part.pii, repeats=False)
             for q, text in zip(part.quarantine, texts.to_pylist()):
                 q[field] = text
-    _ROWS[part.index] = rows, part.quarantine, part.langfuse
-    part.langfuse = []
+    _ROWS[part.index] = rows, part.quarantine, part.joined
+    part.joined = []
     part.quarantine = []
     return part
 
@@ -675,9 +675,9 @@ class Written:
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
     items; keep its rows for pairing (see :func:`spill`) and its Langfuse entries for the join."""
-    rows, quarantine, langfuse = _ROWS.pop(item.index)
-    if langfuse:
-        _hold_langfuse(item.index, langfuse, item.lines_before)
+    rows, quarantine, joined = _ROWS.pop(item.index)
+    if joined:
+        _hold_joined(item.index, joined, item.lines_before)
     if item.lines_before:
         at = rows.schema.get_field_index("source_line")
         rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
@@ -844,43 +844,47 @@ def _bucket_files(bucket: int, writers: Iterable[int | str]) -> list[str]:
     return [p for p in (_spill_path(bucket, w) for w in writers) if os.path.exists(p)]
 
 
-def _hold_langfuse(index: int, entries: list[tuple], lines_before: int) -> None:
-    """Keep the Langfuse entries of part ``index`` in this process, as columns, their lines moved on
+def _records(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Which entries of a join are its records (see formats.RECORD_KINDS), not what attaches to them."""
+    return pc.is_in(kinds, value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
+
+
+def _hold_joined(index: int, entries: list[tuple], lines_before: int) -> None:
+    """Keep the entries of a join of part ``index`` in this process, as columns, their lines moved on
     by ``lines_before`` as its other items are (they go to the join through the spill files, not
     through this process's parent); spill them once the spill buffer is full."""
-    global _LANGFUSE_BYTES
+    global _JOINED_BYTES
     rows = [(index, at, kind, trace, key, value, *((where[0], where[1] + lines_before) if where else (None, None)))
             for at, (kind, trace, key, value, where) in enumerate(entries)]
-    table = pa.Table.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), _LANGFUSE_SCHEMA.types)],
-                                 schema=_LANGFUSE_SCHEMA)
-    _LANGFUSE.append(table)
-    _LANGFUSE_BYTES += table.nbytes
-    if _LANGFUSE_BYTES >= _SPILL_BYTES:
-        spill_langfuse()
+    table = pa.Table.from_arrays([pa.array(c, t) for c, t in zip(zip(*rows), _JOIN_SCHEMA.types)],
+                                 schema=_JOIN_SCHEMA)
+    _JOINED.append(table)
+    _JOINED_BYTES += table.nbytes
+    if _JOINED_BYTES >= _SPILL_BYTES:
+        spill_joined()
 
 
-def spill_langfuse() -> tuple[int, np.ndarray]:
-    """Append the Langfuse entries this process holds to the spill files of their buckets, by a hash
+def spill_joined() -> tuple[int, np.ndarray]:
+    """Append the entries of a join this process holds to the spill files of their buckets, by a hash
     of their trace's id: a bucket holds all of an export's rows of its traces, which
-    :func:`langfuse_part` joins without the rest. A bucket has a file per process, as pairing's.
-    Returns this process's id, which names its files, and the generations it spilled into each bucket."""
-    global _LANGFUSE_BYTES
-    if _LANGFUSE:
-        table = pa.concat_tables(_LANGFUSE)
-        _LANGFUSE.clear()
-        _LANGFUSE_BYTES = 0
+    :func:`joined_part` joins without the rest. A bucket has a file per process, as pairing's.
+    Returns this process's id, which names its files, and the records it spilled into each bucket."""
+    global _JOINED_BYTES
+    if _JOINED:
+        table = pa.concat_tables(_JOINED)
+        _JOINED.clear()
+        _JOINED_BYTES = 0
         bucket = _bucket_of(_trace_keys(table))
-        records = pc.is_in(table["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
-        _LANGFUSE_GENERATIONS[:] += np.bincount(bucket.to_numpy()[records], minlength=_JOB.buckets)
-        _append_runs(table, bucket, lambda b: _spill_path(b, _langfuse_writer(os.getpid())))
+        _JOINED_RECORDS[:] += np.bincount(bucket.to_numpy()[_records(table["kind"])], minlength=_JOB.buckets)
+        _append_runs(table, bucket, lambda b: _spill_path(b, _join_writer(os.getpid())))
         del table, bucket  # as spill() does
         _release_arrow_memory()
-    return os.getpid(), _LANGFUSE_GENERATIONS
+    return os.getpid(), _JOINED_RECORDS
 
 
-def _langfuse_writer(pid: int) -> str:
-    """How a process's Langfuse spill files are named (see :func:`_spill_path`), apart from its pairing ones."""
-    return f"langfuse-{pid}"
+def _join_writer(pid: int) -> str:
+    """How a process's spill files of a join are named (see :func:`_spill_path`), apart from its pairing ones."""
+    return f"join-{pid}"
 
 
 def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
@@ -888,39 +892,39 @@ def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
     return pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))])
 
 
-def split_langfuse(item: tuple[int, list[str], int]) -> list[tuple[str, int]]:
-    """Cut a bucket of Langfuse entries (the spill files of ``writers``) into ``n`` by trace, as
-    pairing's buckets are (see :func:`_sub_buckets`): the writer of each piece and its generations.
+def split_joined(item: tuple[int, list[str], int]) -> list[tuple[str, int]]:
+    """Cut a bucket of a join's entries (the spill files of ``writers``) into ``n`` by trace, as
+    pairing's buckets are (see :func:`_sub_buckets`): the writer of each piece and its records.
     Each join part sorts and searches its whole bucket: past about 24 GB of export, with buckets ever
     larger, a million generations in two buckets took 92 to 102 s and peaked at 1.21 to 1.22 GB; cut
     again, 63.5 s and 839 MB."""
     bucket, writers, n = item
-    generations = np.zeros(n, np.int64)
+    records = np.zeros(n, np.int64)
 
     def spread(rows: pa.Table, sub: pa.ChunkedArray) -> None:
-        records = pc.is_in(rows["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
-        generations[:] += np.bincount(sub.to_numpy()[records], minlength=n)
+        records[:] += np.bincount(sub.to_numpy()[_records(rows["kind"])], minlength=n)
 
-    pieces = _split(bucket, _bucket_files(bucket, writers), n, _trace_keys, _LANGFUSE_SCHEMA, "langfuse-split", spread)
-    return list(zip(pieces, generations.tolist()))
+    pieces = _split(bucket, _bucket_files(bucket, writers), n, _trace_keys, _JOIN_SCHEMA, "join-split", spread)
+    return list(zip(pieces, records.tolist()))
 
 
-def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
-    """``size`` generations of a bucket's spill files (those of ``writers``: see :func:`spill_langfuse`
-    and :func:`split_langfuse`) from its ``first``, in the order they were read, joined with their
-    scores and versions, as one more part, as :func:`process` makes a block's.
+def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
+    """``size`` records of a bucket's spill files (those of ``writers``: see :func:`spill_joined` and
+    :func:`split_joined`) from its ``first``, in the order they were read, joined with what attaches
+    to them (a Langfuse generation's scores and version, an OTLP span's log records), as one more
+    part, as :func:`process` makes a block's.
 
     The bucket's files are mapped, not read: only the rows of this part are copied (see
     :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket."""
     index, (bucket, writers, first, size) = item
     batches = [b for path in _bucket_files(bucket, writers) for b in pa.ipc.open_stream(pa.memory_map(path))]
-    rows = pa.Table.from_batches(batches, schema=_LANGFUSE_SCHEMA)
-    record = pc.is_in(rows["kind"], value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
+    rows = pa.Table.from_batches(batches, schema=_JOIN_SCHEMA)
+    record = _records(rows["kind"])
     order = pc.sort_indices(rows.select(["part", "at"]), [("part", "ascending"), ("at", "ascending")]).to_numpy()
-    ours = _take_rows(batches, order[record[order]][first:first + size], _LANGFUSE_SCHEMA)
+    ours = _take_rows(batches, order[record[order]][first:first + size], _JOIN_SCHEMA)
     ids = pa.concat_arrays([ours[name].combine_chunks() for name in ("key", "trace")])
     theirs = ~record & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores, versions and log records
-    theirs = _take_rows(batches, order[theirs[order]], _LANGFUSE_SCHEMA)
+    theirs = _take_rows(batches, order[theirs[order]], _JOIN_SCHEMA)
     entries = [*zip(*(theirs[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
                *zip(*(ours[name].to_pylist() for name in ("kind", "trace", "key", "value")),
                     zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
@@ -948,7 +952,7 @@ def langfuse_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
             else:
                 part.outside += 1
     table = columns.from_records(found)
-    if fast is not None:  # in the order the generations were read
+    if fast is not None:  # in the order the records were read
         table = pa.concat_tables([table, fast])
         table = table.take(np.argsort(np.concatenate([np.array(found_at, np.int64), fast_at]), kind="stable"))
     part = _keyed(part, _rows(table, part))
@@ -1420,24 +1424,25 @@ def materialize(
             blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
         for index, part in enumerate(pool.ordered(process, enumerate(blocks))):
             take(part, index)
-        # Langfuse rows join across files, so their parts come once every block is read: from the
-        # buckets their entries were spilled into, by trace, _LANGFUSE_PART generations a part.
+        # Langfuse rows, and OTLP spans without content, join across files, so their parts come once
+        # every block is read: from the buckets their entries were spilled into, by trace, _JOIN_PART
+        # records a part.
         # (A worker takes this call after the blocks' finish() calls sent to it, which hold them.)
         # Cut by what the source held, not by the estimate the buckets were chosen by: blocks are cut
         # the same way whatever the workers, so the parts are too.
         splits = math.ceil(_buckets_for(counts["bytes"]) / buckets)
-        held = pool.everywhere(spill_langfuse)
-        generations = sum(n for _, n in held)
-        if generations.any():
-            writers = [_langfuse_writer(pid) for pid, _ in held]
+        held = pool.everywhere(spill_joined)
+        records = sum(n for _, n in held)
+        if records.any():
+            writers = [_join_writer(pid) for pid, _ in held]
             if splits == 1:
-                subs = [(b, writers, generations[b]) for b in range(buckets)]
+                subs = [(b, writers, records[b]) for b in range(buckets)]
             else:
-                full = np.flatnonzero(generations).tolist()
-                cut = pool.ordered(split_langfuse, ((b, writers, splits) for b in full))
+                full = np.flatnonzero(records).tolist()
+                cut = pool.ordered(split_joined, ((b, writers, splits) for b in full))
                 subs = [(b, [piece], n) for b, pieces in zip(full, cut) for piece, n in pieces]
-            chunks = [(b, names, first, _LANGFUSE_PART) for b, names, n in subs for first in range(0, n, _LANGFUSE_PART)]
-            for i, part in enumerate(pool.ordered(langfuse_part, enumerate(chunks, index + 1))):
+            chunks = [(b, names, first, _JOIN_PART) for b, names, n in subs for first in range(0, n, _JOIN_PART)]
+            for i, part in enumerate(pool.ordered(joined_part, enumerate(chunks, index + 1))):
                 take(part, i)
         while finishing:
             written(finishing.popleft().result())
@@ -1484,7 +1489,7 @@ def materialize(
             staging.discard()
         _ROWS.clear()  # what this process kept of a run that failed
         _SPILLING.clear()
-        _LANGFUSE.clear()
+        _JOINED.clear()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
