@@ -485,8 +485,9 @@ class Held:
 
     def entry(self, where: tuple[str, int] | None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
-        id, the log record by the span it belongs to; a span where it was read."""
-        return (self.kind, _pickled(("otel", self.trace)), _pickled(("otel", self.trace, self.span)),
+        id, the log record by the span it belongs to; a span where it was read. The ids are text,
+        which no Langfuse id (pickled, see :func:`_pickled`) can equal: a pickle starts with 0x80."""
+        return (self.kind, f"otel {self.trace}".encode(), f"otel {self.trace} {self.span}".encode(),
                 _pickled(self.value), where if self.kind == "span" else None)
 
 
@@ -694,12 +695,11 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
     details, messages, choices, evaluations = {}, [], [], []
     for record in records:
-        a = _attrs(record.get("attributes"))
-        name = record.get("eventName") or a.get("event.name")
+        name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = body if isinstance(body, dict) else {}
         if name == "gen_ai.client.inference.operation.details":
-            details.update(a)
+            details.update(_attrs(record.get("attributes")))
         elif name == "gen_ai.evaluation.result":
             evaluations.append({"name": name, "attributes": record.get("attributes")})
         elif name == "gen_ai.choice":
