@@ -395,6 +395,26 @@ def test_the_log_records_of_a_calls_messages_and_choices_join_its_span(named_by_
     assert refused.reason == "no_text_answer" and "choice 0: the answer is a tool call" in str(refused)
 
 
+def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines_are_left_to_the_reader():
+    """An export of log records is read without decoding the records' bodies, each kept as its JSON
+    text until its span's join; what the typed reading cannot take, the reader reads whole."""
+    from ctpipe.formats import Held, held_log_records, join, joined
+
+    export = logs(event("gen_ai.user.message", {"content": "What is 2 plus 3?"}),
+                  event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "5"}}),
+                  {"body": {"stringValue": "GET /health 200"}, "severityNumber": 9, "eventName": "http.request"})
+    line = json.dumps(export).encode()
+    typed, read = held_log_records(line), [h for h in normalize(export, "otel") if isinstance(h, Held)]
+    assert [(h.kind, h.trace, h.span, json.loads(h.value)) for h in typed] == [(h.kind, h.trace, h.span, h.value) for h in read]
+    span = [h.entry(("f", 1)) for h in normalize(otlp(CONTENTLESS), "otel")]
+    traces = [[t for r in join(span + [h.entry(None) for h in held]) for t in joined(r)] for held in (typed, read)]
+    assert traces[0] == traces[1] and traces[0][0]["completion"] == "5"
+    named_by_attribute = json.dumps(logs(event("gen_ai.user.message", {"content": "Hi"}, named_by_attribute=True))).encode()
+    not_utf8 = line.replace(b"What is", b"What \xff is")
+    for other in (named_by_attribute, not_utf8, b'{"resourceLogs": [{"scopeLogs": null}]}', b'{"resourceLogs": 5}'):
+        assert held_log_records(other) is None, other
+
+
 def test_the_details_log_record_of_newer_semconv_joins_its_span():
     """From semconv v1.37, content recorded apart from the span is one record of the call's attributes."""
     details = event("gen_ai.client.inference.operation.details", attributes=[

@@ -481,7 +481,7 @@ class Held:
     kind: Literal["span", "event"]
     trace: str
     span: str
-    value: dict  # the span and its resource's service.version, or the log record
+    value: dict | bytes  # the span and its resource's service.version, or the log record (or its JSON text)
 
     def entry(self, where: tuple[str, int] | None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
@@ -495,6 +495,55 @@ class Held:
 # role in the name; from v1.37, one record of the call's attributes) and of evaluation results.
 _MESSAGE_EVENT = re.compile(r"gen_ai\.(system|developer|user|assistant|tool)\.message")
 _LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", "gen_ai.evaluation.result")
+
+
+def _joins(name: Any, trace: Any, span: Any) -> bool:
+    """Whether a log record of this event name, trace and span id is one a span's join takes."""
+    return (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name) is not None)
+            and isinstance(trace, str) and isinstance(span, str) and trace != "" and span != "")
+
+
+class _RecordIds(msgspec.Struct):
+    eventName: str | None = None
+    traceId: str | None = None
+    spanId: str | None = None
+
+
+class _ScopeLogs(msgspec.Struct):
+    logRecords: list[msgspec.Raw] = []
+
+
+class _ResourceLogs(msgspec.Struct):
+    scopeLogs: list[_ScopeLogs] = []
+
+
+class _LogsExport(msgspec.Struct):
+    resourceLogs: list[_ResourceLogs]
+
+
+_LOGS_EXPORT, _RECORD_IDS = msgspec.json.Decoder(_LogsExport), msgspec.json.Decoder(_RecordIds)
+
+
+def held_log_records(line: bytes) -> list[Held] | None:
+    """What :func:`from_otel` makes of a line that is an OTLP export of log records, each record kept
+    as its JSON text: its body (a message, often kilobytes) is not decoded until its span's join,
+    and most of an export's records are not a span's content at all. None when the line is read
+    otherwise (no such export, a type other than OTLP's, a name only in its attributes, text that is
+    not UTF-8): :func:`from_otel` reads it then."""
+    try:
+        if not line.isascii():
+            line.decode()  # the records' text is not checked where it is skipped
+        export = _LOGS_EXPORT.decode(line)
+        held = []
+        for raw in (raw for resource in export.resourceLogs for scope in resource.scopeLogs for raw in scope.logRecords):
+            ids = _RECORD_IDS.decode(raw)
+            if ids.eventName is None:
+                return None  # perhaps named in its attributes, as older SDKs do
+            if _joins(ids.eventName, ids.traceId, ids.spanId):
+                held.append(Held("event", ids.traceId, ids.spanId, bytes(raw)))
+        return held
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
 
 
 def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
@@ -526,10 +575,8 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
         for sl in _objects(rl, "scopeLogs", "resourceLogs[]."):
             for record in _objects(sl, "logRecords", "scopeLogs[]."):
                 name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
-                trace, span = record.get("traceId"), record.get("spanId")
-                if (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name))
-                        and isinstance(trace, str) and isinstance(span, str) and trace and span):
-                    yield Held("event", trace, span, record)
+                if _joins(name, record.get("traceId"), record.get("spanId")):
+                    yield Held("event", record["traceId"], record["spanId"], record)
 
 
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
@@ -695,6 +742,7 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
     details, messages, choices, evaluations = {}, [], [], []
     for record in records:
+        record = msgspec.json.decode(record) if isinstance(record, bytes) else record
         name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = body if isinstance(body, dict) else {}

@@ -217,6 +217,10 @@ def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
 
 def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     """(format, canonical records) of one line; InvalidTrace or FormatError when it has none."""
+    if fmt in ("auto", "otel") and raw.startswith(b'{"resourceLogs"'):
+        held = formats.held_log_records(raw)
+        if held is not None:
+            return "otel", held
     if fmt == "auto" and _OUR_KEY not in raw:
         # Another format's line, most likely: our schema's typed decoding would fail it only after
         # parsing all of it, and it would be parsed again as a document. Anything else goes on below.
