@@ -401,10 +401,12 @@ def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines
     from ctpipe.formats import Held, held_log_records, join, joined
 
     export = logs(event("gen_ai.user.message", {"content": "What is 2 plus 3?"}),
+                  {"body": {"stringValue": "GET /health 200"}, "severityNumber": 9, "attributes": [kv("http.route", "/")]},
                   event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "5"}}),
-                  {"body": {"stringValue": "GET /health 200"}, "severityNumber": 9, "eventName": "http.request"})
+                  {"body": {"stringValue": "slow query"}, "severityNumber": 13, "eventName": "db.query"})
     line = json.dumps(export).encode()
     typed, read = held_log_records(line), [h for h in normalize(export, "otel") if isinstance(h, Held)]
+    assert len(typed) == 2  # an application's log records beside them, without an event name or of another, pass
     assert [(h.kind, h.trace, h.span, json.loads(h.value)) for h in typed] == [(h.kind, h.trace, h.span, h.value) for h in read]
     span = [h.entry(("f", 1)) for h in normalize(otlp(CONTENTLESS), "otel")]
     traces = [[t for r in join(span + [h.entry(None) for h in held]) for t in joined(r)] for held in (typed, read)]

@@ -507,6 +507,7 @@ class _RecordIds(msgspec.Struct):
     eventName: str | None = None
     traceId: str | None = None
     spanId: str | None = None
+    attributes: msgspec.Raw = msgspec.Raw()
 
 
 class _ScopeLogs(msgspec.Struct):
@@ -528,8 +529,8 @@ def held_log_records(line: bytes) -> list[Held] | None:
     """What :func:`from_otel` makes of a line that is an OTLP export of log records, each record kept
     as its JSON text: its body (a message, often kilobytes) is not decoded until its span's join,
     and most of an export's records are not a span's content at all. None when the line is read
-    otherwise (no such export, a type other than OTLP's, a name only in its attributes, text that is
-    not UTF-8): :func:`from_otel` reads it then."""
+    otherwise (no such export, a type other than OTLP's, a record named in its attributes, text that
+    is not UTF-8): :func:`from_otel` reads it then."""
     try:
         if not line.isascii():
             line.decode()  # the records' text is not checked where it is skipped
@@ -537,8 +538,8 @@ def held_log_records(line: bytes) -> list[Held] | None:
         held = []
         for raw in (raw for resource in export.resourceLogs for scope in resource.scopeLogs for raw in scope.logRecords):
             ids = _RECORD_IDS.decode(raw)
-            if ids.eventName is None:
-                return None  # perhaps named in its attributes, as older SDKs do
+            if not ids.eventName and b'"event.name"' in bytes(ids.attributes):
+                return None  # named in its attributes, as older SDKs do
             if _joins(ids.eventName, ids.traceId, ids.spanId):
                 held.append(Held("event", ids.traceId, ids.spanId, bytes(raw)))
         return held
