@@ -415,6 +415,8 @@ def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines
     not_utf8 = line.replace(b"What is", b"What \xff is")
     for other in (named_by_attribute, not_utf8, b'{"resourceLogs": [{"scopeLogs": null}]}', b'{"resourceLogs": 5}'):
         assert held_log_records(other) is None, other
+    odd = logs({"body": {"stringValue": "x"}, "attributes": {"not": "a list"}}, event("gen_ai.user.message", {"content": "Hi"}))
+    assert [h.kind for h in normalize(odd, "otel")] == ["event"]  # the odd record passes, the others are read
 
 
 def test_the_details_log_record_of_newer_semconv_joins_its_span():

@@ -575,7 +575,10 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
     for rl in _objects(doc, "resourceLogs", ""):
         for sl in _objects(rl, "scopeLogs", "resourceLogs[]."):
             for record in _objects(sl, "logRecords", "scopeLogs[]."):
-                name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+                try:
+                    name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+                except FormatError:  # attributes that are not OTLP's: an application's record, not one of ours
+                    continue
                 if _joins(name, record.get("traceId"), record.get("spanId")):
                     yield Held("event", record["traceId"], record["spanId"], record)
 
