@@ -419,6 +419,41 @@ def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines
     assert [h.kind for h in normalize(odd, "otel")] == ["event"]  # the odd record passes, the others are read
 
 
+def test_any_value_anywhere_in_a_span_or_its_log_records_gives_traces_or_the_errors_that_say_why():
+    """:func:`tests.conftest.mutated` of the span and of the export of its records, read whole and
+    (the export) as text: the join gives traces or FormatErrors, never a run's crash."""
+    from tests.conftest import mutated
+    from ctpipe.formats import Held, held_log_records, join, joined
+    from ctpipe.traces import InvalidTrace, convert
+
+    def traces_of(span: dict, export: dict, typed: bool) -> None:
+        held = held_log_records(json.dumps(export).encode()) if typed else None
+        docs = [span] if held is not None else [span, export]
+        entries = [h.entry(None) for h in held or []]
+        for doc in docs:
+            try:
+                entries += [r.entry(("f", 1)) for r in normalize(doc, "otel") if isinstance(r, Held)]
+            except FormatError:
+                pass
+        for trace in (t for record in join(entries) for t in joined(record) if not isinstance(t, FormatError)):
+            try:
+                convert(trace)
+            except InvalidTrace:
+                pass
+
+    export = logs(event("gen_ai.system.message", {"content": "Be brief."}),
+                  event("gen_ai.user.message", {"content": _parts(["2+3?"])}),
+                  event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "5"}}),
+                  event("gen_ai.client.inference.operation.details", attributes=[kv("gen_ai.output.messages", "[]")]),
+                  event("gen_ai.evaluation.result", attributes=[kv("gen_ai.evaluation.name", "judge"),
+                                                                 kv("gen_ai.evaluation.score.value", 1.0)]))
+    for mutant in mutated(export):
+        for typed in (False, True):
+            traces_of(otlp(CONTENTLESS), mutant, typed)
+    for mutant in mutated(otlp(CONTENTLESS)):
+        traces_of(mutant, export, False)
+
+
 def test_the_details_log_record_of_newer_semconv_joins_its_span():
     """From semconv v1.37, content recorded apart from the span is one record of the call's attributes."""
     details = event("gen_ai.client.inference.operation.details", attributes=[
