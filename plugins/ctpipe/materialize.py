@@ -334,16 +334,14 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             if entry is not None:
                 part.joined.append(entry)
             continue
-        held = [r for r in recs if isinstance(r, formats.Held)]
-        if held:  # joined with what attaches to them (see joined_part), as Langfuse rows are
-            part.formats[fmt] += len(held)
-            part.joined += [h.entry((block.file, n)) for h in held]
-            recs = [r for r in recs if not isinstance(r, formats.Held)]
-        refused = [r for r in recs if isinstance(r, _Refused)]
-        if refused:
-            rejected += [(n, _quarantined(block.file, n, r.error.reason, str(r.error), json.dumps(r.record, default=str)[:2000]))
-                         for r in refused]
-            recs = [r for r in recs if not isinstance(r, _Refused)]
+        for r in recs:
+            if isinstance(r, formats.Held):  # joined with what attaches to it (see joined_part), as Langfuse rows are
+                part.formats[fmt] += 1
+                part.joined.append(r.entry((block.file, n)))
+            elif isinstance(r, _Refused):
+                rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
+                                                 json.dumps(r.record, default=str)[:2000])))
+        recs = [r for r in recs if isinstance(r, traces.TraceRecord)]
         part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
             times = [columns.micros(rec.start_time) for rec in recs]
