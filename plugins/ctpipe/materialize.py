@@ -129,7 +129,7 @@ class Part:
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
     joined: list[tuple] = field(default_factory=list)  # entries of formats.join, kept here until finish()
-    file: str = ""  # the block's file, the first of those gathered into it (a Langfuse part has none)
+    file: str = ""  # the block's file, the first of those gathered into it (a join's part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
     unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
@@ -184,7 +184,7 @@ class Labeler:
 _JOB: Job | None = None
 _LABELER: Labeler | None = None
 _EVAL: dedup.NgramIndex | None = None
-# Rows, quarantined items and Langfuse entries of the parts made here, until finished.
+# Rows, quarantined items and entries of a join of the parts made here, until finished.
 _ROWS: dict[int, tuple[pa.Table, list[dict], list[tuple]]] = {}
 # Kept rows of the parts finished here, for pairing, not written yet, with the memory each holds.
 _SPILLING: list[tuple[pa.Table, int]] = []
@@ -642,7 +642,7 @@ def process(item: tuple[int, sources.Block]) -> Part:
 
 
 def _keyed(part: Part, rows: pa.Table) -> Part:
-    """``part`` with the keys of ``rows``; the rows, quarantined items and Langfuse entries stay in this
+    """``part`` with the keys of ``rows``; the rows, quarantined items and entries of a join stay in this
     process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
     if _JOB.dataset.scrub_pii and part.quarantine:  # published with the version, as the traces are
@@ -676,7 +676,7 @@ class Written:
 
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
-    items; keep its rows for pairing (see :func:`spill`) and its Langfuse entries for the join."""
+    items; keep its rows for pairing (see :func:`spill`) and its entries of a join (see :func:`joined_part`)."""
     rows, quarantine, joined = _ROWS.pop(item.index)
     if joined:
         _hold_joined(item.index, joined, item.lines_before)
