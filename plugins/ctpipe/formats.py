@@ -547,6 +547,12 @@ def held_log_records(line: bytes) -> list[Held] | None:
         return None
 
 
+def _span_id(span: dict) -> str:
+    """A span's id as its traces carry it (a choice's index after it, where it has several), whichever
+    way it is read: where it lies, or joined with its log records."""
+    return f"{span.get('traceId', '')}:{span.get('spanId', '')}"
+
+
 def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
     DB, agents, tools, embeddings, ...) are skipped. A span or a choice that cannot be a trace comes
@@ -558,7 +564,7 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
             for span in _objects(ss, "spans", "scopeSpans[]."):
-                span_id = f"{span.get('traceId', '')}:{span.get('spanId', '')}" if isinstance(span, dict) else "?"
+                span_id = _span_id(span)
                 try:
                     with _mapping(f"span {span_id}"):
                         a = _attrs(span.get("attributes"))
@@ -727,7 +733,7 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
     kind, value, _, attached, version = record
     if kind == "span":
         held = pickle.loads(value)
-        span, span_id = held["span"], f"{held['span'].get('traceId', '')}:{held['span'].get('spanId', '')}"
+        span, span_id = held["span"], _span_id(held["span"])
         try:
             with _mapping(f"span {span_id}"):
                 return _logged_span_traces(span, span_id, held["version"], [pickle.loads(r) for r in attached])
