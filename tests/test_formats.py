@@ -26,6 +26,17 @@ def kv(key, value):
     return {"key": key, "value": {typed: str(value) if typed == "intValue" else value}}
 
 
+def any_value(value) -> dict:
+    """A value as an OTLP AnyValue, structured: lists and dicts as arrays and key-value lists."""
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [any_value(v) for v in value]}}
+    if isinstance(value, dict):
+        return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    return {"stringValue": value}
+
+
 def otlp(attributes: list, events: list | None = None) -> dict:
     span = {"traceId": "5b8aa5a2d2c872e8321cf37308d69df2", "spanId": "051581bf3cb55c13", "name": "chat ctpipe-arith",
             "startTimeUnixNano": "1795340000000000000", "endTimeUnixNano": "1795340000250000000",
@@ -246,13 +257,6 @@ def test_an_answer_holding_an_image_or_audio_is_refused_in_its_place_beside_the_
 def test_current_otel_messages_recorded_structured_are_read_as_their_json_text_is():
     """semconv asks for the messages in structured form on spans where that can be recorded: an
     arrayValue of kvlistValues, which was refused as not JSON."""
-    def any_value(value):
-        if isinstance(value, list):
-            return {"arrayValue": {"values": [any_value(v) for v in value]}}
-        if isinstance(value, dict):
-            return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
-        return {"stringValue": value}
-
     inputs = [{"role": "user", "parts": [{"type": "text", "content": "2+3?"}]}]
     outputs = [{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]
     structured = otlp([kv("gen_ai.request.model", "m"), {"key": "gen_ai.input.messages", "value": any_value(inputs)},
@@ -333,15 +337,6 @@ def logs(*records: dict) -> dict:
 def event(name: str, body=None, attributes=(), span: str = "051581bf3cb55c13", named_by_attribute: bool = False) -> dict:
     """A log record of a GenAI event in the span of :func:`otlp`, as the SDK exports one (its name in
     ``eventName``; older SDKs set the ``event.name`` attribute instead)."""
-    def any_value(value):
-        if isinstance(value, list):
-            return {"arrayValue": {"values": [any_value(v) for v in value]}}
-        if isinstance(value, dict):
-            return {"kvlistValue": {"values": [{"key": k, "value": any_value(v)} for k, v in value.items()]}}
-        if isinstance(value, int):
-            return {"intValue": str(value)}
-        return {"stringValue": value}
-
     record = {"timeUnixNano": "1795340000100000000", "observedTimeUnixNano": "1795340000100000000", "severityNumber": 9,
               "traceId": "5b8aa5a2d2c872e8321cf37308d69df2", "spanId": span, "flags": 1,
               "attributes": [kv("gen_ai.system", "openai"), *attributes] + ([kv("event.name", name)] if named_by_attribute else [])}
