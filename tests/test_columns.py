@@ -166,6 +166,7 @@ def line_of(base: dict, changes: tuple[tuple[str, object], ...]) -> bytes:
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
+TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
 OPENAI_LINES = {
     "plain": openai_line(),
     "no metadata": openai_line(("metadata", ...)),
@@ -225,6 +226,15 @@ OPENAI_LINES = {
                                     ("response.choices.0.message.refusal", "I can't help with that.")),
     "answer filtered": openai_line(("response.choices.0.finish_reason", "content_filter")),
     "finish reason null": openai_line(("response.choices.0.finish_reason", None)),
+    "a tool call in the prompt": openai_line(("request.messages", [
+        *OPENAI["request"]["messages"], {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"}, {"role": "user", "content": "Sure?"}])),
+    "a function call in the prompt": openai_line(("request.messages", [
+        *OPENAI["request"]["messages"], {"role": "assistant", "content": "", "function_call": TOOL_CALL["function"]},
+        {"role": "function", "name": "add", "content": "5"}, {"role": "user", "content": "Sure?"}])),
+    "no tool calls in the prompt": openai_line(("request.messages", [
+        *OPENAI["request"]["messages"], {"role": "assistant", "content": "5", "tool_calls": []},
+        {"role": "user", "content": "Sure?"}])),
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -272,7 +282,8 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
             "no latency", "whole latency", "half a microsecond", "created at the epoch", "answer without role",
             "system content null", "also ours", "unicode", "finish reason null"} <= taken
     assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
-                        "answer a tool call", "answer a refusal", "answer filtered"}
+                        "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
+                        "a function call in the prompt"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 
@@ -604,6 +615,12 @@ OTEL_LINES = {
     "content outside parts": otel_line(inputs=[{"role": "user", "content": "hi"}]),
     "an image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "image", "url": "u"}, {"type": "text", "content": "hi"}]}]),
     "a part without content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text"}]}]),
+    "a tool call in the prompt": otel_line(inputs=[
+        {"role": "user", "parts": [{"type": "text", "content": "2 plus 3?"}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 2}}]}]),
+    "a tool's result in the prompt": otel_line(inputs=[
+        {"role": "user", "parts": [{"type": "text", "content": "2 plus 3?"}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "5"}]}]),
     "two text parts": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": "Question:"},
                                                                    {"type": "reasoning", "content": "think"},
                                                                    {"type": "text", "content": "hi"}]}]),
@@ -628,7 +645,7 @@ OTEL_LINES = {
     "older names with two completions": otel_line(flat(gen_ai__completion__1__content="more")),
     "older names and the current": otel_line(otlp(FLAT_ATTRIBUTES + genai_attributes())),
     "older names, many messages": otel_line(otlp(FLAT_ATTRIBUTES + [kv(f"gen_ai.prompt.{i}.content", "x") for i in range(2, 70)])),
-    "older names, a message without content": otel_line(flat(
+    "older names, a tool call in the prompt": otel_line(flat(
         gen_ai__prompt__2__role="assistant", gen_ai__prompt__2__tool_calls__0__name="add", gen_ai__prompt__3__role="tool",
         gen_ai__prompt__3__content="5", gen_ai__prompt__4__role="user", gen_ai__prompt__4__content="And 3 plus 4?")),
     "older names, a message of roles only": otel_line(flat(gen_ai__prompt__0__content=None)),
@@ -671,6 +688,10 @@ OTEL_LINES = {
         {"type": "image_url", "image_url": {"url": "https://x/y.png"}}, {"type": "text", "text": "What is this?"}]}])),
     "older JSON names, two text parts": otel_line(json_named([{"role": "user", "content": [
         {"type": "text", "text": "Question:"}, {"type": "text", "text": "hi"}]}])),
+    "older JSON names, a tool call in the prompt": otel_line(json_named([
+        {"role": "user", "content": "2 plus 3?"}, {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]}])),
+    "older JSON names, no tool calls in the prompt": otel_line(json_named([
+        {"role": "user", "content": "2 plus 3?"}, {"role": "assistant", "content": "5", "tool_calls": []}])),
     "older JSON names, a part without text": otel_line(json_named([{"role": "user", "content": [{"type": "text"}, {"type": "text", "text": "hi"}]}])),
     "older JSON names without a role": otel_line(json_named([{"content": "hi"}])),
     "older JSON names without a content": otel_line(json_named([{"role": "system"}, {"role": "user", "content": "hi"}])),
@@ -774,15 +795,15 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "a part without content", "duplicate key in the messages", "unicode", "no version",
             "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch", "no ids",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
-            "older prompt names", "older names without a role", "older names, a message without content",
-            "older names, a message of roles only", "older names, a choice that stopped",
+            "older prompt names", "older names without a role", "older names, a message of roles only", "older names, a choice that stopped",
             "an answer that stopped", "system instructions", "system instructions empty", "system instructions of no parts",
             "a chat span", "an agent's span beside a chat span",
             "older names and the current", "older JSON names", "older JSON names, texts only",
             "older JSON names, a part without text", "older JSON names, a part of another type", "older JSON names without a content",
             "older JSON names with a duplicate key", "older JSON names and the current",
             "older JSON names and flattened"} <= taken
-    assert not taken & {"older JSON names with two completions", "older JSON names, an answer filtered", "an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
+    assert not taken & {"a tool call in the prompt", "a tool's result in the prompt", "older names, a tool call in the prompt",
+                        "older JSON names, a tool call in the prompt", "older JSON names with two completions", "older JSON names, an answer filtered", "an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
                         "model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
                         "version as a number", "older JSON names with a content as a number",
@@ -908,6 +929,10 @@ LANGFUSE_LINES = {
     "content as parts": langfuse_line(("input.1.content", [{"type": "text", "text": "What is 2 plus 3?"}])),
     "no role": langfuse_line(("input.0.role", ...)),
     "unknown role": langfuse_line(("input.0.role", "bot")),
+    "a tool call in the input": langfuse_line(("input", [*LANGFUSE["input"], {"role": "assistant", "tool_calls": [TOOL_CALL]},
+                                                         {"role": "tool", "content": "5"}])),
+    "no tool calls in the input": langfuse_line(("input", [*LANGFUSE["input"], {"role": "assistant", "content": "5",
+                                                                                 "tool_calls": None}])),
     "no user": langfuse_line(("input.1.role", "assistant")),
     "output as text": langfuse_line(("output", "5")),
     "output without content": langfuse_line(("output", {"role": "assistant"})),
@@ -945,12 +970,12 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
     assert {"plain", "no nulls", "own version", "own version empty", "no end", "end null", "end empty",
             "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
             "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
-            "unicode", "start naive", "both naive"} <= taken
+            "unicode", "start naive", "both naive", "no tool calls in the input"} <= taken
     assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",
                         "count as a float", "model as a number", "usage as text", "role as a number", "count past int64",
-                        "snake case"}
+                        "snake case", "a tool call in the input"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]

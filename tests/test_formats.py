@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -110,12 +111,11 @@ SPAN_ID = "5b8aa5a2d2c872e8321cf37308d69df2:051581bf3cb55c13"
 
 
 def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_a_trace():
-    """An assistant turn of tool calls only has no ``.content`` (OpenLLMetry sets none): the messages
-    after it are read all the same, and the prompt is the last user message."""
+    """A message of neither role nor content (one OpenLLMetry did not record) leaves a gap in the
+    indices: the messages after it are read all the same, and the prompt is the last user message."""
     attributes = [
         kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?"),
-        kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.1.tool_calls.0.name", "add"),
-        kv("gen_ai.prompt.2.role", "tool"), kv("gen_ai.prompt.2.content", "5"),
+        kv("gen_ai.prompt.2.role", "assistant"), kv("gen_ai.prompt.2.content", "Let me add."),
         kv("gen_ai.prompt.3.role", "user"),
         kv("gen_ai.prompt.3.content", json.dumps([{"type": "text", "text": "And 3 plus 4?"}])),
         kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "7"),
@@ -126,7 +126,7 @@ def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_
     assert [(t["trace_id"], t["completion"]) for t in traces] == [(f"{SPAN_ID}:0", "7"), (f"{SPAN_ID}:1", "Seven.")]
     rec = decode(json.dumps(traces[0]))
     assert [(m.role, m.content) for m in rec.messages] == [
-        ("user", "What is 2 plus 3?"), ("assistant", ""), ("tool", "5"), ("user", "And 3 plus 4?")]
+        ("user", "What is 2 plus 3?"), ("assistant", "Let me add."), ("user", "And 3 plus 4?")]
     (one,) = normalize(otlp([kv("gen_ai.prompt.0.content", " [1, 2]"), kv("gen_ai.completion.0.content", "3")]), "otel")
     assert one["trace_id"] == SPAN_ID and one["messages"] == [{"role": "user", "content": " [1, 2]"}]  # no parts: text
 
@@ -194,15 +194,16 @@ def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_forma
 
 def test_openais_legacy_function_role_is_the_tool_role_it_became():
     """Logs of the functions API (before tools) hold a function's result as role "function", which
-    refused the whole trace; chat templates know it as "tool"."""
-    history = [{"role": "user", "content": "Weather in Oslo?"},
-               {"role": "assistant", "content": None, "function_call": {"name": "weather", "arguments": "{}"}},
-               {"role": "function", "name": "weather", "content": "4 C, rain"}]
+    refused the whole trace; chat templates know it as "tool". (An application may put one in the
+    chat itself, as a lookup made before asking; the model's own calls are refused, as tool calls.)"""
+    history = [{"role": "system", "content": "Answer from the forecast."},
+               {"role": "function", "name": "weather", "content": "4 C, rain"},
+               {"role": "user", "content": "Should I bike?"}]
     doc = json.loads(json.dumps(OPENAI))
     doc["request"]["messages"] = history
-    roles = ["user", "assistant", "tool"]
+    roles = ["system", "tool", "user"]
     (t,) = normalize(doc, "openai")
-    assert [m["role"] for m in t["messages"]] == roles and decode(json.dumps(t)).messages[2].content == "4 C, rain"
+    assert [m["role"] for m in t["messages"]] == roles and decode(json.dumps(t)).messages[1].content == "4 C, rain"
     (t,) = normalize(otlp([kv("gen_ai.prompt", json.dumps(history)), kv("gen_ai.completion", "[]")]), "otel")
     assert [m["role"] for m in t["messages"]] == roles
     (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
@@ -236,7 +237,58 @@ def test_a_prompt_that_showed_the_model_an_image_or_a_file_is_refused_naming_the
     (refused,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
                            "input": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}],
                            "output": "A cat."}])
-    assert isinstance(refused, FormatError) and refused.reason == "non_text_content" and "input[0].content" in str(refused)
+    assert isinstance(refused, FormatError) and refused.reason == "non_text_content" and "input[0] holds" in str(refused)
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+
+
+def test_a_prompt_holding_the_models_tool_calls_is_refused_in_every_format_naming_the_message():
+    """The dataset's messages are text: an assistant turn of tool calls read as an empty turn, then
+    the tool's answer to nothing, which is not the chat the model was served."""
+    history = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": None, "tool_calls": [CALL]},
+               {"role": "tool", "tool_call_id": "c1", "content": "4 C, rain"}, {"role": "user", "content": "Bike?"}]
+    legacy = [history[0], {"role": "assistant", "content": None, "function_call": CALL["function"]},
+              {"role": "function", "name": "weather", "content": "4 C, rain"}, history[3]]
+
+    def refused(call, detail: str) -> None:
+        with pytest.raises(FormatError, match=re.escape(detail)) as e:
+            call()
+        assert e.value.reason == "tool_call_in_prompt"
+
+    for chat, field in ((history, "tool_calls"), (legacy, "function_call")):
+        doc = json.loads(json.dumps(OPENAI))
+        doc["request"]["messages"] = chat
+        refused(lambda: normalize(doc, "openai"), f"request.messages[1] holds {field}, which the dataset's messages")
+        refused(lambda: normalize(otlp([kv("gen_ai.prompt", json.dumps(chat)), kv("gen_ai.completion", "[]")]), "otel"),
+                f"span {SPAN_ID}: gen_ai.prompt[1] holds {field}")
+        (generation,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                                  "model": "m", "input": chat, "output": "Yes."}])
+        assert generation.reason == "tool_call_in_prompt" and f"input[1] holds {field}" in str(generation)
+    call = {"type": "tool_call", "id": "c1", "name": "weather", "arguments": {"city": "Oslo"}}
+    result = {"type": "tool_call_response", "id": "c1", "response": "4 C, rain"}
+    for message, part in (({"role": "assistant", "parts": [call]}, "tool_call"),
+                          ({"role": "tool", "parts": [result]}, "tool_call_response")):
+        inputs = [{"role": "user", "parts": _parts(["Weather in Oslo?"], "content")}, message]
+        span = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps(inputs)),
+                     kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["Yes."], "content")}]))])
+        refused(lambda: normalize(span, "otel"), f"gen_ai.input.messages[1] holds a part of type {part}")
+    flattened = otlp([kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "Weather in Oslo?"),
+                      kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.1.tool_calls.0.name", "weather"),
+                      kv("gen_ai.prompt.2.role", "tool"), kv("gen_ai.prompt.2.content", "4 C, rain"),
+                      kv("gen_ai.completion.0.content", "Yes.")])
+    refused(lambda: normalize(flattened, "otel"), "gen_ai.prompt.1 holds tool_calls")
+    records = logs(event("gen_ai.user.message", {"content": "Weather in Oslo?"}),
+                   event("gen_ai.assistant.message", {"tool_calls": [CALL]}),
+                   event("gen_ai.tool.message", {"content": "4 C, rain", "id": "c1"}),
+                   event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "Yes."}}))
+    (joined,) = _with_logs(otlp(CONTENTLESS), records)
+    assert joined.reason == "tool_call_in_prompt" and "gen_ai.assistant.message holds tool_calls" in str(joined)
+    # No call, no refusal: an empty list, as some clients log every assistant turn, or a call in the answer.
+    doc = json.loads(json.dumps(OPENAI))
+    doc["request"]["messages"] = [history[0], {"role": "assistant", "content": "Which day?", "tool_calls": []}, history[3]]
+    (t,) = normalize(doc, "openai")
+    assert t["messages"][1] == {"role": "assistant", "content": "Which day?"}
 
 
 def test_an_answer_holding_an_image_or_audio_is_refused_in_its_place_beside_the_other_choices():
@@ -371,17 +423,17 @@ def test_the_log_records_of_a_calls_messages_and_choices_join_its_span(named_by_
     records = logs(*(event(name, body, named_by_attribute=named_by_attribute) for name, body in [
         ("gen_ai.system.message", {"content": "Be brief."}),
         ("gen_ai.user.message", {"content": "What is 2 plus 3?"}),
-        ("gen_ai.assistant.message", {"tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add"}}]}),
-        ("gen_ai.tool.message", {"content": "5", "id": "c1"}),
-        ("gen_ai.choice", {"index": 1, "finish_reason": "stop", "message": {"role": "assistant", "content": "Five."}}),
-        ("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "5"}}),
+        ("gen_ai.assistant.message", {"content": "5"}),
+        ("gen_ai.user.message", {"content": "Doubled?"}),
+        ("gen_ai.choice", {"index": 1, "finish_reason": "stop", "message": {"role": "assistant", "content": "Ten."}}),
+        ("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "10"}}),
     ]), event("gen_ai.evaluation.result", attributes=[kv("gen_ai.evaluation.name", "correct"),
                                                        kv("gen_ai.evaluation.score.value", 1.0)]))
     first, second = _with_logs(otlp(CONTENTLESS), records)
-    assert [(t["trace_id"], t["completion"]) for t in (first, second)] == [(f"{SPAN_ID}:0", "5"), (f"{SPAN_ID}:1", "Five.")]
+    assert [(t["trace_id"], t["completion"]) for t in (first, second)] == [(f"{SPAN_ID}:0", "10"), (f"{SPAN_ID}:1", "Ten.")]
     rec = decode(json.dumps(first))
     assert [(m.role, m.content) for m in rec.messages] == [("system", "Be brief."), ("user", "What is 2 plus 3?"),
-                                                           ("assistant", ""), ("tool", "5")]
+                                                           ("assistant", "5"), ("user", "Doubled?")]
     assert rec.model.name == "gpt-4o-mini-2024-07-18" and rec.usage.prompt_tokens == 21 and rec.latency_ms == 250.0
     assert [(s.name, s.value) for s in rec.scores] == [("correct", 1.0)]
     tool_call = logs(event("gen_ai.user.message", {"content": "Weather?"}),

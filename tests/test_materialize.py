@@ -898,6 +898,33 @@ def test_a_span_whose_prompt_showed_an_image_is_quarantined_and_text_parts_read_
     assert "Question:\nWhat is 3 plus 1?" in {r["prompt"] for r in table(m, "traces")}
 
 
+def test_an_agents_log_whose_prompt_holds_tool_calls_is_quarantined_whole_beside_the_plain_ones(tmp_path):
+    """An assistant turn of tool calls read as an empty turn, then the tool's answer to nothing: a
+    chat the model was never served. Among logs the fast path takes, such a log is the reader's,
+    which refuses it by name, keeping the call in its raw text."""
+    logs = []
+    for i in range(6):
+        doc = json.loads(json.dumps(OPENAI))
+        doc["response"]["id"] = f"chatcmpl-{i}"
+        doc["request"]["messages"][0]["content"] = f"What is {i} plus 3?"  # no duplicates
+        if i == 2:
+            doc["request"]["messages"][:0] = [
+                {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "4 C, rain"}]
+        logs.append(doc)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "openai.jsonl").write_bytes(lines(*logs))
+    created = OPENAI["response"]["created"]
+    m = run(src, tmp_path / "out", at(created) - HOUR, at(created) + HOUR)
+    assert accounted(m) and m.counts["traces"] == 5 and m.quarantine_reasons == {"tool_call_in_prompt": 1}
+    (q,) = table(m, "quarantine")
+    assert q["source_line"] == 3 and "request.messages[1] holds tool_calls" in q["detail"] and '"weather"' in q["raw"]
+    assert sorted(r["trace_id"] for r in table(m, "traces")) == [f"chatcmpl-{i}" for i in (0, 1, 3, 4, 5)]
+
+
 def test_a_source_of_model_calls_recorded_without_content_says_so_instead_of_giving_nothing(tmp_path):
     """The OpenTelemetry instrumentations record no prompt or answer by default: such an export gave
     a run of no trace that said nothing of why."""

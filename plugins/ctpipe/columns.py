@@ -75,6 +75,7 @@ class _OpenAIShape(msgspec.Struct):
 
 
 _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)
+_TOOL_FIELD = re.compile(b'"(%s)"' % b"|".join(f.encode() for f in formats.TOOL_FIELDS))  # a key, or finish_reason "tool_calls"
 _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("request", pa.struct([("messages", MESSAGES)])),
     ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
@@ -299,10 +300,12 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     """:func:`parse_lines` for OpenAI chat-completion logs of one choice, request beside response:
     the rows :func:`ctpipe.formats.from_openai` and the trace's validation make of them, with the
     same values, column by column. Anything else (several choices, a flat log, content as parts,
-    a field null where the reader would tell null from missing, a time beyond 2242) is left to
-    the exact path, as is a block pyarrow refuses.
+    a tool call, a field null where the reader would tell null from missing, a time beyond 2242)
+    is left to the exact path, as is a block pyarrow refuses.
     """
-    shaped = [i for i in _shaped(lines, _OPENAI_SHAPE) if b'"resourceSpans"' not in lines[i]]  # that is OTLP
+    shaped = [i for i in _shaped(lines, _OPENAI_SHAPE)
+              if b'"resourceSpans"' not in lines[i]  # that is OTLP
+              and not _TOOL_FIELD.search(lines[i])]  # the reader's to refuse in a prompt
     chosen = [lines[i] for i in shaped]
     table = _read_json(chosen, _OPENAI_PARSE)
     if table is None:
@@ -352,6 +355,8 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
 class _LangfuseMessage(msgspec.Struct):
     role: str | None = None
     content: str | None = None
+    tool_calls: None = None  # any other value fails the line's shape: the reader's to refuse in a prompt
+    function_call: None = None
 
 
 class _LangfuseUsage(msgspec.Struct):  # counts as the trace takes them: a negative one fails it either way
@@ -512,12 +517,16 @@ class _GenAIMessage(msgspec.Struct):
         return _parts_text(self.parts)
 
 
+_REFUSED_PARTS = formats.MEDIA_PARTS | formats.TOOL_PARTS
+
+
 def _parts_text(parts: list[_Part]) -> str | None:
-    """As formats._parts_text reads them; None for parts the reader refuses (an image, a file)."""
+    """As formats._parts_text reads them; None for parts the reader refuses (an image, a file, a
+    tool call in a prompt)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if any(p.type in formats.MEDIA_PARTS for p in parts):
+    if any(p.type in _REFUSED_PARTS for p in parts):
         return None
     return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
 
@@ -533,6 +542,8 @@ class _OlderMessage(msgspec.Struct):
     role: str | None = None
     content: str | list[_TextPart] = ""
     finish_reason: str | None = None
+    tool_calls: None = None  # any other value fails the decoding: the reader's to refuse in a prompt
+    function_call: None = None
 
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses
         if isinstance(self.content, str):
@@ -568,6 +579,8 @@ _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
 _OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 _PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
+# The same, and a flattened message's tool calls, which the reader refuses in a prompt.
+_PROMPT_FIELDS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role$|content$|tool_calls\.|function_call\.)"
 _OTHER_CHOICES = r"^gen_ai\.completion\.[1-9][0-9]*\.(role|content)$"  # a flattened choice past the first
 # A text that the reader may read as a JSON list of parts: "[" after whitespace (str.isspace's, as _NOT_SPACE).
 _JSON_LIST = "^" + _NOT_SPACE.replace("[^", "[", 1) + "*\\["
@@ -661,7 +674,7 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
     there is none) and ``.content`` ("" when there is none) of each index present, and
     ``gen_ai.completion.0.content`` ("" when there is none); and whether each span's are read so:
     texts, indices from 0 without a gap (no more than :data:`_MOST_FLATTENED`), none that the reader
-    may read as JSON parts, and one choice, not stopped by the content filter."""
+    may read as JSON parts, no tool calls, and one choice, not stopped by the content filter."""
     spans, roles, contents = [], [], []
     ok, going = np.ones(len(chosen), bool), chosen.copy()
     read = np.zeros(len(chosen), np.int64)  # the prompt's keys read, to be all of them
@@ -681,7 +694,7 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
         spans.append(at)
         roles.append(pc.fill_null(role, "user"))
         contents.append(pc.fill_null(content, ""))
-    ok &= ~chosen | (read == attrs.count(_PROMPT_KEYS))
+    ok &= ~chosen | (read == attrs.count(_PROMPT_FIELDS))
     span_of = np.concatenate(spans) if spans else np.zeros(0, np.int64)
     order = pa.array(np.argsort(span_of, kind="stable"))  # a span's messages together, in order
     offsets = np.concatenate([[0], np.cumsum(np.bincount(span_of, minlength=len(chosen)))])

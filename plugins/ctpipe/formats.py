@@ -40,6 +40,8 @@ A message of typed parts is the text of its text parts, joined on a new line as 
 for a chat template. One holding an image, audio or a file (:data:`MEDIA_PARTS`) is
 ``non_text_content``: in a prompt, its record is refused (the question without its image is
 another one); in an answer, its choice.
+A prompt holding the model's tool calls (:data:`TOOL_FIELDS`, :data:`TOOL_PARTS`) is
+``tool_call_in_prompt``: the messages are text, and the chat without its calls is another one.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
 reported, never guessed at.
@@ -195,6 +197,11 @@ def _total(prompt_tokens: Any, completion_tokens: Any) -> Any:
 # (``blob``, ``uri``, ``file``) and Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
 # A prompt that showed the model one reads as another question without it, so its trace is refused.
 MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "image", "document"})
+# Tool calls in a prompt, as semconv's parts (a call, and the result that answers it) and as OpenAI's
+# message fields: the dataset's messages are text, and a chat read without its calls (an empty
+# assistant turn, then a tool's answer to nothing) is not the one the model was served.
+TOOL_PARTS = frozenset({"tool_call", "tool_call_response"})
+TOOL_FIELDS = ("tool_calls", "function_call")
 # Text parts are joined as vLLM joins them to render a message for a chat template: the model that
 # serves the trained checkpoint then sees the prompt it was trained on.
 PART_SEPARATOR = "\n"
@@ -204,6 +211,19 @@ def _media(kinds: Iterable[Any], where: str) -> None:
     for kind in kinds:
         if kind in MEDIA_PARTS:
             raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
+
+
+def _no_tool_call(found: Any, where: str) -> None:
+    if found:
+        raise FormatError("tool_call_in_prompt", f"{where} holds {found}, which the dataset's messages (text only) "
+                                                 "cannot hold")
+
+
+def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
+    """A prompt's message as OpenAI shapes them (its content a text or typed parts; ``role`` when it
+    names none); FormatError ``tool_call_in_prompt`` for one holding tool calls."""
+    _no_tool_call(next((f for f in TOOL_FIELDS if m.get(f)), None), where)
+    return {"role": _role(m.get("role") or role), "content": _text(m.get("content"), where)}
 
 
 def _role(role: Any) -> Any:
@@ -264,8 +284,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError]:
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
-    prompt = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"request.messages[{i}]")}
-              for i, m in enumerate(messages) if isinstance(m, dict)]
+    prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in enumerate(messages) if isinstance(m, dict)]
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
@@ -348,6 +367,15 @@ def _parts_text(message: dict, where: str) -> str:
     return PART_SEPARATOR.join(texts)
 
 
+def _prompt_parts(m: dict, where: str) -> dict:
+    """A prompt's message of semconv's typed parts; FormatError ``tool_call_in_prompt`` for one
+    holding a tool call or a tool's result."""
+    parts = m.get("parts")
+    kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+    _no_tool_call(next((f"a part of type {k}" for k in kinds if k in TOOL_PARTS), None), where)
+    return {"role": m.get("role"), "content": _parts_text(m, where)}
+
+
 def _system_instructions(a: dict) -> list[dict]:
     """The system prompt, which the current names keep apart from the input messages in
     ``gen_ai.system_instructions`` (JSON parts, as a message's), as the first message: none when
@@ -384,9 +412,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             outputs = _structured(a.get("gen_ai.output.messages") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
-        messages = _system_instructions(a) + [
-            {"role": m.get("role"), "content": _parts_text(m, f"{where}: gen_ai.input.messages[{i}]")}
-            for i, m in enumerate(inputs) if isinstance(m, dict)]
+        messages = _system_instructions(a) + [_prompt_parts(m, f"{where}: gen_ai.input.messages[{i}]")
+                                              for i, m in enumerate(inputs) if isinstance(m, dict)]
         answers = []
         for i, m in enumerate(outputs):  # each message "represents a single output choice"
             if isinstance(m, dict):
@@ -403,8 +430,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
-        messages = [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"{where}: gen_ai.prompt[{i}]")}
-                    for i, m in enumerate(prompt) if isinstance(m, dict)]
+        messages = [_prompt_message(m, f"{where}: gen_ai.prompt[{i}]") for i, m in enumerate(prompt) if isinstance(m, dict)]
         answers = [(i, _answer(m, f"{where}: completion {i}", m.get("finish_reason")))  # a message per choice,
                    for i, m in enumerate(completion) if isinstance(m, dict)]  # as the current names have them
         return messages, answers or [(0, "")]
@@ -424,6 +450,9 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content"})
     if not prompt:
         return None
+    for i in sorted(found["prompt"]):
+        _no_tool_call(next((f for f in TOOL_FIELDS if any(k.startswith(f"{f}.") for k in found["prompt"][i])), None),
+                   f"{where}: gen_ai.prompt.{i}")
     messages = [{"role": _role(a.get(f"gen_ai.prompt.{i}.role", "user")),
                  "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"), f"{where}: gen_ai.prompt.{i}.content")}
                 for i in prompt]
@@ -668,8 +697,7 @@ def _langfuse_messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
-        return [{"role": _role(m.get("role")), "content": _text(m.get("content"), f"input[{i}].content")}
-                for i, m in enumerate(value) if isinstance(m, dict)]
+        return [_prompt_message(m, f"input[{i}]") for i, m in enumerate(value) if isinstance(m, dict)]
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
 
@@ -768,8 +796,7 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     def content(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
         if not (messages or choices):
             return _otel_messages(a, where)
-        prompt = [{"role": _role(body.get("role") or role),
-                   "content": _text(body.get("content"), f"{where}: gen_ai.{role}.message")} for role, body in messages]
+        prompt = [_prompt_message(body, f"{where}: gen_ai.{role}.message", role) for role, body in messages]
         answers = [(body.get("index", 0), _answer(body["message"] if isinstance(body.get("message"), dict) else {},
                                                   f"{where}: choice {body.get('index', 0)}", body.get("finish_reason")))
                    for body in sorted(choices, key=lambda b: b.get("index") if isinstance(b.get("index"), int) else 0)]
