@@ -61,8 +61,16 @@ class _Shape(msgspec.Struct):
 _SHAPE = msgspec.json.Decoder(_Shape)
 
 
+class _OpenAIMessage(msgspec.Struct):
+    """What the shape asks of a request's message: no tool calls (any value but null fails the line's
+    shape: the reader's to refuse in a prompt). Its other fields are skipped unread."""
+
+    tool_calls: None = None
+    function_call: None = None
+
+
 class _OpenAIRequest(msgspec.Struct):
-    messages: msgspec.Raw
+    messages: list[_OpenAIMessage]
 
 
 class _OpenAIResponse(msgspec.Struct):
@@ -75,7 +83,6 @@ class _OpenAIShape(msgspec.Struct):
 
 
 _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)
-_TOOL_FIELD = re.compile(b'"(%s)"' % b"|".join(f.encode() for f in formats.TOOL_FIELDS))  # a key, or finish_reason "tool_calls"
 _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("request", pa.struct([("messages", MESSAGES)])),
     ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
@@ -303,9 +310,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     a tool call, a field null where the reader would tell null from missing, a time beyond 2242)
     is left to the exact path, as is a block pyarrow refuses.
     """
-    shaped = [i for i in _shaped(lines, _OPENAI_SHAPE)
-              if b'"resourceSpans"' not in lines[i]  # that is OTLP
-              and not _TOOL_FIELD.search(lines[i])]  # the reader's to refuse in a prompt
+    shaped = [i for i in _shaped(lines, _OPENAI_SHAPE) if b'"resourceSpans"' not in lines[i]]  # that is OTLP
     chosen = [lines[i] for i in shaped]
     table = _read_json(chosen, _OPENAI_PARSE)
     if table is None:
