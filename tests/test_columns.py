@@ -225,6 +225,8 @@ OPENAI_LINES = {
     "answer a refusal": openai_line(("response.choices.0.message.content", None),
                                     ("response.choices.0.message.refusal", "I can't help with that.")),
     "answer filtered": openai_line(("response.choices.0.finish_reason", "content_filter")),
+    "answer text and a tool call": openai_line(("response.choices.0.message.tool_calls", [TOOL_CALL]),
+                                               ("response.choices.0.finish_reason", "tool_calls")),
     "finish reason null": openai_line(("response.choices.0.finish_reason", None)),
     "a tool call in the prompt": openai_line(("request.messages", [
         *OPENAI["request"]["messages"], {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]},
@@ -283,6 +285,7 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
             "system content null", "also ours", "unicode", "finish reason null"} <= taken
     assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
+                        "answer text and a tool call",
                         "a function call in the prompt"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
@@ -655,6 +658,7 @@ OTEL_LINES = {
                                                      gen_ai__completion__0__finish_reason="content_filter")),
     "older names, a choice that stopped": otel_line(flat(gen_ai__completion__0__finish_reason="stop")),
     "older names, a tool call": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__tool_calls__0__name="add")),
+    "older names, text and a tool call": otel_line(flat(gen_ai__completion__0__tool_calls__0__name="add")),
     "older names, a second choice only": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__role=None,
                                                         gen_ai__completion__1__content="5")),
     "system instructions": otel_line(inputs=GENAI_INPUT[1:], gen_ai__system_instructions=json.dumps(INSTRUCTIONS)),
@@ -682,6 +686,8 @@ OTEL_LINES = {
                                                   "finish_reason": "stop"}]),
     "an answer a tool call": otel_line(outputs=[{"role": "assistant", "parts": [
         {"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 2}}], "finish_reason": "tool_call"}]),
+    "an answer of text and a tool call": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "text", "content": "Let me add."}, {"type": "tool_call", "id": "c1", "name": "add"}]}]),
     "older JSON names": otel_line(OTEL_JSON),
     "older JSON names, texts only": otel_line(json_named([{"role": "user", "content": "hi"}])),
     "older JSON names, an image part": otel_line(json_named([{"role": "user", "content": [
@@ -706,6 +712,8 @@ OTEL_LINES = {
     "older JSON names without a completion": otel_line(json_named(gen_ai__completion=None)),
     "older JSON names, an answer filtered": otel_line(json_named(completion=[
         {"role": "assistant", "content": "The answer", "finish_reason": "content_filter"}])),
+    "older JSON names, an answer of text and a tool call": otel_line(json_named(completion=[
+        {"role": "assistant", "content": "Let me add.", "tool_calls": [TOOL_CALL]}])),
     "older JSON names with two completions": otel_line(json_named(completion=OLDER_COMPLETION + [{"role": "assistant", "content": "!"}])),
     "older JSON names with a duplicate key": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": "4", "content": "5"}]')),
     "older JSON names with NaN": otel_line(json_named(gen_ai__completion='[{"role": "assistant", "content": NaN}]')),
@@ -803,6 +811,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "older JSON names with a duplicate key", "older JSON names and the current",
             "older JSON names and flattened"} <= taken
     assert not taken & {"a tool call in the prompt", "a tool's result in the prompt", "older names, a tool call in the prompt",
+                        "older names, text and a tool call", "an answer of text and a tool call",
+                        "older JSON names, an answer of text and a tool call",
                         "older JSON names, a tool call in the prompt", "older JSON names with two completions", "older JSON names, an answer filtered", "an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
                         "model as a number", "tokens as doubles", "tokens with a space", "tokens past int64", "an empty value",
                         "an array value", "a bad integer elsewhere", "input not JSON", "NaN in the messages",
@@ -936,6 +946,7 @@ LANGFUSE_LINES = {
     "no user": langfuse_line(("input.1.role", "assistant")),
     "output as text": langfuse_line(("output", "5")),
     "output without content": langfuse_line(("output", {"role": "assistant"})),
+    "output text and a tool call": langfuse_line(("output.tool_calls", [TOOL_CALL])),
     "output blank": langfuse_line(("output.content", " \u3000")),
     "no id": langfuse_line(("id", ...)),
     "unicode": langfuse_line(("output.content", "五")),
@@ -975,7 +986,7 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",
                         "count as a float", "model as a number", "usage as text", "role as a number", "count past int64",
-                        "snake case", "a tool call in the input"}
+                        "snake case", "a tool call in the input", "output text and a tool call"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]

@@ -143,7 +143,13 @@ def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_
      "output 0: the answer is a tool call, not text"),
     ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "content_filter", "parts": [
         {"type": "text", "content": "The answer"}]}]))], "output 0: the answer was stopped by the content filter"),
-], ids=["flattened filtered", "flattened tool call", "flattened refusal", "current tool call", "current filtered"])
+    ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "Let me add."),
+      kv("gen_ai.completion.0.tool_calls.0.name", "add")], "completion 0: the answer is a tool call, its text beside it no answer"),
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "text", "content": "Let me add."}, {"type": "tool_call", "id": "c1", "name": "add"}]}]))],
+     "output 0: the answer is a tool call, its text beside it no answer"),
+], ids=["flattened filtered", "flattened tool call", "flattened refusal", "current tool call", "current filtered",
+        "flattened text and a tool call", "current text and a tool call"])
 def test_an_otel_answer_that_is_no_text_answer_is_refused_saying_what_it_is(answer, detail):
     prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?")]
     if "gen_ai.output.messages" in answer[0]["key"]:
@@ -161,6 +167,24 @@ def test_a_choice_that_is_no_text_answer_stands_in_its_place_beside_the_others()
     doc["response"]["choices"].append(tool_call)
     text, refused = normalize(doc, "openai")
     assert text["trace_id"] == "chatcmpl-1:0" and refused.reason == "no_text_answer" and refused.record == tool_call
+
+
+def test_the_text_beside_a_tool_call_is_no_answer_to_train_on():
+    """"Let me look that up." beside a call is not the answer, which comes after the tool's: trained
+    on, the model would learn to stop there."""
+    doc = json.loads(json.dumps(OPENAI))
+    doc["response"]["choices"][0]["message"]["tool_calls"] = [CALL]
+    doc["response"]["choices"][0]["message"]["content"] = "Let me look that up."
+    with pytest.raises(FormatError, match="choice 0: the answer is a tool call, its text beside it no answer") as e:
+        normalize(doc, "openai")
+    assert e.value.reason == "no_text_answer"
+    doc["response"]["choices"][0]["message"]["tool_calls"] = []  # as some clients log every answer
+    (t,) = normalize(doc, "openai")
+    assert t["completion"] == "Let me look that up."
+    (generation,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                              "model": "m", "input": "Weather?", "output": {"role": "assistant", "content": "Let me see.",
+                                                                           "tool_calls": [CALL]}}])
+    assert generation.reason == "no_text_answer" and "output: the answer is a tool call" in str(generation)
 
 
 def _parts(texts: list[str], key: str = "text") -> list[dict]:

@@ -62,8 +62,8 @@ _SHAPE = msgspec.json.Decoder(_Shape)
 
 
 class _OpenAIMessage(msgspec.Struct):
-    """What the shape asks of a request's message: no tool calls (any value but null fails the line's
-    shape: the reader's to refuse in a prompt). Its other fields are skipped unread."""
+    """What the shape asks of a message: no tool calls (any value but null fails the line's shape: the
+    reader's to refuse, in a prompt or as an answer). Its other fields are skipped unread."""
 
     tool_calls: None = None
     function_call: None = None
@@ -73,8 +73,13 @@ class _OpenAIRequest(msgspec.Struct):
     messages: list[_OpenAIMessage]
 
 
+class _OpenAIChoice(msgspec.Struct):
+    message: _OpenAIMessage | None = None  # a tool call in an answer is the reader's to refuse too
+
+
 class _OpenAIResponse(msgspec.Struct):
     id: str
+    choices: list[_OpenAIChoice] = []
 
 
 class _OpenAIShape(msgspec.Struct):
@@ -586,7 +591,9 @@ _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longe
 _PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
 # The same, and a flattened message's tool calls, which the reader refuses in a prompt.
 _PROMPT_FIELDS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role$|content$|tool_calls\.|function_call\.)"
-_OTHER_CHOICES = r"^gen_ai\.completion\.[1-9][0-9]*\.(role|content)$"  # a flattened choice past the first
+# A flattened choice past the first, or a choice's tool call: the reader's, which makes each choice a
+# trace and refuses a tool call.
+_OTHER_CHOICES = r"^gen_ai\.completion\.([1-9][0-9]*\.(role|content)$|(0|[1-9][0-9]*)\.(tool_calls|function_call)\.)"
 # A text that the reader may read as a JSON list of parts: "[" after whitespace (str.isspace's, as _NOT_SPACE).
 _JSON_LIST = "^" + _NOT_SPACE.replace("[^", "[", 1) + "*\\["
 

@@ -8,7 +8,7 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
   ``request``/``response`` or flat in one object. Each choice becomes one trace; one that is no
-  text answer (a tool call or a refusal without text, or an answer the content filter stopped) is
+  text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
   refused as ``no_text_answer``.
 * ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
@@ -247,14 +247,19 @@ def _text(content: Any, where: str) -> str:
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
                  filtered: bool = False) -> str | FormatError:
     """``text``, or FormatError ``no_text_answer`` in its place for an answer that is not one to train
-    on: a tool call or a refusal without text (the datasets hold text answers), or any answer the
-    content filter stopped (its text, if any, is cut off or a placeholder such as OpenLLMetry's
-    "FILTERED"). A blank answer of none of these is left to the trace's validation, which calls it
-    empty. In its place, not raised: the other choices of the call are traces all the same."""
+    on: a tool call, with text or without (the text beside a call, such as "Let me look that up.",
+    is no answer: the answer comes after the tool's), a refusal without text (the datasets hold
+    text answers), or any answer the content filter stopped (its text, if any, is cut off or a
+    placeholder such as OpenLLMetry's "FILTERED"). A blank answer of none of these is left to the
+    trace's validation, which calls it empty. In its place, not raised: the other choices of the
+    call are traces all the same."""
+    blank = not text or text.isspace()
     if filtered:
         return FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
-    if (not text or text.isspace()) and (tool_call or refusal):
-        return FormatError("no_text_answer", f"{where}: the answer is a {'tool call' if tool_call else 'refusal'}, not text")
+    if tool_call:
+        return FormatError("no_text_answer", f"{where}: the answer is a tool call, {'not text' if blank else 'its text beside it no answer'}")
+    if blank and refusal:
+        return FormatError("no_text_answer", f"{where}: the answer is a refusal, not text")
     return text
 
 
@@ -823,7 +828,9 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
     output = g.get("output")
-    completion = _text(output.get("content") if isinstance(output, dict) else output, "output")
+    completion = _answer(output, "output", None) if isinstance(output, dict) else _text(output, "output")
+    if isinstance(completion, FormatError):
+        raise completion
     model = g.get("model") or ""
     return {
         "trace_id": f"{tid}:{gid}",
