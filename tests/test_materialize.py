@@ -773,7 +773,11 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     (src / "scores.jsonl").write_bytes(lines(*(  # scores first, in another file than their generations
         {"id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": i / 10,
          "dataType": "NUMERIC", "source": "EVAL"} for i in range(10)),
-        {"id": "bad", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"}))
+        {"id": "bad", "traceId": "t1", "name": "q", "value": "high", "dataType": "NUMERIC", "source": "API"},
+        # Scores that attach to nothing here: of a generation in another interval's files, of a trace without one.
+        {"id": "s-gone", "traceId": "t-gone", "observationId": "g-gone", "name": "judge", "value": 1,
+         "dataType": "NUMERIC", "source": "EVAL"},
+        {"id": "s-trace", "traceId": "t-none", "name": "judge", "value": 1, "dataType": "NUMERIC", "source": "ANNOTATION"}))
     (src / "observations.jsonl").write_bytes(lines(*(
         {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
          "startTime": "yesterday" if i == 4 else (T0 + (2 * HOUR if i == 8 else timedelta(minutes=i))).isoformat(),
@@ -793,6 +797,7 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     for name in ("traces", "quarantine"):
         assert table(parts, name) == table(whole, name)
     assert accounted(parts) and whole.counts["outside_interval"] == 1 and whole.quarantine_reasons == {"invalid_field": 2}
+    assert whole.source["unjoined"] == parts.source["unjoined"] == {"langfuse_scores": 2}
     assert sorted((q["source_file"].rsplit("/", 1)[1], q["source_line"]) for q in table(parts, "quarantine")) == [
         ("observations.jsonl", 5), ("scores.jsonl", 11)]
     assert [r["final_reward"] for r in table(parts, "traces")] == [i / 10 for i in (0, 1, 2, 3, 5, 6, 7, 9)]
@@ -800,6 +805,7 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     monkeypatch.setattr(mat, "_BUCKET_BYTES", 200)
     spread = run(src, tmp_path / "spread", reward=reward, dataset=DatasetConfig(workers=2))
     assert spread.counts == whole.counts and len(spread.files["traces"]["parts"]) > 4
+    assert spread.source["unjoined"] == {"langfuse_scores": 2}
 
     def by_place(m, name):
         return sorted(table(m, name), key=lambda r: (r["source_file"], r["source_line"]))
@@ -815,6 +821,7 @@ def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once
     monkeypatch.setattr(mat, "split_joined", split_joined)
     split = run(src, tmp_path / "split", reward=reward, dataset=DatasetConfig(workers=2))
     assert split.counts == alone.counts == whole.counts and len(split.files["traces"]["parts"]) > 4
+    assert split.source["unjoined"] == alone.source["unjoined"] == {"langfuse_scores": 2}
     for m in (alone, split):
         assert all(by_place(m, name) == by_place(whole, name) for name in ("traces", "quarantine"))
 
@@ -979,6 +986,33 @@ def test_spans_without_content_join_the_log_records_of_their_content_from_other_
     assert q["source_file"].endswith("traces.jsonl") and q["source_line"] == 1 and f"{5:016x}" in q["detail"]
     assert "unrecognized_files" not in m.source or not m.source["unrecognized_files"]
     assert run(src, tmp_path / "again", dataset=DatasetConfig(workers=3 - workers)).version == m.version
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not_dropped_unsaid(
+        tmp_path, monkeypatch, caplog, capsys, workers):
+    """A span sampled out, or in another interval's folder than its records: its records attach to
+    nothing. They were dropped without a word; a source of records alone gave "no traces" and no why."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    spans = [_genai_span(i) for i in range(6)]
+    for span in spans:
+        span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    records = [r for i in range(9) for r in _log_records(i, f"What is {i} plus 1?", str(i + 1))]  # 6 to 8: no span
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "logs.jsonl").write_bytes(lines({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": records}]}]}))
+    (src / "traces.jsonl").write_bytes(lines(_export({"7": [spans]})))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    per_call = len(records) // 9
+    assert accounted(m) and m.counts["traces"] == 6 and m.source["unjoined"] == {"otel_log_records": 3 * per_call}
+    assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "cli"), "--start", T0.isoformat(),
+                 "--end", (T0 + HOUR).isoformat()]) == 0
+    assert f"  {3 * per_call} OTLP log records of GenAI events attached to no model call's span" in capsys.readouterr().out
+    (src / "traces.jsonl").unlink()
+    with caplog.at_level("WARNING", logger=mat.log.name):
+        assert run(src, tmp_path / "alone", dataset=DatasetConfig(workers=workers)) is None
+    assert f"{len(records)} OTLP log records of GenAI events attached to no model call's span" in caplog.text
 
 
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):

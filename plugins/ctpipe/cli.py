@@ -100,7 +100,7 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.materialize import materialize, misplaced_lines
+    from ctpipe.materialize import materialize, misplaced_lines, unjoined_lines
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
@@ -118,7 +118,8 @@ def cmd_materialize(args) -> int:
                                   **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
                                   "skipped_files": m.source.get("skipped_files", {}),
-                                  "misplaced": m.source.get("misplaced", {})})}))
+                                  "misplaced": m.source.get("misplaced", {}),
+                                  "unjoined": m.source.get("unjoined", {})})}))
         elif m is None:
             print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
         else:
@@ -132,7 +133,8 @@ def cmd_materialize(args) -> int:
                             for f, n in m.source.get("unrecognized_files", {}).items())
                   + "".join(f"  {f}: not read: {why}\n"
                             for f, why in m.source.get("skipped_files", {}).items())
-                  + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset))
+                  + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset)
+                            + unjoined_lines(m.source.get("unjoined", {})))
                   + f"  {m.uri}")
         start = end
     return 0

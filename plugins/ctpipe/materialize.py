@@ -137,6 +137,8 @@ class Part:
     # the dataset's partition_lag(), or after it ended: runs of shorter intervals skip that partition
     # and miss them. Of each side: (records, the most microseconds before its start or after its end).
     misplaced: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Of the entries of a join that attach to records (scores, log records), those that found none, by kind.
+    unjoined: Counter = field(default_factory=Counter)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
     lines: int | None = None
@@ -198,15 +200,15 @@ _NORMALIZED: dedup.Recent | None = None
 # Entries of a join of the parts made here (see _JOIN_SCHEMA), not spilled yet, and their bytes.
 _JOINED: list[pa.Table] = []
 _JOINED_BYTES = 0
-# Records of a join this process has spilled into each bucket (see spill_joined).
-_JOINED_RECORDS = np.zeros(0, np.int64)
+# Records of a join this process has spilled into each bucket, and what may attach to them (see spill_joined).
+_JOINED_COUNTS = np.zeros((2, 0), np.int64)
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _JOINED_BYTES, _JOINED_RECORDS
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _JOINED_BYTES, _JOINED_COUNTS
     _JOB, _LABELER = job, Labeler(job.reward)
     _JOINED.clear()
-    _JOINED_BYTES, _JOINED_RECORDS = 0, np.zeros(job.buckets, np.int64)
+    _JOINED_BYTES, _JOINED_COUNTS = 0, np.zeros((2, job.buckets), np.int64)
     _SPILLED_PROMPTS, _NORMALIZED = dedup.Recent(_PROMPT_SLOTS, bool), dedup.Recent(1 << 19, np.uint64)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
@@ -851,6 +853,15 @@ def _records(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.is_in(kinds, value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
 
 
+def _kinds(rows: pa.Table, buckets: pa.ChunkedArray | pa.Array, n: int) -> np.ndarray:
+    """Of a join's entries in ``n`` buckets: per bucket, its records and what may attach to them
+    (scores, log records; a Langfuse trace's version attaches to what there is, and is never missed)."""
+    kinds, at = rows["kind"], buckets.to_numpy()
+    record = _records(kinds)
+    attaching = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
+    return np.stack([np.bincount(at[record], minlength=n), np.bincount(at[attaching], minlength=n)])
+
+
 def _hold_joined(index: int, entries: list[tuple], lines_before: int) -> None:
     """Keep the entries of a join of part ``index`` in this process, as columns, their lines moved on
     by ``lines_before`` as its other items are (they go to the join through the spill files, not
@@ -870,18 +881,19 @@ def spill_joined() -> tuple[int, np.ndarray]:
     """Append the entries of a join this process holds to the spill files of their buckets, by a hash
     of their trace's id: a bucket holds all of an export's rows of its traces, which
     :func:`joined_part` joins without the rest. A bucket has a file per process, as pairing's.
-    Returns this process's id, which names its files, and the records it spilled into each bucket."""
+    Returns this process's id, which names its files, and per bucket, the records it spilled into it and
+    what may attach to them (see :func:`_kinds`)."""
     global _JOINED_BYTES
     if _JOINED:
         table = pa.concat_tables(_JOINED)
         _JOINED.clear()
         _JOINED_BYTES = 0
         bucket = _bucket_of(_trace_keys(table))
-        _JOINED_RECORDS[:] += np.bincount(bucket.to_numpy()[_records(table["kind"])], minlength=_JOB.buckets)
+        _JOINED_COUNTS[:] += _kinds(table, bucket, _JOB.buckets)
         _append_runs(table, bucket, lambda b: _spill_path(b, _join_writer(os.getpid())))
         del table, bucket  # as spill() does
         _release_arrow_memory()
-    return os.getpid(), _JOINED_RECORDS
+    return os.getpid(), _JOINED_COUNTS
 
 
 def _join_writer(pid: int) -> str:
@@ -894,20 +906,21 @@ def _trace_keys(table: pa.Table) -> pa.ChunkedArray:
     return pa.chunked_array([np.fromiter(map(dedup.key, traces), np.uint64, len(traces))])
 
 
-def split_joined(item: tuple[int, list[str], int]) -> list[tuple[str, int]]:
+def split_joined(item: tuple[int, list[str], int]) -> list[tuple[str, int, int]]:
     """Cut a bucket of a join's entries (the spill files of ``writers``) into ``n`` by trace, as
-    pairing's buckets are (see :func:`_sub_buckets`): the writer of each piece and its records.
+    pairing's buckets are (see :func:`_sub_buckets`): the writer of each piece, its records and what
+    may attach to them.
     Each join part sorts and searches its whole bucket: past about 24 GB of export, with buckets ever
     larger, a million generations in two buckets took 92 to 102 s and peaked at 1.21 to 1.22 GB; cut
     again, 63.5 s and 839 MB."""
     bucket, writers, n = item
-    records = np.zeros(n, np.int64)
+    counts = np.zeros((2, n), np.int64)
 
     def spread(rows: pa.Table, sub: pa.ChunkedArray) -> None:
-        records[:] += np.bincount(sub.to_numpy()[_records(rows["kind"])], minlength=n)
+        counts[:] += _kinds(rows, sub, n)
 
     pieces = _split(bucket, _bucket_files(bucket, writers), n, _trace_keys, _JOIN_SCHEMA, "join-split", spread)
-    return list(zip(pieces, records.tolist()))
+    return list(zip(pieces, *counts.tolist()))
 
 
 def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
@@ -931,6 +944,8 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
                *zip(*(ours[name].to_pylist() for name in ("kind", "trace", "key", "value")),
                     zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
     part = Part(index, [])
+    if first == 0:  # one part of the bucket counts what attached to none of its records
+        part.unjoined = _unjoined(rows, record)
     records = formats.join(entries)
     fast, taken, fast_at = _fast_langfuse(records, part)
     found, found_at = [], []
@@ -964,6 +979,18 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     # 56.4-58.7).
     _release_arrow_memory()
     return part
+
+
+def _unjoined(rows: pa.Table, record: np.ndarray) -> Counter:
+    """Of a bucket of a join's entries (all of an export's rows of its traces), by kind, those that
+    may attach to a record and attach to none: by its own id or its trace's, as :func:`formats.join`
+    finds them."""
+    records = rows.filter(pa.array(record))
+    ids = pa.concat_arrays([records[name].combine_chunks() for name in ("key", "trace")])
+    kinds = rows["kind"]
+    loose = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
+    loose &= ~pc.is_in(rows["key"], value_set=ids).to_numpy(zero_copy_only=False)
+    return Counter(kinds.filter(pa.array(loose)).to_pylist())
 
 
 def _take_rows(batches: list[pa.RecordBatch], rows: np.ndarray, schema: pa.Schema) -> pa.Table:
@@ -1386,6 +1413,7 @@ def materialize(
     found_pii: Counter = Counter()
     found_formats: Counter = Counter()
     misplaced: dict[str, tuple[int, int]] = {}  # see Part.misplaced
+    unjoined: Counter = Counter()  # see Part.unjoined
     unformatted = _Unformatted()
     lines_before = sources.LinesBefore()
     dedupe = _Dedup(spill_dir)
@@ -1412,6 +1440,7 @@ def materialize(
             found_formats.update(part.formats)
             for side, (n, most) in part.misplaced.items():
                 _add_misplaced(misplaced, side, n, most)
+            unjoined.update(part.unjoined)
             unformatted.add(part.by_file)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
             duplicates = dedupe.verdicts(part.keys)
@@ -1434,16 +1463,17 @@ def materialize(
         # the same way whatever the workers, so the parts are too.
         splits = math.ceil(_buckets_for(counts["bytes"]) / buckets)
         held = pool.everywhere(spill_joined)
-        records = sum(n for _, n in held)
-        if records.any():
+        found = sum(n for _, n in held)  # per bucket: records, and what may attach to them
+        if found.any():
             writers = [_join_writer(pid) for pid, _ in held]
+            full = np.flatnonzero(found.any(axis=0)).tolist()
             if splits == 1:
-                subs = [(b, writers, records[b]) for b in range(buckets)]
+                subs = [(b, writers, int(found[0, b])) for b in full]
             else:
-                full = np.flatnonzero(records).tolist()
                 cut = pool.ordered(split_joined, ((b, writers, splits) for b in full))
-                subs = [(b, [piece], n) for b, pieces in zip(full, cut) for piece, n in pieces]
-            chunks = [(b, names, first, _JOIN_PART) for b, names, n in subs for first in range(0, n, _JOIN_PART)]
+                subs = [(b, [piece], n) for b, pieces in zip(full, cut) for piece, n, attaching in pieces if n or attaching]
+            # A bucket of scores or log records alone has a part too, which counts them (see _unjoined).
+            chunks = [(b, names, first, _JOIN_PART) for b, names, n in subs for first in range(0, max(n, 1), _JOIN_PART)]
             for i, part in enumerate(pool.ordered(joined_part, enumerate(chunks, index + 1))):
                 take(part, i)
         while finishing:
@@ -1454,8 +1484,9 @@ def materialize(
         counts["quarantined"] = sum(reasons.values())
         misplaced_report = {f"{side}_partition": {"traces": n, "most_seconds": most / 1e6}
                             for side, (n, most) in sorted(misplaced.items())}
-        for line in misplaced_lines(misplaced_report, dataset):  # before a run with no trace ends
-            log.warning("%s", line)
+        unjoined_report = {_UNJOINED[kind][0]: n for kind, n in sorted(unjoined.items())}
+        for line in misplaced_lines(misplaced_report, dataset) + unjoined_lines(unjoined_report):  # before a run
+            log.warning("%s", line)  # with no trace ends
         if counts["traces_in"] == 0:
             staging.discard()
             return None
@@ -1509,6 +1540,7 @@ def materialize(
         scrubbed=dict(sorted(found_pii.items())),
         source={"uri": source, "files": len(files), "formats": dict(sorted((+found_formats).items())),
                 "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
+                "unjoined": unjoined_report,
                 "content_hash": digest.hexdigest()},
         config=config,
     )
@@ -1517,6 +1549,24 @@ def materialize(
              "in %.1f s, published in %.1f s", version, counts["traces_in"], time.monotonic() - started, workers,
              read - started, buckets * splits, paired - read, time.monotonic() - paired)
     return manifest
+
+
+# What may attach to a join's records, as a manifest's ``source.unjoined`` names it, and what it says of
+# those that attached to none.
+_UNJOINED = {
+    "score": ("langfuse_scores", "Langfuse scores attached to no generation of the interval's files (scores of "
+                                 "another observation, of a trace without a generation, or of a generation in "
+                                 "files of another interval): not read"),
+    "event": ("otel_log_records", "OTLP log records of GenAI events attached to no model call's span of the "
+                                  "interval's files (their spans in files of another interval, or not "
+                                  "exported): not read"),
+}
+
+
+def unjoined_lines(report: dict) -> list[str]:
+    """A manifest's ``source.unjoined`` in words."""
+    words = dict(_UNJOINED.values())
+    return [f"{n} {words[name]}" for name, n in report.items()]
 
 
 def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
