@@ -698,3 +698,63 @@ def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole
     assert {t["model"]["version"] for t in by_id.values()} == {"v8", "v9", "v10", "v11"}
     assert by_id["t2:2"]["start_time"] == "2026-11-22T10:02:00+00:00"
     assert langfuse_entry({"id": "t9", "timestamp": "2026-11-22T10:00:00Z", "sessionId": "s"}) is None  # no release
+
+
+BATCH_REQUEST = {"custom_id": "q-1", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "ctpipe-arith", "messages": OPENAI["request"]["messages"], "max_tokens": 64}}
+BATCH_OUTPUT = {"id": "batch_req_1", "custom_id": "q-1", "error": None,
+                "response": {"status_code": 200, "request_id": "req_1", "body": OPENAI["response"]}}
+
+
+def _batch(*lines: dict) -> list:
+    """The traces (or FormatErrors) of a batch's lines, each output joined with the input lines read."""
+    from ctpipe.formats import join, joined
+
+    entries = [held.entry(("f", i)) for i, line in enumerate(lines) for held in normalize(line, "auto")]
+    return [t for record in join(entries) for t in joined(record)]
+
+
+def test_a_batchs_output_joins_its_request_by_custom_id_whichever_file_comes_first():
+    """OpenAI's Batch API and vLLM's run_batch write the answers apart from the requests, which the
+    output does not repeat: they join by custom_id, as Langfuse rows join by id."""
+    assert detect(BATCH_REQUEST) == detect(BATCH_OUTPUT) == "openai"
+    (t,) = _batch(BATCH_OUTPUT, BATCH_REQUEST)
+    assert _batch(BATCH_REQUEST, BATCH_OUTPUT) == [t] and t["trace_id"] == "chatcmpl-1" and t["completion"] == "5"
+    assert t["messages"] == OPENAI["request"]["messages"] and decode(json.dumps(t)).usage.total_tokens == 21
+    assert _batch(BATCH_REQUEST, BATCH_OUTPUT, BATCH_REQUEST) == [t]  # the same request read twice is one
+    assert _batch(BATCH_REQUEST) == []  # a request not answered yet: nothing to read (the run counts it)
+
+
+@pytest.mark.parametrize("lines, reason, detail", [
+    ([BATCH_OUTPUT], "no_request", "batch request q-1: no line of the batch's input file has its custom_id"),
+    ([BATCH_REQUEST, {**BATCH_REQUEST, "body": {**BATCH_REQUEST["body"], "messages": [{"role": "user", "content": "1+1?"}]}},
+      BATCH_OUTPUT], "ambiguous_request", "batch request q-1: 2 different requests have its custom_id"),
+    ([BATCH_REQUEST, {**BATCH_OUTPUT, "response": None, "error": {"code": "batch_expired", "message": "This request could not be executed"}}],
+     "failed_request", "batch request q-1 failed (status None): This request could not be executed"),
+    ([BATCH_REQUEST, {**BATCH_OUTPUT, "response": {"status_code": 400, "request_id": "r", "body": {
+        "error": {"message": "Invalid 'messages'", "type": "invalid_request_error"}}}}],
+     "failed_request", "batch request q-1 failed (status 400): Invalid 'messages'"),
+    ([{**BATCH_REQUEST, "url": "/v1/embeddings"}, BATCH_OUTPUT], "invalid_field", "url='/v1/embeddings' is no chat completion"),
+    ([{**BATCH_REQUEST, "body": "hi"}, BATCH_OUTPUT], "invalid_field", "batch request q-1: body='hi' is not a dict"),
+], ids=["no request", "ambiguous", "error", "status 400", "not a chat", "body not an object"])
+def test_a_batch_output_that_cannot_be_a_trace_says_why(lines, reason, detail):
+    (refused,) = _batch(*lines)
+    assert isinstance(refused, FormatError) and refused.reason == reason and detail in str(refused), str(refused)
+
+
+def test_any_value_anywhere_in_a_batchs_lines_gives_traces_or_the_errors_that_say_why():
+    from ctpipe.traces import InvalidTrace, convert
+    from tests.conftest import mutated
+
+    for request, output in [*((m, BATCH_OUTPUT) for m in mutated(BATCH_REQUEST)),
+                            *((BATCH_REQUEST, m) for m in mutated(BATCH_OUTPUT))]:
+        try:
+            found = _batch(request, output)
+        except FormatError:  # a line that is no batch line, or whose custom_id is no text
+            continue
+        for trace in found:
+            if not isinstance(trace, FormatError):
+                try:
+                    convert(trace)
+                except InvalidTrace:
+                    pass

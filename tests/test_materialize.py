@@ -1015,6 +1015,42 @@ def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not
     assert f"{len(records)} OTLP log records of GenAI events attached to no model call's span" in caplog.text
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_batchs_input_output_and_error_files_join_by_custom_id(tmp_path, monkeypatch, workers):
+    """OpenAI's Batch API and vLLM's run_batch write requests, answers and failures to files of their
+    own: each answer joins its request, a failure is quarantined saying why, and a request not answered
+    is counted."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    created = OPENAI["response"]["created"]
+    requests = [{"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "m", "messages": [{"role": "user", "content": f"What is {i} plus 1?"}]}} for i in range(6)]
+
+    def answer(i: int) -> dict:
+        body = {"id": f"chatcmpl-{i}", "object": "chat.completion", "created": created + i, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": str(i + 1)}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}}
+        return {"id": f"batch_req_{i}", "custom_id": f"q-{i}", "response": {"status_code": 200, "body": body}, "error": None}
+
+    refused = {"id": "batch_req_3", "custom_id": "q-3", "error": None, "response": {
+        "status_code": 400, "body": {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}}}
+    expired = {"id": "batch_req_4", "custom_id": "q-4", "response": None,
+               "error": {"code": "batch_expired", "message": "This request could not be executed before the window"}}
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "batch_output.jsonl").write_bytes(lines(answer(0), answer(1), answer(2), refused))
+    (src / "batch_errors.jsonl").write_bytes(lines(expired))
+    (src / "batch_input.jsonl").write_bytes(lines(*requests))
+    m = run(src, tmp_path / "out", at(created) - HOUR, at(created) + HOUR, dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces"] == 3 and m.quarantine_reasons == {"failed_request": 2}
+    rows = {r["trace_id"]: r for r in table(m, "traces")}
+    assert rows["chatcmpl-2"]["prompt"] == "What is 2 plus 1?" and rows["chatcmpl-2"]["completion"] == "3"
+    assert rows["chatcmpl-2"]["source_file"].endswith("batch_output.jsonl") and rows["chatcmpl-2"]["source_line"] == 3
+    assert sorted(q["detail"].split(": ", 1)[-1] for q in table(m, "quarantine")) == [
+        "This request could not be executed before the window", "max_tokens is too large"]
+    assert m.source["formats"] == {"openai": 11} and m.source["unjoined"] == {"batch_requests": 1}  # q-5, not run
+
+
 def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_spans(tmp_path, monkeypatch):
     """A Collector's batch of spans on one line, well past the size of a record, whatever its size:
     each span a trace under its own resource, numbered as that line. An export that breaks off is

@@ -9,7 +9,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
   ``request``/``response`` or flat in one object. Each choice becomes one trace; one that is no
   text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
-  refused as ``no_text_answer``.
+  refused as ``no_text_answer``. A batch's files (OpenAI's Batch API, vLLM's ``run_batch``): the
+  lines of its output (or errors) join those of its input by ``custom_id`` (:class:`Held`,
+  :func:`join`, :func:`_batch_traces`), the request not being repeated in the output.
 * ``otel``: OTLP JSON (``resourceSpans`` → ``scopeSpans`` → ``spans``), one export per line as the
   OpenTelemetry file exporter writes it. A span is a generation when it carries GenAI content:
   the current ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (messages of ``parts``; the
@@ -119,12 +121,28 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
+    if _batch_kind(doc):
+        return "openai"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
     if langfuse_kind(doc) is not None:
         return "langfuse"
     if len(_CTPIPE_KEYS & doc.keys()) >= len(_CTPIPE_KEYS) // 2:
         return "ctpipe"  # ours with fields missing: validation names them, which "unknown format" would not
+    return None
+
+
+def _batch_kind(doc: dict) -> Literal["request", "response"] | None:
+    """Which line of a batch's files ``doc`` is, as OpenAI's Batch API and vLLM's ``run_batch`` write
+    them: of its input ("request": ``custom_id``, ``url``, ``body``), of its output or error file
+    ("response": ``custom_id``, a ``response`` with its ``status_code``, or none and an ``error``)."""
+    if "custom_id" not in doc:
+        return None
+    if "body" in doc and "url" in doc:
+        return "request"
+    response = doc.get("response")
+    if isinstance(response, dict) and "status_code" in response or response is None and doc.get("error"):
+        return "response"
     return None
 
 
@@ -274,9 +292,14 @@ def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
         return e
 
 
-def from_openai(doc: dict) -> Iterator[dict | FormatError]:
+def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of a logged chat completion; a choice that is no text answer comes as its
-    FormatError, in its place."""
+    FormatError, in its place. A line of a batch's files is :class:`Held` for its join (see
+    :func:`_batch_traces`)."""
+    batch = _batch_kind(doc)
+    if batch:
+        yield Held(batch, _need(doc, "custom_id", str, ""), "", doc)
+        return
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
     messages = _need(request, "messages", list, "request.")
@@ -508,21 +531,27 @@ def _with_content_events(span: dict, a: dict) -> dict:
 
 @dataclass(frozen=True)
 class Held:
-    """What an OTLP export gives a join rather than a trace: a model call's span that holds no content
-    (``kind`` "span": its content may be in log records, which attach to it by its trace and span id),
-    or such a log record (``kind`` "event"). See :func:`join` and :func:`joined`."""
+    """What a document gives a join rather than a trace. Of an OTLP export: a model call's span that
+    holds no content (``kind`` "span": its content may be in log records, which attach to it by its
+    trace and span id), or such a log record ("event"). Of a batch's files: a line of its output
+    ("response"), which the line of its input with the same ``custom_id`` ("request") attaches to.
+    See :func:`join` and :func:`joined`."""
 
-    kind: Literal["span", "event"]
-    trace: str
-    span: str
-    value: dict | bytes  # the span and its resource's service.version, or the log record (or its JSON text)
+    kind: Literal["span", "event", "response", "request"]
+    trace: str  # the trace's id; a batch line's custom_id
+    span: str  # the span's id; "" for a batch line
+    value: dict | bytes  # the span and its resource's service.version, the log record (or its JSON text), the line
 
     def entry(self, where: tuple[str, int] | None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
-        id, the log record by the span it belongs to; a span where it was read. The ids are text,
-        which no Langfuse id (pickled, see :func:`_pickled`) can equal: a pickle starts with 0x80."""
-        return (self.kind, f"otel {self.trace}".encode(), f"otel {self.trace} {self.span}".encode(),
-                _pickled(self.value), where if self.kind == "span" else None)
+        id, the log record by the span it belongs to, a batch's lines by their custom_id; a span or an
+        output line where it was read. The ids are text, which no Langfuse id (pickled, see
+        :func:`_pickled`) can equal: a pickle starts with 0x80."""
+        if self.kind in ("response", "request"):
+            trace = key = f"batch {self.trace}"
+        else:
+            trace, key = f"otel {self.trace}", f"otel {self.trace} {self.span}"
+        return self.kind, trace.encode(), key.encode(), _pickled(self.value), where if self.kind in RECORD_KINDS else None
 
 
 # Log records of GenAI content (semconv v1.28 to v1.36: a record per message and per choice, the
@@ -733,8 +762,8 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
 
 
 # The entries of a join that are records, each a trace (a Langfuse generation) or a trace per choice
-# (a model call's OTLP span); the others attach to them.
-RECORD_KINDS = ("generation", "span")
+# (a model call's OTLP span, a batch's output line); the others attach to them.
+RECORD_KINDS = ("generation", "span", "response")
 
 
 def join(entries: Iterable[tuple]) -> list[tuple[str, bytes, tuple[str, int] | None, list[bytes], str | None]]:
@@ -764,6 +793,12 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
     """The canonical traces of one record of :func:`join` (a FormatError in the place of one that
     cannot map)."""
     kind, value, _, attached, version = record
+    if kind == "response":
+        try:
+            with _mapping("batch output line"):
+                return _batch_traces(pickle.loads(value), [pickle.loads(r) for r in attached])
+        except FormatError as e:
+            return [e]
     if kind == "span":
         held = pickle.loads(value)
         span, span_id = held["span"], _span_id(held["span"])
@@ -777,6 +812,37 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
             return [_trace(_camel_case(generation_row(value)), [pickle.loads(s) for s in attached], version)]
     except FormatError as e:
         return [e]
+
+
+def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
+    """The traces of a line of a batch's output file (OpenAI's Batch API, vLLM's ``run_batch``: the
+    response under ``response.body``), with the lines of its input file that have its custom_id: the
+    request under ``body``, which the output does not repeat. FormatError ``failed_request`` for a
+    request that failed (an ``error``, a status other than 200), ``no_request`` for an output whose
+    request is not among the interval's files, ``ambiguous_request`` for one whose custom_id names
+    other requests too (custom_ids are the user's, and may repeat from batch to batch)."""
+    where = f"batch request {line['custom_id']}"
+    response, error = line.get("response"), line.get("error")
+    status = response.get("status_code") if isinstance(response, dict) else None
+    if error or status != 200:
+        body = response.get("body") if isinstance(response, dict) else None
+        error = error or (body.get("error") if isinstance(body, dict) else None) or {}
+        message = error.get("message") if isinstance(error, dict) else error
+        raise FormatError("failed_request", f"{where} failed (status {status}): {str(message)[:300]}")
+    distinct = {json.dumps(r, sort_keys=True): r for r in requests}  # the same line read twice is one
+    if not distinct:
+        raise FormatError("no_request", f"{where}: no line of the batch's input file has its custom_id among the "
+                                        "interval's files")
+    if len(distinct) > 1:
+        raise FormatError("ambiguous_request", f"{where}: {len(distinct)} different requests have its custom_id "
+                                               "(custom_ids may repeat from batch to batch): which was answered "
+                                               "cannot be told")
+    (request,) = distinct.values()
+    url = request.get("url")
+    if not (isinstance(url, str) and url.rstrip("/").endswith("/chat/completions")):
+        raise FormatError("invalid_field", f"{where}: url={str(url)[:80]!r} is no chat completion")
+    return list(from_openai({"request": _need(request, "body", dict, f"{where}: "),
+                             "response": _need(response, "body", dict, f"{where}: response.")}))
 
 
 def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:

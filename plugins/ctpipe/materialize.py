@@ -10,10 +10,10 @@ so the answer is the same whatever the number of workers. The same worker then w
 kept rows as a part of the version's traces table, its quarantined items as a part of the
 quarantine table, and its rows for pairing, hashed by prompt into buckets; once every block is in,
 each bucket (split again first, past a thousand buckets) yields its prompts' GRPO rows and DPO
-pairs as parts of those tables. Langfuse rows, and OTLP spans without content with the log records
-of their content, which join across files, are spilled the same way, by trace, and their
-generations and spans come as parts of their own once every block is in (their buckets split again
-first too). Memory is
+pairs as parts of those tables. Langfuse rows, OTLP spans without content with the log records
+of their content, and the output lines of a batch with its requests, which join across files, are
+spilled the same way, by trace (or custom_id), and their generations, spans and outputs come as
+parts of their own once every block is in (their buckets split again first too). Memory is
 bounded by the block size, the bucket size and the spill buffer, plus the three 64-bit keys of each
 kept trace: a million of each in hash tables
 (:class:`~ctpipe.keyset.KeySet`, 16 to 32 bytes a key), the others on disk behind Bloom filters
@@ -82,7 +82,7 @@ _FANOUT = 1024
 # Peak size of the spill folder per source byte: a Langfuse export is joined through it whole (1.6
 # measured on 224 MB), other formats keep only the rows for pairing there (0.42 on 215 MB).
 _SPILL_NEED = {"langfuse": 2.0, "other": 0.5}
-_JOIN_PART = 2000  # records of a join (Langfuse generations, OTLP spans) to a part: about a block's worth
+_JOIN_PART = 2000  # records of a join (Langfuse generations, OTLP spans, batch outputs) to a part: about a block's worth
 # The entries of a join as they are spilled (formats.langfuse_entry, formats.Held.entry, and where
 # each was read: the part of its block, its place there, and its file and line).
 _JOIN_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
@@ -1455,7 +1455,7 @@ def materialize(
             blocks = sources.spilled(blocks, os.path.join(spill_dir, "blocks"))
         for index, part in enumerate(pool.ordered(process, enumerate(blocks))):
             take(part, index)
-        # Langfuse rows, and OTLP spans without content, join across files, so their parts come once
+        # Langfuse rows, OTLP spans without content and batch outputs join across files, so their parts come once
         # every block is read: from the buckets their entries were spilled into, by trace, _JOIN_PART
         # records a part.
         # (A worker takes this call after the blocks' finish() calls sent to it, which hold them.)
@@ -1560,6 +1560,8 @@ _UNJOINED = {
     "event": ("otel_log_records", "OTLP log records of GenAI events attached to no model call's span of the "
                                   "interval's files (their spans in files of another interval, or not "
                                   "exported): not read"),
+    "request": ("batch_requests", "requests of a batch's input file had no line of its output among the "
+                                  "interval's files (not run yet, or answered in files of another interval)"),
 }
 
 
