@@ -9,6 +9,9 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
 
 * ctpipe: our schema, one trace a line, with a judge score;
 * openai: chat-completions logs, request beside response, with a thumb in the metadata;
+* openai-batch: a batch's input and output files, as OpenAI's Batch API and vLLM's run_batch
+  write them (requests by custom_id in one, answers in the other), joined by custom_id; no
+  feedback;
 * otel: OTLP JSON exports of one GenAI span a line (the current gen_ai.input/output.messages
   attributes), with a judge score as an evaluation event;
 * otel-batches: the same spans as the OpenTelemetry Collector's file exporter writes its batch
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "otel", "otel-batches", "otel-logs", "langfuse")
+FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "langfuse")
 BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
@@ -56,7 +59,8 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     batch: list[bytes] = []  # spans of the next export of otel-batches
     bare: list[bytes] = []  # spans without content of the next export of otel-logs
     records: list[bytes] = []  # log records of the next export of otel-logs
-    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("otel", ["spans"]), ("otel-batches", ["spans"]),
+    for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("openai-batch", ["input", "output"]),
+                       ("otel", ["spans"]), ("otel-batches", ["spans"]),
                        ("otel-logs", ["spans", "logs"]), ("langfuse", ["observations", "scores", "traces"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
@@ -71,6 +75,9 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         end = start + timedelta(milliseconds=900)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
         usage = {"prompt_tokens": 210, "completion_tokens": 230, "total_tokens": 440}
+        response = {"id": f"chatcmpl-{i:09d}", "object": "chat.completion", "created": int(start.timestamp()),
+                    "model": "assistant", "usage": usage, "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]}
         rows = {
             ("ctpipe", "traces"): {
                 "trace_id": f"tr-{i:09d}", "start_time": start.isoformat(), "end_time": end.isoformat(),
@@ -78,11 +85,12 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                 "usage": usage, "feedback": {"thumb": None, "rating": None}, "latency_ms": 900.0,
                 "scores": [{"name": "judge", "value": judge, "source": "eval"}]},
             ("openai", "logs"): {
-                "request": {"model": "assistant", "messages": messages},
-                "response": {"id": f"chatcmpl-{i:09d}", "object": "chat.completion", "created": int(start.timestamp()),
-                             "model": "assistant", "usage": usage, "choices": [
-                                 {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]},
+                "request": {"model": "assistant", "messages": messages}, "response": response,
                 "metadata": {"model_version": "v7", "thumb": "up" if right else "down"}, "latency_ms": 900.0},
+            ("openai-batch", "input"): {"custom_id": f"q-{i:09d}", "method": "POST", "url": "/v1/chat/completions",
+                                        "body": {"model": "assistant", "messages": messages}},
+            ("openai-batch", "output"): {"id": f"batch_req_{i:09d}", "custom_id": f"q-{i:09d}", "error": None,
+                                         "response": {"status_code": 200, "request_id": f"req_{i}", "body": response}},
             ("otel", "spans"): {"resourceSpans": [{
                 "resource": {"attributes": [_kv("service.version", "v7")]},
                 "scopeSpans": [{"spans": [{

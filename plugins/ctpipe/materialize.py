@@ -1557,9 +1557,10 @@ _UNJOINED = {
     "score": ("langfuse_scores", "Langfuse scores attached to no generation of the interval's files (scores of "
                                  "another observation, of a trace without a generation, or of a generation in "
                                  "files of another interval): not read"),
-    "event": ("otel_log_records", "OTLP log records of GenAI events attached to no model call's span of the "
-                                  "interval's files (their spans in files of another interval, or not "
-                                  "exported): not read"),
+    "event": ("otel_log_records", "OTLP log records of GenAI events attached to no model call's span without "
+                                  "content of the interval's files (their spans hold the content themselves, "
+                                  "as when it is recorded on both, or are in files of another interval, or "
+                                  "were not exported): not read"),
     "request": ("batch_requests", "requests of a batch's input file had no line of its output among the "
                                   "interval's files (not run yet, or answered in files of another interval)"),
 }
