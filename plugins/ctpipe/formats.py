@@ -232,6 +232,7 @@ def _media(kinds: Iterable[Any], where: str) -> None:
 
 
 def _no_tool_call(found: Any, where: str) -> None:
+    """FormatError ``tool_call_in_prompt`` where a prompt's message at ``where`` holds what ``found`` names."""
     if found:
         raise FormatError("tool_call_in_prompt", f"{where} holds {found}, which the dataset's messages (text only) "
                                                  "cannot hold")
@@ -275,7 +276,8 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     if filtered:
         return FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
     if tool_call:
-        return FormatError("no_text_answer", f"{where}: the answer is a tool call, {'not text' if blank else 'its text beside it no answer'}")
+        beside = "not text" if blank else "its text beside it no answer"
+        return FormatError("no_text_answer", f"{where}: the answer is a tool call, {beside}")
     if blank and refusal:
         return FormatError("no_text_answer", f"{where}: the answer is a refusal, not text")
     return text
@@ -480,7 +482,7 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
         return None
     for i in sorted(found["prompt"]):
         _no_tool_call(next((f for f in TOOL_FIELDS if any(k.startswith(f"{f}.") for k in found["prompt"][i])), None),
-                   f"{where}: gen_ai.prompt.{i}")
+                      f"{where}: gen_ai.prompt.{i}")
     messages = [{"role": _role(a.get(f"gen_ai.prompt.{i}.role", "user")),
                  "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"), f"{where}: gen_ai.prompt.{i}.content")}
                 for i in prompt]

@@ -82,7 +82,7 @@ _FANOUT = 1024
 # Peak size of the spill folder per source byte: a Langfuse export is joined through it whole (1.6
 # measured on 224 MB), other formats keep only the rows for pairing there (0.42 on 215 MB).
 _SPILL_NEED = {"langfuse": 2.0, "other": 0.5}
-_JOIN_PART = 2000  # records of a join (Langfuse generations, OTLP spans, batch outputs) to a part: about a block's worth
+_JOIN_PART = 2000  # records of a join (generations, spans, batch outputs) to a part: about a block's worth
 # The entries of a join as they are spilled (formats.langfuse_entry, formats.Held.entry, and where
 # each was read: the part of its block, its place there, and its file and line).
 _JOIN_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.string()), ("trace", pa.binary()),
@@ -137,7 +137,8 @@ class Part:
     # the dataset's partition_lag(), or after it ended: runs of shorter intervals skip that partition
     # and miss them. Of each side: (records, the most microseconds before its start or after its end).
     misplaced: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # Of the entries of a join that attach to records (scores, log records), those that found none, by kind.
+    # Of the entries of a join that attach to records (scores, log records, batch requests), those that
+    # found none, by kind.
     unjoined: Counter = field(default_factory=Counter)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
@@ -855,7 +856,8 @@ def _records(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
 
 def _kinds(rows: pa.Table, buckets: pa.ChunkedArray | pa.Array, n: int) -> np.ndarray:
     """Of a join's entries in ``n`` buckets: per bucket, its records and what may attach to them
-    (scores, log records; a Langfuse trace's version attaches to what there is, and is never missed)."""
+    (scores, log records, batch requests; a Langfuse trace's version attaches to what there is, and is
+    never missed)."""
     kinds, at = rows["kind"], buckets.to_numpy()
     record = _records(kinds)
     attaching = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
@@ -1472,7 +1474,7 @@ def materialize(
             else:
                 cut = pool.ordered(split_joined, ((b, writers, splits) for b in full))
                 subs = [(b, [piece], n) for b, pieces in zip(full, cut) for piece, n, attaching in pieces if n or attaching]
-            # A bucket of scores or log records alone has a part too, which counts them (see _unjoined).
+            # A bucket of what attaches to records alone has a part too, which counts it (see _unjoined).
             chunks = [(b, names, first, _JOIN_PART) for b, names, n in subs for first in range(0, max(n, 1), _JOIN_PART)]
             for i, part in enumerate(pool.ordered(joined_part, enumerate(chunks, index + 1))):
                 take(part, i)
@@ -1485,8 +1487,9 @@ def materialize(
         misplaced_report = {f"{side}_partition": {"traces": n, "most_seconds": most / 1e6}
                             for side, (n, most) in sorted(misplaced.items())}
         unjoined_report = {_UNJOINED[kind][0]: n for kind, n in sorted(unjoined.items())}
-        for line in misplaced_lines(misplaced_report, dataset) + unjoined_lines(unjoined_report):  # before a run
-            log.warning("%s", line)  # with no trace ends
+        # Said before a run with no trace ends.
+        for line in misplaced_lines(misplaced_report, dataset) + unjoined_lines(unjoined_report):
+            log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
             return None
