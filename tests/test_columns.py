@@ -1019,3 +1019,57 @@ def test_a_langfuse_generation_with_any_value_anywhere_gets_the_joins_row_or_non
             assert got[0].to_pylist() == [langfuse_exact(raw)], raw
             taken += 1
     assert taken >= 40, taken
+
+
+OPENAI_BATCH_INPUT = {"custom_id": "q-1", "method": "POST", "url": "/v1/chat/completions",
+               "body": {"model": "assistant", "messages": OPENAI["request"]["messages"]}}
+OPENAI_BATCH_OUTPUT = {"id": "batch_req_1", "custom_id": "q-1", "error": None,
+                "response": {"status_code": 200, "request_id": "req_1", "body": OPENAI["response"]}}
+# Each: (the output line, the input lines of its custom_id).
+OPENAI_BATCHES = {
+    "plain": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "no error key": (line_of(OPENAI_BATCH_OUTPUT, (("error", ...),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "the request twice": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, ())] * 2),
+    "two requests": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, ()), line_of(OPENAI_BATCH_INPUT, (("body.model", "other"),))]),
+    "the request twice, spaced otherwise": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, ()),
+                                                                      json.dumps(OPENAI_BATCH_INPUT, indent=1).encode()]),
+    "no request": (line_of(OPENAI_BATCH_OUTPUT, ()), []),
+    "status 400": (line_of(OPENAI_BATCH_OUTPUT, (("response.status_code", 400),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "status as a float": (line_of(OPENAI_BATCH_OUTPUT, (("response.status_code", 200.0),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "an error": (line_of(OPENAI_BATCH_OUTPUT, (("error", {"message": "expired"}),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "an empty error": (line_of(OPENAI_BATCH_OUTPUT, (("error", {}),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "no response": (line_of(OPENAI_BATCH_OUTPUT, (("response", None), ("error", {"message": "expired"}))), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "embeddings": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, (("url", "/v1/embeddings"),))]),
+    "url with a slash": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, (("url", "/v1/chat/completions/"),))]),
+    "body not an object": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, (("body", "hi"),))]),
+    "response body not an object": (line_of(OPENAI_BATCH_OUTPUT, (("response.body", [1]),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+    "two choices": (line_of(OPENAI_BATCH_OUTPUT, (("response.body.choices", OPENAI["response"]["choices"] * 2),)),
+                    [line_of(OPENAI_BATCH_INPUT, ())]),
+    "a tool call asked": (line_of(OPENAI_BATCH_OUTPUT, ()), [line_of(OPENAI_BATCH_INPUT, (("body.messages", [
+        *OPENAI["request"]["messages"], {"role": "assistant", "content": None, "tool_calls": [TOOL_CALL]}]),))]),
+    "unicode": (line_of(OPENAI_BATCH_OUTPUT, (("response.body.choices.0.message.content", "五"),)), [line_of(OPENAI_BATCH_INPUT, ())]),
+}
+
+
+def openai_batch_exact(output: bytes, requests: list[bytes]) -> list[dict] | None:
+    found = formats.joined(("response", output, ("f", 1), requests, None))
+    try:
+        return [row_of(traces.convert(t)) for t in found if not isinstance(t, formats.FormatError)] or None
+    except traces.InvalidTrace:
+        return None
+
+
+def test_every_batch_output_gets_the_joins_rows_together_or_alone_and_plain_ones_take_the_fast_path():
+    names = list(OPENAI_BATCHES)
+    for lines in ([OPENAI_BATCHES[name] for name in names], *([OPENAI_BATCHES[name]] for name in names)):
+        got = columns.parse_batch_lines([output for output, _ in lines], [asked for _, asked in lines])
+        if got is not None:
+            for row, i in zip(got[0].to_pylist(), got[1].tolist()):
+                assert [row] == openai_batch_exact(*lines[i]), names[i] if len(lines) > 1 else lines
+    table, index = columns.parse_batch_lines([output for output, _ in OPENAI_BATCHES.values()], [a for _, a in OPENAI_BATCHES.values()])
+    taken = {names[i] for i in index.tolist()}
+    assert taken == {"plain", "no error key", "the request twice", "url with a slash", "unicode"}, taken
+    assert openai_batch_exact(*OPENAI_BATCHES["an empty error"]) and openai_batch_exact(*OPENAI_BATCHES["the request twice, spaced otherwise"])
+    # A line pyarrow refuses leaves the others read with it to the exact path.
+    refused = line_of(OPENAI_BATCH_OUTPUT, (("response.body.created", 1795340000.5),))
+    assert columns.parse_batch_lines([OPENAI_BATCHES["plain"][0], refused], [OPENAI_BATCHES["plain"][1]] * 2) is None

@@ -1041,7 +1041,11 @@ def test_a_batchs_input_output_and_error_files_join_by_custom_id(tmp_path, monke
     (src / "batch_output.jsonl").write_bytes(lines(answer(0), answer(1), answer(2), refused))
     (src / "batch_errors.jsonl").write_bytes(lines(expired))
     (src / "batch_input.jsonl").write_bytes(lines(*requests))
+    taken = []  # by the fast path, in this process (without workers)
+    parse = columns.parse_batch_lines
+    monkeypatch.setattr(columns, "parse_batch_lines", lambda *a: taken.append(got := parse(*a)) or got)
     m = run(src, tmp_path / "out", at(created) - HOUR, at(created) + HOUR, dataset=DatasetConfig(workers=workers))
+    assert workers > 1 or [t[1].tolist() for t in taken] == [[1, 2, 3]]  # the failures not (the error file is read first)
     assert accounted(m) and m.counts["traces"] == 3 and m.quarantine_reasons == {"failed_request": 2}
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     assert rows["chatcmpl-2"]["prompt"] == "What is 2 plus 1?" and rows["chatcmpl-2"]["completion"] == "3"

@@ -362,6 +362,46 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
+class _BatchResponse(msgspec.Struct):
+    status_code: int
+    body: msgspec.Raw
+
+
+class _BatchOutput(msgspec.Struct):
+    response: _BatchResponse
+    error: None = None  # any other value (even an empty one, which the reader passes over) is the reader's
+
+
+class _BatchInput(msgspec.Struct):
+    url: str
+    body: msgspec.Raw
+
+
+_BATCH_OUTPUT, _BATCH_INPUT = msgspec.json.Decoder(_BatchOutput), msgspec.json.Decoder(_BatchInput)
+
+
+def parse_batch_lines(outputs: list[bytes], requests: list[list[bytes]]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for the output lines of a batch, each with the input lines of its custom_id
+    as the join found them: the rows :func:`ctpipe.formats.joined` makes of them, with the same
+    values. An output of status 200 and no error, of the one request (as text) of its custom_id, a
+    chat completion, is read as the OpenAI log of that request's body and its response's
+    (:func:`parse_openai_lines`, whose rows are those :func:`ctpipe.formats.from_openai` makes of
+    them, as the reader's are); anything else is left to the exact path."""
+    logs, at = [], []
+    for i, (line, asked) in enumerate(zip(outputs, requests)):
+        if len(set(asked)) != 1:
+            continue
+        try:
+            output, request = _BATCH_OUTPUT.decode(line), _BATCH_INPUT.decode(asked[0])
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            continue
+        if output.response.status_code == 200 and request.url.rstrip("/").endswith("/chat/completions"):
+            logs.append(b'{"request":%s,"response":%s}' % (bytes(request.body), bytes(output.response.body)))
+            at.append(i)
+    got = parse_openai_lines(logs)
+    return None if got is None else (got[0], np.asarray(at, np.int64)[got[1]])
+
+
 class _LangfuseMessage(msgspec.Struct):
     role: str | None = None
     content: str | None = None

@@ -544,16 +544,18 @@ class Held:
     span: str  # the span's id; "" for a batch line
     value: dict | bytes  # the span and its resource's service.version, the log record (or its JSON text), the line
 
-    def entry(self, where: tuple[str, int] | None) -> tuple:
+    def entry(self, where: tuple[str, int] | None, line: bytes | None = None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
         id, the log record by the span it belongs to, a batch's lines by their custom_id; a span or an
         output line where it was read. The ids are text, which no Langfuse id (pickled, see
-        :func:`_pickled`) can equal: a pickle starts with 0x80."""
+        :func:`_pickled`) can equal: a pickle starts with 0x80. A batch's line read from a JSON
+        ``line`` brings that line, as a Langfuse generation does (see :func:`entry_row`)."""
         if self.kind in ("response", "request"):
             trace = key = f"batch {self.trace}"
+            value = line if line is not None else _pickled(self.value)
         else:
-            trace, key = f"otel {self.trace}", f"otel {self.trace} {self.span}"
-        return self.kind, trace.encode(), key.encode(), _pickled(self.value), where if self.kind in RECORD_KINDS else None
+            trace, key, value = f"otel {self.trace}", f"otel {self.trace} {self.span}", _pickled(self.value)
+        return self.kind, trace.encode(), key.encode(), value, where if self.kind in RECORD_KINDS else None
 
 
 # Log records of GenAI content (semconv v1.28 to v1.36: a record per message and per choice, the
@@ -743,7 +745,7 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
     :func:`join`), the id it is found by, and what it brings, all pickled, so that Parquet
     rows keep their types and ids compare by type and value (1 is not "1"). A few bytes, cheaper to
     keep and send than the row. A generation read from a JSON ``line`` brings that line instead,
-    which the join's fast path reads with others into columns (see :func:`generation_row`).
+    which the join's fast path reads with others into columns (see :func:`entry_row`).
     FormatError for a row that is no Langfuse row, or a score that cannot be read."""
     with _mapping("Langfuse row"):
         kind = langfuse_kind(row)
@@ -798,7 +800,7 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
     if kind == "response":
         try:
             with _mapping("batch output line"):
-                return _batch_traces(pickle.loads(value), [pickle.loads(r) for r in attached])
+                return _batch_traces(entry_row(value), [entry_row(r) for r in attached])
         except FormatError as e:
             return [e]
     if kind == "span":
@@ -811,7 +813,7 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
             return [e]
     try:
         with _mapping("Langfuse generation"):
-            return [_trace(_camel_case(generation_row(value)), [pickle.loads(s) for s in attached], version)]
+            return [_trace(_camel_case(entry_row(value)), [pickle.loads(s) for s in attached], version)]
     except FormatError as e:
         return [e]
 
@@ -916,13 +918,14 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
 
 
 def is_line(value: bytes) -> bool:
-    """Whether a generation's value (of :func:`langfuse_entry`) is the JSON line it was read from:
-    a pickle begins with its protocol's byte, 0x80, which never begins a line of JSON text."""
+    """Whether the value of a join's entry (a generation's of :func:`langfuse_entry`, a batch line's of
+    :meth:`Held.entry`) is the JSON line it was read from: a pickle begins with its protocol's byte,
+    0x80, which never begins a line of JSON text."""
     return value[:1] != b"\x80"
 
 
-def generation_row(value: bytes) -> dict:
-    """A generation's row from its value (of :func:`langfuse_entry`): the line, decoded again, or the pickled row."""
+def entry_row(value: bytes) -> dict:
+    """A row from the value of a join's entry (see :func:`is_line`): the line, decoded again, or the pickled row."""
     return msgspec.json.decode(value) if is_line(value) else pickle.loads(value)
 
 

@@ -340,7 +340,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         for r in recs:
             if isinstance(r, formats.Held):  # joined with what attaches to it (see joined_part), as Langfuse rows are
                 part.formats[fmt] += 1
-                part.joined.append(r.entry((block.file, n)))
+                part.joined.append(r.entry((block.file, n), raw if isinstance(raw, bytes) else None))
             elif isinstance(r, _Refused):
                 rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
                                                  json.dumps(r.record, default=str)[:2000])))
@@ -949,7 +949,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     if first == 0:  # one part of the bucket counts what attached to none of its records
         part.unjoined = _unjoined(rows, record)
     records = formats.join(entries)
-    fast, taken, fast_at = _fast_langfuse(records, part)
+    fast, taken, fast_at = _fast_joined(records, part)
     found, found_at = [], []
     for i in np.setdiff1d(np.arange(len(records)), taken, assume_unique=True).tolist():
         (file, n), value = records[i][2], records[i][1]
@@ -961,7 +961,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
             except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
                 part.read += 1
                 raw = (value.decode("utf-8", "replace") if formats.is_line(value)
-                       else json.dumps(formats.generation_row(value), default=str))
+                       else json.dumps(formats.entry_row(value), default=str))
                 part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:2000]))
                 continue
             if _JOB.start <= rec.start_time < _JOB.end:
@@ -1009,17 +1009,22 @@ def _take_rows(batches: list[pa.RecordBatch], rows: np.ndarray, schema: pa.Schem
     return taken.take(np.argsort(by_batch))  # back in the order given: a copy of what was taken only
 
 
-def _fast_langfuse(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
-    """The Langfuse generations among the records of :func:`formats.join` read from JSON lines that the
-    fast path takes (:func:`columns.parse_langfuse_lines`), counted into ``part``: (those in the
-    interval, as :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
-    lines = np.array([i for i, (kind, value, *_) in enumerate(records) if kind == "generation" and formats.is_line(value)],
-                     np.int64)
-    got = columns.parse_langfuse_lines([records[i][1] for i in lines], [records[i][4] for i in lines],
-                                       [[pickle.loads(s) for s in records[i][3]] for i in lines])
-    if got is None:
+def _fast_joined(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.ndarray, np.ndarray]:
+    """The records of :func:`formats.join` read from JSON lines that a fast path takes, Langfuse
+    generations (:func:`columns.parse_langfuse_lines`) and a batch's outputs
+    (:func:`columns.parse_batch_lines`), counted into ``part``: (those in the interval, as
+    :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
+    def lines(kind: str) -> np.ndarray:
+        return np.array([i for i, (k, value, *_) in enumerate(records) if k == kind and formats.is_line(value)], np.int64)
+
+    generations, outputs = lines("generation"), lines("response")
+    got = [(columns.parse_langfuse_lines([records[i][1] for i in generations], [records[i][4] for i in generations],
+                                         [[pickle.loads(s) for s in records[i][3]] for i in generations]), generations),
+           (columns.parse_batch_lines([records[i][1] for i in outputs], [records[i][3] for i in outputs]), outputs)]
+    got = [(found[0], at[found[1]]) for found, at in got if found is not None]
+    if not got:
         return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
-    rows, at = got[0], lines[got[1]]
+    rows, at = pa.concat_tables([rows for rows, _ in got]), np.concatenate([at for _, at in got])
     start = pc.cast(rows["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
     inside = (start >= columns.micros(_JOB.start)) & (start < columns.micros(_JOB.end))
     part.read += int(inside.sum())
