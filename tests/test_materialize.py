@@ -1006,6 +1006,7 @@ def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
     per_call = len(records) // 9
     assert accounted(m) and m.counts["traces"] == 6 and m.source["unjoined"] == {"otel_log_records": 3 * per_call}
+    assert m.asset_extra()["unjoined"] == m.source["unjoined"]  # the Airflow asset event's, which the UI shows
     assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "cli"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 0
     assert f"  {3 * per_call} OTLP log records of GenAI events attached to no model call's span" in capsys.readouterr().out

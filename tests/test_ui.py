@@ -93,10 +93,11 @@ def test_the_page_shows_the_lineage_and_escapes_what_comes_from_data():
     datasets, checkpoints, evaluations = history()
     datasets[0]["extra"]["version"] = "<script>alert(1)</script>"
     evaluations[1]["extra"]["reason"] = "<img src=x onerror=alert(2)>"
-    datasets[1]["extra"] |= {"files_in_no_format": 2, "files_not_read": 1}
+    datasets[1]["extra"] |= {"files_in_no_format": 2, "files_not_read": 1, "unjoined": {"otel_log_records": 12}}
     html = app.render(lineage.assemble(datasets, checkpoints, evaluations), title="Continuous training", limit=50,
                       root="/airflow")
     assert html.count("files in no known format") == 1 and html.count("1 file not read") == 1
+    assert html.count("12 otel log records attached to nothing") == 1
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<img src=x" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
     assert html.count('<tr class="cycle">') == 3

@@ -160,6 +160,8 @@ class Manifest:
             # Files of the source none of whose lines is a trace, and files not read (for their names, mostly).
             "files_in_no_format": len(self.source.get("unrecognized_files", {})),
             "files_not_read": len(self.source.get("skipped_files", {})),
+            # Scores, log records and batch requests that attached to no record (see source.unjoined).
+            "unjoined": self.source.get("unjoined", {}),
             "reward": self.reward_stats,
         }
 
