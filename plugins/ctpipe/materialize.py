@@ -987,7 +987,7 @@ def _unjoined(rows: pa.Table, record: np.ndarray) -> Counter:
     """Of a bucket of a join's entries (all of an export's rows of its traces), by kind, those that
     may attach to a record and attach to none: by its own id or its trace's, as :func:`formats.join`
     finds them."""
-    records = rows.filter(pa.array(record))
+    records = rows.select(["key", "trace"]).filter(pa.array(record))  # not their values: the bucket's bulk
     ids = pa.concat_arrays([records[name].combine_chunks() for name in ("key", "trace")])
     kinds = rows["kind"]
     loose = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
