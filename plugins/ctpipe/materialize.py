@@ -1290,7 +1290,8 @@ def _disk_full(e: OSError, spill_dir: str, output: Output, size: int) -> DiskFul
 
 def _spill_room(size: int) -> str:
     return (f"A source of {size / 1e6:,.0f} MB spills up to about {_SPILL_NEED['langfuse'] * size / 1e6:,.0f} MB "
-            f"as a Langfuse export (joined on disk), {_SPILL_NEED['other'] * size / 1e6:,.0f} MB in other formats")
+            f"as what joins on disk (a Langfuse export, a batch's files, OTLP log records), "
+            f"{_SPILL_NEED['other'] * size / 1e6:,.0f} MB in other formats")
 
 
 def _free(path: str) -> str:
