@@ -548,13 +548,15 @@ class Held:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
         id, the log record by the span it belongs to, a batch's lines by their custom_id; a span or an
         output line where it was read. The ids are text, which no Langfuse id (pickled, see
-        :func:`_pickled`) can equal: a pickle starts with 0x80. A batch's line read from a JSON
-        ``line`` brings that line, as a Langfuse generation does (see :func:`entry_row`)."""
+        :func:`_pickled`) can equal: a pickle starts with 0x80. JSON text travels as itself (see
+        :func:`entry_row`): a log record kept as its text, and a batch's line read from a JSON
+        ``line``, which is that line (an OTLP line holds many entries, a batch's line one)."""
         if self.kind in ("response", "request"):
             trace = key = f"batch {self.trace}"
-            value = line if line is not None else _pickled(self.value)
+            value = line if line is not None else self.value
         else:
-            trace, key, value = f"otel {self.trace}", f"otel {self.trace} {self.span}", _pickled(self.value)
+            trace, key, value = f"otel {self.trace}", f"otel {self.trace} {self.span}", self.value
+        value = value if isinstance(value, bytes) else _pickled(value)
         return self.kind, trace.encode(), key.encode(), value, where if self.kind in RECORD_KINDS else None
 
 
@@ -808,7 +810,7 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
         span, span_id = held["span"], _span_id(held["span"])
         try:
             with _mapping(f"span {span_id}"):
-                return _logged_span_traces(span, span_id, held["version"], [pickle.loads(r) for r in attached])
+                return _logged_span_traces(span, span_id, held["version"], [entry_row(r) for r in attached])
         except FormatError as e:
             return [e]
     try:
@@ -855,7 +857,6 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
     details, messages, choices, evaluations = {}, [], [], []
     for record in records:
-        record = msgspec.json.decode(record) if isinstance(record, bytes) else record
         name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = body if isinstance(body, dict) else {}
@@ -918,9 +919,9 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
 
 
 def is_line(value: bytes) -> bool:
-    """Whether the value of a join's entry (a generation's of :func:`langfuse_entry`, a batch line's of
-    :meth:`Held.entry`) is the JSON line it was read from: a pickle begins with its protocol's byte,
-    0x80, which never begins a line of JSON text."""
+    """Whether the value of a join's entry (a generation's of :func:`langfuse_entry`, a log record's or
+    a batch line's of :meth:`Held.entry`) is the JSON text it was read from: a pickle begins with its
+    protocol's byte, 0x80, which never begins JSON text."""
     return value[:1] != b"\x80"
 
 
