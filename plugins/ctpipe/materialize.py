@@ -854,14 +854,17 @@ def _records(kinds: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return pc.is_in(kinds, value_set=pa.array(formats.RECORD_KINDS)).to_numpy(zero_copy_only=False)
 
 
+def _attaching(kinds: pa.ChunkedArray | pa.Array, record: np.ndarray) -> np.ndarray:
+    """Which entries of a join (``record``: which are its records) may attach to a record and be
+    missed: scores, log records, batch requests; a Langfuse trace's version attaches to what there is."""
+    return ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
+
+
 def _kinds(rows: pa.Table, buckets: pa.ChunkedArray | pa.Array, n: int) -> np.ndarray:
-    """Of a join's entries in ``n`` buckets: per bucket, its records and what may attach to them
-    (scores, log records, batch requests; a Langfuse trace's version attaches to what there is, and is
-    never missed)."""
+    """Of a join's entries in ``n`` buckets: per bucket, its records and what may attach to them."""
     kinds, at = rows["kind"], buckets.to_numpy()
     record = _records(kinds)
-    attaching = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
-    return np.stack([np.bincount(at[record], minlength=n), np.bincount(at[attaching], minlength=n)])
+    return np.stack([np.bincount(at[record], minlength=n), np.bincount(at[_attaching(kinds, record)], minlength=n)])
 
 
 def _hold_joined(index: int, entries: list[tuple], lines_before: int) -> None:
@@ -990,8 +993,7 @@ def _unjoined(rows: pa.Table, record: np.ndarray) -> Counter:
     records = rows.select(["key", "trace"]).filter(pa.array(record))  # not their values: the bucket's bulk
     ids = pa.concat_arrays([records[name].combine_chunks() for name in ("key", "trace")])
     kinds = rows["kind"]
-    loose = ~record & pc.not_equal(kinds, "version").to_numpy(zero_copy_only=False)
-    loose &= ~pc.is_in(rows["key"], value_set=ids).to_numpy(zero_copy_only=False)
+    loose = _attaching(kinds, record) & ~pc.is_in(rows["key"], value_set=ids).to_numpy(zero_copy_only=False)
     return Counter(kinds.filter(pa.array(loose)).to_pylist())
 
 
@@ -1492,7 +1494,7 @@ def materialize(
         counts["quarantined"] = sum(reasons.values())
         misplaced_report = {f"{side}_partition": {"traces": n, "most_seconds": most / 1e6}
                             for side, (n, most) in sorted(misplaced.items())}
-        unjoined_report = {_UNJOINED[kind][0]: n for kind, n in sorted(unjoined.items())}
+        unjoined_report = {_UNJOINED[kind]: n for kind, n in sorted(unjoined.items())}
         # Said before a run with no trace ends.
         for line in misplaced_lines(misplaced_report, dataset) + unjoined_lines(unjoined_report):
             log.warning("%s", line)
@@ -1562,23 +1564,22 @@ def materialize(
 
 # What may attach to a join's records, as a manifest's ``source.unjoined`` names it, and what it says of
 # those that attached to none.
-_UNJOINED = {
-    "score": ("langfuse_scores", "Langfuse scores attached to no generation of the interval's files (scores of "
-                                 "another observation, of a trace without a generation, or of a generation in "
-                                 "files of another interval): not read"),
-    "event": ("otel_log_records", "OTLP log records of GenAI events attached to no model call's span without "
-                                  "content of the interval's files (their spans hold the content themselves, "
-                                  "as when it is recorded on both, or are in files of another interval, or "
-                                  "were not exported): not read"),
-    "request": ("batch_requests", "requests of a batch's input file had no line of its output among the "
-                                  "interval's files (not run yet, or answered in files of another interval)"),
+_UNJOINED = {"score": "langfuse_scores", "event": "otel_log_records", "request": "batch_requests"}
+_UNJOINED_WORDS = {
+    "langfuse_scores": "Langfuse scores attached to no generation of the interval's files (scores of another "
+                       "observation, of a trace without a generation, or of a generation in files of another "
+                       "interval): not read",
+    "otel_log_records": "OTLP log records of GenAI events attached to no model call's span without content of the "
+                        "interval's files (their spans hold the content themselves, as when it is recorded on "
+                        "both, or are in files of another interval, or were not exported): not read",
+    "batch_requests": "requests of a batch's input file had no line of its output among the interval's files "
+                      "(not run yet, or answered in files of another interval)",
 }
 
 
 def unjoined_lines(report: dict) -> list[str]:
     """A manifest's ``source.unjoined`` in words."""
-    words = dict(_UNJOINED.values())
-    return [f"{n} {words[name]}" for name, n in report.items()]
+    return [f"{n} {_UNJOINED_WORDS[name]}" for name, n in report.items()]
 
 
 def misplaced_lines(report: dict, dataset: DatasetConfig) -> list[str]:
