@@ -61,20 +61,21 @@ class _Shape(msgspec.Struct):
 _SHAPE = msgspec.json.Decoder(_Shape)
 
 
-class _OpenAIMessage(msgspec.Struct):
-    """What the shape asks of a message: no tool calls (any value but null fails the line's shape: the
-    reader's to refuse, in a prompt or as an answer). Its other fields are skipped unread."""
+class _NoToolCalls(msgspec.Struct):
+    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS). Any value but null
+    fails the decoding, leaving the line to the reader, which refuses a call in a prompt or as an
+    answer. Alone, it skips a message's other fields unread."""
 
     tool_calls: None = None
     function_call: None = None
 
 
 class _OpenAIRequest(msgspec.Struct):
-    messages: list[_OpenAIMessage]
+    messages: list[_NoToolCalls]
 
 
 class _OpenAIChoice(msgspec.Struct):
-    message: _OpenAIMessage | None = None  # a tool call in an answer is the reader's to refuse too
+    message: _NoToolCalls | None = None
 
 
 class _OpenAIResponse(msgspec.Struct):
@@ -395,18 +396,16 @@ def parse_batch_lines(outputs: list[bytes], requests: list[list[bytes]]) -> tupl
             output, request = _BATCH_OUTPUT.decode(line), _BATCH_INPUT.decode(asked[0])
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             continue
-        if output.response.status_code == 200 and request.url.rstrip("/").endswith("/chat/completions"):
+        if output.response.status_code == 200 and formats.chat_completion_url(request.url):
             logs.append(b'{"request":%s,"response":%s}' % (bytes(request.body), bytes(output.response.body)))
             at.append(i)
     got = parse_openai_lines(logs)
     return None if got is None else (got[0], np.asarray(at, np.int64)[got[1]])
 
 
-class _LangfuseMessage(msgspec.Struct):
+class _LangfuseMessage(_NoToolCalls):
     role: str | None = None
     content: str | None = None
-    tool_calls: None = None  # any other value fails the line's shape: the reader's to refuse in a prompt
-    function_call: None = None
 
 
 class _LangfuseUsage(msgspec.Struct):  # counts as the trace takes them: a negative one fails it either way
@@ -586,14 +585,12 @@ class _TextPart(msgspec.Struct):
     text: str = ""
 
 
-class _OlderMessage(msgspec.Struct):
+class _OlderMessage(_NoToolCalls):
     """A message of the older JSON names: its content a text, or OpenAI's typed parts."""
 
     role: str | None = None
     content: str | list[_TextPart] = ""
     finish_reason: str | None = None
-    tool_calls: None = None  # any other value fails the decoding: the reader's to refuse in a prompt
-    function_call: None = None
 
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses
         if isinstance(self.content, str):

@@ -132,6 +132,11 @@ def detect(doc: Any) -> Format | None:
     return None
 
 
+def chat_completion_url(url: Any) -> bool:
+    """Whether a batch's request goes to the chat completions endpoint (``/v1/chat/completions``)."""
+    return isinstance(url, str) and url.rstrip("/").endswith("/chat/completions")
+
+
 def _batch_kind(doc: dict) -> Literal["request", "response"] | None:
     """Which line of a batch's files ``doc`` is, as OpenAI's Batch API and vLLM's ``run_batch`` write
     them: of its input ("request": ``custom_id``, ``url``, ``body``), of its output or error file
@@ -844,9 +849,8 @@ def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
                                                "(custom_ids may repeat from batch to batch): which was answered "
                                                "cannot be told")
     (request,) = distinct.values()
-    url = request.get("url")
-    if not (isinstance(url, str) and url.rstrip("/").endswith("/chat/completions")):
-        raise FormatError("invalid_field", f"{where}: url={str(url)[:80]!r} is no chat completion")
+    if not chat_completion_url(request.get("url")):
+        raise FormatError("invalid_field", f"{where}: url={str(request.get('url'))[:80]!r} is no chat completion")
     return list(from_openai({"request": _need(request, "body", dict, f"{where}: "),
                              "response": _need(response, "body", dict, f"{where}: response.")}))
 
