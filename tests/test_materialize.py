@@ -1246,3 +1246,23 @@ def test_workers_keep_pandas_out(tmp_path):
         assert [worker.submit(eval, asked).result() for worker in pool.workers] == [False, False]
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # pandas is installed here, and kept out of the workers
+def test_parquet_times_in_nanoseconds_are_read_to_the_microsecond_whether_pandas_is_installed_or_not(
+        tmp_path, monkeypatch, workers):
+    """pyarrow makes pandas Timestamps of nanosecond times where pandas is installed (which the typed
+    reader refused: valid traces quarantined) and datetimes, or an error, where it is not."""
+    starts = np.array([columns.micros(T0) * 1000 + 1_999, columns.micros(T0) * 1000 + 5 * 10**9])
+    in_ns = pa.timestamp("ns", tz="UTC")
+    rows = pa.Table.from_pylist([trace(1), trace(2, "What is 4 plus 4?", "8")])
+    rows = rows.set_column(1, "start_time", pa.array(starts).cast(in_ns))
+    rows = rows.set_column(2, "end_time", pa.array(starts + 10**9).cast(in_ns))
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(rows, src / "traces.parquet")
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert m.counts["traces"] == 2 and m.quarantine_reasons == {}
+    assert [r["start_time"] for r in table(m, "traces")] == [T0 + timedelta(microseconds=1), T0 + timedelta(seconds=5)]

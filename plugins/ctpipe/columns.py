@@ -248,7 +248,9 @@ def _times(a: pa.Array | None, n: int) -> tuple[pa.Array, np.ndarray]:
         if at is None:
             raise _Unread
         return at, ok
-    if t.tz is None or t.unit == "ns":  # naive, refused; nanoseconds, made pandas Timestamps
+    # Naive, refused; nanoseconds (which a file's reader cuts to microseconds, see
+    # sources._in_microseconds), left to the exact path.
+    if t.tz is None or t.unit == "ns":
         raise _Unread
     try:
         pa.scalar(0, t).as_py()  # a zone that Python does not know fails every row

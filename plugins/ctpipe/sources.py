@@ -1215,7 +1215,7 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                     yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
                     row += unread
                     continue
-                for run in _utf8_runs(batch):
+                for run in _utf8_runs(_in_microseconds(batch)):
                     if isinstance(run, Item):
                         yield Block(file, row, damage=replace(run, file=file, position=row))
                         row += 1
@@ -1271,15 +1271,42 @@ def _valid(column: pa.Array) -> bool:
 
 def _as_binary(t: pa.DataType) -> pa.DataType:
     """``t`` with its strings as bytes: the same layout, which an array is viewed as without a check."""
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pa.large_binary() if pa.types.is_large_string(t) else pa.binary()
+    def binary(leaf: pa.DataType) -> pa.DataType:
+        if pa.types.is_string(leaf) or pa.types.is_large_string(leaf):
+            return pa.large_binary() if pa.types.is_large_string(leaf) else pa.binary()
+        return leaf
+
+    return _retyped(t, binary)
+
+
+def _in_microseconds(batch):
+    """``batch`` with its nanosecond times and durations (at any depth) cut to microseconds, all that
+    Python's datetime and timedelta hold. pyarrow makes pandas objects of them where pandas is
+    installed, which the typed readers refused (a valid trace quarantined as ``invalid_field``), and
+    datetimes, or an error, where it is not: a row was read as what else was installed said."""
+    def micro(leaf: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(leaf) and leaf.unit == "ns":
+            return pa.timestamp("us", leaf.tz)
+        return pa.duration("us") if pa.types.is_duration(leaf) and leaf.unit == "ns" else leaf
+
+    schema = pa.schema([f.with_type(_retyped(f.type, micro)) for f in batch.schema], metadata=batch.schema.metadata)
+    if schema.equals(batch.schema):
+        return batch
+    try:
+        return batch.cast(schema, safe=False)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # a nesting Arrow cannot cast: read as it is
+        return batch
+
+
+def _retyped(t: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
+    """``t`` with ``leaf`` of each type in it that holds no other (in structs, lists and maps)."""
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_as_binary(f.type)) for f in t])
+        return pa.struct([f.with_type(_retyped(f.type, leaf)) for f in t])
     if pa.types.is_map(t):
-        return pa.map_(_as_binary(t.key_type), t.item_field.with_type(_as_binary(t.item_type)))
+        return pa.map_(_retyped(t.key_type, leaf), t.item_field.with_type(_retyped(t.item_type, leaf)))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return (pa.large_list if pa.types.is_large_list(t) else pa.list_)(t.value_field.with_type(_as_binary(t.value_type)))
-    return t
+        return (pa.large_list if pa.types.is_large_list(t) else pa.list_)(t.value_field.with_type(_retyped(t.value_type, leaf)))
+    return leaf(t)
 
 
 def _group_batches(reader, rows: int, groups: list[int]) -> Iterator[Any]:
