@@ -758,3 +758,24 @@ def test_a_stores_objects_are_read_by_their_folders_listing_not_asked_for_one_by
     asked = []
     monkeypatch.setattr(fs, "info", lambda path, **kw: asked.append(path) or fsspec.AbstractFileSystem.info(fs, path, **kw))
     assert [i.doc["n"] for i in read("memory://many")] == list(range(40)) and len(asked) <= 2  # the source itself
+
+
+def test_nanosecond_values_of_a_parquet_batch_become_python_values_cut_to_the_microsecond():
+    """As Python's datetime, time and timedelta, whether pandas is installed (which pyarrow made
+    pandas objects of them with) or not (an error, below a microsecond), at any depth."""
+    from datetime import datetime, time, timedelta, timezone
+
+    from ctpipe import sources
+
+    batch = pa.record_batch({
+        "at": pa.array([1_999], pa.timestamp("ns", tz="UTC")),
+        "took": pa.array([5_999], pa.duration("ns")),
+        "served": pa.array([5_001], pa.time64("ns")),
+        "nested": pa.array([{"at": [2_000]}], pa.struct([("at", pa.list_(pa.timestamp("ns")))])),
+        "kept": pa.array([7], pa.timestamp("ms", tz="UTC")),
+    })
+    (row,) = sources._documents(sources._in_microseconds(batch), "f", 1)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert row == {"at": epoch + timedelta(microseconds=1), "took": timedelta(microseconds=5), "served": time(0, 0, 0, 5),
+                   "nested": {"at": [datetime(1970, 1, 1, 0, 0, 0, 2)]}, "kept": epoch + timedelta(milliseconds=7)}
+    assert {type(row["at"]), type(row["took"]), type(row["nested"]["at"][0])} == {datetime, timedelta}

@@ -1280,14 +1280,16 @@ def _as_binary(t: pa.DataType) -> pa.DataType:
 
 
 def _in_microseconds(batch):
-    """``batch`` with its nanosecond times and durations (at any depth) cut to microseconds, all that
-    Python's datetime and timedelta hold. pyarrow makes pandas objects of them where pandas is
+    """``batch`` with its nanosecond times, times of day and durations (at any depth) cut to
+    microseconds, all that Python's datetime, time and timedelta hold. pyarrow makes pandas objects of them where pandas is
     installed, which the typed readers refused (a valid trace quarantined as ``invalid_field``), and
     datetimes, or an error, where it is not: a row was read as what else was installed said."""
     def micro(leaf: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(leaf) and leaf.unit == "ns":
+        if getattr(leaf, "unit", None) != "ns":
+            return leaf
+        if pa.types.is_timestamp(leaf):
             return pa.timestamp("us", leaf.tz)
-        return pa.duration("us") if pa.types.is_duration(leaf) and leaf.unit == "ns" else leaf
+        return pa.duration("us") if pa.types.is_duration(leaf) else pa.time64("us")  # (a time64 has no other unit)
 
     schema = pa.schema([f.with_type(_retyped(f.type, micro)) for f in batch.schema], metadata=batch.schema.metadata)
     if schema.equals(batch.schema):
