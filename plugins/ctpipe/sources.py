@@ -1281,9 +1281,10 @@ def _as_binary(t: pa.DataType) -> pa.DataType:
 
 def _in_microseconds(batch):
     """``batch`` with its nanosecond times, times of day and durations (at any depth) cut to
-    microseconds, all that Python's datetime, time and timedelta hold. pyarrow makes pandas objects of them where pandas is
-    installed, which the typed readers refused (a valid trace quarantined as ``invalid_field``), and
-    datetimes, or an error, where it is not: a row was read as what else was installed said."""
+    microseconds, all that Python's datetime, time and timedelta hold. pyarrow makes pandas objects
+    of them where pandas is installed, which the typed readers refused (a valid trace quarantined as
+    ``invalid_field``), and Python's, or an error, where it is not: a row was read as what else was
+    installed said."""
     def micro(leaf: pa.DataType) -> pa.DataType:
         if getattr(leaf, "unit", None) != "ns":
             return leaf
