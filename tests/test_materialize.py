@@ -1266,3 +1266,22 @@ def test_parquet_times_in_nanoseconds_are_read_to_the_microsecond_whether_pandas
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
     assert m.counts["traces"] == 2 and m.quarantine_reasons == {}
     assert [r["start_time"] for r in table(m, "traces")] == [T0 + timedelta(microseconds=1), T0 + timedelta(seconds=5)]
+
+
+def test_otlp_times_are_cut_to_the_microsecond_never_rounded_into_another_hour(tmp_path, monkeypatch):
+    """As float seconds (a quarter of a microsecond apart in this century) and rounded, a span a
+    nanosecond before the hour was read in the next hour, and one a nanosecond before this one in it."""
+    hour = int(T0.timestamp()) * 10**9
+    spans = [_genai_span(i) for i in range(4)]
+    for span, ns in zip(spans, (hour + 3600 * 10**9 - 500, hour + 3600 * 10**9 - 1, hour - 1, hour + 3600 * 10**9)):
+        span["startTimeUnixNano"], span["endTimeUnixNano"] = str(ns), str(ns + 250_000_000)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "otel.jsonl").write_bytes(lines(_export({"3": [spans]})))
+    fast = run(src, tmp_path / "fast")
+    monkeypatch.setattr(mat, "_FAST", ())
+    exact = run(src, tmp_path / "exact")
+    for m in (fast, exact):
+        assert m.counts["traces_in"] == 2 and m.counts["outside_interval"] == 2
+        assert [r["start_time"] for r in table(m, "traces")] == [T0 + HOUR - timedelta(microseconds=1)] * 2
+    assert fast.source["formats"] == exact.source["formats"] == {"otel": 4}

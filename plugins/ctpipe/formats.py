@@ -57,7 +57,7 @@ import pickle
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -185,6 +185,19 @@ def _camel_case(row: dict) -> dict:
     for key in snake:
         out.setdefault(_CAMEL_CASE[key], row[key])
     return out
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _iso_nanos(ns: int, where: str) -> str:
+    """An OTLP time (nanoseconds since 1970) cut to the microsecond, all a datetime holds. In whole
+    numbers: as float seconds a time of this century is a quarter of a microsecond apart from the
+    next, and rounding put a span half a microsecond before the hour in the next hour's interval."""
+    try:
+        return (_EPOCH + timedelta(microseconds=ns // 1000)).isoformat()
+    except OverflowError:
+        raise FormatError("invalid_field", f"{where} is {ns} nanoseconds since 1970, not a time") from None
 
 
 def _iso(epoch_s: float, where: str) -> str:
@@ -691,8 +704,8 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
                            "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
     return [completion if isinstance(completion, FormatError) else {
         "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",  # ids as OpenAI's choices get them
-        "start_time": _iso(start / 1e9, f"span {span_id}: startTimeUnixNano / 1e9"),
-        "end_time": _iso(end / 1e9, f"span {span_id}: endTimeUnixNano / 1e9"),
+        "start_time": _iso_nanos(start, f"span {span_id}: startTimeUnixNano"),
+        "end_time": _iso_nanos(end, f"span {span_id}: endTimeUnixNano"),
         "model": {"name": model, "version": str(resource.get("service.version") or model)},
         "messages": messages,
         "completion": completion,
