@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
 import pytest
 
 from ctpipe.formats import FormatError, detect, normalize
-from ctpipe.traces import decode
+from ctpipe.traces import InvalidTrace, decode
 
 OPENAI = {
     "request": {"model": "ctpipe-arith", "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
@@ -54,6 +55,27 @@ def test_an_openai_log_line_becomes_a_valid_trace():
     flat = {**OPENAI["response"], "messages": OPENAI["request"]["messages"]}
     flat["choices"] = [flat["choices"][0], {"index": 1, "message": {"role": "assistant", "content": "6"}}]
     assert [(x["trace_id"], x["completion"]) for x in normalize(flat, "openai")] == [("chatcmpl-1:0", "5"), ("chatcmpl-1:1", "6")]
+
+
+def test_the_answers_of_a_call_of_several_choices_do_not_each_claim_the_calls_completion_tokens():
+    """A call's completion count is of all its choices: each trace keeps its prompt's, and has none
+    of its own (0, as a call that recorded none), so the traces' counts never add up to more than
+    the call's. A count that is not one still fails the trace's validation, naming it."""
+    doc = copy.deepcopy(OPENAI)
+    doc["response"]["choices"].append({"index": 1, "message": {"role": "assistant", "content": "6"}})
+    usage = [t["usage"] for t in normalize(doc, "openai")]
+    assert usage == [{"prompt_tokens": 19, "completion_tokens": 0, "total_tokens": 19}] * 2
+    (one,) = normalize(OPENAI, "openai")
+    assert one["usage"] == OPENAI["response"]["usage"]
+    doc["response"]["usage"]["completion_tokens"] = "two"
+    for t in normalize(doc, "openai"):
+        with pytest.raises(InvalidTrace, match="completion_tokens"):
+            decode(json.dumps(t))
+    span = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.usage.input_tokens", 7), kv("gen_ai.usage.output_tokens", 4),
+                 kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "A colour?"}]}])),
+                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}
+                                                          for text in ("Red.", "Blue.")]))])
+    assert [t["usage"] for t in normalize(span, "otel")] == [{"prompt_tokens": 7, "completion_tokens": 0, "total_tokens": 7}] * 2
 
 
 @pytest.mark.parametrize("choice, detail", [

@@ -229,6 +229,18 @@ def _total(prompt_tokens: Any, completion_tokens: Any) -> Any:
     return prompt_tokens + completion_tokens if both else 0
 
 
+def _usage(prompt_tokens: Any, completion_tokens: Any, total_tokens: Any, answers: int) -> dict:
+    """The token counts of each trace of a call of ``answers`` choices. The call's completion count is
+    of all its answers: with several, no trace has its own, so each gets 0, as a call that recorded
+    none does, and its prompt's count as its total (a sum of the traces' counts is then the call's
+    prompt counted once a choice, never its answers counted again). Counts that are not counts come
+    as they are, for the trace's validation to name."""
+    given = (prompt_tokens, completion_tokens, total_tokens)
+    if answers == 1 or not all(type(c) is int and 0 <= c < 2**63 for c in given):
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total_tokens}
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
+
+
 # Parts that a text dataset cannot hold: OpenAI's (``image_url``, ``input_audio``, ``file``), semconv's
 # (``blob``, ``uri``, ``file``) and Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
 # A prompt that showed the model one reads as another question without it, so its trace is refused.
@@ -349,7 +361,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
             "messages": prompt,
             "completion": answer,
-            "usage": {k: usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            "usage": _usage(*(usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")), len(choices)),
             "feedback": {"thumb": meta.get("thumb"), "rating": meta.get("rating")},
             "latency_ms": latency_ms,
             "scores": [],
@@ -709,8 +721,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         "model": {"name": model, "version": str(resource.get("service.version") or model)},
         "messages": messages,
         "completion": completion,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": _total(prompt_tokens, completion_tokens)},
+        "usage": _usage(prompt_tokens, completion_tokens, _total(prompt_tokens, completion_tokens), len(answers)),
         "feedback": {"thumb": None, "rating": None},
         "latency_ms": (end - start) / 1e6,
         "scores": scores,
