@@ -21,6 +21,9 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
   without content (model, usage, times) and, in a file of their own, log records of the content
   (one per message and per choice, and one of the judge's evaluation), each joined with its span by
   trace and span id; both batched as otel-batches is;
+* otel-evaluated: the spans of otel-batches, content and all, with the judge's evaluation as a log
+  record in a file of its own (as SDKs write semconv's events) rather than a span event: a run
+  meets both, and reads the spans again joined with their records;
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
   files, so that every generation is joined across files with its score and its trace's release.
 
@@ -42,7 +45,7 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "langfuse")
+FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "otel-evaluated", "langfuse")
 BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
@@ -59,9 +62,12 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     batch: list[bytes] = []  # spans of the next export of otel-batches
     bare: list[bytes] = []  # spans without content of the next export of otel-logs
     records: list[bytes] = []  # log records of the next export of otel-logs
+    evaluated: list[bytes] = []  # spans without their evaluation event, of the next export of otel-evaluated
+    evaluations: list[bytes] = []  # the evaluations' log records, of the next export of otel-evaluated
     for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("openai-batch", ["input", "output"]),
                        ("otel", ["spans"]), ("otel-batches", ["spans"]),
-                       ("otel-logs", ["spans", "logs"]), ("langfuse", ["observations", "scores", "traces"])):
+                       ("otel-logs", ["spans", "logs"]), ("otel-evaluated", ["spans", "logs"]),
+                       ("langfuse", ["observations", "scores", "traces"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
     for i in range(n):
@@ -123,13 +129,18 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
         batch.append(enc.encode(span))
         bare.append(enc.encode({**span, "events": [], "attributes": [
             a for a in span["attributes"] if a["key"] not in ("gen_ai.input.messages", "gen_ai.output.messages")]}))
-        records += [enc.encode(r) for r in _log_records(span, messages, answer, judge)]
+        logged = _log_records(span, messages, answer, judge)
+        records += [enc.encode(r) for r in logged]
+        evaluated.append(enc.encode({**span, "events": []}))
+        evaluations.append(enc.encode(logged[-1]))
         if len(batch) == BATCH or i == n - 1:
             resource = enc.encode(rows[("otel", "spans")]["resourceSpans"][0]["resource"])
             for (fmt, name), items, signal, scope, key in (
                     (("otel-batches", "spans"), batch, b"resourceSpans", b"scopeSpans", b"spans"),
                     (("otel-logs", "spans"), bare, b"resourceSpans", b"scopeSpans", b"spans"),
-                    (("otel-logs", "logs"), records, b"resourceLogs", b"scopeLogs", b"logRecords")):
+                    (("otel-logs", "logs"), records, b"resourceLogs", b"scopeLogs", b"logRecords"),
+                    (("otel-evaluated", "spans"), evaluated, b"resourceSpans", b"scopeSpans", b"spans"),
+                    (("otel-evaluated", "logs"), evaluations, b"resourceLogs", b"scopeLogs", b"logRecords")):
                 files[(fmt, name)].write(b'{"%s":[{"resource":%s,"%s":[{"scope":{"name":"bench"},"%s":[' % (
                     signal, resource, scope, key) + b",".join(items) + b"]}]}]}\n")
                 items.clear()
@@ -199,7 +210,7 @@ def main() -> None:
         if r["counts"]["traces"] != args.traces:
             sys.exit(f"{fmt}: {r['counts']['traces']} of {args.traces} traces kept: {r['counts']}")
         rates[fmt] = args.traces / r["seconds"]
-        print(f"{fmt:8s} {r['seconds']:7.1f} s  {rates[fmt]:8.0f} traces/s  peak RSS {r['peak_rss_mb']:6.0f} MB  "
+        print(f"{fmt:14s} {r['seconds']:7.1f} s  {rates[fmt]:8.0f} traces/s  peak RSS {r['peak_rss_mb']:6.0f} MB  "
               f"{r['counts']['dpo_pairs']} DPO pairs, formats {r['formats']}", flush=True)
     print(" ".join(f"ratio_{fmt}_vs_ctpipe={rates[fmt] / rates['ctpipe']:.2f}" for fmt in FORMATS[1:]))
 

@@ -411,14 +411,14 @@ def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_
     assert [t["trace_id"].split(":")[1] for t in normalize(doc, "otel")] == ["s4", "s5"]
 
 
-def _with_logs(*docs: dict) -> list:
+def _with_logs(*docs: dict, hold_spans: bool = False) -> list:
     """The traces of OTLP exports of spans and of logs read together: what each gives at once, then
     what the join makes of the spans held for it (in the order read)."""
     from ctpipe.formats import Held, join, joined
 
     found, entries = [], []
     for n, doc in enumerate(docs):
-        for record in normalize(doc, "otel"):
+        for record in normalize(doc, "otel", hold_spans):
             if isinstance(record, Held):
                 entries.append(record.entry(("f", n)))
             else:
@@ -519,13 +519,13 @@ def test_any_value_anywhere_in_a_span_or_its_log_records_gives_traces_or_the_err
     from ctpipe.formats import Held, held_log_records, join, joined
     from ctpipe.traces import InvalidTrace, convert
 
-    def traces_of(span: dict, export: dict, typed: bool) -> None:
+    def traces_of(span: dict, export: dict, typed: bool, hold_spans: bool = False) -> None:
         held = held_log_records(json.dumps(export).encode()) if typed else None
         docs = [span] if held is not None else [span, export]
         entries = [h.entry(None) for h in held or []]
         for doc in docs:
             try:
-                entries += [r.entry(("f", 1)) for r in normalize(doc, "otel") if isinstance(r, Held)]
+                entries += [r.entry(("f", 1)) for r in normalize(doc, "otel", hold_spans) if isinstance(r, Held)]
             except FormatError:
                 pass
         for trace in (t for record in join(entries) for t in joined(record) if not isinstance(t, FormatError)):
@@ -545,6 +545,12 @@ def test_any_value_anywhere_in_a_span_or_its_log_records_gives_traces_or_the_err
             traces_of(otlp(CONTENTLESS), mutant, typed)
     for mutant in mutated(otlp(CONTENTLESS)):
         traces_of(mutant, export, False)
+    holding = otlp(CONTENTLESS + [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["2+3?"])}])),
+                                  kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["5"])}]))])
+    for mutant in mutated(holding):
+        traces_of(mutant, export, False, hold_spans=True)
+    for mutant in mutated(export):
+        traces_of(holding, mutant, True, hold_spans=True)
 
 
 def test_the_details_log_record_of_newer_semconv_joins_its_span():
@@ -566,6 +572,28 @@ def test_a_span_that_holds_its_content_is_read_as_it_is_whatever_log_records_of_
                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["5"], "content")}]))]
     (t,) = _with_logs(otlp(CONTENTLESS + messages), logs(event("gen_ai.choice", {"index": 0, "message": {"content": "6"}})))
     assert t["completion"] == "5"
+
+
+def test_a_span_held_for_its_log_records_takes_only_their_evaluations_and_is_read_as_where_it_lies():
+    """With hold_spans (a source of evaluation results as log records), a span that holds its content
+    joins its records as one without does: its traces are those it gives where it lies, with the
+    evaluations of them as scores after its own; its content is its own, not its records'."""
+    messages = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["2+3?"], "content")}])),
+                kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["5"], "content")}
+                                                         for _ in range(2)]))]
+    span = otlp(CONTENTLESS + messages)
+    evaluation = event("gen_ai.evaluation.result", attributes=[kv("gen_ai.evaluation.name", "judge"),
+                                                               kv("gen_ai.evaluation.score.value", 0.25)])
+    records = logs(event("gen_ai.user.message", {"content": "6+6?"}), evaluation,
+                   event("gen_ai.choice", {"index": 0, "message": {"content": "12"}}))
+    alone = _with_logs(span)
+    assert [h.kind for h in normalize(span, "otel", hold_spans=True)] == ["span"]
+    held = _with_logs(span, records, hold_spans=True)
+    assert [t["scores"] for t in held] == [[{"name": "judge", "value": 0.25, "label": None, "source": "otel"}]] * 2
+    assert [{**t, "scores": []} for t in held] == alone and [t["completion"] for t in alone] == ["5", "5"]
+    assert [h.evaluation for h in normalize(records, "otel")] == [False, True, False]
+    from ctpipe.formats import held_log_records
+    assert [h.evaluation for h in held_log_records(json.dumps(records).encode())] == [False, True, False]
 
 
 def test_semconv_1_26_content_on_span_events_is_read_as_on_the_span():

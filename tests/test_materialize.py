@@ -988,6 +988,52 @@ def test_spans_without_content_join_the_log_records_of_their_content_from_other_
     assert run(src, tmp_path / "again", dataset=DatasetConfig(workers=3 - workers)).version == m.version
 
 
+def _evaluation_record(i: int, score: float) -> dict:
+    """The log record of an evaluation of :func:`_genai_span` ``i``'s answer, as semconv's event."""
+    return {"timeUnixNano": str(int(T0.timestamp()) * 10**9 + i * 10**9 // 3 + 10**9), "eventName": "gen_ai.evaluation.result",
+            "traceId": f"{i:032x}", "spanId": f"{i:016x}",
+            "attributes": [kv("gen_ai.evaluation.name", "judge"), kv("gen_ai.evaluation.score.value", score)]}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_spans_that_hold_their_content_take_the_evaluation_results_logged_of_them(tmp_path, monkeypatch, caplog, workers):
+    """semconv's evaluation results are events, which SDKs write as log records: a span that held its
+    content was read where it lay, and the scores of it were counted as attached to nothing. A run
+    that meets both reads the spans again, joined with their records; their traces are those of the
+    spans alone, with the scores and the rewards they make."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    spans = [_genai_span(i) for i in range(40)]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "traces.jsonl").write_bytes(lines(*(_export({"7": [spans[j:j + 10]]}) for j in range(0, 40, 10))))
+    reward = RewardConfig(verifiable_weight=0, feedback_weight=0, judge_weight=1, judge_range=(0, 10))
+    dataset = DatasetConfig(workers=workers)
+    with caplog.at_level("WARNING", logger=mat.log.name):
+        alone = run(src, tmp_path / "alone", reward=reward, dataset=dataset)
+    assert "read again" not in caplog.text and alone.source["formats"] == {"otel": 40}  # no log records: no second look
+    # Spans 0 to 29 evaluated, some twice; and one span not among the files.
+    records = [_evaluation_record(i, i % 10) for i in range(30)] + [_evaluation_record(3, 9), _evaluation_record(77, 5)]
+    records.insert(5, _log_records(8, "What is 8 plus 1?", "9")[0])  # content logged as well: the span's own is read
+    (src / "logs.jsonl").write_bytes(lines(*({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": records[j:j + 8]}]}]}
+                                             for j in range(0, len(records), 8))))
+    with caplog.at_level("WARNING", logger=mat.log.name):
+        m = run(src, tmp_path / "out", reward=reward, dataset=dataset)
+    assert "log records of evaluation results (scores): read again" in caplog.text
+    assert accounted(m) and m.counts["traces"] == 40 and m.source["unjoined"] == {"otel_log_records": 1}  # span 77's
+    rows = {r["trace_id"]: r for r in table(m, "traces")}
+    before = {r["trace_id"]: r for r in table(alone, "traces")}
+    assert rows.keys() == before.keys()
+    for i in range(40):
+        got, was = rows[f"{i:032x}:{i:016x}"], before[f"{i:032x}:{i:016x}"]
+        scores = [i % 10] + [9] * (i == 3) if i < 30 else []
+        assert [(s["name"], s["value"], s["source"]) for s in got["scores"]] == [("judge", v, "otel") for v in scores]
+        assert got["final_reward"] == (pytest.approx(sum(scores) / len(scores) / 10) if scores else None)
+        assert {k: v for k, v in got.items() if k not in ("scores", "judge_reward", "final_reward")} == \
+               {k: v for k, v in was.items() if k not in ("scores", "judge_reward", "final_reward")}
+    assert run(src, tmp_path / "again", reward=reward, dataset=DatasetConfig(workers=3 - workers)).version == m.version
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not_dropped_unsaid(
         tmp_path, monkeypatch, caplog, capsys, workers):

@@ -29,7 +29,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   content joins the log records of its content (``resourceLogs``: a record per message and per
   choice, semconv v1.28 to v1.36, or one of the call's attributes from v1.37, and evaluation
   results), read across files as Langfuse rows are (:class:`Held`, :func:`join`); with none, it is
-  ``no_content``, so that a source of them does not give nothing without a word.
+  ``no_content``, so that a source of them does not give nothing without a word. A span that holds
+  its content joins its records too when asked to (``hold_spans``, for a source of evaluation
+  results as log records), taking only those results.
 * ``langfuse``: Langfuse exports (JSONL or Parquet rows): observations (``GENERATION`` ones become
   traces), scores (numeric, boolean, categorical; source API, EVAL or ANNOTATION) and traces
   (their ``release``/``version`` name the model version). Scores and traces attach to
@@ -574,6 +576,15 @@ class Held:
     span: str  # the span's id; "" for a batch line
     value: dict | bytes  # the span and its resource's service.version, the log record (or its JSON text), the line
 
+    @property
+    def evaluation(self) -> bool:
+        """Whether it is a log record of an evaluation result (one kept as its text: as far as its text says)."""
+        if self.kind != "event":
+            return False
+        if isinstance(self.value, bytes):
+            return b'"gen_ai.evaluation.result"' in self.value
+        return _event_name(self.value) == "gen_ai.evaluation.result"
+
     def entry(self, where: tuple[str, int] | None, line: bytes | None = None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
         id, the log record by the span it belongs to, a batch's lines by their custom_id; a span or an
@@ -646,19 +657,25 @@ def held_log_records(line: bytes) -> list[Held] | None:
         return None
 
 
+def _event_name(record: dict) -> Any:
+    """A log record's event name: its own, or as older SDKs put it, in its attributes."""
+    return record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+
+
 def _span_id(span: dict) -> str:
     """A span's id as its traces carry it (a choice's index after it, where it has several), whichever
     way it is read: where it lies, or joined with its log records."""
     return f"{span.get('traceId', '')}:{span.get('spanId', '')}"
 
 
-def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
+def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of each model call's GenAI span of an OTLP JSON export; other spans (HTTP,
     DB, agents, tools, embeddings, ...) are skipped. A span or a choice that cannot be a trace comes
     as its FormatError, in its place: an export holds thousands of spans (the Collector batches 8,192),
     and one of them answering with a tool call is no reason to lose the others. A model call's span
-    that holds no content, and the log records of GenAI events of an export of logs, come as
-    :class:`Held`: their join makes the traces."""
+    that holds no content (with ``hold_spans``, any model call's span whose content can be read), and
+    the log records of GenAI events of an export of logs, come as :class:`Held`: their join makes the
+    traces."""
     for rs in _objects(doc, "resourceSpans", ""):
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
@@ -668,7 +685,9 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
                     with _mapping(f"span {span_id}"):
                         a = _attrs(span.get("attributes"))
                         found = _span_traces(span, span_id, resource, a, _otel_messages)
-                        if found is None:  # a model call whose content, if recorded, is in log records
+                        # A model call whose content, if recorded, is in log records; with hold_spans,
+                        # one that holds it too, for the evaluation results among them.
+                        if found is None or (hold_spans and found):
                             found = [Held("span", span.get("traceId"), span.get("spanId"),
                                           {"span": span, "version": resource.get("service.version")})]
                 except FormatError as e:
@@ -681,7 +700,7 @@ def from_otel(doc: dict) -> Iterator[dict | FormatError | Held]:
         for sl in _objects(rl, "scopeLogs", "resourceLogs[]."):
             for record in _objects(sl, "logRecords", "scopeLogs[]."):
                 try:
-                    name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+                    name = _event_name(record)
                 except FormatError:  # attributes that are not OTLP's: an application's record, not one of ours
                     continue
                 if _joins(name, record.get("traceId"), record.get("spanId")):
@@ -882,10 +901,14 @@ def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
 def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:
     """The traces of a model call's span that holds no content, with the log records of its GenAI
     events: a record per message and per choice (semconv v1.28 to v1.36), or one of the call's
-    attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
+    attributes (``gen_ai.client.inference.operation.details``), and evaluation results. A span that
+    holds its content is read as where it lies (see :func:`from_otel`), only its evaluation results
+    taken from its records."""
+    if _otel_messages(_with_content_events(span, _attrs(span.get("attributes"))), f"span {span_id}") is not None:
+        records = [r for r in records if _event_name(r) == "gen_ai.evaluation.result"]
     details, messages, choices, evaluations = {}, [], [], []
     for record in records:
-        name = record.get("eventName") or _attrs(record.get("attributes")).get("event.name")
+        name = _event_name(record)
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = body if isinstance(body, dict) else {}
         if name == "gen_ai.client.inference.operation.details":
@@ -963,10 +986,11 @@ def _pickled(value: Any) -> bytes:
     return pickle.dumps(value, protocol=5)
 
 
-def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict | FormatError]:
+def normalize(doc: Any, fmt: Format | Literal["auto"], hold_spans: bool = False) -> list[dict | FormatError]:
     """The canonical traces of one document, with a FormatError in the place of each of its records (an
     OTLP span, a choice) that cannot be one; FormatError when it is not of ``fmt`` (or of any, for
-    auto), cannot be read as a whole, or its only record cannot be a trace."""
+    auto), cannot be read as a whole, or its only record cannot be a trace. ``hold_spans``: see
+    :func:`from_otel`."""
     found = detect(doc)
     if fmt == "auto":
         if found is None:
@@ -980,7 +1004,7 @@ def normalize(doc: Any, fmt: Format | Literal["auto"]) -> list[dict | FormatErro
     if fmt == "langfuse":
         raise FormatError("needs_join", "Langfuse rows join across files: see join")
     with _mapping(f"{fmt} record"):
-        records = list(from_openai(doc) if fmt == "openai" else from_otel(doc))
+        records = list(from_openai(doc) if fmt == "openai" else from_otel(doc, hold_spans))
     if len(records) == 1 and isinstance(records[0], FormatError):  # the document's only record: its own item
         raise records[0]
     return records

@@ -48,6 +48,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -114,6 +115,9 @@ class Job:
     staging: Staging  # where the version's parts are written
     spill_dir: str  # rows for pairing, between their writing and their pairing
     buckets: int  # spilled into, by the top bits of the prompt key
+    # OTLP spans that hold their content join their log records too, for the evaluation results among
+    # them (see formats.from_otel): set when a run meets both (see _HoldSpans).
+    hold_spans: bool = False
 
 
 @dataclass
@@ -141,6 +145,8 @@ class Part:
     # Of the entries of a join that attach to records (scores, log records, batch requests), those that
     # found none, by kind.
     unjoined: Counter = field(default_factory=Counter)
+    # Entries of a join read, by kind (formats.Held.kind), and the evaluation results among the events.
+    held: Counter = field(default_factory=Counter)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
     lines: int | None = None
@@ -273,7 +279,7 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
         return "langfuse", [doc]
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
         return "ctpipe", [traces.convert(doc)]
-    records = formats.normalize(doc, fmt)
+    records = formats.normalize(doc, fmt, _JOB.hold_spans)
     if len(records) < 2:
         return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
     return found or fmt, [_converted(d) for d in records]
@@ -358,6 +364,8 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         for r in recs:
             if isinstance(r, formats.Held):  # joined with what attaches to it (see joined_part), as Langfuse rows are
                 part.formats[fmt] += 1
+                part.held[r.kind] += 1
+                part.held["evaluation"] += r.evaluation
                 part.joined.append(r.entry((block.file, n), raw if isinstance(raw, bytes) else None))
             elif isinstance(r, _Refused):
                 rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
@@ -433,7 +441,7 @@ def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> t
     left, tables, at = np.arange(len(lines)), [], []
     paths = sorted(_FAST, key=lambda path: path[0] != "otel") if usable and _OTLP_KEY in usable[0] else _FAST
     for name, key, parse in paths:
-        if fmt not in ("auto", name) or not len(left):
+        if fmt not in ("auto", name) or not len(left) or (name == "otel" and _JOB.hold_spans):  # held: the reader's
             continue
         whole = len(left) == len(lines)
         rest = usable if whole else [usable[i] for i in left]
@@ -1437,7 +1445,45 @@ def materialize(
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         return known
+    run = _Run(source, fs, files, skipped, output, config, eval_items, start, end, task, reward, dataset)
+    try:
+        return _build(run, hold_spans=False)
+    except _HoldSpans:
+        log.warning("the source holds OTLP spans that hold their content and log records of evaluation results "
+                    "(scores): read again, the spans joined with their records, as those without content are")
+        return _build(run, hold_spans=True)
 
+
+@dataclass(frozen=True)
+class _Run:
+    """What :func:`materialize` found before building a version: the source's files, where the version
+    goes, and what makes it."""
+
+    source: str
+    fs: Any
+    files: sources.Files
+    skipped: dict[str, str]
+    output: Output
+    config: dict
+    eval_items: tuple[str, ...]
+    start: datetime
+    end: datetime
+    task: TaskConfig
+    reward: RewardConfig
+    dataset: DatasetConfig
+
+
+class _HoldSpans(Exception):
+    """A run met OTLP spans that hold their content, read where they lie, and log records of evaluation
+    results, which join only spans held for a join: it starts again, holding them (see Job.hold_spans).
+    Spans that hold their content are not held from the start: that costs some five times their fast
+    path, and few sources keep evaluation results apart from the spans they score."""
+
+
+def _build(run: _Run, hold_spans: bool) -> Manifest | None:
+    """The version of a :class:`_Run`, built and published; None when its interval has no trace."""
+    source, fs, files, skipped, output, config = run.source, run.fs, run.files, run.skipped, run.output, run.config
+    start, end, task, reward, dataset = run.start, run.end, run.task, run.reward, run.dataset
     size = files.held  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = min(_buckets_for(size), _FANOUT)
@@ -1448,7 +1494,7 @@ def materialize(
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
                     _free(spill_dir), _spill_room(size))
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets)
+    job = Job(start, end, task, reward, dataset, run.eval_items, staging, spill_dir, buckets, hold_spans)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
@@ -1484,6 +1530,10 @@ def materialize(
             for side, (n, most) in part.misplaced.items():
                 _add_misplaced(misplaced, side, n, most)
             unjoined.update(part.unjoined)
+            counts["otel_spans_read"] += part.formats["otel"] - part.held["span"] - part.held["event"]
+            counts["evaluations_held"] += part.held["evaluation"]
+            if counts["otel_spans_read"] and counts["evaluations_held"] and not hold_spans:
+                raise _HoldSpans
             unformatted.add(part.by_file)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
             duplicates = dedupe.verdicts(part.keys)
@@ -1602,9 +1652,10 @@ _UNJOINED_WORDS = {
     "langfuse_scores": "Langfuse scores attached to no generation of the interval's files (scores of another "
                        "observation, of a trace without a generation, or of a generation in files of another "
                        "interval): not read",
-    "otel_log_records": "OTLP log records of GenAI events attached to no model call's span without content of the "
-                        "interval's files (their spans hold the content themselves, as when it is recorded on "
-                        "both, or are in files of another interval, or were not exported): not read",
+    "otel_log_records": "OTLP log records of GenAI events attached to no model call's span of the interval's files "
+                        "that takes them (their spans hold the content themselves, as when it is recorded on "
+                        "both, and take only evaluation results; or are in files of another interval, or were "
+                        "not exported): not read",
     "batch_requests": "requests of a batch's input file had no line of its output among the interval's files "
                       "(not run yet, or answered in files of another interval)",
 }
