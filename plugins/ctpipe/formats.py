@@ -688,8 +688,9 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
                         # A model call whose content, if recorded, is in log records; with hold_spans,
                         # one that holds it too, for the evaluation results among them.
                         if found is None or (hold_spans and found):
+                            held = {"span": span, "version": resource.get("service.version")}
                             found = [Held("span", span.get("traceId"), span.get("spanId"),
-                                          {"span": span, "version": resource.get("service.version")})]
+                                          held if found is None else {**held, "traces": found})]
                 except FormatError as e:
                     found = [e]
                 for trace in found:
@@ -725,14 +726,8 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model") or ""
     prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
     completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
-    scores = []
-    for ev in _objects(span, "events", f"span {span_id}: "):
-        if ev.get("name") == "gen_ai.evaluation.result":
-            e = _attrs(ev.get("attributes"))
-            value = _finite(e.get("gen_ai.evaluation.score.value"),
-                            f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
-            scores.append({"name": e.get("gen_ai.evaluation.name"), "value": value,
-                           "label": e.get("gen_ai.evaluation.score.label"), "source": "otel"})
+    scores = [_evaluation_score(ev.get("attributes"), span_id) for ev in _objects(span, "events", f"span {span_id}: ")
+              if ev.get("name") == "gen_ai.evaluation.result"]
     return [completion if isinstance(completion, FormatError) else {
         "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",  # ids as OpenAI's choices get them
         "start_time": _iso_nanos(start, f"span {span_id}: startTimeUnixNano"),
@@ -745,6 +740,15 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         "latency_ms": (end - start) / 1e6,
         "scores": scores,
     } for index, completion in answers]
+
+
+def _evaluation_score(attributes: Any, span_id: str) -> dict:
+    """The score of a ``gen_ai.evaluation.result`` event (a span's, or a log record's) of these attributes."""
+    e = _attrs(attributes)
+    value = _finite(e.get("gen_ai.evaluation.score.value"),
+                    f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
+    return {"name": e.get("gen_ai.evaluation.name"), "value": value, "label": e.get("gen_ai.evaluation.score.label"),
+            "source": "otel"}
 
 
 def _epoch(ts: Any, where: str) -> float:
@@ -858,6 +862,8 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
         span, span_id = held["span"], _span_id(held["span"])
         try:
             with _mapping(f"span {span_id}"):
+                if "traces" in held:  # read where it lay, held for the evaluation results logged of it
+                    return _evaluated(held["traces"], span_id, [entry_row(r) for r in attached])
                 return _logged_span_traces(span, span_id, held["version"], [entry_row(r) for r in attached])
         except FormatError as e:
             return [e]
@@ -898,14 +904,19 @@ def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
                              "response": _need(response, "body", dict, f"{where}: response.")}))
 
 
+def _evaluated(found: list[dict | FormatError], span_id: str, records: list[dict]) -> list[dict | FormatError]:
+    """The traces a span that holds its content gave where it lay (see :func:`from_otel`), with the
+    evaluation results among its log records as scores after its own, as a span without content gets
+    them. Its content is its own: records of content are not read."""
+    scores = [_evaluation_score(r.get("attributes"), span_id) for r in records
+              if _event_name(r) == "gen_ai.evaluation.result"]
+    return [t if isinstance(t, FormatError) else {**t, "scores": t["scores"] + scores} for t in found]
+
+
 def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:
     """The traces of a model call's span that holds no content, with the log records of its GenAI
     events: a record per message and per choice (semconv v1.28 to v1.36), or one of the call's
-    attributes (``gen_ai.client.inference.operation.details``), and evaluation results. A span that
-    holds its content is read as where it lies (see :func:`from_otel`), only its evaluation results
-    taken from its records."""
-    if _otel_messages(_with_content_events(span, _attrs(span.get("attributes"))), f"span {span_id}") is not None:
-        records = [r for r in records if _event_name(r) == "gen_ai.evaluation.result"]
+    attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
     details, messages, choices, evaluations = {}, [], [], []
     for record in records:
         name = _event_name(record)
