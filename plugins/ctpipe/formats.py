@@ -575,15 +575,12 @@ class Held:
     trace: str  # the trace's id; a batch line's custom_id
     span: str  # the span's id; "" for a batch line
     value: dict | bytes  # the span and its resource's service.version, the log record (or its JSON text), the line
+    event: str = ""  # a log record's event name
 
     @property
     def evaluation(self) -> bool:
-        """Whether it is a log record of an evaluation result (one kept as its text: as far as its text says)."""
-        if self.kind != "event":
-            return False
-        if isinstance(self.value, bytes):
-            return b'"gen_ai.evaluation.result"' in self.value
-        return _event_name(self.value) == "gen_ai.evaluation.result"
+        """Whether it is a log record of an evaluation result."""
+        return self.event == _EVALUATION
 
     def entry(self, where: tuple[str, int] | None, line: bytes | None = None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
@@ -604,7 +601,8 @@ class Held:
 # Log records of GenAI content (semconv v1.28 to v1.36: a record per message and per choice, the
 # role in the name; from v1.37, one record of the call's attributes) and of evaluation results.
 _MESSAGE_EVENT = re.compile(r"gen_ai\.(system|developer|user|assistant|tool)\.message")
-_LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", "gen_ai.evaluation.result")
+_EVALUATION = "gen_ai.evaluation.result"  # an evaluation result's event: on a span, or as a log record
+_LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", _EVALUATION)
 
 
 def _joins(name: Any, trace: Any, span: Any) -> bool:
@@ -651,7 +649,7 @@ def held_log_records(line: bytes) -> list[Held] | None:
             if not ids.eventName and b'"event.name"' in bytes(ids.attributes):
                 return None  # named in its attributes, as older SDKs do
             if _joins(ids.eventName, ids.traceId, ids.spanId):
-                held.append(Held("event", ids.traceId, ids.spanId, bytes(raw)))
+                held.append(Held("event", ids.traceId, ids.spanId, bytes(raw), ids.eventName))
         return held
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
@@ -705,7 +703,7 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
                 except FormatError:  # attributes that are not OTLP's: an application's record, not one of ours
                     continue
                 if _joins(name, record.get("traceId"), record.get("spanId")):
-                    yield Held("event", record["traceId"], record["spanId"], record)
+                    yield Held("event", record["traceId"], record["spanId"], record, name)
 
 
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
@@ -727,7 +725,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     prompt_tokens = a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens", 0))
     completion_tokens = a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens", 0))
     scores = [_evaluation_score(ev.get("attributes"), span_id) for ev in _objects(span, "events", f"span {span_id}: ")
-              if ev.get("name") == "gen_ai.evaluation.result"]
+              if ev.get("name") == _EVALUATION]
     return [completion if isinstance(completion, FormatError) else {
         "trace_id": span_id if len(answers) == 1 else f"{span_id}:{index}",  # ids as OpenAI's choices get them
         "start_time": _iso_nanos(start, f"span {span_id}: startTimeUnixNano"),
@@ -909,7 +907,7 @@ def _evaluated(found: list[dict | FormatError], span_id: str, records: list[dict
     evaluation results among its log records as scores after its own, as a span without content gets
     them. Its content is its own: records of content are not read."""
     scores = [_evaluation_score(r.get("attributes"), span_id) for r in records
-              if _event_name(r) == "gen_ai.evaluation.result"]
+              if _event_name(r) == _EVALUATION]
     return [t if isinstance(t, FormatError) else {**t, "scores": t["scores"] + scores} for t in found]
 
 
@@ -924,7 +922,7 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
         body = body if isinstance(body, dict) else {}
         if name == "gen_ai.client.inference.operation.details":
             details.update(_attrs(record.get("attributes")))
-        elif name == "gen_ai.evaluation.result":
+        elif name == _EVALUATION:
             evaluations.append({"name": name, "attributes": record.get("attributes")})
         elif name == "gen_ai.choice":
             choices.append(body)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import hashlib
 import itertools
 import json
@@ -1445,32 +1446,14 @@ def materialize(
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         return known
-    run = _Run(source, fs, files, skipped, output, config, eval_items, start, end, task, reward, dataset)
+    build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
+                              task=task, reward=reward, dataset=dataset)
     try:
-        return _build(run, hold_spans=False)
+        return build(hold_spans=False)
     except _HoldSpans:
         log.warning("the source holds OTLP spans that hold their content and log records of evaluation results "
                     "(scores): read again, the spans joined with their records, as those without content are")
-        return _build(run, hold_spans=True)
-
-
-@dataclass(frozen=True)
-class _Run:
-    """What :func:`materialize` found before building a version: the source's files, where the version
-    goes, and what makes it."""
-
-    source: str
-    fs: Any
-    files: sources.Files
-    skipped: dict[str, str]
-    output: Output
-    config: dict
-    eval_items: tuple[str, ...]
-    start: datetime
-    end: datetime
-    task: TaskConfig
-    reward: RewardConfig
-    dataset: DatasetConfig
+        return build(hold_spans=True)
 
 
 class _HoldSpans(Exception):
@@ -1480,10 +1463,11 @@ class _HoldSpans(Exception):
     path's time, and few sources keep evaluation results apart from the spans they score."""
 
 
-def _build(run: _Run, hold_spans: bool) -> Manifest | None:
-    """The version of a :class:`_Run`, built and published; None when its interval has no trace."""
-    source, fs, files, skipped, output, config = run.source, run.fs, run.files, run.skipped, run.output, run.config
-    start, end, task, reward, dataset = run.start, run.end, run.task, run.reward, run.dataset
+def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], output: Output, config: dict,
+           eval_items: tuple[str, ...], start: datetime, end: datetime, *, task: TaskConfig, reward: RewardConfig,
+           dataset: DatasetConfig, hold_spans: bool) -> Manifest | None:
+    """The version of what :func:`materialize` found (the source's files, where the version goes, what
+    makes it), built and published; None when its interval has no trace."""
     size = files.held  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = min(_buckets_for(size), _FANOUT)
@@ -1494,7 +1478,7 @@ def _build(run: _Run, hold_spans: bool) -> Manifest | None:
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
                     _free(spill_dir), _spill_room(size))
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, run.eval_items, staging, spill_dir, buckets, hold_spans)
+    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
