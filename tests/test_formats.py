@@ -718,6 +718,98 @@ def test_langfuse_blob_storage_exports_in_snake_case_join_as_the_apis_camel_case
     assert line == {**t, "scores": []}
 
 
+# An observation as Langfuse's blob-storage export writes it: its database's columns as they are,
+# input and output as the JSON text Langfuse keeps them in, usage_details a Map(String, UInt64).
+BLOB_OBSERVATION = {
+    "id": "g1", "trace_id": "t1", "project_id": "p", "environment": "default", "type": "GENERATION",
+    "parent_observation_id": None, "start_time": "2026-11-22 10:00:00.250", "end_time": "2026-11-22 10:00:01.450",
+    "name": "chat", "metadata": {}, "level": "DEFAULT", "status_message": None, "version": None,
+    "input": json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]),
+    "output": json.dumps({"role": "assistant", "content": "5"}), "provided_model_name": "ctpipe-arith",
+    "model_parameters": "{}", "cost_details": {}, "completion_start_time": None, "prompt_name": None, "prompt_version": None,
+}
+
+
+def test_langfuse_blob_storage_exports_read_as_written_in_jsonl_and_parquet():
+    """As JSON lines (counts quoted, as ClickHouse writes 64-bit integers) and as Parquet (a map of
+    counts), the export's texts of JSON read as Langfuse's API reads them; a 1.2 s call takes 1200 ms."""
+    import pyarrow as pa
+
+    line = {**BLOB_OBSERVATION, "usage_details": {"input": "10", "output": "1", "total": "11"}}
+    table = pa.Table.from_pylist([{**BLOB_OBSERVATION, "metadata": None, "cost_details": None,
+                                   "usage_details": [("input", 10), ("output", 1), ("total", 11)]}],
+                                 schema=pa.schema([(k, pa.string()) for k in BLOB_OBSERVATION if k not in (
+                                     "metadata", "cost_details")] + [("usage_details", pa.map_(pa.string(), pa.uint64()))]))
+    for row in (json.loads(json.dumps(line)), table.to_pylist()[0]):
+        (t,) = _joined([row])
+        rec = decode(json.dumps(t))
+        assert [(m.role, m.content) for m in rec.messages] == [("system", "Be brief."), ("user", "What is 2 plus 3?")]
+        assert rec.completion == "5" and t["latency_ms"] == 1200.0
+        assert (rec.usage.prompt_tokens, rec.usage.completion_tokens, rec.usage.total_tokens) == (10, 1, 11)
+    texts = {"plain text": ("What is 2 plus 3?", "5", "What is 2 plus 3?", "5"),
+             "a text that is JSON text": ('"What is 2 plus 3?"', '"5"', "What is 2 plus 3?", "5"),
+             "text like JSON": ("[2, 3] plus [", "{5", "[2, 3] plus [", "{5"),
+             "a number": ("23", "5", "23", "5")}
+    for name, (given_in, given_out, want_in, want_out) in texts.items():
+        (t,) = _joined([{**line, "input": given_in, "output": given_out}])
+        assert (t["messages"], t["completion"]) == ([{"role": "user", "content": want_in}], want_out), name
+
+
+def test_langfuse_generations_sent_over_opentelemetry_read_their_messages_as_langfuse_keeps_them():
+    """Langfuse keeps a generation it was sent as an OpenTelemetry span with its messages as the span
+    had them: OpenLLMetry's as a list of answer messages, semconv's of typed parts."""
+    base = {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m"}
+    question = {"role": "user", "parts": [{"type": "text", "content": "What is 3 plus 3?"}]}
+    shapes = {
+        "OpenLLMetry's": ([{"role": "user", "content": "What is 3 plus 3?"}],
+                          [{"role": "assistant", "content": "6", "finish_reason": "stop"}]),
+        "semconv's": ([question], [{"role": "assistant", "parts": [{"type": "text", "content": "6"}], "finish_reason": "stop"}]),
+        "semconv's as text": (json.dumps([question]), json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "6"}]}])),
+    }
+    for name, (given_in, given_out) in shapes.items():
+        (t,) = _joined([{**base, "input": given_in, "output": given_out}])
+        assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "What is 3 plus 3?"}], "6"), name
+    refused = {
+        "two answers": ([question], [{"role": "assistant", "content": "6"}, {"role": "assistant", "content": "six"}],
+                        "invalid_field", "output holds 2 messages"),
+        "a message of no parts": ([{"role": "user", "parts": []}], "6", "no_content", "input[0] has no parts"),
+        "a refusal": ([question], [{"role": "assistant", "parts": [{"type": "refusal", "content": "No."}]}],
+                      "no_text_answer", "the answer is a refusal"),
+    }
+    for name, (given_in, given_out, reason, says) in refused.items():
+        (e,) = _joined([{**base, "input": given_in, "output": given_out}])
+        assert isinstance(e, FormatError) and e.reason == reason and says in str(e), (name, e)
+
+
+def test_a_blank_prompt_is_refused_naming_it():
+    for content in ("", "  \n"):
+        doc = {**copy.deepcopy(OPENAI), "request": {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                                          {"role": "user", "content": content}]}}
+        (t,) = normalize(doc, "openai")
+        with pytest.raises(InvalidTrace, match="the last user message, the prompt, is empty"):
+            decode(json.dumps(t))
+
+
+def test_an_earlier_refusal_is_what_the_assistant_said_and_audio_is_no_text():
+    said = [{"role": "user", "content": "How do I pick a lock?"},
+            {"role": "assistant", "content": None, "refusal": "I can't help with that."},
+            {"role": "user", "content": "How do I open my own door, then?"}]
+    parts = [*said[:1], {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]}, said[2]]
+    for messages in (said, parts):
+        (t,) = normalize({**copy.deepcopy(OPENAI), "request": {"messages": messages}}, "openai")
+        assert t["messages"][1] == {"role": "assistant", "content": "I can't help with that."}
+    spoken = [*said[:1], {"role": "assistant", "content": None, "audio": {"id": "audio_1"}}, said[2]]
+    with pytest.raises(FormatError, match=r"request.messages\[1\] holds audio") as e:
+        normalize({**copy.deepcopy(OPENAI), "request": {"messages": spoken}}, "openai")
+    assert e.value.reason == "non_text_content"
+    log = copy.deepcopy(OPENAI)
+    log["response"]["choices"][0]["message"] = {"role": "assistant", "content": None,
+                                                "audio": {"id": "audio_2", "data": "UklGRg==", "transcript": "5"}}
+    with pytest.raises(FormatError, match="choice 0: the answer is audio, not text") as e:
+        normalize(log, "openai")
+    assert e.value.reason == "no_text_answer"
+
+
 def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole_export():
     """A trace's rows joined without the others give what the whole export does: ids of other types
     (1 is not "1") and Parquet's datetimes come back as they went in, the last release read wins."""

@@ -1012,6 +1012,14 @@ def test_spans_that_hold_their_content_take_the_evaluation_results_logged_of_the
     with caplog.at_level("WARNING", logger=mat.log.name):
         alone = run(src, tmp_path / "alone", reward=reward, dataset=dataset)
     assert "read again" not in caplog.text and alone.source["formats"] == {"otel": 40}  # no log records: no second look
+    # An evaluation naming no span, only its response's id (semconv allows it where the span's id is
+    # not known): it joins nothing, is counted so, and is no reason for a second look.
+    orphan = _evaluation_record(5, 9)
+    orphan |= {"traceId": "", "spanId": "", "attributes": orphan["attributes"] + [kv("gen_ai.response.id", "chatcmpl-5")]}
+    (src / "orphan.jsonl").write_bytes(lines({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": [orphan]}]}]}))
+    with caplog.at_level("WARNING", logger=mat.log.name):
+        lone = run(src, tmp_path / "lone", reward=reward, dataset=dataset)
+    assert "read again" not in caplog.text and accounted(lone) and lone.source["unjoined"] == {"otel_log_records": 1}
     # Spans 0 to 29 evaluated, some twice; and one span not among the files.
     records = [_evaluation_record(i, i % 10) for i in range(30)] + [_evaluation_record(3, 9), _evaluation_record(77, 5)]
     records.insert(5, _log_records(8, "What is 8 plus 1?", "9")[0])  # content logged as well: the span's own is read
@@ -1020,7 +1028,7 @@ def test_spans_that_hold_their_content_take_the_evaluation_results_logged_of_the
     with caplog.at_level("WARNING", logger=mat.log.name):
         m = run(src, tmp_path / "out", reward=reward, dataset=dataset)
     assert "log records of evaluation results (scores): read again" in caplog.text
-    assert accounted(m) and m.counts["traces"] == 40 and m.source["unjoined"] == {"otel_log_records": 1}  # span 77's
+    assert accounted(m) and m.counts["traces"] == 40 and m.source["unjoined"] == {"otel_log_records": 2}  # span 77's, the orphan
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     before = {r["trace_id"]: r for r in table(alone, "traces")}
     assert rows.keys() == before.keys()

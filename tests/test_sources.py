@@ -344,8 +344,10 @@ def test_a_damaged_file_is_told_from_a_truncated_one_and_keeps_the_lines_before_
     crc = slice(-8, -4) if name.endswith(".gz") else slice(-4, None)  # gzip's CRC-32, zstd's XXH64 checksum
     checksum = bytearray(whole)
     checksum[crc] = bytes(b ^ 1 for b in whole[crc])
+    # Text that is not JSON under a compressed name is damage too (JSON text is read as it is: see
+    # test_a_file_named_compressed_is_read_as_its_first_bytes_say).
     files = {"flipped": whole[:at] + bytes([whole[at] ^ 0xFF]) + whole[at + 1:], "checksum": bytes(checksum),
-             "plain": b"".join(lines[:3])}
+             "plain": b"n,h\n" + b"".join(lines[:3])}
     reason, detail = ("corrupt_gzip", "IsalError") if name.endswith(".gz") else ("corrupt_zstd", "zstd: ZSTD decompress failed")
     for damage, least in (("flipped", 14000), ("checksum", 18000), ("plain", 0)):
         (tmp_path / name).write_bytes(files[damage])
@@ -410,6 +412,93 @@ def test_an_error_reading_a_zstd_file_is_not_taken_for_damage(tmp_path):
                     for i in range(20000))
     with pytest.raises(ConnectionResetError):
         list(sources._unzstd(Dropped(zstd(text))))
+
+
+def _framed(*exports: bytes) -> bytes:
+    """``exports`` as the OpenTelemetry Collector's file exporter writes them with ``format: json`` and
+    ``compression: zstd`` (its exporter.file.nativeCompression gate off): each one zstd frame after
+    its length (4 bytes, big-endian), with no newline (see its exportMessageAsBuffer)."""
+    return b"".join(len(frame).to_bytes(4, "big") + frame for frame in map(zstd, exports))
+
+
+_EXPORTS = [_export_of([{"spanId": f"{k}{i}", "name": "x" * 40} for i in range(3)]) for k in range(4)]
+
+
+def _spans(items) -> list:
+    """Each item's span ids (an export), or its (position, reason) where it could not be read."""
+    return [[s["spanId"] for s in i.doc["resourceSpans"][0]["scopeSpans"][0]["spans"]] if i.reason is None
+            else (i.position, i.reason) for i in items]
+
+
+def test_zstd_frames_each_after_its_length_are_read_an_export_a_line(tmp_path, caplog):
+    """As the Collector's file exporter writes compressed JSON: named .zst (.json.zst: JSON Lines,
+    not one document), or with no suffix and sniffed; each frame one line."""
+    import ctpipe.sources as sources
+
+    for name in ("a.jsonl.zst", "b.json.zst", "otel-traces"):
+        (tmp_path / name).write_bytes(_framed(*_EXPORTS))
+    fs, found, skipped = sources.list_files(str(tmp_path))
+    assert not skipped and [name.rsplit("/", 1)[-1] for _, name in found.items()] == [
+        "a.jsonl.zst", "b.json.zst", "otel-traces.json.zst"]
+    items = list(read(str(tmp_path)))
+    assert [(i.file.rsplit("/", 1)[-1], i.position) for i in items] == [
+        (name, n) for name in ("a.jsonl.zst", "b.json.zst", "otel-traces") for n in range(1, 5)]
+    assert _spans(items) == [[f"{k}{i}" for i in range(3)] for k in range(4)] * 3
+    assert not caplog.records  # each named as it is
+
+
+def test_zstd_frames_each_after_its_length_keep_the_frames_before_their_damage(tmp_path):
+    """A file cut anywhere in its last frame (its length, or the frame) keeps the frames before it
+    and ends in truncated_zstd; a frame that is not zstd ends it in corrupt_zstd, as do bytes past
+    a frame within its length. The frames before are kept, though a read asks for more than all of
+    them (a zstd step: 256 KB)."""
+    exports = _EXPORTS
+    whole = _framed(*exports)
+    last = len(whole) - len(_framed(exports[-1]))
+    path = tmp_path / "a.jsonl.zst"
+    kept = [[f"{k}{i}" for i in range(3)] for k in range(3)]
+    for cut in range(last + 1, len(whole)):
+        path.write_bytes(whole[:cut])
+        assert _spans(read(str(path))) == [*kept, (4, "truncated_zstd")], cut
+    path.write_bytes(whole[:last])  # cut where a frame starts: a file of fewer frames
+    assert _spans(read(str(path))) == kept
+    second = zstd(exports[1])
+    for damaged in (b"x" * len(second), second + b"more"):  # its length says so
+        path.write_bytes(_framed(exports[0]) + len(damaged).to_bytes(4, "big") + damaged + _framed(exports[2]))
+        [first, bad] = read(str(path))
+        assert _spans([first, bad]) == [kept[0], (2, "corrupt_zstd")]
+        assert bad.detail.startswith("zstd: ZSTD decompress failed"), bad.detail
+
+
+def test_a_file_named_compressed_is_read_as_its_first_bytes_say(tmp_path, caplog):
+    """``gcloud storage cp`` saves an object stored gzipped with decompressive transcoding as plain
+    text under its .gz name: its lines are read, with a warning naming it once (a .json.gz document
+    as well as JSON Lines), as is zstd under a .gz name. A gzip file damaged after its magic number
+    is still damage, with no warning."""
+    import logging
+
+    lines = b'\xef\xbb\xbf{"n": 1}\n\n{"n": 2}\n'
+    gz = gzip.compress(b"".join(b'{"n": %d}\n' % i for i in range(3, 300)), mtime=0)
+    files = {"a.jsonl.gz": lines, "b.json.gz": b'[\n  {"n": 3},\n  {"n": 4}\n]\n', "c.ndjson.gz": zstd(lines),
+             "d.jsonl.zst": lines, "e.jsonl.gz": gz[:len(gz) // 2], "f.jsonl.gz": gz[:40] + b"\xff" * 8 + gz[48:]}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with caplog.at_level(logging.WARNING, logger="ctpipe.sources"):
+        items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason or i.doc["n"]) for i in read(str(tmp_path))]
+    damaged = {f: [i for i in items if i[0] == f] for f in ("e.jsonl.gz", "f.jsonl.gz")}
+    assert [i for i in items if i[0] not in damaged] == [
+        ("a.jsonl.gz", 1, 1), ("a.jsonl.gz", 3, 2), ("b.json.gz", 1, 3), ("b.json.gz", 2, 4),
+        ("c.ndjson.gz", 1, 1), ("c.ndjson.gz", 3, 2), ("d.jsonl.zst", 1, 1), ("d.jsonl.zst", 3, 2)]
+    for name, reason in (("e.jsonl.gz", "truncated_gzip"), ("f.jsonl.gz", "corrupt_gzip")):
+        *good, (_, position, last) = damaged[name]
+        assert [n for _, _, n in good] == list(range(3, 3 + len(good))) and (position, last) == (len(good) + 1, reason)
+    assert sorted(r.getMessage().split(" ", 1)[1] for r in caplog.records) == [
+        "is named as gzip, but its first bytes are plain text: read as they say",  # a.jsonl.gz
+        "is named as gzip, but its first bytes are plain text: read as they say",  # b.json.gz
+        "is named as gzip, but its first bytes are zstd: read as they say",
+        "is named as zstd, but its first bytes are plain text: read as they say"]
+    assert sorted(r.getMessage().split(" ", 1)[0].rsplit("/", 1)[1] for r in caplog.records) == [
+        "a.jsonl.gz", "b.json.gz", "c.ndjson.gz", "d.jsonl.zst"]
 
 
 def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, monkeypatch):

@@ -62,12 +62,16 @@ _SHAPE = msgspec.json.Decoder(_Shape)
 
 
 class _NoToolCalls(msgspec.Struct):
-    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS). Any value but null
-    fails the decoding, leaving the line to the reader, which refuses a call in a prompt or as an
-    answer. Alone, it skips a message's other fields unread."""
+    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS), no refusal, no audio,
+    no semconv parts. Any value but null fails the decoding, leaving the line to the reader, which
+    refuses a call in a prompt or as an answer, and reads the others. Alone, it skips a message's
+    other fields unread."""
 
     tool_calls: None = None
     function_call: None = None
+    refusal: None = None
+    audio: None = None
+    parts: None = None
 
 
 class _OpenAIRequest(msgspec.Struct):
@@ -517,7 +521,7 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
         "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], "")),
         "completion": pc.fill_null(_fields(col["output"])["content"], ""),
         "usage": pa.StructArray.from_arrays([pa.array(tokens[0]), pa.array(tokens[1]), total], fields=list(_USAGE)),
-        "latency_ms": pa.array((seconds[1] - seconds[0]) * 1000),
+        "latency_ms": pa.array(np.rint((seconds[1] - seconds[0]) * 1e6) / 1000),  # as the reader: whole microseconds
         "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())],
                                                fields=list(_FEEDBACK)),
         "reference_answer": pa.nulls(n, pa.string()),
@@ -573,11 +577,11 @@ _REFUSED_PARTS = formats.MEDIA_PARTS | formats.TOOL_PARTS
 
 def _parts_text(parts: list[_Part]) -> str | None:
     """As formats._parts_text reads them; None for parts the reader refuses (an image, a file, a
-    tool call in a prompt)."""
+    tool call in a prompt) or for none (a message whose content was not recorded)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if any(p.type in _REFUSED_PARTS for p in parts):
+    if not parts or any(p.type in _REFUSED_PARTS for p in parts):
         return None
     return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
 
@@ -594,10 +598,10 @@ class _OlderMessage(_NoToolCalls):
     content: str | list[_TextPart] = ""
     finish_reason: str | None = None
 
-    def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses
+    def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
         if isinstance(self.content, str):
             return self.content
-        if any(p.type in formats.MEDIA_PARTS for p in self.content):
+        if any(p.type in formats.MEDIA_PARTS or p.type == "refusal" for p in self.content):
             return None
         return formats.PART_SEPARATOR.join([p.text for p in self.content if p.type == "text"])
 
@@ -628,6 +632,7 @@ _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
 _OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 _PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
+_TEXT_PROMPT = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.user$"  # a text completion's prompt: the reader's
 # The same, and a flattened message's tool calls, which the reader refuses in a prompt.
 _PROMPT_FIELDS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role$|content$|tool_calls\.|function_call\.)"
 # A flattened choice past the first, or a choice's tool call: the reader's, which makes each choice a
@@ -752,10 +757,11 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
     messages = chats(offsets, *(pa.concat_arrays(texts).take(order) if texts else [] for texts in (roles, contents)))
     if not chosen.any():
         return messages, pa.nulls(len(chosen), pa.string()), ok
-    (completion, completion_ok), (finish, finish_ok) = (attrs.get(f"gen_ai.completion.0.{name}", _STRING)
-                                                        for name in ("content", "finish_reason"))
-    ok &= ~chosen | (completion_ok & finish_ok & (attrs.count(_OTHER_CHOICES) == 0)
-                     & ~_ok(pc.equal(finish, "content_filter")) & ~_ok(pc.match_substring_regex(completion, _JSON_LIST)))
+    (completion, completion_ok), (finish, finish_ok), (role, role_ok) = (
+        attrs.get(f"gen_ai.completion.0.{name}", _STRING) for name in ("content", "finish_reason", "role"))
+    ok &= ~chosen | (completion_ok & finish_ok & role_ok & (attrs.count(_OTHER_CHOICES) == 0)
+                     & ~_ok(pc.equal(finish, "content_filter")) & ~_ok(pc.equal(role, "thinking"))
+                     & ~_ok(pc.match_substring_regex(completion, _JSON_LIST)))
     return messages, pc.fill_null(completion, ""), ok
 
 
@@ -853,6 +859,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     genai = current | json_named | flattened
     silent = model_call & (operation_at >= 0) & ~genai  # a model call without content: the reader's no_content
     sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & ~silent
+    sure &= attrs.count(_TEXT_PROMPT) == 0
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
         sure &= older_ok
@@ -1001,7 +1008,11 @@ def _canonical(col: dict[str, pa.Array], n: int) -> np.ndarray:
     roles = flat.field("role")
     known = pc.and_kleene(pc.is_in(roles, value_set=pa.array(traces.ROLES)), flat.field("content").is_valid())
     ok &= _all_per_row(_ok(known), parents, n)
-    ok &= np.bincount(parents[_ok(pc.equal(roles, "user"))], minlength=n) > 0
+    user = np.flatnonzero(_ok(pc.equal(roles, "user")))
+    ok &= np.bincount(parents[user], minlength=n) > 0
+    last = user[np.r_[parents[user][1:] != parents[user][:-1], True]] if len(user) else user  # each chat's prompt
+    blank = ~_ok(pc.match_substring_regex(flat.field("content").take(pa.array(last)), _NOT_SPACE))
+    ok[parents[last][blank]] = False
 
     feedback = col["feedback"]
     thumb = feedback.field("thumb")

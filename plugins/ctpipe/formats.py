@@ -272,9 +272,20 @@ def _no_tool_call(found: Any, where: str) -> None:
 
 def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     """A prompt's message as OpenAI shapes them (its content a text or typed parts; ``role`` when it
-    names none); FormatError ``tool_call_in_prompt`` for one holding tool calls."""
+    names none); FormatError ``tool_call_in_prompt`` for one holding tool calls. An assistant's
+    earlier refusal (``refusal`` beside a null content) is its text: what the model said then."""
     _no_tool_call(next((f for f in TOOL_FIELDS if m.get(f)), None), where)
-    return {"role": _role(m.get("role") or role), "content": _text(m.get("content"), where)}
+    if m.get("audio"):  # an assistant's spoken answer, referred to by id
+        raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
+    text = _text(m.get("content"), where)
+    refusal = m.get("refusal")
+    return {"role": _role(m.get("role") or role), "content": text or (refusal if isinstance(refusal, str) else text)}
+
+
+def _chat_message(m: dict, where: str) -> dict:
+    """A prompt's message of semconv's typed parts, or shaped as OpenAI's (no ``parts``): sources that
+    say they write the first write either."""
+    return _prompt_parts(m, where) if "parts" in m else _prompt_message(m, where)
 
 
 def _role(role: Any) -> Any:
@@ -284,23 +295,24 @@ def _role(role: Any) -> Any:
 
 
 def _text(content: Any, where: str) -> str:
-    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined);
-    FormatError ``non_text_content`` for one holding an image, audio or a file."""
+    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and an
+    assistant's refusal parts, which are what it said); FormatError ``non_text_content`` for one
+    holding an image, audio or a file."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = [p for p in content if isinstance(p, dict)]
         _media((p.get("type") for p in parts), where)
-        return PART_SEPARATOR.join(p.get("text", "") for p in parts if p.get("type") == "text")
+        return PART_SEPARATOR.join(p.get(kind, "") for p in parts if (kind := p.get("type")) in ("text", "refusal"))
     return ""
 
 
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
-                 filtered: bool = False) -> str | FormatError:
+                 filtered: bool = False, audio: bool = False) -> str | FormatError:
     """``text``, or FormatError ``no_text_answer`` in its place for an answer that is not one to train
     on: a tool call, with text or without (the text beside a call, such as "Let me look that up.",
-    is no answer: the answer comes after the tool's), a refusal without text (the datasets hold
-    text answers), or any answer the content filter stopped (its text, if any, is cut off or a
+    is no answer: the answer comes after the tool's), a refusal or audio without text (the datasets
+    hold text answers), or any answer the content filter stopped (its text, if any, is cut off or a
     placeholder such as OpenLLMetry's "FILTERED"). A blank answer of none of these is left to the
     trace's validation, which calls it empty. In its place, not raised: the other choices of the
     call are traces all the same."""
@@ -310,8 +322,8 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     if tool_call:
         beside = "not text" if blank else "its text beside it no answer"
         return FormatError("no_text_answer", f"{where}: the answer is a tool call, {beside}")
-    if blank and refusal:
-        return FormatError("no_text_answer", f"{where}: the answer is a refusal, not text")
+    if blank and (refusal or audio):
+        return FormatError("no_text_answer", f"{where}: the answer is {'a refusal' if refusal else 'audio'}, not text")
     return text
 
 
@@ -321,9 +333,29 @@ def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
     try:
         return _text_answer(_text(message.get("content"), f"{where}: content"), where,
                             tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                            refusal=bool(message.get("refusal")), filtered=finish_reason == "content_filter")
+                            refusal=bool(message.get("refusal")), filtered=finish_reason == "content_filter",
+                            audio=bool(message.get("audio")))
     except FormatError as e:
         return e
+
+
+def _parts_answer(m: dict, where: str) -> str | FormatError:
+    """The text of an answer message of semconv's typed parts, or the FormatError of one that is none,
+    to stand in its place beside the other choices."""
+    try:
+        text, parts = _parts_text(m, where), m.get("parts") or []
+        kinds = {p.get("type") for p in parts if isinstance(p, dict)}
+        return _text_answer(text, where, tool_call="tool_call" in kinds, refusal="refusal" in kinds,
+                            filtered=m.get("finish_reason") == "content_filter")
+    except FormatError as e:
+        return e
+
+
+def _message_answer(m: dict, where: str) -> str | FormatError:
+    """:func:`_parts_answer` of a message of typed parts, :func:`_answer` of one shaped as OpenAI's."""
+    if "parts" not in m and any(k in m for k in ("content", "refusal", "audio", *TOOL_FIELDS)):
+        return _answer(m, where, m.get("finish_reason"))
+    return _parts_answer(m, where)
 
 
 def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
@@ -433,6 +465,8 @@ def _prompt_parts(m: dict, where: str) -> dict:
     """A prompt's message of semconv's typed parts; FormatError ``tool_call_in_prompt`` for one
     holding a tool call or a tool's result."""
     parts = m.get("parts")
+    if not parts:  # as OpenTelemetry's OpenAI instrumentation writes a message whose content was a list
+        raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
     kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if k in TOOL_PARTS), None), where)
     return {"role": m.get("role"), "content": _parts_text(m, where)}
@@ -474,18 +508,10 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             outputs = _structured(a.get("gen_ai.output.messages") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
-        messages = _system_instructions(a) + [_prompt_parts(m, f"{where}: gen_ai.input.messages[{i}]")
+        messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
                                               for i, m in enumerate(inputs) if isinstance(m, dict)]
-        answers = []
-        for i, m in enumerate(outputs):  # each message "represents a single output choice"
-            if isinstance(m, dict):
-                try:
-                    text, parts = _parts_text(m, f"{where}: output {i}"), m.get("parts") or []
-                    answer = _text_answer(text, f"{where}: output {i}", filtered=m.get("finish_reason") == "content_filter",
-                                          tool_call=any(isinstance(p, dict) and p.get("type") == "tool_call" for p in parts))
-                except FormatError as e:  # in its place: the other choices are traces all the same
-                    answer = e
-                answers.append((i, answer))
+        # Each message "represents a single output choice"; one that is no answer stands in its place.
+        answers = [(i, _message_answer(m, f"{where}: output {i}")) for i, m in enumerate(outputs) if isinstance(m, dict)]
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
@@ -501,25 +527,26 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
 
 def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
     """The older flattened names, as OpenLLMetry writes them: ``gen_ai.prompt.<i>.role`` and
-    ``.content`` per message, ``gen_ai.completion.<i>.*`` per choice (``i`` the choice's index). A
-    message without content (an assistant turn of tool calls only) has no ``.content``, so messages
-    are the indices present, in order, not a count from 0."""
+    ``.content`` per message (or ``.user``, the prompt of a text completion), ``gen_ai.completion.<i>.*``
+    per choice (``i`` the choice's index), but for a model's thinking (role ``thinking``, which its
+    Anthropic instrumentation puts before the answer). A message without content (an assistant turn
+    of tool calls only) has no ``.content``, so messages are the indices present, in order, not a
+    count from 0."""
     found: dict[str, dict[int, set[str]]] = {"prompt": {}, "completion": {}}
     for key in a:
         m = _FLATTENED.fullmatch(key)
         if m:
             found[m[1]].setdefault(int(m[2]), set()).add(m[3])
-    prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content"})
+    prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content", "user"})
     if not prompt:
         return None
     for i in sorted(found["prompt"]):
         _no_tool_call(next((f for f in TOOL_FIELDS if any(k.startswith(f"{f}.") for k in found["prompt"][i])), None),
                       f"{where}: gen_ai.prompt.{i}")
-    messages = [{"role": _role(a.get(f"gen_ai.prompt.{i}.role", "user")),
-                 "content": _flat_content(a.get(f"gen_ai.prompt.{i}.content"), f"{where}: gen_ai.prompt.{i}.content")}
-                for i in prompt]
+    messages = [_flat_message(a, f"gen_ai.prompt.{i}", found["prompt"][i], where) for i in prompt]
     answers = []
-    for i in sorted(i for i, fields in found["completion"].items() if fields & {"role", "content"}):
+    for i in sorted(i for i, fields in found["completion"].items()
+                    if fields & {"role", "content"} and a.get(f"gen_ai.completion.{i}.role") != "thinking"):
         fields, content = found["completion"][i], f"gen_ai.completion.{i}.content"
         try:
             answer = _text_answer(_flat_content(a.get(content), f"{where}: {content}"),
@@ -532,11 +559,23 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     return messages, answers or [(0, "")]
 
 
+def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
+    """The flattened message ``name`` (``gen_ai.prompt.<i>``) of fields ``fields``."""
+    if not fields & {"role", "content"}:  # a text completion's prompt: gen_ai.prompt.<i>.user alone
+        return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user")}
+    return {"role": _role(a.get(f"{name}.role", "user")), "content": _flat_content(a.get(f"{name}.content"),
+                                                                                    f"{where}: {name}.content")}
+
+
 def _flat_content(value: Any, where: str) -> str:
     """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
     writes as JSON text, as the text of its text parts."""
     if value is None:
         return ""
+    if isinstance(value, list):  # a text completion's prompt: a batch of them is not one trace's
+        if len(value) != 1 or not isinstance(value[0], str):
+            raise FormatError("invalid_field", f"{where}={str(value)[:80]} is not one text")
+        return value[0]
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
             parts = json.loads(value)
@@ -579,8 +618,8 @@ class Held:
 
     @property
     def evaluation(self) -> bool:
-        """Whether it is a log record of an evaluation result."""
-        return self.event == _EVALUATION
+        """Whether it is a log record of an evaluation result of a span (one of none joins nothing)."""
+        return self.event == _EVALUATION and self.trace != "" and self.span != ""
 
     def entry(self, where: tuple[str, int] | None, line: bytes | None = None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
@@ -605,10 +644,13 @@ _EVALUATION = "gen_ai.evaluation.result"  # an evaluation result's event: on a s
 _LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", _EVALUATION)
 
 
-def _joins(name: Any, trace: Any, span: Any) -> bool:
-    """Whether a log record of this event name, trace and span id is one a span's join takes."""
-    return (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name) is not None)
-            and isinstance(trace, str) and isinstance(span, str) and trace != "" and span != "")
+def _held_event(name: Any, trace: Any, span: Any, record: dict | bytes) -> Held | None:
+    """A log record (or its JSON text) of this event name, trace and span id as held for its span's
+    join; None for a record of no GenAI event. One that names no span (only its response's
+    id, as semconv allows an evaluation result to) joins none, and is counted so."""
+    if not (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name) is not None)):
+        return None
+    return Held("event", trace if isinstance(trace, str) else "", span if isinstance(span, str) else "", record, name)
 
 
 class _RecordIds(msgspec.Struct):
@@ -648,8 +690,8 @@ def held_log_records(line: bytes) -> list[Held] | None:
             ids = _RECORD_IDS.decode(raw)
             if not ids.eventName and b'"event.name"' in bytes(ids.attributes):
                 return None  # named in its attributes, as older SDKs do
-            if _joins(ids.eventName, ids.traceId, ids.spanId):
-                held.append(Held("event", ids.traceId, ids.spanId, bytes(raw), ids.eventName))
+            if found := _held_event(ids.eventName, ids.traceId, ids.spanId, bytes(raw)):
+                held.append(found)
         return held
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
@@ -702,8 +744,8 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
                     name = _event_name(record)
                 except FormatError:  # attributes that are not OTLP's: an application's record, not one of ours
                     continue
-                if _joins(name, record.get("traceId"), record.get("spanId")):
-                    yield Held("event", record["traceId"], record["spanId"], record, name)
+                if found := _held_event(name, record.get("traceId"), record.get("spanId"), record):
+                    yield found
 
 
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
@@ -787,8 +829,48 @@ def _langfuse_messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
-        return [_prompt_message(m, f"input[{i}]") for i, m in enumerate(value) if isinstance(m, dict)]
+        return [_chat_message(m, f"input[{i}]") for i, m in enumerate(value) if isinstance(m, dict)]
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
+
+
+def _langfuse_answer(value: Any) -> str | FormatError:
+    """A generation's output: a text, an answer message (OpenAI's or of semconv's parts), or a list
+    of one such message, as Langfuse keeps the output of a span it was sent over OpenTelemetry."""
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
+        if len(value) > 1:
+            raise FormatError("invalid_field", f"output holds {len(value)} messages: which is the answer cannot be told")
+        value = value[0]
+    if isinstance(value, dict):
+        return _message_answer(value, "output")
+    return _text(value, "output")
+
+
+def _langfuse_json(value: Any) -> Any:
+    """An input or output as Langfuse's API gives it: Langfuse keeps them as text (JSON text of what
+    was logged, or a text as it was), which its blob-storage export writes as kept and its API reads
+    as JSON where it can. A text that is not a JSON object, array or text stays as it is."""
+    if not isinstance(value, str) or value.lstrip()[:1] not in ('[', '{', '"'):
+        return value
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return parsed if isinstance(parsed, (list, dict, str)) else value
+
+
+def _langfuse_count(value: Any) -> Any:
+    """A token count: Langfuse's blob-storage export writes its counts (UInt64 in its database) as
+    quoted digits, as ClickHouse writes 64-bit integers in JSON by default."""
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+
+
+def _langfuse_map(g: dict, key: str, where: str) -> dict:
+    """:func:`_object` of an object that may come as a Parquet map, a list of (key, value) pairs, as
+    the Parquet export of Langfuse's blob storage writes its maps (such as usage_details)."""
+    value = g.get(key)
+    if isinstance(value, list) and all(isinstance(kv, (tuple, list)) and len(kv) == 2 for kv in value):
+        return dict(value)
+    return _object(g, key, where)
 
 
 def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes | None = None) -> tuple | None:
@@ -914,9 +996,11 @@ def _evaluated(found: list[dict | FormatError], span_id: str, records: list[dict
 def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:
     """The traces of a model call's span that holds no content, with the log records of its GenAI
     events: a record per message and per choice (semconv v1.28 to v1.36), or one of the call's
-    attributes (``gen_ai.client.inference.operation.details``), and evaluation results."""
+    attributes (``gen_ai.client.inference.operation.details``), and evaluation results. Records are
+    taken in the order of their times: an exporter may write one span's batches to files whose names
+    sort in any order (the Collector's S3 exporter names each with a random number)."""
     details, messages, choices, evaluations = {}, [], [], []
-    for record in records:
+    for record in _in_time_order(records):
         name = _event_name(record)
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = body if isinstance(body, dict) else {}
@@ -930,7 +1014,7 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
             messages.append((_MESSAGE_EVENT.fullmatch(name)[1], body))
 
     def content(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:
-        if not (messages or choices):
+        if not _recorded(messages, choices):
             return _otel_messages(a, where)
         prompt = [_prompt_message(body, f"{where}: gen_ai.{role}.message", role) for role, body in messages]
         answers = [(body.get("index", 0), _answer(body["message"] if isinstance(body.get("message"), dict) else {},
@@ -949,17 +1033,35 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     return found
 
 
+def _in_time_order(records: list[dict]) -> list[dict]:
+    """Log records by ``timeUnixNano`` (or ``observedTimeUnixNano``), in the order read where times
+    tie; all in the order read unless each has a time."""
+    try:
+        times = [int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0) for r in records]
+    except (TypeError, ValueError):
+        return records
+    return records if not all(times) else [r for _, r in sorted(zip(times, records), key=lambda tr: tr[0])]
+
+
+def _recorded(messages: list[tuple[str, dict]], choices: list[dict]) -> bool:
+    """Whether the log records of a span's messages and choices hold any content: an instrumentation
+    that was not asked to record it still logs an event per message and choice, without it."""
+    answers = [c["message"] for c in choices if isinstance(c.get("message"), dict)]
+    return (any("content" in body for _, body in messages)
+            or any(k in m for m in answers for k in ("content", "refusal", *TOOL_FIELDS)))
+
+
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     """A Langfuse generation as a canonical trace, given its scores (its own, then its trace's) and
     its trace's version."""
     gid, tid = g.get("id"), g.get("traceId")
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-    usage = _object(g, "usageDetails", f"observation {gid}: ") or _object(g, "usage", f"observation {gid}: ")
+    usage = _langfuse_map(g, "usageDetails", f"observation {gid}: ") or _langfuse_map(g, "usage", f"observation {gid}: ")
+    usage = {k: _langfuse_count(v) for k, v in usage.items()}
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
-    output = g.get("output")
-    completion = _answer(output, "output", None) if isinstance(output, dict) else _text(output, "output")
+    completion = _langfuse_answer(_langfuse_json(g.get("output")))
     if isinstance(completion, FormatError):
         raise completion
     model = g.get("model") or ""
@@ -968,12 +1070,12 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "start_time": _iso(start, f"observation {gid}: startTime"),
         "end_time": _iso(end, f"observation {gid}: endTime"),
         "model": {"name": model, "version": str(g.get("version") or version or model)},
-        "messages": _langfuse_messages(g.get("input")),
+        "messages": _langfuse_messages(_langfuse_json(g.get("input"))),
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": usage.get("total", _total(prompt_tokens, completion_tokens))},
         "feedback": {"thumb": None, "rating": None},
-        "latency_ms": (end - start) * 1000,
+        "latency_ms": round((end - start) * 1e6) / 1000,  # whole microseconds, as the times are
         "scores": scores,
     }
 

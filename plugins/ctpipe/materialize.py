@@ -1639,7 +1639,8 @@ _UNJOINED_WORDS = {
     "otel_log_records": "OTLP log records of GenAI events attached to no model call's span of the interval's files "
                         "that takes them (their spans hold the content themselves, as when it is recorded on "
                         "both, and take only evaluation results; or are in files of another interval, or were "
-                        "not exported): not read",
+                        "not exported; or the records name no span, as an evaluation result naming only its "
+                        "response's id): not read",
     "batch_requests": "requests of a batch's input file had no line of its output among the interval's files "
                       "(not run yet, or answered in files of another interval)",
 }

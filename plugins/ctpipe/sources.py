@@ -5,12 +5,12 @@ A source is a file or a folder of files behind any fsspec URI: a local path, ``s
 config files, instance metadata, never from code). Files are read as:
 
 * ``*.jsonl``, ``*.ndjson``, ``*.json`` (one document per line, a byte order mark before one ignored;
-  gzip when the name ends in ``.gz``, zstd in ``.zst``), in blocks of whole lines of about
-  :data:`BLOCK_BYTES`; a ``*.json`` file may also hold one document of up to
-  :data:`MAX_RECORD_BYTES` over many lines (an array of records, or a single one: a request body
-  saved as it came), read as a line per record, or JSON values one after another (with no
-  delimiter, as Kinesis Data Firehose joins records by default, or pretty-printed), read a value
-  to a line by the process that cuts the file;
+  gzip when the name ends in ``.gz``, zstd in ``.zst``, unless its first bytes say otherwise, with a
+  warning), in blocks of whole lines of about :data:`BLOCK_BYTES`; a ``*.json`` file may also hold
+  one document of up to :data:`MAX_RECORD_BYTES` over many lines (an array of records, or a single
+  one: a request body saved as it came), read as a line per record, or JSON values one after
+  another (with no delimiter, as Kinesis Data Firehose joins records by default, or
+  pretty-printed), read a value to a line by the process that cuts the file;
 * ``*.parquet`` (one document per row), in record batches.
 
 A file whose name ends otherwise (Firehose gives its objects no suffix, or a bare ``.gz``) is
@@ -40,6 +40,7 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -57,6 +58,8 @@ from isal import isal_zlib  # ISA-L: gzip decompressed twice as fast as with zli
 
 from ctpipe.errors import PipelineError
 from ctpipe.traces import InvalidTrace, loads
+
+log = logging.getLogger(__name__)
 
 _COMPRESSED = (".gz", ".zst")  # gzip, zstd
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet",
@@ -476,8 +479,17 @@ def file_key(fs, file: str, info: dict | None = None) -> tuple[int, str]:
     return info.get("size") or 0, hashlib.sha256(json.dumps(info, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # The first bytes of a compressed file, and the suffix that says so.
-_MAGIC = ((b"\x1f\x8b", ".gz"), (b"\x28\xb5\x2f\xfd", ".zst"))
+_MAGIC = ((b"\x1f\x8b", ".gz"), (_ZSTD_MAGIC, ".zst"))
+_KINDS = {".gz": "gzip", ".zst": "zstd", "": "plain text"}  # what a warning calls each
+
+
+def _compressed(head: bytes) -> str:
+    """The compression a file's first bytes say (a suffix of :data:`_COMPRESSED`), or "" for none: a
+    magic number, or a zstd frame's after the length of the frame (see :class:`_Framed`)."""
+    framed = ".zst" if head[4:8] == _ZSTD_MAGIC else ""
+    return next((suffix for start, suffix in _MAGIC if head.startswith(start)), framed)
 
 
 def _sniffed(fs, file: str) -> str | None:
@@ -492,11 +504,35 @@ def _sniffed(fs, file: str) -> str | None:
         first = fs.cat_file(file, start=0, end=_PEEK)  # opening it would ask the store for its details
         if first.startswith(b"PAR1"):
             return file + ".parquet"
-        compression = next((suffix for start, suffix in _MAGIC if first.startswith(start)), "")
+        compression = _compressed(first)
         head = _opened(io.BytesIO(first), compression).read(64)
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
     return file + ".json" + compression if _text(head)[:1] in (b"{", b"[") else None
+
+
+def _compression(f, name: str) -> str:
+    """How to decompress the file object ``f`` (at its start, and left there) of a file read by
+    ``name``: as its name says (a suffix of :data:`_COMPRESSED`, or "" for none), unless it is named
+    compressed and its first bytes say another compression, or are JSON text. ``gcloud storage cp``
+    saves an object stored gzipped with decompressive transcoding as plain text under its ``.gz``
+    name: read as its name says, all its lines were lost as one ``corrupt_gzip`` item. Bytes that
+    say nothing are read as named, for their damage to be reported as it is."""
+    named = next((c for c in _COMPRESSED if name.endswith(c)), "")
+    if not named:
+        return ""
+    at = f.tell()
+    head = f.read(_PEEK)
+    f.seek(at)
+    return _compressed(head) or ("" if _text(head)[:1] in (b"{", b"[") else named)
+
+
+def _misnamed(file: str, name: str, compression: str) -> None:
+    """Warn once a file is read as ``compression``, where its name says another (see :func:`_compression`)."""
+    named = next((c for c in _COMPRESSED if name.endswith(c)), "")
+    if compression != named:
+        log.warning("%s is named as %s, but its first bytes are %s: read as they say", file, _KINDS[named],
+                    _KINDS[compression])
 
 
 def _opened(raw, compression: str):
@@ -555,9 +591,10 @@ def _gunzip(f) -> Iterator[bytes]:
 
 
 def _unzstd(f) -> Iterator[bytes]:
-    """Decompressed pieces of a zstd stream (frames one after another), a block's worth each, up to
-    any damage, which is raised once the pieces before it are handed out. A frame's checksum (the
-    zstd tool writes one) is checked; a frame without one cannot tell damaged bytes from others."""
+    """Decompressed pieces of a zstd stream (frames one after another, or each after its length: see
+    :class:`_Framed`), a block's worth each, up to any damage, which is raised once the pieces before
+    it are handed out. A frame's checksum (the zstd tool writes one) is checked; a frame without one
+    cannot tell damaged bytes from others."""
     stream = _zstd_stream(f)
     held, size = [], 0
     try:
@@ -580,15 +617,87 @@ def _unzstd(f) -> Iterator[bytes]:
 
 
 def _zstd_stream(f):
-    """A file object of what the zstd file object ``f`` holds, decompressed as it is read."""
+    """A file object of what the zstd file object ``f`` (at its start) holds, decompressed as it is
+    read: one stream of frames, or frames each after its length (see :class:`_Framed`)."""
+    at = f.tell()
+    framed = f.read(8)[4:] == _ZSTD_MAGIC  # no frame's header holds the magic number again
+    f.seek(at)
+    return _Framed(f) if framed else _zstd_frames(f)
+
+
+def _zstd_frames(f):
     return pa.CompressedInputStream(pa.PythonFile(f, mode="r"), "zstd")
+
+
+class _Framed:
+    """A file object of what a file of zstd frames each after its length (4 bytes, big-endian) holds,
+    each frame's text on a line of its own, decompressed as it is read. The OpenTelemetry Collector's
+    file exporter writes ``format: json`` with ``compression: zstd`` so (one frame an export, with no
+    newline: see its ``exportMessageAsBuffer``), unless its ``exporter.file.nativeCompression``
+    feature gate is on; read as one stream, the whole file was one ``corrupt_zstd`` item.
+
+    Damage raises OSError as Arrow's reader does ("Truncated" first where the file ends early), after
+    a read that gives the frames before it: a read's worth of them is not lost with it."""
+
+    def __init__(self, f):
+        self.f, self.frame, self.stream, self.failure = f, None, None, None
+
+    def read(self, n: int) -> bytes:
+        if self.failure is not None:
+            raise self.failure
+        out: list[bytes] = []
+        try:
+            while n > 0 and self._next():
+                piece = self.stream.read(n)
+                if not piece:  # the frame ended: where its length says it ends?
+                    if self.frame.left:
+                        raise OSError(f"Truncated frame: {self.frame.left} bytes of it missing")
+                    piece, self.stream = b"\n", None
+                out.append(piece)
+                n -= len(piece)
+        except OSError as e:
+            if not out:
+                raise
+            self.failure = e
+        return b"".join(out)
+
+    def _next(self) -> bool:
+        """Whether a frame is open to read, the next one opened if need be (False: the file ended)."""
+        if self.stream is None:
+            size = self.f.read(4)
+            if not size:
+                return False
+            if len(size) < 4:
+                raise OSError("Truncated frame length")
+            self.frame = _Bounded(self.f, int.from_bytes(size, "big"))
+            self.stream = _zstd_frames(self.frame)
+        return True
+
+
+class _Bounded:
+    """The next ``left`` bytes of the file object ``f``, as a file object of their own."""
+
+    closed = False  # as Arrow asks of a file it reads
+
+    def __init__(self, f, left: int):
+        self.f, self.left = f, left
+
+    def close(self) -> None:
+        """Arrow closes it once its frame is read: ``f`` stays open, for the frames after it."""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(self.left if n is None or n < 0 else min(n, self.left))
+        self.left -= len(data)
+        return data
 
 
 def _jsonl_blocks(fs, file: str, name: str, stream: bool = False) -> Iterator[Block]:
     """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with
     their lines; with ``stream``, of a file of JSON values one after another, a value to a line."""
     with fs.open(file, "rb") as f:
-        pieces = (_gunzip(f) if name.endswith(".gz") else _unzstd(f) if name.endswith(".zst")
+        compression = _compression(f, name)
+        _misnamed(file, name, compression)
+        pieces = (_gunzip(f) if compression == ".gz" else _unzstd(f) if compression == ".zst"
                   else iter(lambda: f.read(BLOCK_BYTES), b""))
         yield from _last_line_joined(_cut(file, _a_value_a_line(pieces) if stream else pieces))
 
@@ -1438,10 +1547,11 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     a line each) for one document: the elements of an array (numbered by their place in it), or the
     document itself. A document that does not parse or is past :data:`MAX_RECORD_BYTES` is read as
     lines, and quarantined so."""
-    lines = ("lines", b"")
+    lines, compression = ("lines", b""), ""
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
-            f = _opened(raw, next((c for c in _COMPRESSED if name.endswith(c)), ""))
+            compression = _compression(raw, name)
+            f = _opened(raw, compression)
             head = f.read(_PEEK)
             text = _text(head)
             first, newline, _ = text.partition(b"\n")
@@ -1461,6 +1571,7 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
         return lines
+    _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
 
 

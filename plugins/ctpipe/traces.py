@@ -150,8 +150,10 @@ def _consistent(rec: TraceRecord) -> TraceRecord:
         raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
     if not rec.completion or rec.completion.isspace():
         raise InvalidTrace("invalid_field", "`completion` is empty")
-    for m in rec.messages:
+    for m in reversed(rec.messages):
         if m.role == "user":
+            if not m.content or m.content.isspace():
+                raise InvalidTrace("invalid_field", "`messages`: the last user message, the prompt, is empty")
             return rec
     raise InvalidTrace("invalid_field", "`messages` has no user message")
 
