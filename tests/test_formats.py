@@ -153,6 +153,23 @@ def test_openllmetry_flattened_messages_are_the_indices_present_and_each_choice_
     assert one["trace_id"] == SPAN_ID and one["messages"] == [{"role": "user", "content": " [1, 2]"}]  # no parts: text
 
 
+def test_openllmetry_thinking_is_no_choice_and_a_text_completions_prompt_is_the_users():
+    """OpenLLMetry's Anthropic instrumentation puts the model's thinking before its answer as a
+    completion of role ``thinking``; its text-completion spans name the prompt ``gen_ai.prompt.0.user``."""
+    prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "How many r in strawberry?")]
+    thinking = [kv("gen_ai.completion.0.role", "thinking"), kv("gen_ai.completion.0.content", "Let me count: s-t-r...")]
+    (t,) = normalize(otlp(prompt + thinking + [kv("gen_ai.completion.1.role", "assistant"), kv("gen_ai.completion.1.content", "3"),
+                                               kv("gen_ai.usage.output_tokens", 40)]), "otel")
+    assert (t["trace_id"], t["completion"], t["usage"]["completion_tokens"]) == (SPAN_ID, "3", 40)  # one choice: its count
+    with pytest.raises(FormatError, match="completion 1: the answer is a tool call"):
+        normalize(otlp(prompt + thinking + [kv("gen_ai.completion.1.role", "assistant"),
+                                            kv("gen_ai.completion.1.tool_calls.0.name", "count")]), "otel")
+    completion = [kv("llm.request.type", "completion"), kv("gen_ai.prompt.0.user", "Tell me a joke about owls"),
+                  kv("gen_ai.completion.0.content", "Whooo knows?")]
+    (t,) = normalize(otlp(completion), "otel")
+    assert t["messages"] == [{"role": "user", "content": "Tell me a joke about owls"}] and t["completion"] == "Whooo knows?"
+
+
 @pytest.mark.parametrize("answer, detail", [
     ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "FILTERED"),
       kv("gen_ai.completion.0.finish_reason", "content_filter")], "completion 0: the answer was stopped by the content filter"),
@@ -486,6 +503,27 @@ def test_the_log_records_of_a_calls_messages_and_choices_join_its_span(named_by_
                      event("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {"tool_calls": [{"id": "c"}]}}))
     (refused,) = _with_logs(otlp(CONTENTLESS), tool_call)
     assert refused.reason == "no_text_answer" and "choice 0: the answer is a tool call" in str(refused)
+
+
+def test_log_records_join_in_the_order_of_their_times_and_records_without_content_are_no_content():
+    """The Collector's S3 exporter names each file with a random number: a span's records are taken
+    by their times, not the order their files were read in. An instrumentation not asked to record
+    content still logs an event per message and choice, without it: the span has no content."""
+    def at(record, ms):
+        return {**record, "timeUnixNano": str(1795340000000000000 + ms * 10**6)}
+
+    first = logs(at(event("gen_ai.system.message", {"content": "Be brief."}), 1),
+                 at(event("gen_ai.user.message", {"content": "What is 2 plus 3?"}), 2))
+    later = logs(at(event("gen_ai.assistant.message", {"content": "5"}), 3),
+                 at(event("gen_ai.user.message", {"content": "Doubled?"}), 4),
+                 at(event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "10"}}), 5))
+    (t,) = _with_logs(otlp(CONTENTLESS), later, first)
+    assert [m["content"] for m in t["messages"]] == ["Be brief.", "What is 2 plus 3?", "5", "Doubled?"]
+    assert t["completion"] == "10"
+    unrecorded = logs(event("gen_ai.user.message", {}), event("gen_ai.choice", {"index": 0, "finish_reason": "stop",
+                                                                                "message": {"role": "assistant"}}))
+    (e,) = _with_logs(otlp(CONTENTLESS), unrecorded)
+    assert e.reason == "no_content", e
 
 
 def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines_are_left_to_the_reader():

@@ -15,7 +15,7 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
     end_time          RFC 3339 with timezone, >= start_time
     model             {"name": str, "version": str}: what served the answer (both non-empty)
     messages          [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content": str}, ...]
-                      the request's chat, with at least one user message; the last one is the prompt
+                      the request's chat, with at least one user message; the last one is the prompt, not blank
     completion        str, not blank: the model's answer
     usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
     feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
