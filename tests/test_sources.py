@@ -262,8 +262,8 @@ def test_what_cannot_be_read_of_a_long_otlp_export_is_quarantined_in_its_place(t
 
 def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch):
     """An array of records or one record, pretty-printed (gzip or not): a record per element, each
-    refused for its own faults. JSON Lines, a document that does not parse and one past the record
-    size are read line by line."""
+    refused for its own faults. JSON Lines and a document that does not parse are read line by line;
+    an array past the record size an element at a time."""
     import ctpipe.sources as sources
 
     monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
@@ -281,8 +281,31 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
         ("a.json", 4, None, {"n": 2, "text": "caf\u00e9"}), ("b.json.gz", 1, None, {"n": 3, "nested": {"a": [1, 2]}}),
         ("c.json", 1, None, {"n": 4}), ("c.json", 2, None, {"n": 5}), ("d.json", 1, "invalid_json", None)]
     assert [(p, r) for f, p, r, _ in items if f == "d.json"] == [(1, "invalid_json"), (2, "invalid_json"), (3, None)]
-    assert [r for f, _, r, _ in items if f == "e.json"] == ["invalid_json"] * 3 + ["record_too_large"] + ["invalid_json"] * 2
+    assert [(p, r) for f, p, r, _ in items if f == "e.json"] == [(1, "record_too_large")]
     assert [(p, d) for f, p, _, d in items if f == "f.json"] == [(1, {"n": 9}), (2, {"n": 10})]
+
+
+@pytest.mark.parametrize("name", ["export.json", "export.json.gz"])
+def test_an_array_past_the_record_size_is_read_an_element_at_a_time(tmp_path, monkeypatch, name):
+    """Langfuse's JSON export writes a window's rows as one array on one line; pretty-printed ones
+    span many. Past the record size, each element is a record numbered by its place in the array,
+    however the pieces read cut it, commas and brackets in strings left whole."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
+    monkeypatch.setattr(sources, "_PEEK", 1000)  # less than a record, as 64 KB is of 8 MB
+    rng = random.Random(1)
+    texts = ['say "],["', "c:\\", "[{,", "]", "a\nb", ""]
+    records = [{"n": i, "text": rng.choice(texts) * rng.randrange(4) + "x" * rng.randrange(200), "nested": [{"m": i}, [1, 2]]}
+               for i in range(200)]
+    for indent in (None, 2):
+        (tmp_path / name).write_bytes(packed(name, b"\xef\xbb\xbf " + json.dumps(records, indent=indent).encode()))
+        items = list(read(str(tmp_path / name)))
+        assert [(i.position, i.doc) for i in items] == list(enumerate(records, 1)), indent
+    (tmp_path / name).write_bytes(packed(name, json.dumps(records).encode()[:-200]))  # cut short: the rest quarantined
+    items = list(read(str(tmp_path / name)))
+    assert [i.doc for i in items[:-1]] == records[:len(items) - 1] and items[-1].reason == "invalid_json"
 
 
 def test_damaged_records_are_reported_with_their_place_and_good_ones_kept(tmp_path, monkeypatch):

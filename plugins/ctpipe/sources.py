@@ -691,15 +691,17 @@ class _Bounded:
         return data
 
 
-def _jsonl_blocks(fs, file: str, name: str, stream: bool = False) -> Iterator[Block]:
+def _jsonl_blocks(fs, file: str, name: str, layout: str = "lines") -> Iterator[Block]:
     """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with
-    their lines; with ``stream``, of a file of JSON values one after another, a value to a line."""
+    their lines; of a file of JSON values one after another (``layout`` "stream"), or of one array
+    ("array"), a value to a line (see :func:`_a_value_a_line`)."""
     with fs.open(file, "rb") as f:
         compression = _compression(f, name)
         _misnamed(file, name, compression)
         pieces = (_gunzip(f) if compression == ".gz" else _unzstd(f) if compression == ".zst"
                   else iter(lambda: f.read(BLOCK_BYTES), b""))
-        yield from _last_line_joined(_cut(file, _a_value_a_line(pieces) if stream else pieces))
+        values = _a_value_a_line(pieces, layout == "array") if layout != "lines" else pieces
+        yield from _last_line_joined(_cut(file, values))
 
 
 # Bytes that shape a stream of JSON values: brackets open and close values, newlines (and carriage
@@ -761,18 +763,27 @@ class _Brackets:
         return marks, kind, before, after
 
 
-def _a_value_a_line(pieces: Iterator[bytes]) -> Iterator[bytes]:
+def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[bytes]:
     """Pieces of a stream of JSON values written one after another, as Kinesis Data Firehose writes
     records by default (``{"a":1}{"a":2}``, no delimiter), or pretty-printed ones, as pieces of JSON
     Lines: each newline outside a string made a space, and one put before every object or array that
     begins at the top level, but the first (see :class:`_Brackets`). A value that never closes takes
-    the rest of the stream into its line, which is quarantined (as too large, past 8 MB)."""
-    brackets, begun = _Brackets(), False
+    the rest of the stream into its line, which is quarantined (as too large, past 8 MB).
+
+    With ``array``, of the elements of one array: its brackets, and the commas between its elements,
+    made spaces. An array too large to be a record (Langfuse's JSON export writes a window's rows as
+    one) was one ``record_too_large`` item, all its records lost."""
+    brackets, begun = _Brackets(_SHAPING + b"," if array else _SHAPING), False
     for piece in pieces:
+        if array and not begun and piece.strip(_BLANK):  # the array's opening bracket, the first value's
+            at = len(piece) - len(piece.lstrip(_BLANK))
+            piece = piece[:at] + b" " + piece[at + 1:]
         marks, kind, before, _ = brackets.marks(piece)
         starts = marks[_OPENS[kind] & (before == 0)]
         out = np.frombuffer(piece, np.uint8).copy()
         out[marks[_NEWLINES[kind]]] = ord(" ")
+        if array:  # between elements: a comma, or the closing bracket (one with none open)
+            out[marks[(before == 0) & ((kind == ord(",")) | _CLOSES[kind])]] = ord(" ")
         if not begun:
             if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
                 starts = starts[1:]  # the first value, after nothing but white space
@@ -1489,8 +1500,8 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
         if layout == "document":
             yield Block(file, 1, data=records)
-        elif layout == "stream":
-            yield from _jsonl_blocks(src, file, name, stream=True)
+        elif layout in ("stream", "array"):
+            yield from _jsonl_blocks(src, file, name, layout)
         elif name.endswith(".parquet"):
             yield from _parquet_blocks(src, file)
         elif name.endswith(_COMPRESSED):
@@ -1545,8 +1556,9 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     document, or longer than a peek); ("stream", b"") for JSON values one after another with no
     newline between them, or pretty-printed (see :func:`_a_value_a_line`); ("document", its records,
     a line each) for one document: the elements of an array (numbered by their place in it), or the
-    document itself. A document that does not parse or is past :data:`MAX_RECORD_BYTES` is read as
-    lines, and quarantined so."""
+    document itself; ("array", b"") for an array past :data:`MAX_RECORD_BYTES` whose first line is
+    no record, read an element at a time. Another document that does not parse or is past
+    :data:`MAX_RECORD_BYTES` is read as lines, and quarantined so."""
     lines, compression = ("lines", b""), ""
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
@@ -1562,11 +1574,11 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
                     return "stream", b""
                 if not newline:  # one line that does not parse: a bad line, not a document
                     return lines
-            head += f.read(MAX_RECORD_BYTES + 1 - len(head))
+            head += f.read(max(MAX_RECORD_BYTES + 1 - len(head), 0))
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
         return lines
     if len(head) > MAX_RECORD_BYTES:
-        return lines
+        return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
