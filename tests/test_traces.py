@@ -37,10 +37,20 @@ def test_unknown_fields_are_ignored():
         (json.dumps(trace(1, messages=[{"role": "assistant", "content": "hi"}])), "invalid_field"),
         (json.dumps(trace(1, feedback={"thumb": "sideways"})), "invalid_field"),
         (json.dumps(trace(1, end_time="2026-11-22T09:00:00+00:00")), "invalid_field"),
+        (json.dumps(trace(1, messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                       {"role": "user", "content": " \n"}])), "invalid_field"),  # a blank prompt
+        (json.dumps(trace(1, completion="Cut \ud83d")), "invalid_utf8"),  # half an emoji, escaped
     ],
 )
 def test_bad_records_are_rejected_with_a_reason(line, expected):
     assert reason(line) == expected
+
+
+def test_a_surrogate_escaped_alone_is_named_and_a_pair_is_read():
+    with pytest.raises(InvalidTrace, match=r"\\udc01 is half of a character"):
+        decode(json.dumps(trace(1, completion="\U0001f600 \udc01")))
+    assert decode(json.dumps(trace(1, completion="\U0001f600"))).completion == "\U0001f600"
+    assert decode(json.dumps(trace(1, completion="\\ud83d"))).completion == "\\ud83d"  # a backslash, then text
 
 
 def test_the_detail_names_the_field():

@@ -277,9 +277,9 @@ def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     _no_tool_call(next((f for f in TOOL_FIELDS if m.get(f)), None), where)
     if m.get("audio"):  # an assistant's spoken answer, referred to by id
         raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
-    text = _text(m.get("content"), where)
     refusal = m.get("refusal")
-    return {"role": _role(m.get("role") or role), "content": text or (refusal if isinstance(refusal, str) else text)}
+    text = _text(m.get("content"), where) or (refusal if isinstance(refusal, str) else "")
+    return {"role": _role(m.get("role") or role), "content": text}
 
 
 def _chat_message(m: dict, where: str) -> dict:

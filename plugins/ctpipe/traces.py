@@ -109,6 +109,12 @@ class InvalidTrace(ValueError):
 _DECODER = msgspec.json.Decoder(TraceRecord)
 
 
+# Half of a UTF-16 surrogate pair escaped alone (JavaScript's JSON.stringify writes one for an emoji
+# cut in two): valid JSON, but no text UTF-8 can hold.
+_LONE_SURROGATE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?:d[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2}\\u)d[c-f][0-9a-f]{2})",
+                             re.I)
+
+
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
@@ -131,6 +137,11 @@ def loads(text: str | bytes) -> Any:
                 raise InvalidTrace("non_finite_number", str(why)) from None
         except RecursionError:
             pass
+        else:
+            lone = _LONE_SURROGATE.search(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
+            if lone:
+                raise InvalidTrace("invalid_utf8", f"\\u{lone[0][-4:]} is half of a character, a UTF-16 surrogate "
+                                                   "escaped alone, which UTF-8 text cannot hold") from None
         raise InvalidTrace("invalid_json", str(e)) from None
 
 
