@@ -524,6 +524,11 @@ def test_log_records_join_in_the_order_of_their_times_and_records_without_conten
                                                                                 "message": {"role": "assistant"}}))
     (e,) = _with_logs(otlp(CONTENTLESS), unrecorded)
     assert e.reason == "no_content", e
+    # Records that name no span join none, not even a span whose ids are empty.
+    nameless = otlp(CONTENTLESS)
+    nameless["resourceSpans"][0]["scopeSpans"][0]["spans"][0] |= {"traceId": "", "spanId": ""}
+    (e,) = _with_logs(nameless, logs(*({**r, "traceId": "", "spanId": ""} for r in later["resourceLogs"][0]["scopeLogs"][0]["logRecords"])))
+    assert e.reason == "no_content", e
 
 
 def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines_are_left_to_the_reader():
@@ -846,6 +851,9 @@ def test_an_earlier_refusal_is_what_the_assistant_said_and_audio_is_no_text():
     with pytest.raises(FormatError, match="choice 0: the answer is audio, not text") as e:
         normalize(log, "openai")
     assert e.value.reason == "no_text_answer"
+    log["response"]["choices"][0]["message"] = {"role": "assistant", "content": parts[1]["content"]}  # refused as parts
+    with pytest.raises(FormatError, match="choice 0: the answer is a refusal, not text"):
+        normalize(log, "openai")
 
 
 def test_a_langfuse_join_of_each_traces_rows_apart_gives_the_traces_of_the_whole_export():

@@ -278,14 +278,14 @@ def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     if m.get("audio"):  # an assistant's spoken answer, referred to by id
         raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
     refusal = m.get("refusal")
-    text = _text(m.get("content"), where) or (refusal if isinstance(refusal, str) else "")
+    text = _text(m.get("content"), where, said=True) or (refusal if isinstance(refusal, str) else "")
     return {"role": _role(m.get("role") or role), "content": text}
 
 
 def _chat_message(m: dict, where: str) -> dict:
     """A prompt's message of semconv's typed parts, or shaped as OpenAI's (no ``parts``): sources that
     say they write the first write either."""
-    return _prompt_parts(m, where) if "parts" in m else _prompt_message(m, where)
+    return _prompt_parts(m, where) if m.get("parts") is not None else _prompt_message(m, where)
 
 
 def _role(role: Any) -> Any:
@@ -294,16 +294,17 @@ def _role(role: Any) -> Any:
     return "tool" if role == "function" else role
 
 
-def _text(content: Any, where: str) -> str:
-    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and an
-    assistant's refusal parts, which are what it said); FormatError ``non_text_content`` for one
-    holding an image, audio or a file."""
+def _text(content: Any, where: str, said: bool = False) -> str:
+    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and with
+    ``said``, of an earlier turn, an assistant's refusal parts, which are what it said then);
+    FormatError ``non_text_content`` for one holding an image, audio or a file."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = [p for p in content if isinstance(p, dict)]
         _media((p.get("type") for p in parts), where)
-        return PART_SEPARATOR.join(p.get(kind, "") for p in parts if (kind := p.get("type")) in ("text", "refusal"))
+        kinds = ("text", "refusal") if said else ("text",)
+        return PART_SEPARATOR.join(p.get(kind, "") for p in parts if (kind := p.get("type")) in kinds)
     return ""
 
 
@@ -330,10 +331,12 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
 def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
     """The text of an answer message as OpenAI shapes them (``content``, ``tool_calls``, ``refusal``),
     or the FormatError of one that is none, to stand in its place beside the other choices."""
+    content = message.get("content")
+    refused = isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "refusal" for p in content)
     try:
-        return _text_answer(_text(message.get("content"), f"{where}: content"), where,
+        return _text_answer(_text(content, f"{where}: content"), where,
                             tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                            refusal=bool(message.get("refusal")), filtered=finish_reason == "content_filter",
+                            refusal=bool(message.get("refusal")) or refused, filtered=finish_reason == "content_filter",
                             audio=bool(message.get("audio")))
     except FormatError as e:
         return e
@@ -353,7 +356,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
 
 def _message_answer(m: dict, where: str) -> str | FormatError:
     """:func:`_parts_answer` of a message of typed parts, :func:`_answer` of one shaped as OpenAI's."""
-    if "parts" not in m and any(k in m for k in ("content", "refusal", "audio", *TOOL_FIELDS)):
+    if m.get("parts") is None and any(k in m for k in ("content", "refusal", "audio", *TOOL_FIELDS)):
         return _answer(m, where, m.get("finish_reason"))
     return _parts_answer(m, where)
 
@@ -631,6 +634,9 @@ class Held:
         if self.kind in ("response", "request"):
             trace = key = f"batch {self.trace}"
             value = line if line is not None else self.value
+        elif self.kind == "event" and not (self.trace and self.span):  # joins none, not even a span of empty ids
+            trace = key = "otel:none"
+            value = self.value
         else:
             trace, key, value = f"otel {self.trace}", f"otel {self.trace} {self.span}", self.value
         value = value if isinstance(value, bytes) else _pickled(value)
@@ -1037,7 +1043,7 @@ def _in_time_order(records: list[dict]) -> list[dict]:
     """Log records by ``timeUnixNano`` (or ``observedTimeUnixNano``), in the order read where times
     tie; all in the order read unless each has a time."""
     try:
-        times = [int(r.get("timeUnixNano") or r.get("observedTimeUnixNano") or 0) for r in records]
+        times = [int(r.get("timeUnixNano") or 0) or int(r.get("observedTimeUnixNano") or 0) for r in records]
     except (TypeError, ValueError):
         return records
     return records if not all(times) else [r for _, r in sorted(zip(times, records), key=lambda tr: tr[0])]
