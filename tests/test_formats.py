@@ -824,6 +824,31 @@ def test_langfuse_generations_sent_over_opentelemetry_read_their_messages_as_lan
         assert isinstance(e, FormatError) and e.reason == reason and says in str(e), (name, e)
 
 
+def test_litellms_logs_of_calls_take_their_times_and_a_failed_call_is_a_failed_request():
+    """LiteLLM's StandardLoggingPayload: the request's messages beside the response, and the call's
+    start and end in seconds (its response's ``created`` may be when the answer came, or an earlier
+    call's, for a cached one); a failed call has no response, only the error."""
+    payload = {"id": "chatcmpl-1", "call_type": "acompletion", "status": "success", "model": "gpt-4o-mini",
+               "startTime": 1795340460.123, "endTime": 1795340462.623, "completionStartTime": 1795340460.9,
+               "messages": OPENAI["request"]["messages"], "response": OPENAI["response"], "cache_hit": False,
+               "hidden_params": {"model_id": "m1"}}
+    (t,) = normalize(payload, "auto")
+    assert (t["start_time"], t["end_time"], t["latency_ms"]) == ("2026-11-22T09:41:00.123000+00:00",
+                                                                 "2026-11-22T09:41:02.623000+00:00", 2500.0)
+    assert decode(json.dumps(t)).completion == "5"
+    failed = {**payload, "status": "failure", "response": {}, "error_str": "RateLimitError: slow down"}
+    assert detect(failed) == "openai"
+    with pytest.raises(FormatError, match="the call failed: RateLimitError: slow down") as e:
+        normalize(failed, "auto")
+    assert e.value.reason == "failed_request"
+
+
+def test_a_rating_kept_as_text_is_a_number():
+    """OpenAI's stored completions keep every metadata value as text."""
+    (t,) = normalize({**OPENAI, "metadata": {"rating": "4", "thumb": "up"}}, "openai")
+    assert decode(json.dumps(t)).feedback.rating == 4.0
+
+
 def test_a_blank_prompt_is_refused_naming_it():
     for content in ("", "  \n"):
         doc = {**copy.deepcopy(OPENAI), "request": {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},

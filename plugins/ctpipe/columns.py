@@ -90,6 +90,8 @@ class _OpenAIResponse(msgspec.Struct):
 class _OpenAIShape(msgspec.Struct):
     request: _OpenAIRequest
     response: _OpenAIResponse
+    startTime: None = None  # a call's times, as LiteLLM logs them: the reader's
+    endTime: None = None
 
 
 _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)

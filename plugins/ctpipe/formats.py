@@ -123,7 +123,7 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
-    if _batch_kind(doc):
+    if _batch_kind(doc) or _failed_call(doc):
         return "openai"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
@@ -151,6 +151,12 @@ def _batch_kind(doc: dict) -> Literal["request", "response"] | None:
     if isinstance(response, dict) and "status_code" in response or response is None and doc.get("error"):
         return "response"
     return None
+
+
+def _failed_call(doc: dict) -> bool:
+    """Whether ``doc`` is LiteLLM's log of a call that failed (its ``StandardLoggingPayload``: the
+    request's ``messages`` beside a ``status`` of failure and the error, and no response)."""
+    return doc.get("status") == "failure" and "messages" in doc and "error_str" in doc
 
 
 def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
@@ -328,6 +334,17 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     return text
 
 
+def _number(value: Any) -> Any:
+    """A number that may come as text, as OpenAI's stored completions keep every metadata value; any
+    other value as it is, for the trace's validation to name."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
 def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
     """The text of an answer message as OpenAI shapes them (``content``, ``tool_calls``, ``refusal``),
     or the FormatError of one that is none, to stand in its place beside the other choices."""
@@ -369,6 +386,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     if batch:
         yield Held(batch, _need(doc, "custom_id", str, ""), "", doc)
         return
+    if _failed_call(doc):
+        raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
     messages = _need(request, "messages", list, "request.")
@@ -378,6 +397,9 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     usage = _object(response, "usage", "response.")
     latency_ms = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+    start = created
+    if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):  # LiteLLM's call times
+        start, latency_ms = doc["startTime"], round((doc["endTime"] - doc["startTime"]) * 1e6) / 1000
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
@@ -393,13 +415,13 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
             continue
         yield {
             "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
-            "start_time": _iso(created, f"response {rid}: created"),
-            "end_time": _iso(created + latency_ms / 1000, f"response {rid}: created + latency_ms"),
+            "start_time": _iso(start, f"response {rid}: created or startTime"),
+            "end_time": _iso(start + latency_ms / 1000, f"response {rid}: created + latency_ms, or endTime"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
             "messages": prompt,
             "completion": answer,
             "usage": _usage(*(usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")), len(choices)),
-            "feedback": {"thumb": meta.get("thumb"), "rating": meta.get("rating")},
+            "feedback": {"thumb": meta.get("thumb"), "rating": _number(meta.get("rating"))},
             "latency_ms": latency_ms,
             "scores": [],
         }

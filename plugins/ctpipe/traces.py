@@ -196,12 +196,13 @@ def partition_dir(root: Path, ts: datetime) -> Path:
 
 
 # Folders that say in which hour or day their files' traces started (or arrived, see
-# DatasetConfig.partitioned_by): ours (date=YYYY-MM-DD/hour=HH), Hive's other spellings, and the
-# YYYY/MM/DD/HH of Kinesis Firehose and of log sinks. A folder, not a file's name: a slash follows.
+# DatasetConfig.partitioned_by): ours (date=YYYY-MM-DD/hour=HH), Hive's other spellings, the
+# YYYY/MM/DD/HH of Kinesis Firehose and of log sinks, and a day's YYYY-MM-DD alone (LiteLLM's S3 and
+# GCS loggers). A folder, not a file's name: a slash follows.
 _PARTITION = re.compile(
     r"(?:^|/)(?:(?:date|dt)=(?P<date>\d{4}-\d\d-\d\d)(?:/(?:hour|hr)=(?P<hour>\d\d?))?"
     r"|year=(?P<y>\d{4})/month=(?P<m>\d\d?)/day=(?P<d>\d\d?)(?:/hour=(?P<h>\d\d?))?"
-    r"|(?P<Y>\d{4})/(?P<M>\d\d)/(?P<D>\d\d)(?:/(?P<H>\d\d))?)(?=/)"
+    r"|(?P<Y>\d{4})/(?P<M>\d\d)/(?P<D>\d\d)(?:/(?P<H>\d\d))?|(?P<day>\d{4}-\d\d-\d\d))(?=/)"
 )
 
 
@@ -216,7 +217,8 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
     ...           "logs/year=2026/month=11/day=22/hour=7/x.jsonl", "firehose/2026/11/22/07/stream-1-2026-11-22-07-59",
     ...           "otel/year=2026/month=11/day=22/hour=07/minute=59/traces_1.json",
     ...           "otel/2026/11/22/07/59/traces_2.json",
-    ...           "sink/2026/11/22/07.jsonl", "a/2026/13/22/07/x.jsonl", "a/date=2026-11-22.jsonl"):
+    ...           "sink/2026/11/22/07.jsonl", "litellm/2026-11-22/time-07-59-01_id.json",
+    ...           "a/2026/13/22/07/x.jsonl", "a/date=2026-11-22.jsonl"):
     ...     span = partition_span(p)
     ...     print(span and f"{span[0]:%Y-%m-%d %H:%M} +{span[1]}")
     2026-11-22 07:00 +1:00:00
@@ -225,6 +227,7 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
     2026-11-22 07:00 +1:00:00
     2026-11-22 07:00 +1:00:00
     2026-11-22 07:00 +1:00:00
+    2026-11-22 00:00 +1 day, 0:00:00
     2026-11-22 00:00 +1 day, 0:00:00
     None
     None
@@ -242,7 +245,8 @@ def _folder_span(folder: str) -> tuple[datetime, timedelta] | None:
     if not found:
         return None
     g = found[-1].groupdict()
-    y, m, d = g["date"].split("-") if g["date"] else (g["y"], g["m"], g["d"]) if g["y"] else (g["Y"], g["M"], g["D"])
+    dashed = g["date"] or g["day"]
+    y, m, d = dashed.split("-") if dashed else (g["y"], g["m"], g["d"]) if g["y"] else (g["Y"], g["M"], g["D"])
     hour = g["hour"] or g["h"] or g["H"]
     try:
         start = datetime(int(y), int(m), int(d), int(hour or 0), tzinfo=timezone.utc)
