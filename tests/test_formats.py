@@ -836,6 +836,10 @@ def test_litellms_logs_of_calls_take_their_times_and_a_failed_call_is_a_failed_r
     assert (t["start_time"], t["end_time"], t["latency_ms"]) == ("2026-11-22T09:41:00.123000+00:00",
                                                                  "2026-11-22T09:41:02.623000+00:00", 2500.0)
     assert decode(json.dumps(t)).completion == "5"
+    redacted = {**payload, "messages": [{"role": "user", "content": "redacted-by-litellm"}]}
+    with pytest.raises(FormatError, match="LiteLLM wrote 'redacted-by-litellm' for the messages") as e:
+        normalize(redacted, "auto")
+    assert e.value.reason == "no_content"
     failed = {**payload, "status": "failure", "response": {}, "error_str": "RateLimitError: slow down"}
     assert detect(failed) == "openai"
     with pytest.raises(FormatError, match="the call failed: RateLimitError: slow down") as e:

@@ -153,6 +153,18 @@ def _batch_kind(doc: dict) -> Literal["request", "response"] | None:
     return None
 
 
+# What LiteLLM logs in the place of a call's messages and answer when told not to log them.
+_LITELLM_REDACTED = "redacted-by-litellm"
+
+
+def _redacted(doc: dict) -> bool:
+    """Whether ``doc`` is LiteLLM's log of a call it was told not to log. Only its own flat layout,
+    which the fast path never takes."""
+    messages = doc.get("messages")
+    return "request" not in doc and isinstance(messages, list) and any(
+        isinstance(m, dict) and m.get("content") == _LITELLM_REDACTED for m in messages)
+
+
 def _failed_call(doc: dict) -> bool:
     """Whether ``doc`` is LiteLLM's log of a call that failed (its ``StandardLoggingPayload``: the
     request's ``messages`` beside a ``status`` of failure and the error, and no response)."""
@@ -388,6 +400,9 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         return
     if _failed_call(doc):
         raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
+    if _redacted(doc):
+        raise FormatError("no_content", f"LiteLLM wrote {_LITELLM_REDACTED!r} for the messages (its "
+                                        "turn_off_message_logging, or a request's redaction): no prompt or answer to read")
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
     messages = _need(request, "messages", list, "request.")
