@@ -778,12 +778,14 @@ def test_langfuse_blob_storage_exports_read_as_written_in_jsonl_and_parquet():
     counts), the export's texts of JSON read as Langfuse's API reads them; a 1.2 s call takes 1200 ms."""
     import pyarrow as pa
 
+    from ctpipe.sources import _documents
+
     line = {**BLOB_OBSERVATION, "usage_details": {"input": "10", "output": "1", "total": "11"}}
     table = pa.Table.from_pylist([{**BLOB_OBSERVATION, "metadata": None, "cost_details": None,
                                    "usage_details": [("input", 10), ("output", 1), ("total", 11)]}],
                                  schema=pa.schema([(k, pa.string()) for k in BLOB_OBSERVATION if k not in (
                                      "metadata", "cost_details")] + [("usage_details", pa.map_(pa.string(), pa.uint64()))]))
-    for row in (json.loads(json.dumps(line)), table.to_pylist()[0]):
+    for row in (json.loads(json.dumps(line)), _documents(table.to_batches()[0], "observations.parquet", 1)[0]):
         (t,) = _joined([row])
         rec = decode(json.dumps(t))
         assert [(m.role, m.content) for m in rec.messages] == [("system", "Be brief."), ("user", "What is 2 plus 3?")]

@@ -891,3 +891,15 @@ def test_nanosecond_values_of_a_parquet_batch_become_python_values_cut_to_the_mi
     assert row == {"at": epoch + timedelta(microseconds=1), "took": timedelta(microseconds=5), "served": time(0, 0, 0, 5),
                    "nested": {"at": [datetime(1970, 1, 1, 0, 0, 0, 2)]}, "kept": epoch + timedelta(milliseconds=7)}
     assert {type(row["at"]), type(row["took"]), type(row["nested"]["at"][0])} == {datetime, timedelta}
+
+
+def test_a_parquet_map_is_a_dict_and_one_with_a_key_twice_is_named():
+    """A map column reads as the JSON object it stands for (Langfuse's Parquet export writes its
+    usage as one); a dict holds a key once, so a map holding one twice is an invalid_field item."""
+    import ctpipe.sources as sources
+
+    usage = pa.array([[("input", 10), ("output", 1)], [("input", 10), ("input", 11)]], pa.map_(pa.string(), pa.uint64()))
+    batch = pa.record_batch({"id": ["g1", "g2"], "usage_details": usage})
+    good, twice = sources._documents(batch, "observations.parquet", 1)
+    assert good == {"id": "g1", "usage_details": {"input": 10, "output": 1}}
+    assert (twice.position, twice.reason) == (2, "invalid_field") and "`usage_details`" in twice.detail

@@ -907,15 +907,6 @@ def _langfuse_count(value: Any) -> Any:
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
 
 
-def _langfuse_map(g: dict, key: str, where: str) -> dict:
-    """:func:`_object` of an object that may come as a Parquet map, a list of (key, value) pairs, as
-    the Parquet export of Langfuse's blob storage writes its maps (such as usage_details)."""
-    value = g.get(key)
-    if isinstance(value, list) and all(isinstance(kv, (tuple, list)) and len(kv) == 2 for kv in value):
-        return dict(value)
-    return _object(g, key, where)
-
-
 def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes | None = None) -> tuple | None:
     """What the join keeps of one Langfuse export row (None: nothing), made where the row was read:
     ``(kind, trace, key, value, where)``, the id of the row's trace (which places it, see
@@ -1100,7 +1091,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     gid, tid = g.get("id"), g.get("traceId")
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-    usage = _langfuse_map(g, "usageDetails", f"observation {gid}: ") or _langfuse_map(g, "usage", f"observation {gid}: ")
+    usage = _object(g, "usageDetails", f"observation {gid}: ") or _object(g, "usage", f"observation {gid}: ")
     usage = {k: _langfuse_count(v) for k, v in usage.items()}
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0

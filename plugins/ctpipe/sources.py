@@ -1741,8 +1741,11 @@ def blank(line: bytes) -> bool:
 
 
 # What pyarrow raises for a value it cannot make a Python object of: a timestamp past the year 9999
-# (OverflowError) or before the year 1 (ValueError), for instance.
-_NO_PYTHON_VALUE = (ArithmeticError, ValueError, pa.ArrowException)
+# (OverflowError) or before the year 1 (ValueError), a map with a key twice (KeyError), for instance.
+_NO_PYTHON_VALUE = (ArithmeticError, ValueError, KeyError, pa.ArrowException)
+# A map is a dict, as the same object read from JSON is (Langfuse's Parquet export writes its usage
+# so), not pyarrow's default list of (key, value) pairs.
+_MAPS = "strict"
 
 
 def _documents(batch, file: str, first: int) -> list[dict | Item]:
@@ -1750,7 +1753,7 @@ def _documents(batch, file: str, first: int) -> list[dict | Item]:
     cannot hold as the ``invalid_field`` item naming its columns, the row as JSON text with those
     values as pyarrow writes them."""
     try:
-        return batch.to_pylist()
+        return batch.to_pylist(maps_as_pydicts=_MAPS)
     except _NO_PYTHON_VALUE:  # the rare batch: its rows one by one, to say which value of which is at fault
         return [_document(batch, i, file, first + i) for i in range(batch.num_rows)]
 
@@ -1759,7 +1762,7 @@ def _document(batch, i: int, file: str, n: int) -> dict | Item:
     row, wrong = {}, []
     for name, column in zip(batch.schema.names, batch.columns):
         try:
-            row[name] = column[i].as_py()
+            row[name] = column[i].as_py(maps_as_pydicts=_MAPS)
         except _NO_PYTHON_VALUE as e:
             wrong.append(f"`{name}`: {e}")
             try:
