@@ -539,6 +539,15 @@ def _utc(text: pa.Array) -> pa.Array:
     return pc.if_else(_ok(pc.match_substring_regex(text, _NAIVE)), pc.binary_join_element_wise(text, "Z", ""), text)
 
 
+def prompts_at(roles: pa.Array, parents: np.ndarray, n: int) -> np.ndarray:
+    """Of ``n`` chats whose messages' roles are ``roles`` (flattened; ``parents[i]``, message ``i``'s
+    chat), where each one's prompt, its last user message, is among them (-1: it has none)."""
+    at = np.full(n, -1)
+    users = np.flatnonzero(_ok(pc.equal(roles, "user")))
+    np.maximum.at(at, parents[users], users)
+    return at
+
+
 def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArray:
     """A :data:`ctpipe.datasets.MESSAGES` column: chat ``i`` is the messages
     ``roles[offsets[i]:offsets[i + 1]]`` / ``contents[...]`` (arrays or lists), null where ``mask`` is true."""
@@ -1010,11 +1019,10 @@ def _canonical(col: dict[str, pa.Array], n: int) -> np.ndarray:
     roles = flat.field("role")
     known = pc.and_kleene(pc.is_in(roles, value_set=pa.array(traces.ROLES)), flat.field("content").is_valid())
     ok &= _all_per_row(_ok(known), parents, n)
-    user = np.flatnonzero(_ok(pc.equal(roles, "user")))
-    ok &= np.bincount(parents[user], minlength=n) > 0
-    last = user[np.r_[parents[user][1:] != parents[user][:-1], True]] if len(user) else user  # each chat's prompt
-    blank = ~_ok(pc.match_substring_regex(flat.field("content").take(pa.array(last)), _NOT_SPACE))
-    ok[parents[last][blank]] = False
+    prompt_at = prompts_at(roles, parents, n)
+    ok &= prompt_at >= 0
+    has = np.flatnonzero(prompt_at >= 0)
+    ok[has] &= _ok(pc.match_substring_regex(flat.field("content").take(pa.array(prompt_at[has])), _NOT_SPACE))
 
     feedback = col["feedback"]
     thumb = feedback.field("thumb")
