@@ -109,12 +109,6 @@ class InvalidTrace(ValueError):
 _DECODER = msgspec.json.Decoder(TraceRecord)
 
 
-# Half of a UTF-16 surrogate pair escaped alone (JavaScript's JSON.stringify writes one for an emoji
-# cut in two): valid JSON, but no text UTF-8 can hold.
-_LONE_SURROGATE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?:d[89ab][0-9a-f]{2}(?!\\ud[c-f])|(?<!\\ud[89ab][0-9a-f]{2}\\u)d[c-f][0-9a-f]{2})",
-                             re.I)
-
-
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
@@ -129,7 +123,7 @@ def loads(text: str | bytes) -> Any:
         raise InvalidTrace("too_deeply_nested", "arrays or objects nested deeper than the JSON parser goes") from None
     except msgspec.DecodeError as e:
         try:  # the rare failing line: ask the standard library whether bad UTF-8 or a non-finite number was the cause
-            json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant)
+            doc = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant)
         except UnicodeDecodeError as why:
             raise InvalidTrace("invalid_utf8", str(why)) from None
         except ValueError as why:
@@ -137,11 +131,12 @@ def loads(text: str | bytes) -> Any:
                 raise InvalidTrace("non_finite_number", str(why)) from None
         except RecursionError:
             pass
-        else:
-            lone = _LONE_SURROGATE.search(text.decode("utf-8", "replace") if isinstance(text, bytes) else text)
-            if lone:
-                raise InvalidTrace("invalid_utf8", f"\\u{lone[0][-4:]} is half of a character, a UTF-16 surrogate "
-                                                   "escaped alone, which UTF-8 text cannot hold") from None
+        else:  # it reads it: the text may hold what UTF-8 cannot, a surrogate escaped alone
+            try:
+                json.dumps(doc, ensure_ascii=False).encode()
+            except UnicodeEncodeError as why:  # JavaScript's JSON.stringify writes one for an emoji cut in two
+                raise InvalidTrace("invalid_utf8", f"\\u{ord(why.object[why.start]):04x} is half of a character, a "
+                                                   "UTF-16 surrogate escaped alone, which UTF-8 text cannot hold") from None
         raise InvalidTrace("invalid_json", str(e)) from None
 
 
