@@ -61,7 +61,7 @@ class _Shape(msgspec.Struct):
 _SHAPE = msgspec.json.Decoder(_Shape)
 
 
-class _NoToolCalls(msgspec.Struct):
+class _PlainMessage(msgspec.Struct):
     """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS), no refusal, no audio,
     no semconv parts. Any value but null fails the decoding, leaving the line to the reader, which
     refuses a call in a prompt or as an answer, and reads the others. Alone, it skips a message's
@@ -75,11 +75,11 @@ class _NoToolCalls(msgspec.Struct):
 
 
 class _OpenAIRequest(msgspec.Struct):
-    messages: list[_NoToolCalls]
+    messages: list[_PlainMessage]
 
 
 class _OpenAIChoice(msgspec.Struct):
-    message: _NoToolCalls | None = None
+    message: _PlainMessage | None = None
 
 
 class _OpenAIResponse(msgspec.Struct):
@@ -411,7 +411,7 @@ def parse_batch_lines(outputs: list[bytes], requests: list[list[bytes]]) -> tupl
     return None if got is None else (got[0], np.asarray(at, np.int64)[got[1]])
 
 
-class _LangfuseMessage(_NoToolCalls):
+class _LangfuseMessage(_PlainMessage):
     role: str | None = None
     content: str | None = None
 
@@ -602,7 +602,7 @@ class _TextPart(msgspec.Struct):
     text: str = ""
 
 
-class _OlderMessage(_NoToolCalls):
+class _OlderMessage(_PlainMessage):
     """A message of the older JSON names: its content a text, or OpenAI's typed parts."""
 
     role: str | None = None
