@@ -105,6 +105,13 @@ _BLANK = b" \t\r\n" + _BOM  # what may come before a file's first value
 def _text(head: bytes) -> bytes:
     """The first bytes of a file or line from its first value on: after a byte order mark and white space."""
     return head.removeprefix(_BOM).lstrip()
+
+
+def _json_text(head: bytes) -> bool:
+    """Whether a file's first bytes (decompressed) begin JSON text a source may hold: an object or an array."""
+    return _text(head)[:1] in (b"{", b"[")
+
+
 # Object stores whose plain files are cut by ranged reads and loaded by each worker's own ranged GET.
 # Others (a memory:// filesystem lives in one process; an HTTP server may ignore ranges) are read
 # through by the process that cuts them (see :func:`spilled`).
@@ -508,7 +515,7 @@ def _sniffed(fs, file: str) -> str | None:
         head = _opened(io.BytesIO(first), compression).read(64)
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
-    return file + ".json" + compression if _text(head)[:1] in (b"{", b"[") else None
+    return file + ".json" + compression if _json_text(head) else None
 
 
 def _compression(f, name: str) -> str:
@@ -524,7 +531,7 @@ def _compression(f, name: str) -> str:
     at = f.tell()
     head = f.read(_PEEK)
     f.seek(at)
-    return _compressed(head) or ("" if _text(head)[:1] in (b"{", b"[") else named)
+    return _compressed(head) or ("" if _json_text(head) else named)
 
 
 def _misnamed(file: str, name: str, compression: str) -> None:
