@@ -658,8 +658,14 @@ class Held:
 
     @property
     def evaluation(self) -> bool:
-        """Whether it is a log record of an evaluation result of a span (one of none joins nothing)."""
-        return self.event == _EVALUATION and self.trace != "" and self.span != ""
+        """Whether it is a log record of an evaluation result of a span."""
+        return self.event == _EVALUATION and self.names_span
+
+    @property
+    def names_span(self) -> bool:
+        """Whether it names a span by its trace and span id: a log record may name none (only its
+        response's id), and then joins nothing."""
+        return self.trace != "" and self.span != ""
 
     def entry(self, where: tuple[str, int] | None, line: bytes | None = None) -> tuple:
         """As :func:`langfuse_entry` makes a row's: the span by its trace (which places it) and its own
@@ -671,7 +677,7 @@ class Held:
         if self.kind in ("response", "request"):
             trace = key = f"batch {self.trace}"
             value = line if line is not None else self.value
-        elif self.kind == "event" and not (self.trace and self.span):  # joins none, not even a span of empty ids
+        elif self.kind == "event" and not self.names_span:  # joins none, not even a span of empty ids
             trace = key = "otel:none"
             value = self.value
         else:
