@@ -41,11 +41,13 @@ with DAG(
 
     @task(outlets=[TRAINING_DATASET])
     def materialize(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict:
+        from ctpipe.errors import NothingToPublish
         from ctpipe.pipeline import materialize_interval
 
-        extra = materialize_interval(settings(), data_interval_start, data_interval_end)
-        if extra is None:
-            raise AirflowSkipException("no traces arrived in this interval; nothing to publish")
+        try:
+            extra = materialize_interval(settings(), data_interval_start, data_interval_end)
+        except NothingToPublish as e:  # shown as the skip's reason in the task's log
+            raise AirflowSkipException(f"nothing to publish: {e}") from None
         outlet_events[TRAINING_DATASET].extra = extra
         return extra
 

@@ -264,11 +264,48 @@ def test_a_files_broken_last_line_takes_the_interval_of_the_record_before_it(tmp
     assert table(m, "quarantine")[0]["source_line"] == 40
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_interval_with_no_trace_says_what_was_read(tmp_path, monkeypatch, capsys, settings, workers):
+    """Records all of other times (an interval typed in local time, a day's folder of the day before)
+    gave "no traces" and no why: the files read, the records' formats and times, the files not read."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "ours.jsonl").write_bytes(lines(*(trace(i, at=T0 + 5 * HOUR + timedelta(seconds=i)) for i in range(3))))
+    (src / "openai.jsonl").write_bytes(lines(OPENAI))  # created 09:33:20
+    (src / "notes.txt").write_text("not traces")
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert isinstance(m, mat.NoTraces) and not list((tmp_path / "out").rglob("manifest.json"))
+    why = [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}): 2 files read, 1 not read",
+           "4 records of other times read (ctpipe, openai), started from 2026-11-22T09:33:20+00:00 to "
+           "2026-11-22T15:00:02+00:00"]
+    assert m.lines(DatasetConfig())[:2] == why and m.lines(DatasetConfig())[2].startswith(f"{src}/notes.txt: not read: ")
+
+    args = ["materialize", "--source", str(src), "--out", str(tmp_path / "cli"), "--start", T0.isoformat(),
+            "--end", (T0 + HOUR).isoformat()]
+    assert main(args) == 0 and capsys.readouterr().out.startswith("\n  ".join(why))
+    assert main(args + ["--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["version"] is None and said["outside_interval"] == 4 and said["files"] == 2
+    assert said["formats"] == {"ctpipe": 3, "openai": 1} and list(said["skipped_files"]) == [f"{src}/notes.txt"]
+
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+
+    with pytest.raises(NothingToPublish, match=r"2 files read, 1 not read; 4 records of other times"):
+        materialize_interval(settings.model_copy(update={"trace_source": str(src)}), T0, T0 + HOUR)
+
+
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):
     with pytest.raises(sources.SourceError, match="does not exist"):
         run(tmp_path / "nope", tmp_path / "out")
     (tmp_path / "empty.jsonl").write_text("")
-    assert run(tmp_path / "empty.jsonl", tmp_path / "out") is None
+    empty = run(tmp_path / "empty.jsonl", tmp_path / "out")
+    assert isinstance(empty, mat.NoTraces) and empty.files == 1 and empty.outside_interval == 0
+    assert empty.lines(DatasetConfig()) == [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}): "
+                                           "1 files read"]
+    assert not list((tmp_path / "out").rglob("manifest.json"))
     assert main(["materialize", "--source", str(tmp_path / "nope"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 1
     assert "nope' does not exist" in capsys.readouterr().err
@@ -590,7 +627,7 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
     # Days: the 22nd reads its hours (and says what they hold) and no other day; 23:30 of the 22nd, in
     # the 23rd's folder, needs a lag.
     check(T0 - 10 * HOUR, T0 + 14 * HOUR, DatasetConfig(), 2, 4, 0, {"after": (1, 1800.0), "before": (1, 1.0)})
-    assert run(src, tmp_path / "out", T0 + 13 * HOUR, T0 + 14 * HOUR) is None
+    assert run(src, tmp_path / "out", T0 + 13 * HOUR, T0 + 14 * HOUR).files == 0  # its record lies in the 23rd's folder
     check(T0 + 13 * HOUR, T0 + 14 * HOUR, arrival(HOUR), 1, 1, 1, {})
     check(T0 + 14 * HOUR, T0 + 38 * HOUR, DatasetConfig(), 1, 1, 1, {"before": (1, 1800.0)})
 
@@ -613,7 +650,7 @@ def test_a_broken_line_after_a_misplaced_record_is_quarantined_by_a_run_that_rea
                                               trace(2, "What is 9 plus 1?", "10", at=T0 + timedelta(seconds=1)),
                                               trace(3, at=T0 + HOUR + timedelta(seconds=5)), b"{broken too"))
     runs = [run(tmp_path / "src", tmp_path / "out", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in (-1, 0, 1)]
-    assert runs[0] is None and runs[2] is None  # hour=10 is not theirs to read
+    assert runs[0].files == runs[2].files == 0  # hour=10 is not theirs to read
     assert accounted(runs[1]) and runs[1].counts["traces"] == 1 and runs[1].quarantine_reasons == {"invalid_json": 2}
 
 
@@ -1066,7 +1103,8 @@ def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not
     assert f"  {3 * per_call} OTLP log records of GenAI events attached to no model call's span" in capsys.readouterr().out
     (src / "traces.jsonl").unlink()
     with caplog.at_level("WARNING", logger=mat.log.name):
-        assert run(src, tmp_path / "alone", dataset=DatasetConfig(workers=workers)) is None
+        alone = run(src, tmp_path / "alone", dataset=DatasetConfig(workers=workers))
+    assert alone.unjoined == {"otel_log_records": len(records)}
     assert f"{len(records)} OTLP log records of GenAI events attached to no model call's span" in caplog.text
 
 

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -100,7 +101,7 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.materialize import materialize, misplaced_lines, unjoined_lines
+    from ctpipe.materialize import NoTraces, materialize, misplaced_lines, unjoined_lines
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
@@ -112,16 +113,18 @@ def cmd_materialize(args) -> int:
     while start < args.end:
         end = min(start + step, args.end)
         m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
+        empty = isinstance(m, NoTraces)
         if args.json:  # one object per interval, for scripts
             print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
-                              **({"version": None} if m is None else {
+                              **({"version": None, **{k: v for k, v in dataclasses.asdict(m).items() if k != "interval"}}
+                                 if empty else {
                                   **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
                                   "skipped_files": m.source.get("skipped_files", {}),
                                   "misplaced": m.source.get("misplaced", {}),
                                   "unjoined": m.source.get("unjoined", {})})}))
-        elif m is None:
-            print(f"{start.isoformat()} .. {end.isoformat()}: no traces")
+        elif empty:
+            print("\n  ".join(m.lines(dataset)))
         else:
             c = m.counts
             print(f"{start.isoformat()} .. {end.isoformat()}: version {m.version}\n"

@@ -131,6 +131,7 @@ class Part:
     keys: dict[str, np.ndarray] = field(default_factory=dict)  # id_key, exact_key, norm_key of each row
     read: int = 0  # records and undecodable items of the interval
     outside: int = 0  # records of other intervals, not counted
+    outside_span: tuple[int, int] | None = None  # the first and last start time (µs) of those records
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
     digest: bytes = b""
@@ -387,7 +388,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     inside_slow = [lo <= t < hi for t in slow_times]
     inside = int(inside_fast.sum()) + sum(inside_slow)
     part.read += inside
-    part.outside += len(inside_fast) + len(inside_slow) - inside
+    _outside(part, np.concatenate([fast_times[~inside_fast], np.array(slow_times, np.int64)[~np.array(inside_slow, bool)]]))
     if rejected:
         slow_lines = np.array(record_lines, np.int64).reshape(-1, 3)
         lines_with = np.concatenate([block.numbers(fast_at), slow_lines[:, 0]])
@@ -522,7 +523,7 @@ def _read_fast(members: tuple[sources.Block, ...], got: tuple[tuple, ...], job: 
             _misplaced(part, span, job.dataset.partition_lag(), times[np.array([s == span for s in spans])[of]])
     inside = (times >= columns.micros(job.start)) & (times < columns.micros(job.end))
     part.read += int(inside.sum())
-    part.outside += int(len(inside) - inside.sum())
+    _outside(part, times[~inside])
     for member, n, k in zip(members, np.bincount(of[inside], minlength=len(members)).tolist(), counts.tolist()):
         part.by_file[member.file] = Counter(read=n, unformatted=0, known=k)
     keep = np.flatnonzero(inside)
@@ -550,6 +551,19 @@ def _misplaced(part: Part, span: tuple[datetime, timedelta], lag: timedelta, tim
     for side, by in (("before", start - early), ("after", late - hi)):
         if len(by):
             _add_misplaced(part.misplaced, side, len(by), int(by.max()))
+
+
+def _outside(part: Part, times: np.ndarray) -> None:
+    """Count in ``part`` the records of other intervals, by their start times (µs)."""
+    if len(times):
+        part.outside += len(times)
+        part.outside_span = _widened(part.outside_span, (int(times.min()), int(times.max())))
+
+
+def _widened(span: tuple[int, int] | None, other: tuple[int, int] | None) -> tuple[int, int] | None:
+    if span is None or other is None:
+        return span or other
+    return min(span[0], other[0]), max(span[1], other[1])
 
 
 def _add_misplaced(into: dict[str, tuple[int, int]], side: str, n: int, most: int) -> None:
@@ -996,7 +1010,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
                 found.append((file, n, rec))
                 found_at.append(i)
             else:
-                part.outside += 1
+                _outside(part, np.array([columns.micros(rec.start_time)], np.int64))
     table = columns.from_records(found)
     if fast is not None:  # in the order the records were read
         table = pa.concat_tables([table, fast])
@@ -1054,7 +1068,7 @@ def _fast_joined(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.
     start = pc.cast(rows["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
     inside = (start >= columns.micros(_JOB.start)) & (start < columns.micros(_JOB.end))
     part.read += int(inside.sum())
-    part.outside += int(len(inside) - inside.sum())
+    _outside(part, start[~inside])
     places = [records[i][2] for i in at[inside].tolist()]
     rows = rows.filter(pa.array(inside))
     return _placed(rows, pa.array([f for f, _ in places], pa.string()), [n for _, n in places]), at, at[inside]
@@ -1417,10 +1431,10 @@ def materialize(
     task: TaskConfig,
     reward: RewardConfig,
     dataset: DatasetConfig,
-) -> Manifest | None:
+) -> Manifest | NoTraces:
     """Build (or find) the dataset version of ``[start, end)`` from the traces under ``source``.
 
-    None when the interval has no trace; SourceError when the source does not exist.
+    NoTraces, saying what was read, when the interval has no trace; SourceError when the source does not exist.
     """
     start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
     if end <= start:
@@ -1462,9 +1476,9 @@ class _HoldSpans(Exception):
 
 def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], output: Output, config: dict,
            eval_items: tuple[str, ...], start: datetime, end: datetime, *, task: TaskConfig, reward: RewardConfig,
-           dataset: DatasetConfig, hold_spans: bool) -> Manifest | None:
+           dataset: DatasetConfig, hold_spans: bool) -> Manifest | NoTraces:
     """The version of what :func:`materialize` found (the source's files, where the version goes, what
-    makes it), built and published; None when its interval has no trace."""
+    makes it), built and published; what it read when its interval has no trace."""
     size = files.held  # what the run holds, not its files' size: compressed, they hold more
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = min(_buckets_for(size), _FANOUT)
@@ -1484,6 +1498,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     found_formats: Counter = Counter()
     misplaced: dict[str, tuple[int, int]] = {}  # see Part.misplaced
     unjoined: Counter = Counter()  # see Part.unjoined
+    outside_span = None  # see Part.outside_span
     unformatted = _Unformatted()
     lines_before = sources.LinesBefore()
     dedupe = _Dedup(spill_dir)
@@ -1502,10 +1517,12 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             stats.add(*w.rewards)
 
         def take(part: Part, worker: int) -> None:
+            nonlocal outside_span
             counts["bytes"] += part.size
             digest.update(part.digest)
             counts["traces_in"] += part.read
             counts["outside_interval"] += part.outside
+            outside_span = _widened(outside_span, part.outside_span)
             found_pii.update(part.pii)
             found_formats.update(part.formats)
             for side, (n, most) in part.misplaced.items():
@@ -1564,7 +1581,9 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
-            return None
+            return NoTraces((start.isoformat(), end.isoformat()), len(files), dict(sorted((+found_formats).items())),
+                            counts["outside_interval"], outside_span and tuple(map(_iso, outside_span)), skipped,
+                            misplaced_report, unjoined_report)
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
@@ -1641,6 +1660,35 @@ _UNJOINED_WORDS = {
     "batch_requests": "requests of a batch's input file had no line of its output among the interval's files "
                       "(not run yet, or answered in files of another interval)",
 }
+
+
+@dataclass(frozen=True)
+class NoTraces:
+    """What a run that found no trace of its interval read: enough to say why, where a version's
+    manifest would (its fields are the manifest's ``source`` fields of the same names)."""
+
+    interval: tuple[str, str]
+    files: int  # read
+    formats: dict[str, int]  # records read, all of other intervals, by format
+    outside_interval: int
+    outside_span: tuple[str, str] | None  # the first and last start time of those records
+    skipped_files: dict[str, str]
+    misplaced: dict
+    unjoined: dict[str, int]
+
+    def lines(self, dataset: DatasetConfig) -> list[str]:
+        """Why, in words: the first line says it all when there was nothing to read."""
+        out = [f"no trace started in [{self.interval[0]}, {self.interval[1]}): {self.files} files read"
+               + (f", {len(self.skipped_files)} not read" if self.skipped_files else "")]
+        if self.outside_interval:
+            out.append(f"{self.outside_interval} records of other times read ({', '.join(self.formats)}), started "
+                       f"from {self.outside_span[0]} to {self.outside_span[1]}")
+        return (out + [f"{f}: not read: {why}" for f, why in self.skipped_files.items()]
+                + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined))
+
+
+def _iso(micros: int) -> str:
+    return (datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)).isoformat()
 
 
 def unjoined_lines(report: dict) -> list[str]:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
-from ctpipe.errors import PipelineError
+from ctpipe.errors import NothingToPublish, PipelineError
 from ctpipe.jobspec import METRICS_FILE, JobSpec, table_of
 
 log = logging.getLogger(__name__)
@@ -28,18 +28,18 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- trace_to_dataset
 
 
-def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict | None:
-    """Publish the interval's dataset version; None when no trace arrived in it."""
-    from ctpipe.materialize import materialize
+def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict:
+    """Publish the interval's dataset version (its asset event's extra); NothingToPublish, saying
+    what was read, when no trace arrived in it."""
+    from ctpipe.materialize import NoTraces, materialize
 
     if s.trace_source is None:
         s.traces_dir.mkdir(parents=True, exist_ok=True)
     manifest = materialize(
         s.trace_source or str(s.traces_dir), s.datasets_uri, start, end, task=s.task, reward=s.reward, dataset=s.dataset
     )
-    if manifest is None:
-        log.info("no traces between %s and %s", start.isoformat(), end.isoformat())
-        return None
+    if isinstance(manifest, NoTraces):
+        raise NothingToPublish("; ".join(manifest.lines(s.dataset)))
     c = manifest.counts
     log.info(
         "dataset %s: %d traces in = %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs; "

@@ -116,3 +116,29 @@ def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
         "type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids)",
         CTPIPE_DATASET__ARRIVAL_LAG="PT15M")
     assert printed == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
+
+
+def test_an_interval_with_no_trace_is_skipped_saying_what_was_read(dagbag, tmp_path, monkeypatch):
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from ctpipe.config import settings
+    from tests.conftest import trace
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "late.jsonl").write_text(json.dumps(trace(1, at=datetime(2026, 11, 22, 12, tzinfo=timezone.utc))) + "\n")
+    monkeypatch.setenv("CTPIPE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CTPIPE_TRACE_SOURCE", str(src))
+    settings.cache_clear()
+    try:
+        start = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+        task = dagbag.dags["trace_to_dataset"].get_task("materialize")
+        with pytest.raises(AirflowSkipException, match=r"nothing to publish: no trace started in .*: 1 files read; "
+                                                       r"1 records of other times read \(ctpipe\), started from "
+                                                       r"2026-11-22T12:00:00\+00:00"):
+            task.python_callable(data_interval_start=start, data_interval_end=start + timedelta(hours=1),
+                                 outlet_events={})
+    finally:
+        settings.cache_clear()
