@@ -25,7 +25,9 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
   record in a file of its own (as SDKs write semconv's events) rather than a span event: a run
   meets both, and reads the spans again joined with their records;
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
-  files, so that every generation is joined across files with its score and its trace's release.
+  files, so that every generation is joined across files with its score and its trace's release;
+* helicone: requests as Helicone's export tool writes them with their bodies (the OpenAI request and
+  response, ClickHouse's times, counts quoted), with the user's feedback as Helicone's feedback score.
 
 Then materializes each, in its own process, one after the other (the settings of
 ``bench/materialize.py``: the regex verifier, feedback and judge weighted), and prints traces/s and the peak RSS of each process
@@ -45,7 +47,8 @@ from pathlib import Path
 
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
-FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "otel-evaluated", "langfuse")
+FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "otel-evaluated", "langfuse",
+           "helicone")
 BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
@@ -67,7 +70,7 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("openai-batch", ["input", "output"]),
                        ("otel", ["spans"]), ("otel-batches", ["spans"]),
                        ("otel-logs", ["spans", "logs"]), ("otel-evaluated", ["spans", "logs"]),
-                       ("langfuse", ["observations", "scores", "traces"])):
+                       ("langfuse", ["observations", "scores", "traces"]), ("helicone", ["output"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
     for i in range(n):
@@ -122,6 +125,14 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                 "id": f"s{i}", "traceId": f"t{i}", "observationId": f"g{i}", "name": "judge", "value": judge,
                 "dataType": "NUMERIC", "source": "EVAL"},
             ("langfuse", "traces"): {"id": f"t{i}", "timestamp": start.isoformat(), "release": "v7"},
+            ("helicone", "output"): {
+                "response_id": f"r{i}", "response_created_at": f"{end:%Y-%m-%d %H:%M:%S.%f}"[:-3],
+                "response_body": response, "response_status": 200, "request_id": f"req-{i:09d}",
+                "request_body": {"model": "assistant", "messages": messages},
+                "request_created_at": f"{start:%Y-%m-%d %H:%M:%S.%f}"[:-3], "request_user_id": "u", "provider": "OPENAI",
+                "delay_ms": 900, "request_model": "assistant", "prompt_tokens": "210", "completion_tokens": "230",
+                "total_tokens": "440", "scores": {"helicone-score-feedback": "1" if right else "0"},
+                "properties": {}, "model": "assistant", "cost": 0.0001, "storage_location": "s3"},
         }
         for key, row in rows.items():
             files[key].write(enc.encode(row) + b"\n")

@@ -3,8 +3,8 @@
 
 Turns the production traces of one data interval into a versioned training dataset.
 
-Reads the interval's traces (our schema, OpenAI chat logs, OTel GenAI spans or
-Langfuse exports, detected per record) from `CTPIPE_TRACE_SOURCE` (any fsspec
+Reads the interval's traces (our schema, OpenAI chat logs, OTel GenAI spans,
+Langfuse or Helicone exports, detected per record) from `CTPIPE_TRACE_SOURCE` (any fsspec
 URI; default: the local trace store). Every trace read ends up in the version's
 trace table or in its quarantine table with a reason (bad JSON or UTF-8,
 missing or mistyped fields, non-finite numbers, oversized records, truncated

@@ -22,6 +22,19 @@ OPENAI = {
     "latency_ms": 41.5,
 }
 
+# A request as Helicone's export tool writes it with its bodies (@helicone/export --include-body):
+# the fields of its request API's ClickHouse query, times as ClickHouse writes them (UTC, no zone),
+# 64-bit counts and scores quoted, as it writes 64-bit integers in JSON by default.
+HELICONE = {
+    "response_id": "0b7d8a3e-51c6-4c6f-9d0c-3c5d2b7f4e10", "response_created_at": "2026-11-22 10:15:03.375",
+    "response_body": OPENAI["response"], "response_status": 200, "request_id": "6f1c0c52-1b1e-4a36-9d1b-1c2f0f7f6a11",
+    "request_body": OPENAI["request"], "request_created_at": "2026-11-22 10:15:02.125", "request_user_id": "u1",
+    "request_properties": {"env": "prod"}, "provider": "OPENAI", "delay_ms": 1250, "request_model": "ctpipe-arith",
+    "time_to_first_token": 310, "total_tokens": "21", "completion_tokens": "2", "prompt_tokens": "19",
+    "country_code": "DE", "scores": {"helicone-score-feedback": "1", "accuracy": "90"}, "properties": {"env": "prod"},
+    "asset_ids": [], "target_url": "https://api.openai.com/v1/chat/completions", "cache_enabled": False,
+    "cost": 0.00002, "prompt_id": "", "storage_location": "s3", "model": "ctpipe-arith",
+}
 
 def kv(key, value):
     typed = {str: "stringValue", int: "intValue", float: "doubleValue"}[type(value)]
@@ -970,6 +983,97 @@ def test_any_value_anywhere_in_a_batchs_lines_gives_traces_or_the_errors_that_sa
         try:
             found = _batch(request, output)
         except FormatError:  # a line that is no batch line, or whose custom_id is no text
+            continue
+        for trace in found:
+            if not isinstance(trace, FormatError):
+                try:
+                    convert(trace)
+                except InvalidTrace:
+                    pass
+
+
+def test_a_helicone_export_gives_its_requests_with_their_times_feedback_and_scores():
+    assert detect(HELICONE) == "helicone"
+    (t,) = normalize(HELICONE, "auto")
+    assert t["trace_id"] == HELICONE["request_id"] and t["messages"] == OPENAI["request"]["messages"]
+    assert (t["start_time"], t["end_time"], t["latency_ms"]) == ("2026-11-22T10:15:02.125000+00:00",
+                                                                 "2026-11-22T10:15:03.375000+00:00", 1250.0)
+    assert t["feedback"] == {"thumb": "up", "rating": None}
+    assert t["scores"] == [{"name": "accuracy", "value": 90.0, "label": None, "source": "helicone"}]
+    rec = decode(json.dumps(t))
+    assert rec.completion == "5" and rec.usage.prompt_tokens == 19 and rec.model.name == "ctpipe-arith"
+    # Its request API's other query (Postgres): ISO times, bodies as JSON text, scores with their types, a rating.
+    postgres = {**HELICONE, "request_created_at": "2026-11-22T10:15:02.125Z", "delay_ms": None,
+                "response_created_at": "2026-11-22T10:15:02.625Z", "request_body": json.dumps(OPENAI["request"]),
+                "response_body": json.dumps({**OPENAI["response"], "usage": None}), "feedback_rating": False,
+                "scores": {"accuracy": {"value": 90, "valueType": "number"}}}
+    (t,) = normalize(postgres, "helicone")
+    assert (t["start_time"], t["latency_ms"], t["feedback"]["thumb"]) == ("2026-11-22T10:15:02.125000+00:00", 500.0, "down")
+    assert t["usage"] == {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21}  # Helicone's own counts
+    two = {**HELICONE, "response_body": {**OPENAI["response"], "choices": [OPENAI["response"]["choices"][0]] * 2}}
+    assert [t["trace_id"] for t in normalize(two, "auto")] == [f"{HELICONE['request_id']}:0", f"{HELICONE['request_id']}:0"]
+
+
+def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it():
+    anthropic = {**HELICONE, "provider": "ANTHROPIC", "request_body": {
+        "model": "claude-sonnet-4-5", "max_tokens": 512, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 plus 3?"}]}]},
+        "response_body": {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+                          "content": [{"type": "thinking", "thinking": "2 and 3", "signature": "s"},
+                                      {"type": "text", "text": "5"}],
+                          "stop_reason": "end_turn", "usage": {"input_tokens": 15, "output_tokens": 30}}}
+    (t,) = normalize(anthropic, "auto")
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    assert t["completion"] == "5" and t["model"]["name"] == "claude-sonnet-4-5-20250929"
+    assert t["usage"] == {"prompt_tokens": 15, "completion_tokens": 30, "total_tokens": 45}
+    body = anthropic["response_body"]
+    refused = {
+        "a tool use": ({**body, "content": [{"type": "text", "text": "Let me add."},
+                                            {"type": "tool_use", "id": "t1", "name": "add", "input": {}}],
+                        "stop_reason": "tool_use"}, "no_text_answer", "the answer is a tool call"),
+        "a web search": ({**body, "content": [{"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                                              {"type": "text", "text": "5"}]}, "no_text_answer", "the answer is a tool call"),
+        "a refusal": ({**body, "content": [], "stop_reason": "refusal"}, "no_text_answer", "the answer is a refusal"),
+    }
+    for name, (answer, reason, says) in refused.items():
+        with pytest.raises(FormatError, match=says) as e:
+            normalize({**anthropic, "response_body": answer}, "auto")
+        assert e.value.reason == reason, name
+    request = anthropic["request_body"]
+    for message, reason in [({"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}},
+                                                          {"type": "text", "text": "What is this?"}]}, "non_text_content"),
+                            ({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "5"}]},
+                             "tool_call_in_prompt")]:
+        with pytest.raises(FormatError) as e:
+            normalize({**anthropic, "request_body": {**request, "messages": [message]}}, "auto")
+        assert e.value.reason == reason
+
+
+@pytest.mark.parametrize("change, reason, says", [
+    ({"response_status": 429, "response_body": {"error": {"message": "Rate limit reached"}}}, "failed_request",
+     "failed (response_status 429): {'message': 'Rate limit reached'}"),
+    ({"response_status": -1, "response_body": {}}, "failed_request", "response_status -1"),
+    ({"request_body": {"helicone_message": "fetching body from signed_url... contact engineering@helicone.ai"}},
+     "no_content", "export with the bodies: @helicone/export --include-body"),
+    ({"response_body": None}, "no_content", "response_body=None is not an object"),
+    ({"request_created_at": "yesterday"}, "invalid_field", "request_created_at='yesterday' is not an ISO 8601 time"),
+    ({"scores": {"accuracy": "high"}}, "invalid_field", "scores.accuracy='high' is not a number"),
+    ({"scores": {"accuracy": "NaN"}}, "non_finite_number", "scores.accuracy"),
+], ids=["429", "pending", "no body", "null body", "bad time", "score text", "score NaN"])
+def test_a_helicone_request_that_cannot_be_a_trace_says_why(change, reason, says):
+    with pytest.raises(FormatError, match=re.escape(says)) as e:
+        normalize({**HELICONE, **change}, "auto")
+    assert e.value.reason == reason
+
+
+def test_any_value_anywhere_in_a_helicone_request_gives_traces_or_the_errors_that_say_why():
+    from ctpipe.traces import convert
+    from tests.conftest import mutated
+
+    for doc in mutated(HELICONE):
+        try:
+            found = normalize(doc, "auto")
+        except FormatError:
             continue
         for trace in found:
             if not isinstance(trace, FormatError):

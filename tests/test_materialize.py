@@ -24,7 +24,7 @@ from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
 from tests.conftest import T0, damage_row_group, mutated, trace, zstd
-from tests.test_formats import OPENAI, kv, otlp
+from tests.test_formats import HELICONE, OPENAI, kv, otlp
 
 HOUR = timedelta(hours=1)
 # An OTLP export with the older, flattened GenAI attributes.
@@ -295,6 +295,35 @@ def test_an_interval_with_no_trace_says_what_was_read(tmp_path, monkeypatch, cap
 
     with pytest.raises(NothingToPublish, match=r"2 files read, 1 not read; 4 records of other times"):
         materialize_interval(settings.model_copy(update={"trace_source": str(src)}), T0, T0 + HOUR)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_helicones_exports_are_read_as_jsonl_and_as_a_json_array(tmp_path, monkeypatch, workers):
+    """@helicone/export writes JSONL, or with --format json one array of pretty-printed requests; the
+    requests of a line-by-line OpenAI log beside them take that log's fast path, Helicone's the reader."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "src"
+    src.mkdir()
+
+    def request(i: int, **change) -> dict:
+        body = {**OPENAI["request"], "messages": [{"role": "user", "content": f"What is {i} plus 3?"}]}
+        answer = {**OPENAI["response"]["choices"][0], "message": {"role": "assistant", "content": str(i + 3)}}
+        return {**HELICONE, "request_id": f"req-{i}", "request_created_at": f"2026-11-22 10:{i:02d}:00.250",
+                "request_body": body, "response_body": {**OPENAI["response"], "choices": [answer]}, **change}
+
+    (src / "export.jsonl").write_bytes(lines(*(request(i) for i in range(6)), request(6, response_status=500),
+                                             request(7, request_body={"helicone_message": "fetching body from signed_url..."}),
+                                             OPENAI))
+    (src / "export.json").write_text("[\n" + ",\n".join(json.dumps(request(i), indent=2) for i in range(10, 13)) + "\n]\n")
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.source["formats"] == {"helicone": 9, "openai": 1}  # OPENAI created at 09:33: outside
+    assert m.quarantine_reasons == {"failed_request": 1, "no_content": 1} and m.counts["outside_interval"] == 1
+    rows = {r["trace_id"]: r for r in table(m, "traces")}
+    assert sorted(rows) == sorted(f"req-{i}" for i in (*range(6), *range(10, 13)))
+    assert rows["req-12"]["start_time"] == datetime(2026, 11, 22, 10, 12, 0, 250000, tzinfo=timezone.utc)
+    assert rows["req-12"]["source_file"] == str(src / "export.json") and rows["req-3"]["completion"] == "6"
+    assert rows["req-3"]["feedback_thumb"] == "up" and rows["req-3"]["latency_ms"] == 1250.0
 
 
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):

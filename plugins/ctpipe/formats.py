@@ -38,6 +38,12 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   generations by id, across files, so :func:`join` takes an interval's rows at once.
   A time without a zone (text, or a naive Parquet timestamp) is UTC, as Langfuse's exports are.
   The columns may be named in camelCase (the API's) or snake_case (the blob-storage export's).
+* ``helicone``: requests as Helicone's request API and its export tool (``@helicone/export``, JSONL
+  or a JSON array) give them: the provider's ``request_body`` and ``response_body`` (OpenAI's chat
+  completions, or Anthropic's messages), ``request_created_at``, ``delay_ms``; its user feedback
+  (the ``helicone-score-feedback`` score, or ``feedback_rating``) as a thumb, its other scores as
+  scores. Each choice a trace, ids ``request_id`` (``:<index>`` past one choice). An export made
+  without its bodies holds none (``no_content``); a request that failed is ``failed_request``.
 * ``ctpipe``: our own schema, unchanged.
 
 A message of typed parts is the text of its text parts, joined on a new line as vLLM joins them
@@ -65,8 +71,8 @@ from typing import Any, Literal
 
 import msgspec
 
-Format = Literal["ctpipe", "openai", "otel", "langfuse"]
-FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse")
+Format = Literal["ctpipe", "openai", "otel", "langfuse", "helicone"]
+FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse", "helicone")
 
 
 class FormatError(ValueError):
@@ -125,6 +131,8 @@ def detect(doc: Any) -> Format | None:
         return "openai"
     if _batch_kind(doc) or _failed_call(doc):
         return "openai"
+    if "request_id" in doc and "request_created_at" in doc and ("request_body" in doc or "response_body" in doc):
+        return "helicone"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
     if langfuse_kind(doc) is not None:
@@ -440,6 +448,111 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
             "latency_ms": latency_ms,
             "scores": [],
         }
+
+
+# ------------------------------------------------------------------------------------------ helicone
+
+_HELICONE_FEEDBACK = "helicone-score-feedback"  # the score Helicone keeps a request's user feedback in (1: up)
+
+
+def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
+    """The traces of a request as Helicone exports it (see the module's docstring): its bodies read as
+    :func:`from_openai` reads a log (Anthropic's turned into OpenAI's shape first), its times,
+    latency, feedback and scores Helicone's own."""
+    rid = _need(doc, "request_id", str, "")
+    where = f"request {rid}"
+    status = doc.get("response_status")
+    request, response = (_helicone_body(doc.get(k), f"{where}: {k}") for k in ("request_body", "response_body"))
+    if type(status) is int and not 200 <= status < 300:
+        error = response.get("error") if isinstance(response.get("error"), (dict, str)) else ""
+        raise FormatError("failed_request", f"{where} failed (response_status {status}): {str(error)[:300]}")
+    start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
+    delay = _number(doc.get("delay_ms"))
+    if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        latency_ms = float(delay)
+    elif doc.get("response_created_at"):
+        latency_ms = round((_epoch(doc["response_created_at"], f"{where}: response_created_at") - start) * 1e6) / 1000
+    else:
+        latency_ms = 0.0
+    if "content" in response and "choices" not in response:  # Anthropic's messages API
+        request, response = _anthropic_request(request, where), _anthropic_response(response)
+    usage = _object(response, "usage", f"{where}: response_body.")
+    if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
+        counts = [_langfuse_count(doc.get(k)) for k in ("prompt_tokens", "completion_tokens")]
+        counts = [c if type(c) is int else 0 for c in counts]
+        usage = dict(zip(("prompt_tokens", "completion_tokens", "total_tokens"), [*counts, sum(counts)]))
+    response_id = response.get("id") if isinstance(response.get("id"), str) else rid
+    logged = {"request": request, "response": {**response, "id": response_id, "created": start, "usage": usage,
+                                               "model": response.get("model") or doc.get("model") or doc.get("request_model")}}
+    thumb, scores = _helicone_scores(doc, where)
+    for t in from_openai(logged):
+        if isinstance(t, dict):
+            t.update(trace_id=rid + t["trace_id"][len(response_id):], start_time=_iso(start, f"{where}: request_created_at"),
+                     end_time=_iso(start + latency_ms / 1000, f"{where}: request_created_at + delay_ms"),
+                     latency_ms=latency_ms, feedback={"thumb": thumb, "rating": None}, scores=scores)
+        yield t
+
+
+def _helicone_body(body: Any, where: str) -> dict:
+    """A request's or response's body: an object, or the JSON text of one (as Helicone keeps them in
+    ClickHouse); FormatError ``no_content`` for the note Helicone gives in the place of a body it did
+    not send (its export without ``--include-body``, a body too large)."""
+    body = _langfuse_json(body)
+    if not isinstance(body, dict):
+        raise FormatError("no_content" if body is None else "invalid_field", f"{where}={repr(body)[:80]} is not an object")
+    if "helicone_message" in body and len(body) == 1:
+        raise FormatError("no_content", f"{where} holds no body, but Helicone's note {str(body['helicone_message'])[:200]!r} "
+                                        "(export with the bodies: @helicone/export --include-body)")
+    return body
+
+
+def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
+    """(the thumb of a request's user feedback, its other scores as ours). Scores come as Helicone's
+    ClickHouse keeps them (a number, maybe quoted) or as its Postgres API gives them ({"value", "valueType"})."""
+    given = _object(doc, "scores", f"{where}: ")
+    values = {}
+    for name, value in given.items():
+        value = _number(value.get("value") if isinstance(value, dict) else value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise FormatError("invalid_field", f"{where}: scores.{name}={value!r} is not a number")
+        values[name] = _finite(float(value), f"{where}: scores.{name}")
+    feedback = values.pop(_HELICONE_FEEDBACK, None)
+    rating = doc.get("feedback_rating")
+    thumb = ("up" if feedback >= 1 else "down") if feedback is not None else \
+        ("up" if rating else "down") if isinstance(rating, bool) else None
+    return thumb, [{"name": k, "value": v, "label": None, "source": "helicone"} for k, v in values.items()]
+
+
+def _anthropic_request(body: dict, where: str) -> dict:
+    """A request to Anthropic's messages API in OpenAI's shape: its ``system`` (a text or text blocks)
+    a first message; tool use and results in a prompt are tool calls, as OpenAI's."""
+    messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    out = []
+    for i, m in enumerate(messages):
+        blocks = m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []
+        kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
+        _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
+                      f"{where}: request_body.messages[{i}]")
+        out.append(m)
+    system = body.get("system")
+    if system:
+        out.insert(0, {"role": "system", "content": system})
+    return {**body, "messages": out}
+
+
+def _anthropic_response(body: dict) -> dict:
+    """An answer of Anthropic's messages API in OpenAI's shape (its thinking dropped, as a reasoning
+    model's is), for :func:`from_openai`."""
+    blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
+    message = {"role": "assistant", "content": [b for b in blocks if b.get("type") == "text"],
+               # its tools' calls and those it ran itself (server_tool_use, as a web search): no answer to train on
+               "tool_calls": [b for b in blocks if str(b.get("type")).endswith("tool_use")] or None,
+               "refusal": body.get("stop_reason") == "refusal" or None}
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    prompt, answer = (usage.get(k) for k in ("input_tokens", "output_tokens"))
+    return {**body, "choices": [{"index": 0, "message": message, "finish_reason": body.get("stop_reason")}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
+            if usage else {}}
 
 
 # The operations of a span that is a model call (or none: older instrumentations name none). An
@@ -1155,7 +1268,8 @@ def normalize(doc: Any, fmt: Format | Literal["auto"], hold_spans: bool = False)
     if fmt == "langfuse":
         raise FormatError("needs_join", "Langfuse rows join across files: see join")
     with _mapping(f"{fmt} record"):
-        records = list(from_openai(doc) if fmt == "openai" else from_otel(doc, hold_spans))
+        read = {"openai": from_openai, "helicone": from_helicone}.get(fmt)
+        records = list(read(doc) if read else from_otel(doc, hold_spans))
     if len(records) == 1 and isinstance(records[0], FormatError):  # the document's only record: its own item
         raise records[0]
     return records
