@@ -12,7 +12,7 @@ import pytest
 from ctpipe import columns, formats, sources, traces
 from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
-from tests.test_formats import HELICONE, kv, otlp
+from tests.test_formats import HELICONE, PORTKEY, kv, otlp
 
 BASE = {
     "trace_id": "tr-1",
@@ -238,6 +238,7 @@ OPENAI_LINES = {
         *OPENAI["request"]["messages"], {"role": "assistant", "content": "5", "tool_calls": []},
         {"role": "user", "content": "Sure?"}])),
     "Helicone's": json.dumps(HELICONE).encode(),  # the response under its own key: not a log the fast path reads
+    "Portkey's": json.dumps(PORTKEY).encode(),  # its own time and latency: the reader's
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -287,7 +288,7 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
     assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
                         "answer text and a tool call",
-                        "a function call in the prompt", "Helicone's"}
+                        "a function call in the prompt", "Helicone's", "Portkey's"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 

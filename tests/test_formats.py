@@ -35,6 +35,16 @@ HELICONE = {
     "asset_ids": [], "target_url": "https://api.openai.com/v1/chat/completions", "cache_enabled": False,
     "cost": 0.00002, "prompt_id": "", "storage_location": "s3", "model": "ctpipe-arith",
 }
+# A log of Portkey's Logs Export API (JSONL, the fields of its requested_data): the bodies as objects,
+# its own time, latency (ms), status and provider beside them.
+PORTKEY = {
+    "id": "3f6c2a9e-1b7d-4e2a-9c51-0d8e7f4a6b11", "trace_id": "7d0e5c8a-2f41-4b9e-8a63-5c1d9e2f7a40",
+    "created_at": "2026-11-22T10:04:11.482Z", "request": OPENAI["request"], "response": OPENAI["response"],
+    "is_success": 1, "ai_org": "openai", "ai_model": "ctpipe-arith", "req_units": 19, "res_units": 2, "total_units": 21,
+    "request_url": "https://api.openai.com/v1/chat/completions", "cost": 0.027, "cost_currency": "USD",
+    "response_time": 912, "response_status_code": 200, "mode": "SINGLE", "config": None, "prompt_slug": None,
+    "metadata": {"_user": "u1", "env": "prod"},
+}
 
 def kv(key, value):
     typed = {str: "stringValue", int: "intValue", float: "doubleValue"}[type(value)]
@@ -1081,3 +1091,25 @@ def test_any_value_anywhere_in_a_helicone_request_gives_traces_or_the_errors_tha
                     convert(trace)
                 except InvalidTrace:
                     pass
+
+
+def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_status():
+    assert detect(PORTKEY) == "openai"
+    (t,) = normalize(PORTKEY, "auto")
+    assert (t["trace_id"], t["start_time"], t["end_time"], t["latency_ms"]) == (
+        "chatcmpl-1", "2026-11-22T10:04:11.482000+00:00", "2026-11-22T10:04:12.394000+00:00", 912.0)
+    assert decode(json.dumps(t)).completion == "5"
+    nested = {**PORTKEY, "request": {"body": OPENAI["request"]}, "response": {"body": OPENAI["response"], "status": 200}}
+    assert normalize(nested, "auto") == [t]  # as its older export docs name the columns (request.body)
+    for change, reason, says in [
+        ({"response_status_code": 429, "is_success": 0, "response": {"error": {"message": "Rate limit reached"}}},
+         "failed_request", "failed (status 429): Rate limit reached"),
+        ({"is_success": False}, "failed_request", "failed (status 200)"),
+        ({"request": None, "response": None}, "no_content", "holds no request or response body"),
+        ({"created_at": "soon"}, "invalid_field", "created_at='soon' is not an ISO 8601 time"),
+    ]:
+        doc = {k: v for k, v in {**PORTKEY, **change}.items() if v is not None}
+        assert detect(doc) == "openai"
+        with pytest.raises(FormatError, match=re.escape(says)) as e:
+            normalize(doc, "auto")
+        assert e.value.reason == reason

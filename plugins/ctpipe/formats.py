@@ -7,7 +7,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
-  ``request``/``response`` or flat in one object. Each choice becomes one trace; one that is no
+  ``request``/``response`` or flat in one object (LiteLLM's logs and Portkey's export are such
+  logs, with times of their own). Each choice becomes one trace; one that is no
   text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
   refused as ``no_text_answer``. A batch's files (OpenAI's Batch API, vLLM's ``run_batch``): the
   lines of its output (or errors) join those of its input by ``custom_id`` (:class:`Held`,
@@ -129,7 +130,7 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
-    if _batch_kind(doc) or _failed_call(doc):
+    if _batch_kind(doc) or _failed_call(doc) or _portkey(doc):
         return "openai"
     if "request_id" in doc and "request_created_at" in doc and ("request_body" in doc or "response_body" in doc):
         return "helicone"
@@ -177,6 +178,31 @@ def _failed_call(doc: dict) -> bool:
     """Whether ``doc`` is LiteLLM's log of a call that failed (its ``StandardLoggingPayload``: the
     request's ``messages`` beside a ``status`` of failure and the error, and no response)."""
     return doc.get("status") == "failure" and "messages" in doc and "error_str" in doc
+
+
+def _portkey(doc: dict) -> bool:
+    """Whether ``doc`` is a log of Portkey's export (its Logs Export API's JSONL): the request and
+    response bodies beside its own fields (provider, status, ``created_at``, ``response_time`` in ms)."""
+    return "ai_org" in doc and ("response_status_code" in doc or "is_success" in doc)
+
+
+def _portkey_log(doc: dict) -> dict:
+    """A Portkey log as the side-by-side log :func:`from_openai` reads, its time and latency its own;
+    FormatError for a request that failed, or a log exported without its bodies."""
+    status, bodies = doc.get("response_status_code"), [doc.get(k) for k in ("request", "response")]
+    bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), dict) else b for b in bodies]
+    if type(status) is int and not 200 <= status < 300 or doc.get("is_success") is False or doc.get("is_success") == 0:
+        error = bodies[1].get("error") if isinstance(bodies[1], dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed (status {status}): {str(message)[:300]}")
+    if not all(isinstance(b, dict) for b in bodies):
+        raise FormatError("no_content", f"Portkey log {doc.get('id')} holds no request or response body (not among "
+                                        "the export's requested_data, denied by its export settings, or not logged)")
+    log = {**doc, "request": bodies[0], "response": bodies[1]}
+    if doc.get("created_at") is not None:
+        log["startTime"] = _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at")
+        log["latency_ms"] = _number(doc.get("response_time"))
+    return log
 
 
 def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
@@ -408,6 +434,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         return
     if _failed_call(doc):
         raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
+    if _portkey(doc):
+        doc = _portkey_log(doc)
     if _redacted(doc):
         raise FormatError("no_content", f"LiteLLM wrote {_LITELLM_REDACTED!r} for the messages (its "
                                         "turn_off_message_logging, or a request's redaction): no prompt or answer to read")
@@ -423,6 +451,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     start = created
     if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):  # LiteLLM's call times
         start, latency_ms = doc["startTime"], round((doc["endTime"] - doc["startTime"]) * 1e6) / 1000
+    elif type(doc.get("startTime")) is float:  # a start alone: Portkey's created_at (see _portkey_log)
+        start = doc["startTime"]
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
