@@ -1020,6 +1020,8 @@ def test_a_helicone_export_gives_its_requests_with_their_times_feedback_and_scor
     (t,) = normalize(postgres, "helicone")
     assert (t["start_time"], t["latency_ms"], t["feedback"]["thumb"]) == ("2026-11-22T10:15:02.125000+00:00", 500.0, "down")
     assert t["usage"] == {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21}  # Helicone's own counts
+    (t,) = normalize({**HELICONE, "scores": {"correct-hcone-bool": "1"}, "cache_reference_id": HELICONE["request_id"]}, "auto")
+    assert t["scores"] == [{"name": "correct", "value": 1.0, "label": None, "source": "helicone"}]  # Helicone's suffix gone
     two = {**HELICONE, "response_body": {**OPENAI["response"], "choices": [OPENAI["response"]["choices"][0]] * 2}}
     assert [t["trace_id"] for t in normalize(two, "auto")] == [f"{HELICONE['request_id']}:0", f"{HELICONE['request_id']}:0"]
 
@@ -1036,6 +1038,10 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
     assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
     assert t["completion"] == "5" and t["model"]["name"] == "claude-sonnet-4-5-20250929"
     assert t["usage"] == {"prompt_tokens": 15, "completion_tokens": 30, "total_tokens": 45}
+    cached = {**anthropic["response_body"], "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0,
+                                                      "cache_read_input_tokens": 1805, "output_tokens": 5}}
+    (t,) = normalize({**anthropic, "response_body": cached}, "auto")  # Anthropic counts cached input apart
+    assert t["usage"] == {"prompt_tokens": 1817, "completion_tokens": 5, "total_tokens": 1822}
     body = anthropic["response_body"]
     refused = {
         "a tool use": ({**body, "content": [{"type": "text", "text": "Let me add."},
@@ -1061,15 +1067,29 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
 
 @pytest.mark.parametrize("change, reason, says", [
     ({"response_status": 429, "response_body": {"error": {"message": "Rate limit reached"}}}, "failed_request",
-     "failed (response_status 429): {'message': 'Rate limit reached'}"),
-    ({"response_status": -1, "response_body": {}}, "failed_request", "response_status -1"),
+     "failed (response_status 429): Rate limit reached"),
+    ({"response_status": 500, "request_body": "Be brief.systemWhat is 2 plus 3?user", "response_body": ""},
+     "failed_request", "failed (response_status 500)"),  # its bodies kept elsewhere: the status says it all
+    ({"response_status": 0, "response_body": '{"helicone_message": "fetching body from signed_url..."}'},
+     "failed_request", "has no answer (response_status 0: pending or cancelled)"),
+    ({"request_body": "Be brief.systemWhat is 2 plus 3?user"}, "no_content", "is Helicone's text preview of it"),
+    ({"response_body": {"model": "gpt-4o-mini"}}, "no_content", "Helicone was told to omit it (Helicone-Omit-Request"),
+    ({"cache_reference_id": "5d9e6c1a-0000-4000-8000-000000000001"}, "duplicate",
+     "is a cache hit: Helicone answered with the stored answer of request 5d9e6c1a-0000-4000-8000-000000000001"),
+    ({"target_url": "https://api.openai.com/v1/embeddings", "request_body": {"model": "e", "input": "hello"},
+      "response_body": {"object": "list", "data": [{"embedding": [0.1]}]}}, "invalid_field",
+     "https://api.openai.com/v1/embeddings is not a chat completion"),
+    ({"target_url": "https://api.openai.com/v1/responses", "request_body": {"model": "m", "input": "What is 2 plus 3?"},
+      "response_body": {"id": "resp_1", "object": "response", "output": []}}, "invalid_field",
+     "https://api.openai.com/v1/responses is not a chat completion"),
     ({"request_body": {"helicone_message": "fetching body from signed_url... contact engineering@helicone.ai"}},
      "no_content", "export with the bodies: @helicone/export --include-body"),
     ({"response_body": None}, "no_content", "response_body=None is not an object"),
     ({"request_created_at": "yesterday"}, "invalid_field", "request_created_at='yesterday' is not an ISO 8601 time"),
     ({"scores": {"accuracy": "high"}}, "invalid_field", "scores.accuracy='high' is not a number"),
     ({"scores": {"accuracy": "NaN"}}, "non_finite_number", "scores.accuracy"),
-], ids=["429", "pending", "no body", "null body", "bad time", "score text", "score NaN"])
+], ids=["429", "500 without bodies", "pending", "preview text", "omitted", "cache hit", "embeddings",
+        "responses API", "no body", "null body", "bad time", "score text", "score NaN"])
 def test_a_helicone_request_that_cannot_be_a_trace_says_why(change, reason, says):
     with pytest.raises(FormatError, match=re.escape(says)) as e:
         normalize({**HELICONE, **change}, "auto")
@@ -1113,3 +1133,36 @@ def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_s
         with pytest.raises(FormatError, match=re.escape(says)) as e:
             normalize(doc, "auto")
         assert e.value.reason == reason
+
+
+def _chunk(index, delta, finish=None, **more):
+    return {"id": "chatcmpl-S", "object": "chat.completion.chunk", "created": 1795342502, "model": "gpt-4o-mini",
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}], **more}
+
+
+def test_a_helicone_stream_is_read_from_its_chunks():
+    """Helicone keeps a stream as its own merge of the chunks beside the chunks (streamed_data); its merge
+    keeps no choice's finish reason and merges choices by position, so the chunks are read instead."""
+    def streamed(chunks):  # the merge as Helicone leaves it: one choice, the text joined, no finish reason
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        return {**chunks[0], "object": "chat.completion.chunk", "streamed_data": chunks,
+                "choices": [{"delta": {"role": "assistant", "content": text}, "message": {"role": "assistant", "content": text}}]}
+
+    plain = [_chunk(0, {"role": "assistant", "content": ""}), _chunk(0, {"content": "The answer"}),
+             _chunk(0, {"content": " is 5."}), _chunk(0, {}, "stop"),
+             {**_chunk(0, {}), "choices": [], "usage": {"prompt_tokens": 19, "completion_tokens": 6, "total_tokens": 25}}]
+    (t,) = normalize({**HELICONE, "response_body": streamed(plain)}, "auto")
+    assert t["completion"] == "The answer is 5." and t["usage"]["completion_tokens"] == 6
+    filtered = plain[:3] + [_chunk(0, {}, "content_filter")]
+    with pytest.raises(FormatError, match="stopped by the content filter"):
+        normalize({**HELICONE, "response_body": streamed(filtered)}, "auto")
+    two = [_chunk(0, {"role": "assistant", "content": ""}), _chunk(1, {"role": "assistant", "content": ""}),
+           _chunk(0, {"content": "Five"}), _chunk(1, {"content": "5"}), _chunk(0, {"content": "."}), _chunk(0, {}, "stop"),
+           _chunk(1, {}, "stop")]
+    found = normalize({**HELICONE, "response_body": streamed(two)}, "auto")
+    assert [(t["trace_id"][-2:], t["completion"]) for t in found] == [(":0", "Five."), (":1", "5")]
+    call = [_chunk(0, {"role": "assistant", "content": None, "tool_calls": [
+        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}),
+        _chunk(0, {}, "tool_calls")]
+    with pytest.raises(FormatError, match="the answer is a tool call"):
+        normalize({**HELICONE, "response_body": streamed(call)}, "auto")

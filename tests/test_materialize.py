@@ -299,7 +299,7 @@ def test_an_interval_with_no_trace_says_what_was_read(tmp_path, monkeypatch, cap
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_helicones_exports_are_read_as_jsonl_and_as_a_json_array(tmp_path, monkeypatch, workers):
-    """@helicone/export writes JSONL, or with --format json one array of pretty-printed requests; the
+    """@helicone/export writes JSONL, or with --format json an array of pretty-printed requests; the
     requests of a line-by-line OpenAI log beside them take that log's fast path, Helicone's the reader."""
     if workers > 1:
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
@@ -315,7 +315,8 @@ def test_helicones_exports_are_read_as_jsonl_and_as_a_json_array(tmp_path, monke
     (src / "export.jsonl").write_bytes(lines(*(request(i) for i in range(6)), request(6, response_status=500),
                                              request(7, request_body={"helicone_message": "fetching body from signed_url..."}),
                                              OPENAI))
-    (src / "export.json").write_text("[\n" + ",\n".join(json.dumps(request(i), indent=2) for i in range(10, 13)) + "\n]\n")
+    # As the tool writes it without --limit: a comma after every record, the last too.
+    (src / "export.json").write_text("[\n" + "".join(json.dumps(request(i), indent=2) + ",\n" for i in range(10, 13)) + "]\n")
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
     assert accounted(m) and m.source["formats"] == {"helicone": 9, "openai": 1}  # OPENAI created at 09:33: outside
     assert m.quarantine_reasons == {"failed_request": 1, "no_content": 1} and m.counts["outside_interval"] == 1

@@ -272,15 +272,17 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
     with gzip.open(tmp_path / "b.json.gz", "wt") as f:
         f.write(json.dumps({"n": 3, "nested": {"a": [1, 2]}}, indent=2))
     (tmp_path / "c.json").write_bytes(b'\xef\xbb\xbf{"n": 4}\n{"n": 5}\n')  # JSON Lines
-    (tmp_path / "d.json").write_text('[\n{"n": 6},\n{"n": 7}\n')  # the closing bracket missing
+    (tmp_path / "d.json").write_text('[\n{"n": 6},\n{"n": 7}\n')  # the closing bracket missing: its elements whole
+    (tmp_path / "g.json").write_text('[\n  {\n    "n": 11\n  },\n  {"n": 12},\n]\n')  # a comma after the last, as Helicone's tool writes
     (tmp_path / "e.json").write_text(json.dumps([{"n": 8, "text": "x" * 5000}], indent=2))
     (tmp_path / "f.json").write_text('[{"n": 9}, {"n": 10}]')  # on one line, with no newline at its end
     items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc) for i in read(str(tmp_path))]
     assert items[:8] == [
         ("a.json", 1, None, {"n": 1}), ("a.json", 2, "non_finite_number", None), ("a.json", 3, None, "text"),
         ("a.json", 4, None, {"n": 2, "text": "caf\u00e9"}), ("b.json.gz", 1, None, {"n": 3, "nested": {"a": [1, 2]}}),
-        ("c.json", 1, None, {"n": 4}), ("c.json", 2, None, {"n": 5}), ("d.json", 1, "invalid_json", None)]
-    assert [(p, r) for f, p, r, _ in items if f == "d.json"] == [(1, "invalid_json"), (2, "invalid_json"), (3, None)]
+        ("c.json", 1, None, {"n": 4}), ("c.json", 2, None, {"n": 5}), ("d.json", 1, None, {"n": 6})]
+    assert [(p, d) for f, p, _, d in items if f in ("d.json", "g.json")] == [(1, {"n": 6}), (2, {"n": 7}), (1, {"n": 11}),
+                                                                            (2, {"n": 12})]
     assert [(p, r) for f, p, r, _ in items if f == "e.json"] == [(1, "record_too_large")]
     assert [(p, d) for f, p, _, d in items if f == "f.json"] == [(1, {"n": 9}), (2, {"n": 10})]
 

@@ -483,19 +483,27 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
 # ------------------------------------------------------------------------------------------ helicone
 
 _HELICONE_FEEDBACK = "helicone-score-feedback"  # the score Helicone keeps a request's user feedback in (1: up)
+_HELICONE_BOOLEAN = "-hcone-bool"  # the suffix Helicone gives a boolean score's name where it keeps it
+_HELICONE_NO_CACHE = ("", "00000000-0000-0000-0000-000000000000")  # cache_reference_id of a request not served from cache
 
 
 def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
     """The traces of a request as Helicone exports it (see the module's docstring): its bodies read as
-    :func:`from_openai` reads a log (Anthropic's turned into OpenAI's shape first), its times,
-    latency, feedback and scores Helicone's own."""
+    :func:`from_openai` reads a log (a stream's choices rebuilt from its chunks, Anthropic's answer
+    turned into OpenAI's shape first), its times, latency, feedback and scores Helicone's own."""
     rid = _need(doc, "request_id", str, "")
     where = f"request {rid}"
     status = doc.get("response_status")
+    if type(status) is int and not 200 <= status < 300:  # before its bodies: Helicone keeps none of a failure, often
+        body = _langfuse_json(doc.get("response_body"))
+        error = body.get("error") if isinstance(body, dict) else None
+        error = error.get("message", error) if isinstance(error, dict) else error
+        said = f"failed (response_status {status})" if status > 0 else f"has no answer (response_status {status}: pending or cancelled)"
+        raise FormatError("failed_request", f"{where} {said}" + (f": {str(error)[:300]}" if error else ""))
+    cached = doc.get("cache_reference_id")
+    if isinstance(cached, str) and cached not in (*_HELICONE_NO_CACHE, rid):
+        raise FormatError("duplicate", f"{where} is a cache hit: Helicone answered with the stored answer of request {cached}")
     request, response = (_helicone_body(doc.get(k), f"{where}: {k}") for k in ("request_body", "response_body"))
-    if type(status) is int and not 200 <= status < 300:
-        error = response.get("error") if isinstance(response.get("error"), (dict, str)) else ""
-        raise FormatError("failed_request", f"{where} failed (response_status {status}): {str(error)[:300]}")
     start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
     delay = _number(doc.get("delay_ms"))
     if isinstance(delay, (int, float)) and not isinstance(delay, bool):
@@ -506,12 +514,18 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
         latency_ms = 0.0
     if "content" in response and "choices" not in response:  # Anthropic's messages API
         request, response = _anthropic_request(request, where), _anthropic_response(response)
+    elif isinstance(response.get("streamed_data"), list):  # a stream: its chunks, as the provider sent them
+        response = _streamed(response)
+    if not isinstance(request.get("messages"), list) or "choices" not in response:
+        endpoint = doc.get("target_url") or doc.get("request_path") or "its endpoint"
+        raise FormatError("invalid_field", f"{where}: {endpoint} is not a chat completion (its request has no messages, "
+                                           "or its answer no choices)")
     usage = _object(response, "usage", f"{where}: response_body.")
     if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
         counts = [_langfuse_count(doc.get(k)) for k in ("prompt_tokens", "completion_tokens")]
         counts = [c if type(c) is int else 0 for c in counts]
         usage = dict(zip(("prompt_tokens", "completion_tokens", "total_tokens"), [*counts, sum(counts)]))
-    response_id = response.get("id") if isinstance(response.get("id"), str) else rid
+    response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
     logged = {"request": request, "response": {**response, "id": response_id, "created": start, "usage": usage,
                                                "model": response.get("model") or doc.get("model") or doc.get("request_model")}}
     thumb, scores = _helicone_scores(doc, where)
@@ -525,27 +539,60 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
 
 def _helicone_body(body: Any, where: str) -> dict:
     """A request's or response's body: an object, or the JSON text of one (as Helicone keeps them in
-    ClickHouse); FormatError ``no_content`` for the note Helicone gives in the place of a body it did
-    not send (its export without ``--include-body``, a body too large)."""
+    ClickHouse); FormatError ``no_content`` where Helicone holds none: its note in the place of a body
+    (an export without ``--include-body``, a body too large or expired), the text preview it keeps of
+    a body it stored elsewhere, or the model alone (a body it was told to omit)."""
     body = _langfuse_json(body)
+    hint = "export with the bodies: @helicone/export --include-body"
+    if isinstance(body, str):
+        raise FormatError("no_content", f"{where} is Helicone's text preview of it, not the body ({hint})")
     if not isinstance(body, dict):
         raise FormatError("no_content" if body is None else "invalid_field", f"{where}={repr(body)[:80]} is not an object")
     if "helicone_message" in body and len(body) == 1:
-        raise FormatError("no_content", f"{where} holds no body, but Helicone's note {str(body['helicone_message'])[:200]!r} "
-                                        "(export with the bodies: @helicone/export --include-body)")
+        raise FormatError("no_content", f"{where} holds no body, but Helicone's note {str(body['helicone_message'])[:200]!r} ({hint})")
+    if body.keys() == {"model"}:
+        raise FormatError("no_content", f"{where} holds its model alone: Helicone was told to omit it (Helicone-Omit-Request "
+                                        "or Helicone-Omit-Response)")
     return body
+
+
+def _streamed(response: dict) -> dict:
+    """A streamed chat completion with its choices rebuilt from its chunks (``streamed_data``) by their
+    index: Helicone's own merge of them keeps neither a choice's finish reason (a stream the content
+    filter stopped read as an answer) nor their indices (the choices of ``n`` > 1 read as one)."""
+    choices: dict[Any, dict] = {}
+    usage = response.get("usage")
+    for chunk in response["streamed_data"]:
+        if not isinstance(chunk, dict):
+            continue
+        usage = chunk["usage"] if isinstance(chunk.get("usage"), dict) else usage
+        for c in chunk.get("choices") or []:
+            delta = c.get("delta") if isinstance(c, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            got = choices.setdefault(c.get("index", 0), {"index": c.get("index", 0), "finish_reason": None,
+                                                          "message": {"role": "assistant", "content": ""}})
+            message = got["message"]
+            for key in ("content", "refusal"):  # text, in pieces
+                if isinstance(delta.get(key), str):
+                    message[key] = (message.get(key) or "") + delta[key]
+            for key in (*TOOL_FIELDS, "audio"):
+                message[key] = message.get(key) or delta.get(key)
+            got["finish_reason"] = c.get("finish_reason") or got["finish_reason"]
+    return {**response, "choices": [choices[i] for i in sorted(choices, key=str)], "usage": usage}
 
 
 def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
     """(the thumb of a request's user feedback, its other scores as ours). Scores come as Helicone's
-    ClickHouse keeps them (a number, maybe quoted) or as its Postgres API gives them ({"value", "valueType"})."""
+    ClickHouse keeps them (a number, maybe quoted; a boolean one's name with a suffix) or as its
+    Postgres API gives them ({"value", "valueType"})."""
     given = _object(doc, "scores", f"{where}: ")
     values = {}
     for name, value in given.items():
         value = _number(value.get("value") if isinstance(value, dict) else value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise FormatError("invalid_field", f"{where}: scores.{name}={value!r} is not a number")
-        values[name] = _finite(float(value), f"{where}: scores.{name}")
+        values[name.removesuffix(_HELICONE_BOOLEAN)] = _finite(float(value), f"{where}: scores.{name}")
     feedback = values.pop(_HELICONE_FEEDBACK, None)
     rating = doc.get("feedback_rating")
     thumb = ("up" if feedback >= 1 else "down") if feedback is not None else \
@@ -557,29 +604,28 @@ def _anthropic_request(body: dict, where: str) -> dict:
     """A request to Anthropic's messages API in OpenAI's shape: its ``system`` (a text or text blocks)
     a first message; tool use and results in a prompt are tool calls, as OpenAI's."""
     messages = body.get("messages") if isinstance(body.get("messages"), list) else []
-    out = []
     for i, m in enumerate(messages):
         blocks = m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []
         kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
         _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
                       f"{where}: request_body.messages[{i}]")
-        out.append(m)
     system = body.get("system")
-    if system:
-        out.insert(0, {"role": "system", "content": system})
-    return {**body, "messages": out}
+    return {**body, "messages": [{"role": "system", "content": system}, *messages] if system else messages}
 
 
 def _anthropic_response(body: dict) -> dict:
     """An answer of Anthropic's messages API in OpenAI's shape (its thinking dropped, as a reasoning
-    model's is), for :func:`from_openai`."""
+    model's is), for :func:`from_openai`. Its prompt's count is of all its input tokens: Anthropic
+    counts those read from or written to its prompt cache apart, OpenAI's count holds them."""
     blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
     message = {"role": "assistant", "content": [b for b in blocks if b.get("type") == "text"],
                # its tools' calls and those it ran itself (server_tool_use, as a web search): no answer to train on
                "tool_calls": [b for b in blocks if str(b.get("type")).endswith("tool_use")] or None,
                "refusal": body.get("stop_reason") == "refusal" or None}
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    prompt, answer = (usage.get(k) for k in ("input_tokens", "output_tokens"))
+    inputs = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
+    prompt = inputs[0] if type(inputs[0]) is not int else inputs[0] + sum(c for c in inputs[1:] if type(c) is int)
+    answer = usage.get("output_tokens")
     return {**body, "choices": [{"index": 0, "message": message, "finish_reason": body.get("stop_reason")}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
             if usage else {}}
