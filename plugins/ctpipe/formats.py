@@ -191,10 +191,11 @@ def _portkey_log(doc: dict) -> dict:
     FormatError for a request that failed, or a log exported without its bodies."""
     status, bodies = doc.get("response_status_code"), [doc.get(k) for k in ("request", "response")]
     bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), dict) else b for b in bodies]
-    if type(status) is int and not 200 <= status < 300 or doc.get("is_success") is False or doc.get("is_success") == 0:
+    if type(status) is int and not 200 <= status < 300 or doc.get("is_success") == 0:  # 0, or false
         error = bodies[1].get("error") if isinstance(bodies[1], dict) else None
-        message = error.get("message") if isinstance(error, dict) else error
-        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed (status {status}): {str(message)[:300]}")
+        error = error.get("message", error) if isinstance(error, dict) else error
+        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed (status {status})"
+                                            + (f": {str(error)[:300]}" if error else ""))
     if not all(isinstance(b, dict) for b in bodies):
         raise FormatError("no_content", f"Portkey log {doc.get('id')} holds no request or response body (not among "
                                         "the export's requested_data, denied by its export settings, or not logged)")
