@@ -985,7 +985,6 @@ def test_a_batch_output_that_cannot_be_a_trace_says_why(lines, reason, detail):
 
 
 def test_any_value_anywhere_in_a_batchs_lines_gives_traces_or_the_errors_that_say_why():
-    from ctpipe.traces import InvalidTrace, convert
     from tests.conftest import mutated
 
     for request, output in [*((m, BATCH_OUTPUT) for m in mutated(BATCH_REQUEST)),
@@ -994,12 +993,19 @@ def test_any_value_anywhere_in_a_batchs_lines_gives_traces_or_the_errors_that_sa
             found = _batch(request, output)
         except FormatError:  # a line that is no batch line, or whose custom_id is no text
             continue
-        for trace in found:
-            if not isinstance(trace, FormatError):
-                try:
-                    convert(trace)
-                except InvalidTrace:
-                    pass
+        _validated(found)
+
+
+def _validated(found: list) -> None:
+    """Each trace of a reader's ``found`` through the trace's validation, which may refuse it, but only so."""
+    from ctpipe.traces import convert
+
+    for trace in found:
+        if not isinstance(trace, FormatError):
+            try:
+                convert(trace)
+            except InvalidTrace:
+                pass
 
 
 def test_a_helicone_export_gives_its_requests_with_their_times_feedback_and_scores():
@@ -1097,7 +1103,6 @@ def test_a_helicone_request_that_cannot_be_a_trace_says_why(change, reason, says
 
 
 def test_any_value_anywhere_in_a_helicone_request_gives_traces_or_the_errors_that_say_why():
-    from ctpipe.traces import convert
     from tests.conftest import mutated
 
     for doc in mutated(HELICONE):
@@ -1105,12 +1110,7 @@ def test_any_value_anywhere_in_a_helicone_request_gives_traces_or_the_errors_tha
             found = normalize(doc, "auto")
         except FormatError:
             continue
-        for trace in found:
-            if not isinstance(trace, FormatError):
-                try:
-                    convert(trace)
-                except InvalidTrace:
-                    pass
+        _validated(found)
 
 
 def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_status():
