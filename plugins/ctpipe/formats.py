@@ -494,25 +494,9 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
     turned into OpenAI's shape first), its times, latency, feedback and scores Helicone's own."""
     rid = _need(doc, "request_id", str, "")
     where = f"request {rid}"
-    status = doc.get("response_status")
-    if type(status) is int and not 200 <= status < 300:  # before its bodies: Helicone keeps none of a failure, often
-        body = _langfuse_json(doc.get("response_body"))
-        error = body.get("error") if isinstance(body, dict) else None
-        error = error.get("message", error) if isinstance(error, dict) else error
-        said = f"failed (response_status {status})" if status > 0 else f"has no answer (response_status {status}: pending or cancelled)"
-        raise FormatError("failed_request", f"{where} {said}" + (f": {str(error)[:300]}" if error else ""))
-    cached = doc.get("cache_reference_id")
-    if isinstance(cached, str) and cached not in (*_HELICONE_NO_CACHE, rid):
-        raise FormatError("duplicate", f"{where} is a cache hit: Helicone answered with the stored answer of request {cached}")
+    _helicone_answered(doc, where)
     request, response = (_helicone_body(doc.get(k), f"{where}: {k}") for k in ("request_body", "response_body"))
-    start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
-    delay = _number(doc.get("delay_ms"))
-    if isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        latency_ms = float(delay)
-    elif doc.get("response_created_at"):
-        latency_ms = round((_epoch(doc["response_created_at"], f"{where}: response_created_at") - start) * 1e6) / 1000
-    else:
-        latency_ms = 0.0
+    start, latency_ms = _helicone_times(doc, where)
     if "content" in response and "choices" not in response:  # Anthropic's messages API
         request, response = _anthropic_request(request, where), _anthropic_response(response)
     elif isinstance(response.get("streamed_data"), list):  # a stream: its chunks, as the provider sent them
@@ -536,6 +520,34 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
                      end_time=_iso(start + latency_ms / 1000, f"{where}: request_created_at + delay_ms"),
                      latency_ms=latency_ms, feedback={"thumb": thumb, "rating": None}, scores=scores)
         yield t
+
+
+def _helicone_answered(doc: dict, where: str) -> None:
+    """FormatError for a request the model did not answer itself: one that failed, is pending or was
+    cancelled (its status says so before its bodies, of which Helicone often keeps none), or a
+    cache hit (``duplicate``: the stored answer of the request it names)."""
+    status = doc.get("response_status")
+    if type(status) is int and not 200 <= status < 300:
+        body = _langfuse_json(doc.get("response_body"))
+        error = body.get("error") if isinstance(body, dict) else None
+        error = error.get("message", error) if isinstance(error, dict) else error
+        said = f"failed (response_status {status})" if status > 0 else f"has no answer (response_status {status}: pending or cancelled)"
+        raise FormatError("failed_request", f"{where} {said}" + (f": {str(error)[:300]}" if error else ""))
+    cached = doc.get("cache_reference_id")
+    if isinstance(cached, str) and cached not in (*_HELICONE_NO_CACHE, doc["request_id"]):
+        raise FormatError("duplicate", f"{where} is a cache hit: Helicone answered with the stored answer of request {cached}")
+
+
+def _helicone_times(doc: dict, where: str) -> tuple[float, float]:
+    """(when a request began, in seconds since 1970; its latency in ms): its ``request_created_at``
+    (ClickHouse's text of it has no zone: UTC), and its ``delay_ms``, or the time to its response."""
+    start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
+    delay = _number(doc.get("delay_ms"))
+    if isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        return start, float(delay)
+    if doc.get("response_created_at"):
+        return start, round((_epoch(doc["response_created_at"], f"{where}: response_created_at") - start) * 1e6) / 1000
+    return start, 0.0
 
 
 def _helicone_body(body: Any, where: str) -> dict:
