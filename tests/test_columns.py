@@ -239,6 +239,7 @@ OPENAI_LINES = {
         {"role": "user", "content": "Sure?"}])),
     "Helicone's": json.dumps(HELICONE).encode(),  # the response under its own key: not a log the fast path reads
     "Portkey's": json.dumps(PORTKEY).encode(),  # its own time and latency: the reader's
+    "Portkey's, failed, provider null": json.dumps({**PORTKEY, "ai_org": None, "response_status_code": 500}).encode(),
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -288,7 +289,8 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
     assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
                         "answer text and a tool call",
-                        "a function call in the prompt", "Helicone's", "Portkey's"}
+                        "a function call in the prompt", "Helicone's", "Portkey's",
+                        "Portkey's, failed, provider null"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 

@@ -861,6 +861,9 @@ def test_litellms_logs_of_calls_take_their_times_and_a_failed_call_is_a_failed_r
     assert (t["start_time"], t["end_time"], t["latency_ms"]) == ("2026-11-22T09:41:00.123000+00:00",
                                                                  "2026-11-22T09:41:02.623000+00:00", 2500.0)
     assert decode(json.dumps(t)).completion == "5"
+    for start in (1795340100, 1795340100.0):  # a start without an end is no call's times: the response's created
+        (alone,) = normalize({**payload, "startTime": start, "endTime": None}, "auto")
+        assert alone["start_time"] == "2026-11-22T09:33:20+00:00"
     redacted = {**payload, "messages": [{"role": "user", "content": "redacted-by-litellm"}]}
     with pytest.raises(FormatError, match="LiteLLM wrote 'redacted-by-litellm' for the messages") as e:
         normalize(redacted, "auto")
@@ -1026,6 +1029,9 @@ def test_a_helicone_export_gives_its_requests_with_their_times_feedback_and_scor
     (t,) = normalize(postgres, "helicone")
     assert (t["start_time"], t["latency_ms"], t["feedback"]["thumb"]) == ("2026-11-22T10:15:02.125000+00:00", 500.0, "down")
     assert t["usage"] == {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21}  # Helicone's own counts
+    (t,) = normalize({**postgres, "prompt_tokens": "x"}, "helicone")
+    with pytest.raises(InvalidTrace, match="prompt_tokens"):  # a count that is none is the trace's validation's to name
+        decode(json.dumps(t))
     (t,) = normalize({**HELICONE, "scores": {"correct-hcone-bool": "1"}, "cache_reference_id": HELICONE["request_id"]}, "auto")
     assert t["scores"] == [{"name": "correct", "value": 1.0, "label": None, "source": "helicone"}]  # Helicone's suffix gone
     two = {**HELICONE, "response_body": {**OPENAI["response"], "choices": [OPENAI["response"]["choices"][0]] * 2}}
@@ -1055,7 +1061,9 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
                         "stop_reason": "tool_use"}, "no_text_answer", "the answer is a tool call"),
         "a web search": ({**body, "content": [{"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
                                               {"type": "text", "text": "5"}]}, "no_text_answer", "the answer is a tool call"),
-        "a refusal": ({**body, "content": [], "stop_reason": "refusal"}, "no_text_answer", "the answer is a refusal"),
+        "a refusal": ({**body, "content": [], "stop_reason": "refusal"}, "no_text_answer", "stopped by the content filter"),
+        "a refusal after some text": ({**body, "content": [{"type": "text", "text": "I can"}], "stop_reason": "refusal"},
+                                      "no_text_answer", "stopped by the content filter"),
     }
     for name, (answer, reason, says) in refused.items():
         with pytest.raises(FormatError, match=says) as e:
@@ -1066,8 +1074,8 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
                                                           {"type": "text", "text": "What is this?"}]}, "non_text_content"),
                             ({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "5"}]},
                              "tool_call_in_prompt")]:
-        with pytest.raises(FormatError) as e:
-            normalize({**anthropic, "request_body": {**request, "messages": [message]}}, "auto")
+        with pytest.raises(FormatError, match=re.escape(f"request {HELICONE['request_id']}: request_body.messages[0] holds")) as e:
+            normalize({**anthropic, "request_body": {**request, "messages": [message]}}, "auto")  # its place, not the system's
         assert e.value.reason == reason
 
 
@@ -1125,6 +1133,7 @@ def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_s
         ({"response_status_code": 429, "is_success": 0, "response": {"error": {"message": "Rate limit reached"}}},
          "failed_request", "failed (status 429): Rate limit reached"),
         ({"is_success": False}, "failed_request", "failed (status 200)"),
+        ({"is_success": 0, "response_status_code": None}, "failed_request", "failed (is_success 0)"),
         ({"request": None, "response": None}, "no_content", "holds no request or response body"),
         ({"created_at": "soon"}, "invalid_field", "created_at='soon' is not an ISO 8601 time"),
     ]:
@@ -1161,6 +1170,9 @@ def test_a_helicone_stream_is_read_from_its_chunks():
            _chunk(1, {}, "stop")]
     found = normalize({**HELICONE, "response_body": streamed(two)}, "auto")
     assert [(t["trace_id"][-2:], t["completion"]) for t in found] == [(":0", "Five."), (":1", "5")]
+    eleven = [_chunk(i, {"role": "assistant", "content": str(i)}, "stop") for i in range(11)]
+    found = normalize({**HELICONE, "response_body": streamed(eleven)}, "auto")
+    assert [t["completion"] for t in found] == [str(i) for i in range(11)]  # 2 before 10
     call = [_chunk(0, {"role": "assistant", "content": None, "tool_calls": [
         {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}),
         _chunk(0, {}, "tool_calls")]

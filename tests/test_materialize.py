@@ -334,7 +334,7 @@ def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, 
     empty = run(tmp_path / "empty.jsonl", tmp_path / "out")
     assert isinstance(empty, mat.NoTraces) and empty.files == 1 and empty.outside_interval == 0
     assert empty.lines(DatasetConfig()) == [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}): "
-                                           "1 files read"]
+                                           "1 file read"]
     assert not list((tmp_path / "out").rglob("manifest.json"))
     assert main(["materialize", "--source", str(tmp_path / "nope"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 1

@@ -274,6 +274,7 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
     (tmp_path / "c.json").write_bytes(b'\xef\xbb\xbf{"n": 4}\n{"n": 5}\n')  # JSON Lines
     (tmp_path / "d.json").write_text('[\n{"n": 6},\n{"n": 7}\n')  # the closing bracket missing: its elements whole
     (tmp_path / "g.json").write_text('[\n  {\n    "n": 11\n  },\n  {"n": 12},\n]\n')  # a comma after the last, as Helicone's tool writes
+    (tmp_path / "h.json").write_text('[{"n": 13}, {"n": \n{"n": 14}\n')  # JSON Lines, the first line broken: not an array
     (tmp_path / "e.json").write_text(json.dumps([{"n": 8, "text": "x" * 5000}], indent=2))
     (tmp_path / "f.json").write_text('[{"n": 9}, {"n": 10}]')  # on one line, with no newline at its end
     items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc) for i in read(str(tmp_path))]
@@ -283,6 +284,7 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
         ("c.json", 1, None, {"n": 4}), ("c.json", 2, None, {"n": 5}), ("d.json", 1, None, {"n": 6})]
     assert [(p, d) for f, p, _, d in items if f in ("d.json", "g.json")] == [(1, {"n": 6}), (2, {"n": 7}), (1, {"n": 11}),
                                                                             (2, {"n": 12})]
+    assert [(p, r, d) for f, p, r, d in items if f == "h.json"] == [(1, "invalid_json", None), (2, None, {"n": 14})]
     assert [(p, r) for f, p, r, _ in items if f == "e.json"] == [(1, "record_too_large")]
     assert [(p, d) for f, p, _, d in items if f == "f.json"] == [(1, {"n": 9}), (2, {"n": 10})]
 

@@ -92,7 +92,7 @@ class _OpenAIShape(msgspec.Struct):
     response: _OpenAIResponse
     startTime: None = None  # a call's times, as LiteLLM logs them: the reader's
     endTime: None = None
-    ai_org: None = None  # Portkey's export, whose times, status and bodies the reader reads
+    ai_org: msgspec.UnsetType = msgspec.UNSET  # Portkey's export (any value, null too), whose times, status and bodies the reader reads
 
 
 _OPENAI_SHAPE = msgspec.json.Decoder(_OpenAIShape)

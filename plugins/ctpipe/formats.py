@@ -187,23 +187,20 @@ def _portkey(doc: dict) -> bool:
 
 
 def _portkey_log(doc: dict) -> dict:
-    """A Portkey log as the side-by-side log :func:`from_openai` reads, its time and latency its own;
-    FormatError for a request that failed, or a log exported without its bodies."""
+    """A Portkey log as the side-by-side log :func:`from_openai` reads (its time and latency its own,
+    see :func:`_call_times`); FormatError for a request that failed, or a log exported without its bodies."""
     status, bodies = doc.get("response_status_code"), [doc.get(k) for k in ("request", "response")]
     bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), dict) else b for b in bodies]
     if type(status) is int and not 200 <= status < 300 or doc.get("is_success") == 0:  # 0, or false
         error = bodies[1].get("error") if isinstance(bodies[1], dict) else None
         error = error.get("message", error) if isinstance(error, dict) else error
-        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed (status {status})"
+        said = f"status {status}" if status is not None else "is_success 0"
+        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed ({said})"
                                             + (f": {str(error)[:300]}" if error else ""))
     if not all(isinstance(b, dict) for b in bodies):
         raise FormatError("no_content", f"Portkey log {doc.get('id')} holds no request or response body (not among "
                                         "the export's requested_data, denied by its export settings, or not logged)")
-    log = {**doc, "request": bodies[0], "response": bodies[1]}
-    if doc.get("created_at") is not None:
-        log["startTime"] = _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at")
-        log["latency_ms"] = _number(doc.get("response_time"))
-    return log
+    return {**doc, "request": bodies[0], "response": bodies[1]}
 
 
 def langfuse_kind(doc: dict) -> Literal["observation", "score", "trace"] | None:
@@ -425,6 +422,21 @@ def _message_answer(m: dict, where: str) -> str | FormatError:
     return _parts_answer(m, where)
 
 
+def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
+    """(start, in seconds since 1970; latency in ms) of a logged call: LiteLLM's ``startTime`` and
+    ``endTime``, Portkey's ``created_at`` and ``response_time``, else the response's ``created`` and
+    a ``latency_ms`` beside it (or none)."""
+    if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):
+        return doc["startTime"], round((doc["endTime"] - doc["startTime"]) * 1e6) / 1000
+    if _portkey(doc):
+        latency = _number(doc.get("response_time"))
+        latency = float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool) else 0.0
+        if doc.get("created_at") is None:
+            return created, latency
+        return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
+    return created, float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+
+
 def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of a logged chat completion; a choice that is no text answer comes as its
     FormatError, in its place. A line of a batch's files is :class:`Held` for its join (see
@@ -448,12 +460,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     model = _need(response, "model", str, "response.")
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     usage = _object(response, "usage", "response.")
-    latency_ms = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
-    start = created
-    if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):  # LiteLLM's call times
-        start, latency_ms = doc["startTime"], round((doc["endTime"] - doc["startTime"]) * 1e6) / 1000
-    elif type(doc.get("startTime")) is float:  # a start alone: Portkey's created_at (see _portkey_log)
-        start = doc["startTime"]
+    start, latency_ms = _call_times(doc, created)
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
@@ -507,18 +514,17 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
                                            "or its answer no choices)")
     usage = _object(response, "usage", f"{where}: response_body.")
     if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
-        counts = [_langfuse_count(doc.get(k)) for k in ("prompt_tokens", "completion_tokens")]
-        counts = [c if type(c) is int else 0 for c in counts]
-        usage = dict(zip(("prompt_tokens", "completion_tokens", "total_tokens"), [*counts, sum(counts)]))
+        prompt, answer = (_langfuse_count(doc.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
+        usage = {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
     response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
-    logged = {"request": request, "response": {**response, "id": response_id, "created": start, "usage": usage,
-                                               "model": response.get("model") or doc.get("model") or doc.get("request_model")}}
+    logged = {"request": request, "latency_ms": latency_ms,
+              "response": {**response, "id": response_id, "created": start, "usage": usage,
+                           "model": response.get("model") or doc.get("model") or doc.get("request_model")}}
     thumb, scores = _helicone_scores(doc, where)
     for t in from_openai(logged):
         if isinstance(t, dict):
-            t.update(trace_id=rid + t["trace_id"][len(response_id):], start_time=_iso(start, f"{where}: request_created_at"),
-                     end_time=_iso(start + latency_ms / 1000, f"{where}: request_created_at + delay_ms"),
-                     latency_ms=latency_ms, feedback={"thumb": thumb, "rating": None}, scores=scores)
+            t.update(trace_id=rid + t["trace_id"][len(response_id):], feedback={"thumb": thumb, "rating": None},
+                     scores=scores)
         yield t
 
 
@@ -592,7 +598,8 @@ def _streamed(response: dict) -> dict:
             for key in (*TOOL_FIELDS, "audio"):
                 message[key] = message.get(key) or delta.get(key)
             got["finish_reason"] = c.get("finish_reason") or got["finish_reason"]
-    return {**response, "choices": [choices[i] for i in sorted(choices, key=str)], "usage": usage}
+    order = sorted(choices, key=lambda i: (type(i) is not int, i if type(i) is int else str(i)))  # 2 before 10
+    return {**response, "choices": [choices[i] for i in order], "usage": usage}
 
 
 def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
@@ -622,6 +629,7 @@ def _anthropic_request(body: dict, where: str) -> dict:
         kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
         _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
                       f"{where}: request_body.messages[{i}]")
+        _media(kinds, f"{where}: request_body.messages[{i}]")  # here, where its place is its own
     system = body.get("system")
     return {**body, "messages": [{"role": "system", "content": system}, *messages] if system else messages}
 
@@ -633,13 +641,14 @@ def _anthropic_response(body: dict) -> dict:
     blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
     message = {"role": "assistant", "content": [b for b in blocks if b.get("type") == "text"],
                # its tools' calls and those it ran itself (server_tool_use, as a web search): no answer to train on
-               "tool_calls": [b for b in blocks if str(b.get("type")).endswith("tool_use")] or None,
-               "refusal": body.get("stop_reason") == "refusal" or None}
+               "tool_calls": [b for b in blocks if str(b.get("type")).endswith("tool_use")] or None}
+    # Stopped for a refusal: its classifiers intervened, as a content filter does, whatever text came before.
+    stop = "content_filter" if body.get("stop_reason") == "refusal" else body.get("stop_reason")
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     inputs = [usage.get(k) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
     prompt = inputs[0] if type(inputs[0]) is not int else inputs[0] + sum(c for c in inputs[1:] if type(c) is int)
     answer = usage.get("output_tokens")
-    return {**body, "choices": [{"index": 0, "message": message, "finish_reason": body.get("stop_reason")}],
+    return {**body, "choices": [{"index": 0, "message": message, "finish_reason": stop}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
             if usage else {}}
 

@@ -1678,13 +1678,17 @@ class NoTraces:
 
     def lines(self, dataset: DatasetConfig) -> list[str]:
         """Why, in words: the first line says it all when there was nothing to read."""
-        out = [f"no trace started in [{self.interval[0]}, {self.interval[1]}): {self.files} files read"
+        out = [f"no trace started in [{self.interval[0]}, {self.interval[1]}): {_files(self.files)} read"
                + (f", {len(self.skipped_files)} not read" if self.skipped_files else "")]
         if self.outside_interval:
             out.append(f"{self.outside_interval} records of other times read ({', '.join(self.formats)}), started "
                        f"from {self.outside_span[0]} to {self.outside_span[1]}")
         return (out + [f"{f}: not read: {why}" for f, why in self.skipped_files.items()]
                 + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined))
+
+
+def _files(n: int) -> str:
+    return f"{n} file" + "s" * (n != 1)
 
 
 def _iso(micros: int) -> str:

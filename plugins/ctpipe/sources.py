@@ -1564,8 +1564,9 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     newline between them, or pretty-printed (see :func:`_a_value_a_line`); ("document", its records,
     a line each) for one document: the elements of an array (numbered by their place in it), or the
     document itself; ("array", b"") for an array past :data:`MAX_RECORD_BYTES` whose first line is
-    no record, read an element at a time, as is one that does not parse whole. Another document that
-    does not parse or is past :data:`MAX_RECORD_BYTES` is read as lines, and quarantined so."""
+    no record, read an element at a time, as is a pretty-printed one that does not parse whole.
+    Another document that does not parse or is past :data:`MAX_RECORD_BYTES` is read as lines, and
+    quarantined so."""
     lines, compression = ("lines", b""), ""
     try:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
@@ -1589,9 +1590,10 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
-        # An array that does not parse whole (a comma after its last element, as Helicone's export
-        # tool writes one; an element cut short) gives its elements one by one, each read or refused.
-        return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
+        # A pretty-printed array (its first line the bracket alone, as no line of JSON Lines is) that
+        # does not parse whole (a comma after its last element, as Helicone's export tool writes one;
+        # an element cut short) gives its elements one by one, each read or quarantined.
+        return ("array", b"") if first.strip() == b"[" else lines
     _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
 

@@ -135,7 +135,7 @@ def test_an_interval_with_no_trace_is_skipped_saying_what_was_read(dagbag, tmp_p
     try:
         start = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
         task = dagbag.dags["trace_to_dataset"].get_task("materialize")
-        with pytest.raises(AirflowSkipException, match=r"nothing to publish: no trace started in .*: 1 files read; "
+        with pytest.raises(AirflowSkipException, match=r"nothing to publish: no trace started in .*: 1 file read; "
                                                        r"1 records of other times read \(ctpipe\), started from "
                                                        r"2026-11-22T12:00:00\+00:00"):
             task.python_callable(data_interval_start=start, data_interval_end=start + timedelta(hours=1),
