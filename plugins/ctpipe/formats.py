@@ -43,8 +43,9 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   or a JSON array) give them: the provider's ``request_body`` and ``response_body`` (OpenAI's chat
   completions, or Anthropic's messages), ``request_created_at``, ``delay_ms``; its user feedback
   (the ``helicone-score-feedback`` score, or ``feedback_rating``) as a thumb, its other scores as
-  scores. Each choice a trace, ids ``request_id`` (``:<index>`` past one choice). An export made
-  without its bodies holds none (``no_content``); a request that failed is ``failed_request``.
+  scores; a stream's choices rebuilt from its chunks. Each choice a trace, ids ``request_id``
+  (``:<index>`` past one choice). An export made without its bodies holds none (``no_content``); a
+  request that failed, is pending or was cancelled is ``failed_request``, a cache hit ``duplicate``.
 * ``ctpipe``: our own schema, unchanged.
 
 A message of typed parts is the text of its text parts, joined on a new line as vLLM joins them
