@@ -12,7 +12,7 @@ import pytest
 from ctpipe import columns, formats, sources, traces
 from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
-from tests.test_formats import HELICONE, PORTKEY, kv, otlp
+from tests.test_formats import HELICONE, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
 
 BASE = {
     "trace_id": "tr-1",
@@ -240,6 +240,7 @@ OPENAI_LINES = {
     "Helicone's": json.dumps(HELICONE).encode(),  # the response under its own key: not a log the fast path reads
     "Portkey's": json.dumps(PORTKEY).encode(),  # its own time and latency: the reader's
     "Portkey's, failed, provider null": json.dumps({**PORTKEY, "ai_org": None, "response_status_code": 500}).encode(),
+    "the Responses API's": json.dumps({"request": RESPONSES_REQUEST, "response": RESPONSES_RESPONSE}).encode(),
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -290,7 +291,7 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
                         "answer text and a tool call",
                         "a function call in the prompt", "Helicone's", "Portkey's",
-                        "Portkey's, failed, provider null"}
+                        "Portkey's, failed, provider null", "the Responses API's"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 

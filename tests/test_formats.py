@@ -1093,9 +1093,10 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
     ({"target_url": "https://api.openai.com/v1/embeddings", "request_body": {"model": "e", "input": "hello"},
       "response_body": {"object": "list", "data": [{"embedding": [0.1]}]}}, "invalid_field",
      "https://api.openai.com/v1/embeddings is not a chat completion"),
-    ({"target_url": "https://api.openai.com/v1/responses", "request_body": {"model": "m", "input": "What is 2 plus 3?"},
-      "response_body": {"id": "resp_1", "object": "response", "output": []}}, "invalid_field",
-     "https://api.openai.com/v1/responses is not a chat completion"),
+    ({"target_url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent",
+      "request_body": {"contents": [{"role": "user", "parts": [{"text": "What is 2 plus 3?"}]}]},
+      "response_body": {"candidates": [{"content": {"parts": [{"text": "5"}], "role": "model"}}]}}, "invalid_field",
+     "gemini-2.5-flash:generateContent is not a chat completion"),
     ({"request_body": {"helicone_message": "fetching body from signed_url... contact engineering@helicone.ai"}},
      "no_content", "export with the bodies: @helicone/export --include-body"),
     ({"response_body": None}, "no_content", "response_body=None is not an object"),
@@ -1103,7 +1104,7 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
     ({"scores": {"accuracy": "high"}}, "invalid_field", "scores.accuracy='high' is not a number"),
     ({"scores": {"accuracy": "NaN"}}, "non_finite_number", "scores.accuracy"),
 ], ids=["429", "500 without bodies", "pending", "preview text", "omitted", "cache hit", "embeddings",
-        "responses API", "no body", "null body", "bad time", "score text", "score NaN"])
+        "gemini", "no body", "null body", "bad time", "score text", "score NaN"])
 def test_a_helicone_request_that_cannot_be_a_trace_says_why(change, reason, says):
     with pytest.raises(FormatError, match=re.escape(says)) as e:
         normalize({**HELICONE, **change}, "auto")
@@ -1178,3 +1179,49 @@ def test_a_helicone_stream_is_read_from_its_chunks():
         _chunk(0, {}, "tool_calls")]
     with pytest.raises(FormatError, match="the answer is a tool call"):
         normalize({**HELICONE, "response_body": streamed(call)}, "auto")
+
+
+# A call of OpenAI's Responses API, as a log keeps it (request beside response) and as Helicone does.
+RESPONSES_REQUEST = {"model": "gpt-4.1-mini", "instructions": "Be brief.",
+                     "input": [{"role": "user", "content": [{"type": "input_text", "text": "What is 2 plus 3?"}]}]}
+RESPONSES_RESPONSE = {
+    "id": "resp_1", "object": "response", "created_at": 1795342502, "status": "completed", "model": "gpt-4.1-mini-2025-04-14",
+    "output": [{"type": "reasoning", "id": "rs_1", "summary": []},
+               {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "5", "annotations": []}]}],
+    "usage": {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}}
+
+
+def test_a_responses_api_call_is_read_as_a_chat_completion():
+    doc = {"request": RESPONSES_REQUEST, "response": RESPONSES_RESPONSE}
+    assert detect(doc) == "openai"
+    (t,) = normalize(doc, "auto")
+    assert (t["trace_id"], t["start_time"], t["completion"]) == ("resp_1", "2026-11-22T10:15:02+00:00", "5")
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    assert t["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    assert normalize({**doc, "request": {**RESPONSES_REQUEST, "input": "What is 2 plus 3?"}}, "auto") == [t]
+    (h,) = normalize({**HELICONE, "request_body": RESPONSES_REQUEST, "response_body": RESPONSES_RESPONSE}, "auto")
+    assert (h["trace_id"], h["completion"], h["messages"]) == (HELICONE["request_id"], "5", t["messages"])
+    refused = {
+        "a function call": ({"output": [{"type": "function_call", "call_id": "c", "name": "add", "arguments": "{}"}]},
+                            "no_text_answer", "the answer is a tool call"),
+        "filtered": ({"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}, "no_text_answer",
+                     "stopped by the content filter"),
+        "a refusal": ({"output": [{"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]}]},
+                      "no_text_answer", "the answer is a refusal"),
+        "failed": ({"status": "failed", "error": {"code": "server_error", "message": "boom"}}, "failed_request", "boom"),
+    }
+    for name, (change, reason, says) in refused.items():
+        with pytest.raises(FormatError, match=says) as e:
+            normalize({**doc, "response": {**RESPONSES_RESPONSE, **change}}, "auto")
+        assert e.value.reason == reason, name
+    for change, reason, says in [
+        ({"previous_response_id": "resp_0"}, "invalid_field", "continues a conversation the Responses API kept"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "non_text_content",
+         "request.input[0] holds a part of type input_image"),
+        ({"input": [{"role": "user", "content": "q"}, {"type": "function_call_output", "call_id": "c", "output": "5"}]},
+         "tool_call_in_prompt", "request.input[1] holds an item of type function_call_output"),
+    ]:
+        with pytest.raises(FormatError, match=re.escape(says)) as e:
+            normalize({**doc, "request": {**RESPONSES_REQUEST, **change}}, "auto")
+        assert e.value.reason == reason

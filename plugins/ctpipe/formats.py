@@ -8,7 +8,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
   ``request``/``response`` or flat in one object (LiteLLM's logs and Portkey's export are such
-  logs, with times of their own). Each choice becomes one trace; one that is no
+  logs, with times of their own); a call of the Responses API is read as one (``input``, ``output``
+  items). Each choice becomes one trace; one that is no
   text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
   refused as ``no_text_answer``. A batch's files (OpenAI's Batch API, vLLM's ``run_batch``): the
   lines of its output (or errors) join those of its input by ``custom_id`` (:class:`Held`,
@@ -133,6 +134,8 @@ def detect(doc: Any) -> Format | None:
         return "openai"
     if _batch_kind(doc) or _failed_call(doc) or _portkey(doc):
         return "openai"
+    if isinstance(request, dict) and "input" in request and isinstance(response, dict) and response.get("object") == "response":
+        return "openai"  # a call of the Responses API
     if "request_id" in doc and "request_created_at" in doc and ("request_body" in doc or "response_body" in doc):
         return "helicone"
     if "trace_id" in doc and "completion" in doc:
@@ -294,10 +297,12 @@ def _usage(prompt_tokens: Any, completion_tokens: Any, total_tokens: Any, answer
     return {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
 
 
-# Parts that a text dataset cannot hold: OpenAI's (``image_url``, ``input_audio``, ``file``), semconv's
-# (``blob``, ``uri``, ``file``) and Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
+# Parts that a text dataset cannot hold: OpenAI's (``image_url``, ``input_audio``, ``file``; its
+# Responses API's ``input_image``, ``input_file``), semconv's (``blob``, ``uri``, ``file``) and
+# Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
 # A prompt that showed the model one reads as another question without it, so its trace is refused.
-MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "image", "document"})
+MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "image", "document", "input_image",
+                         "input_file"})
 # Tool calls in a prompt, as semconv's parts (a call, and the result that answers it) and as OpenAI's
 # message fields: the dataset's messages are text, and a chat read without its calls (an empty
 # assistant turn, then a tool's answer to nothing) is not the one the model was served.
@@ -423,6 +428,55 @@ def _message_answer(m: dict, where: str) -> str | FormatError:
     return _parts_answer(m, where)
 
 
+def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict, dict]:
+    """A call of OpenAI's Responses API (``input`` and ``instructions``; ``output`` items) as the chat
+    completion :func:`from_openai` reads: its items as messages, its answer's text a choice. Its
+    reasoning is dropped, as a reasoning model's is; its tools' calls and results are tool calls; a
+    request continuing an earlier response server-side (``previous_response_id``, ``conversation``)
+    is refused, its prompt missing the turns before."""
+    for key in ("previous_response_id", "conversation"):
+        if request.get(key):
+            raise FormatError("invalid_field", f"{where}request.{key}={str(request[key])[:80]!r}: the prompt continues "
+                                               "a conversation the Responses API kept, whose turns the log does not hold")
+    if response.get("status") == "failed":
+        raise FormatError("failed_request", f"{where}response {response.get('id')} failed: {str(response.get('error'))[:300]}")
+    items = request.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else []
+    system = [{"role": "system", "content": request["instructions"]}] if request.get("instructions") else []
+    messages = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") == "reasoning":
+            continue
+        # A tool's call or result, a web search's, ...: tool calls, refused where they are, as images are.
+        _no_tool_call(None if "role" in item else f"an item of type {item.get('type')}", f"{where}request.input[{i}]")
+        content = _responses_parts(item.get("content"))
+        _media((p.get("type") for p in content) if isinstance(content, list) else (), f"{where}request.input[{i}]")
+        messages.append({**item, "content": content})
+    output = [i for i in response.get("output") or [] if isinstance(i, dict) and i.get("type") != "reasoning"]
+    said = [p for i in output if i.get("type") == "message" for p in _responses_parts(i.get("content")) or []]
+    incomplete = response.get("incomplete_details") if isinstance(response.get("incomplete_details"), dict) else {}
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    prompt, answer = usage.get("input_tokens"), usage.get("output_tokens")
+    answer_message = {"role": "assistant", "content": said,
+                      "tool_calls": [i for i in output if i.get("type") != "message"] or None}
+    return {**request, "messages": system + messages}, {
+        **response, "created": response.get("created_at"),
+        "choices": [{"index": 0, "message": answer_message,
+                     "finish_reason": "content_filter" if incomplete.get("reason") == "content_filter" else "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": usage.get("total_tokens",
+                                                                                             _total(prompt, answer))}
+        if usage else {}}
+
+
+def _responses_parts(content: Any) -> Any:
+    """A Responses API message's content as OpenAI's chat parts: its text parts (``input_text``,
+    ``output_text``) text parts; the others as they are (a refusal, an image, a file)."""
+    if not isinstance(content, list):
+        return content
+    return [{**p, "type": "text"} if p.get("type") in ("input_text", "output_text") else p
+            for p in content if isinstance(p, dict)]
+
+
 def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
     """(start, in seconds since 1970; latency in ms) of a logged call: LiteLLM's ``startTime`` and
     ``endTime``, Portkey's ``created_at`` and ``response_time``, else the response's ``created`` and
@@ -455,6 +509,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
                                         "turn_off_message_logging, or a request's redaction): no prompt or answer to read")
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
+    if response.get("object") == "response":
+        request, response = _from_responses_api(request, response, "")
     messages = _need(request, "messages", list, "request.")
     rid = _need(response, "id", str, "response.")
     created = _need(response, "created", (int, float), "response.")
@@ -509,6 +565,8 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
         request, response = _anthropic_request(request, where), _anthropic_response(response)
     elif isinstance(response.get("streamed_data"), list):  # a stream: its chunks, as the provider sent them
         response = _streamed(response)
+    elif response.get("object") == "response":
+        request, response = _from_responses_api(request, response, f"{where}: ")
     if not isinstance(request.get("messages"), list) or "choices" not in response:
         endpoint = doc.get("target_url") or doc.get("request_path") or "its endpoint"
         raise FormatError("invalid_field", f"{where}: {endpoint} is not a chat completion (its request has no messages, "
