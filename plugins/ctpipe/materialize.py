@@ -991,7 +991,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
         part.unjoined = _unjoined(rows, record)
     records = formats.join(entries)
     fast, taken, fast_at = _fast_joined(records, part)
-    found, found_at = [], []
+    found, found_at, outside = [], [], []
     for i in np.setdiff1d(np.arange(len(records)), taken, assume_unique=True).tolist():
         (file, n), value = records[i][2], records[i][1]
         for doc in formats.joined(records[i]):  # a span's choices each a trace
@@ -1010,7 +1010,8 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
                 found.append((file, n, rec))
                 found_at.append(i)
             else:
-                _outside(part, np.array([columns.micros(rec.start_time)], np.int64))
+                outside.append(columns.micros(rec.start_time))
+    _outside(part, np.array(outside, np.int64))
     table = columns.from_records(found)
     if fast is not None:  # in the order the records were read
         table = pa.concat_tables([table, fast])
@@ -1665,7 +1666,7 @@ _UNJOINED_WORDS = {
 @dataclass(frozen=True)
 class NoTraces:
     """What a run that found no trace of its interval read: enough to say why, where a version's
-    manifest would (its fields are the manifest's ``source`` fields of the same names)."""
+    manifest would (its fields are named as the manifest's ``source`` fields and counts that hold them)."""
 
     interval: tuple[str, str]
     files: int  # read
