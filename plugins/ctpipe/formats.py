@@ -196,11 +196,8 @@ def _portkey_log(doc: dict) -> dict:
     status, bodies = doc.get("response_status_code"), [doc.get(k) for k in ("request", "response")]
     bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), dict) else b for b in bodies]
     if type(status) is int and not 200 <= status < 300 or doc.get("is_success") == 0:  # 0, or false
-        error = bodies[1].get("error") if isinstance(bodies[1], dict) else None
-        error = error.get("message", error) if isinstance(error, dict) else error
         said = f"status {status}" if status is not None else "is_success 0"
-        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed ({said})"
-                                            + (f": {str(error)[:300]}" if error else ""))
+        raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed ({said}){_error_said(bodies[1])}")
     if not all(isinstance(b, dict) for b in bodies):
         raise FormatError("no_content", f"Portkey log {doc.get('id')} holds no request or response body (not among "
                                         "the export's requested_data, denied by its export settings, or not logged)")
@@ -477,15 +474,33 @@ def _responses_parts(content: Any) -> Any:
             for p in content if isinstance(p, dict)]
 
 
+def _ms(value: Any) -> float | None:
+    """A latency in milliseconds given as a number, or as text (quoted); None for anything else."""
+    value = _number(value)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _ms_between(start: float, end: float) -> float:
+    """Milliseconds from ``start`` to ``end`` (seconds), in whole microseconds as the times are."""
+    return round((end - start) * 1e6) / 1000
+
+
+def _error_said(body: Any) -> str:
+    """``: <message>`` of a response body's ``error`` (an object with its message, or a text), as
+    providers and gateways write them; "" for none."""
+    error = body.get("error") if isinstance(body, dict) else None
+    error = error.get("message", error) if isinstance(error, dict) else error
+    return f": {str(error)[:300]}" if error else ""
+
+
 def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
     """(start, in seconds since 1970; latency in ms) of a logged call: LiteLLM's ``startTime`` and
     ``endTime``, Portkey's ``created_at`` and ``response_time``, else the response's ``created`` and
     a ``latency_ms`` beside it (or none)."""
     if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):
-        return doc["startTime"], round((doc["endTime"] - doc["startTime"]) * 1e6) / 1000
+        return doc["startTime"], _ms_between(doc["startTime"], doc["endTime"])
     if _portkey(doc):
-        latency = _number(doc.get("response_time"))
-        latency = float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool) else 0.0
+        latency = _ms(doc.get("response_time")) or 0.0
         if doc.get("created_at") is None:
             return created, latency
         return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
@@ -573,7 +588,7 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
                                            "or its answer no choices)")
     usage = _object(response, "usage", f"{where}: response_body.")
     if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
-        prompt, answer = (_langfuse_count(doc.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
+        prompt, answer = (_quoted_count(doc.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
         usage = {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
     response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
     logged = {"request": request, "latency_ms": latency_ms,
@@ -593,11 +608,8 @@ def _helicone_answered(doc: dict, where: str) -> None:
     cache hit (``duplicate``: the stored answer of the request it names)."""
     status = doc.get("response_status")
     if type(status) is int and not 200 <= status < 300:
-        body = _langfuse_json(doc.get("response_body"))
-        error = body.get("error") if isinstance(body, dict) else None
-        error = error.get("message", error) if isinstance(error, dict) else error
         said = f"failed (response_status {status})" if status > 0 else f"has no answer (response_status {status}: pending or cancelled)"
-        raise FormatError("failed_request", f"{where} {said}" + (f": {str(error)[:300]}" if error else ""))
+        raise FormatError("failed_request", f"{where} {said}{_error_said(_stored_json(doc.get('response_body')))}")
     cached = doc.get("cache_reference_id")
     if isinstance(cached, str) and cached not in (*_HELICONE_NO_CACHE, doc["request_id"]):
         raise FormatError("duplicate", f"{where} is a cache hit: Helicone answered with the stored answer of request {cached}")
@@ -607,11 +619,11 @@ def _helicone_times(doc: dict, where: str) -> tuple[float, float]:
     """(when a request began, in seconds since 1970; its latency in ms): its ``request_created_at``
     (ClickHouse's text of it has no zone: UTC), and its ``delay_ms``, or the time to its response."""
     start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
-    delay = _number(doc.get("delay_ms"))
-    if isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        return start, float(delay)
+    delay = _ms(doc.get("delay_ms"))
+    if delay is not None:
+        return start, delay
     if doc.get("response_created_at"):
-        return start, round((_epoch(doc["response_created_at"], f"{where}: response_created_at") - start) * 1e6) / 1000
+        return start, _ms_between(start, _epoch(doc["response_created_at"], f"{where}: response_created_at"))
     return start, 0.0
 
 
@@ -620,7 +632,7 @@ def _helicone_body(body: Any, where: str) -> dict:
     ClickHouse); FormatError ``no_content`` where Helicone holds none: its note in the place of a body
     (an export without ``--include-body``, a body too large or expired), the text preview it keeps of
     a body it stored elsewhere, or the model alone (a body it was told to omit)."""
-    body = _langfuse_json(body)
+    body = _stored_json(body)
     hint = "export with the bodies: @helicone/export --include-body"
     if isinstance(body, str):
         raise FormatError("no_content", f"{where} is Helicone's text preview of it, not the body ({hint})")
@@ -1164,10 +1176,11 @@ def _langfuse_answer(value: Any) -> str | FormatError:
     return _text(value, "output")
 
 
-def _langfuse_json(value: Any) -> Any:
-    """An input or output as Langfuse's API gives it: Langfuse keeps them as text (JSON text of what
-    was logged, or a text as it was), which its blob-storage export writes as kept and its API reads
-    as JSON where it can. A text that is not a JSON object, array or text stays as it is."""
+def _stored_json(value: Any) -> Any:
+    """A value a store keeps as text (JSON text of what was logged, or a text as it was), as its API
+    gives it: JSON where it parses. Langfuse keeps inputs and outputs so (its blob-storage export
+    writes them as kept), Helicone its bodies. A text that is not a JSON object, array or text stays
+    as it is."""
     if not isinstance(value, str) or value.lstrip()[:1] not in ('[', '{', '"'):
         return value
     try:
@@ -1177,9 +1190,9 @@ def _langfuse_json(value: Any) -> Any:
     return parsed if isinstance(parsed, (list, dict, str)) else value
 
 
-def _langfuse_count(value: Any) -> Any:
-    """A token count: Langfuse's blob-storage export writes its counts (UInt64 in its database) as
-    quoted digits, as ClickHouse writes 64-bit integers in JSON by default."""
+def _quoted_count(value: Any) -> Any:
+    """A token count as stores on ClickHouse export it (Langfuse's blob-storage export, Helicone's
+    API): quoted digits, as ClickHouse writes 64-bit integers in JSON by default."""
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
 
 
@@ -1368,10 +1381,10 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
     usage = _object(g, "usageDetails", f"observation {gid}: ") or _object(g, "usage", f"observation {gid}: ")
-    usage = {k: _langfuse_count(v) for k, v in usage.items()}
+    usage = {k: _quoted_count(v) for k, v in usage.items()}
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
-    completion = _langfuse_answer(_langfuse_json(g.get("output")))
+    completion = _langfuse_answer(_stored_json(g.get("output")))
     if isinstance(completion, FormatError):
         raise completion
     model = g.get("model") or ""
@@ -1380,12 +1393,12 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "start_time": _iso(start, f"observation {gid}: startTime"),
         "end_time": _iso(end, f"observation {gid}: endTime"),
         "model": {"name": model, "version": str(g.get("version") or version or model)},
-        "messages": _langfuse_messages(_langfuse_json(g.get("input"))),
+        "messages": _langfuse_messages(_stored_json(g.get("input"))),
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": usage.get("total", _total(prompt_tokens, completion_tokens))},
         "feedback": {"thumb": None, "rating": None},
-        "latency_ms": round((end - start) * 1e6) / 1000,  # whole microseconds, as the times are
+        "latency_ms": _ms_between(start, end),
         "scores": scores,
     }
 
