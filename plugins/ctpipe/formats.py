@@ -457,7 +457,7 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     answer_message = {"role": "assistant", "content": said,
                       "tool_calls": [i for i in output if i.get("type") != "message"] or None}
     return {**request, "messages": system + messages}, {
-        **response, "created": response.get("created_at"),
+        **response, "object": "chat.completion", "created": response.get("created_at"),
         "choices": [{"index": 0, "message": answer_message,
                      "finish_reason": "content_filter" if incomplete.get("reason") == "content_filter" else "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": usage.get("total_tokens",
