@@ -1093,10 +1093,9 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
     ({"target_url": "https://api.openai.com/v1/embeddings", "request_body": {"model": "e", "input": "hello"},
       "response_body": {"object": "list", "data": [{"embedding": [0.1]}]}}, "invalid_field",
      "https://api.openai.com/v1/embeddings is not a chat completion"),
-    ({"target_url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent",
-      "request_body": {"contents": [{"role": "user", "parts": [{"text": "What is 2 plus 3?"}]}]},
-      "response_body": {"candidates": [{"content": {"parts": [{"text": "5"}], "role": "model"}}]}}, "invalid_field",
-     "gemini-2.5-flash:generateContent is not a chat completion"),
+    ({"target_url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:embedContent",
+      "request_body": {"content": {"parts": [{"text": "hello"}]}}, "response_body": {"embedding": {"values": [0.1]}}},
+     "invalid_field", "gemini-2.5-flash:embedContent is not a chat completion"),
     ({"request_body": {"helicone_message": "fetching body from signed_url... contact engineering@helicone.ai"}},
      "no_content", "export with the bodies: @helicone/export --include-body"),
     ({"response_body": None}, "no_content", "response_body=None is not an object"),
@@ -1225,3 +1224,253 @@ def test_a_responses_api_call_is_read_as_a_chat_completion():
         with pytest.raises(FormatError, match=re.escape(says)) as e:
             normalize({**doc, "request": {**RESPONSES_REQUEST, **change}}, "auto")
         assert e.value.reason == reason
+
+
+# A call of Gemini's generateContent: its request and its answer as the REST API writes them (camelCase).
+GEMINI_REQUEST = {"systemInstruction": {"parts": [{"text": "Be brief."}]},
+                  "contents": [{"role": "user", "parts": [{"text": "What is 2 plus 3?"}]}],
+                  "generationConfig": {"maxOutputTokens": 512, "thinkingConfig": {"includeThoughts": True}}}
+GEMINI_RESPONSE = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": "Add them.", "thought": True}, {"text": "5"}]},
+                    "finishReason": "STOP", "avgLogprobs": -0.2}],
+    "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 1, "thoughtsTokenCount": 30, "totalTokenCount": 41},
+    "modelVersion": "gemini-2.5-flash", "responseId": "y0S_aMGPArCYqsMPntGNyA4", "createTime": "2026-11-22T10:15:02.034753Z"}
+# A row of Vertex AI's request-response logging table (BigQuery), as a query gives it: its JSON columns as objects.
+VERTEX = {"endpoint": None, "deployed_model_id": None, "logging_time": "2026-11-22T10:15:03.284Z",
+          "request_id": "5374205265901353984", "request_payload": [], "response_payload": [],
+          "model": "publishers/google/models/gemini-2.5-flash", "model_version": "default", "api_method": "GenerateContent",
+          "full_request": {**GEMINI_REQUEST, "model": "projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash"},
+          "full_response": GEMINI_RESPONSE, "metadata": {"request_latency": 1250.0}, "otel_log": None}
+
+
+def _gemini_chunks(texts, finish="STOP"):
+    """A streamed answer's chunks: a text each, the finish reason and counts on the last."""
+    chunks = [{"candidates": [{"content": {"role": "model", "parts": [{"text": t}]}}], "modelVersion": "gemini-2.5-flash",
+               "responseId": "r1", "usageMetadata": {"promptTokenCount": 10}} for t in texts]
+    chunks[-1]["candidates"][0]["finishReason"] = finish
+    chunks[-1]["usageMetadata"] = {"promptTokenCount": 10, "candidatesTokenCount": 4, "totalTokenCount": 14}
+    return chunks
+
+
+def test_a_gemini_call_is_read_as_a_chat_completion_in_helicone_and_vertex_ai_logs():
+    gemini = {**HELICONE, "provider": "GOOGLE", "request_body": GEMINI_REQUEST, "response_body": GEMINI_RESPONSE,
+              "target_url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"}
+    (t,) = normalize(gemini, "auto")
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    assert (t["trace_id"], t["completion"], t["model"]["name"]) == (HELICONE["request_id"], "5", "gemini-2.5-flash")
+    assert t["usage"] == {"prompt_tokens": 10, "completion_tokens": 31, "total_tokens": 41}  # its thoughts are answer tokens
+    assert detect(VERTEX) == "vertex"
+    (v,) = normalize(VERTEX, "auto")
+    own = ("trace_id", "start_time", "end_time", "latency_ms", "feedback", "scores")  # Helicone's, or the row's
+    assert {k: v[k] for k in v if k not in own} == {k: t[k] for k in t if k not in own}
+    # Its logging time is when the call had answered: it started its latency before.
+    assert (v["trace_id"], v["start_time"], v["end_time"], v["latency_ms"]) == \
+        ("5374205265901353984", "2026-11-22T10:15:02.034000+00:00", "2026-11-22T10:15:03.284000+00:00", 1250.0)
+    # As BigQuery's export to newline-delimited JSON writes the row: JSON columns and numbers as text, times with " UTC".
+    exported = {**VERTEX, **{k: json.dumps(VERTEX[k]) for k in ("full_request", "full_response", "metadata")},
+                "logging_time": "2026-11-22 10:15:03.284 UTC"}
+    assert normalize(exported, "auto") == [v]
+    assert normalize({**VERTEX, "request_id": 5374205265901353984}, "vertex") == [v]
+    (n,) = normalize({**VERTEX, "metadata": None}, "vertex")  # no latency: from its answer's createTime
+    assert (n["start_time"], n["latency_ms"]) == ("2026-11-22T10:15:02.034753+00:00", 1249.247)
+    # A stream, as its chunks (and as Helicone keeps it: its own merge, with the first chunk's finish reason, beside them).
+    chunks = _gemini_chunks(["The answer", " is ", "5."])
+    (s,) = normalize({**VERTEX, "full_response": chunks}, "vertex")
+    assert (s["completion"], s["usage"]["completion_tokens"]) == ("The answer is 5.", 4)
+    merged = {**chunks[0], "candidates": [{**chunks[0]["candidates"][0], "finishReason": "STOP"}], "streamed_data":
+              _gemini_chunks(["The answer", " is ", "5."], "SAFETY")}
+    with pytest.raises(FormatError, match="stopped by the content filter"):
+        normalize({**gemini, "response_body": merged}, "auto")
+    (h,) = normalize({**gemini, "response_body": chunks}, "auto")  # unmerged, as Helicone keeps a stream sent without SSE
+    assert h["completion"] == "The answer is 5."
+    two = {**GEMINI_RESPONSE, "candidates": [{**GEMINI_RESPONSE["candidates"][0], "index": 1},
+                                             {"index": 0, "content": {"role": "model", "parts": [{"text": "five"}]}}]}
+    assert [(t["trace_id"][-2:], t["completion"]) for t in normalize({**VERTEX, "full_response": two}, "vertex")] == \
+        [(":0", "five"), (":1", "5")]
+    # An earlier answer of the model's is the assistant's turn; a turn that names no role is the user's.
+    turns = [{"role": "user", "parts": [{"text": "Hi"}]}, {"role": "model", "parts": [{"text": "Hello."}]},
+             {"parts": [{"text": "What is 2 plus 3?"}]}]
+    (c,) = normalize({**VERTEX, "full_request": {**GEMINI_REQUEST, "contents": turns}}, "vertex")
+    assert [m["role"] for m in c["messages"]] == ["system", "user", "assistant", "user"]
+
+
+@pytest.mark.parametrize("request_change, response_change, reason, says", [
+    (None, {"candidates": None, "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}, "no_text_answer",
+     "Gemini blocked the prompt (PROHIBITED_CONTENT)"),
+    (None, {"candidates": [{**GEMINI_RESPONSE["candidates"][0], "finishReason": "RECITATION"}]}, "no_text_answer",
+     "stopped by the content filter"),
+    (None, {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "add", "args": {}}}]},
+                            "finishReason": "STOP"}]}, "no_text_answer", "the answer is a tool call"),
+    ({"contents": [{"role": "user", "parts": [{"text": "What is this?"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}]},
+     None, "non_text_content", "full_request.contents[0] holds a part of type inlineData"),
+    ({"contents": [{"role": "user", "parts": [{"functionResponse": {"name": "add", "response": {"sum": 5}}}]}]},
+     None, "tool_call_in_prompt", "full_request.contents[0] holds a part of type functionResponse"),
+    ({"systemInstruction": {"parts": [{"fileData": {"fileUri": "gs://b/f.pdf"}}]}}, None, "non_text_content",
+     "full_request.systemInstruction holds a part of type fileData"),
+], ids=["blocked", "recitation", "function call", "image", "function response", "file"])
+def test_a_gemini_call_that_cannot_be_a_trace_says_why(request_change, response_change, reason, says):
+    row = {**VERTEX, "full_request": {**GEMINI_REQUEST, **(request_change or {})},
+           "full_response": {**GEMINI_RESPONSE, **(response_change or {})}}
+    with pytest.raises(FormatError, match=re.escape(says)) as e:
+        normalize(row, "auto")
+    assert e.value.reason == reason
+
+
+def test_a_vertex_ai_row_that_cannot_be_a_trace_says_why():
+    for change, reason, says in [
+        ({"full_response": {"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}},
+         "failed_request", "Vertex AI request 5374205265901353984 failed: Resource exhausted"),
+        ({"full_response": None}, "no_content", "full_response=None"),
+        ({"full_request": "{not json"}, "no_content", "full_request='{not json'"),
+        ({"request_id": None, "full_response": {**GEMINI_RESPONSE, "responseId": None}}, "invalid_field", "request_id=None"),
+        ({"logging_time": "today"}, "invalid_field", "logging_time='today' is not an ISO 8601 time"),
+        ({"api_method": "Predict", "full_request": {"instances": [{"x": 1}]}, "full_response": {"predictions": [1]}},
+         "invalid_field", "Predict of publishers/google/models/gemini-2.5-flash is not a chat completion"),
+    ]:
+        with pytest.raises(FormatError, match=re.escape(says)) as e:
+            normalize({**VERTEX, **change}, "auto")
+        assert e.value.reason == reason
+    # Claude on Vertex AI (rawPredict): Anthropic's messages API, streamed (streamRawPredict) as its events.
+    claude = {**VERTEX, "model": "publishers/anthropic/models/claude-sonnet-4-5", "api_method": "RawPredict",
+              "full_request": {"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "system": "Be brief.",
+                               "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
+              "full_response": ANTHROPIC_EVENTS}
+    (t,) = normalize(claude, "auto")
+    assert (t["completion"], t["model"]["name"], t["usage"]) == \
+        ("The answer is 5.", "claude-sonnet-4-5-20250929", {"prompt_tokens": 15, "completion_tokens": 7, "total_tokens": 22})
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+
+
+# A streamed answer of Anthropic's messages API, its events as Bedrock and Vertex AI log them.
+ANTHROPIC_EVENTS = [
+    {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                                          "model": "claude-sonnet-4-5-20250929", "usage": {"input_tokens": 15, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "2 and 3"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "The answer"}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": " is 5."}},
+    {"type": "content_block_stop", "index": 1},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 7}},
+    {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 15, "outputTokenCount": 7,
+                                                                  "invocationLatency": 848, "firstByteLatency": 309}}]
+
+# A record of Amazon Bedrock's model invocation logging (gzipped JSON Lines under AWSLogs/.../BedrockModelInvocationLogs/
+# <region>/YYYY/MM/DD/HH/), of a call of its Converse API.
+BEDROCK = {
+    "schemaType": "ModelInvocationLog", "schemaVersion": "1.0", "timestamp": "2026-11-22T10:15:02Z",
+    "accountId": "123456789012", "identity": {"arn": "arn:aws:iam::123456789012:user/u"}, "region": "us-east-1",
+    "requestId": "9b6c3dc7-5ace-4a53-94f4-8dd7e551f41a", "operation": "Converse",
+    "modelId": "anthropic.claude-3-5-sonnet-20240620-v1:0",
+    "input": {"inputContentType": "application/json", "inputTokenCount": 16, "inputBodyJson": {
+        "system": [{"text": "Be brief."}], "messages": [{"role": "user", "content": [{"text": "What is 2 plus 3?"}]}],
+        "inferenceConfig": {"maxTokens": 512}, "additionalModelRequestFields": {"top_k": 250}}},
+    "output": {"outputContentType": "application/json", "outputTokenCount": 2, "outputBodyJson": {
+        "output": {"message": {"role": "assistant", "content": [{"text": "5"}]}}, "stopReason": "end_turn",
+        "metrics": {"latencyMs": 1250}, "usage": {"inputTokens": 16, "outputTokens": 2, "totalTokens": 18}}}}
+
+
+def _bedrock(operation="Converse", request=None, response=None, **fields):
+    """BEDROCK, of another operation, bodies or fields."""
+    doc = {**BEDROCK, "operation": operation, **fields}
+    if request is not None:
+        doc["input"] = {**BEDROCK["input"], "inputBodyJson": request}
+    if response is not None:
+        doc["output"] = {**BEDROCK["output"], "outputBodyJson": response}
+    return doc
+
+
+def test_a_bedrock_invocation_log_gives_its_call_through_any_of_its_apis():
+    assert detect(BEDROCK) == "bedrock"
+    (t,) = normalize(BEDROCK, "auto")
+    assert (t["trace_id"], t["start_time"], t["end_time"], t["latency_ms"]) == \
+        (BEDROCK["requestId"], "2026-11-22T10:15:02+00:00", "2026-11-22T10:15:03.250000+00:00", 1250.0)
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    assert (t["completion"], t["model"]["name"]) == ("5", BEDROCK["modelId"])
+    assert t["usage"] == {"prompt_tokens": 16, "completion_tokens": 2, "total_tokens": 18}
+    same = {k: v for k, v in t.items() if k not in ("latency_ms", "end_time", "model", "usage")}
+
+    def read(doc, completion="5"):
+        (found,) = normalize(doc, "auto")
+        assert {k: v for k, v in found.items() if k in same} == {**same, "completion": completion}
+        return found
+
+    # ConverseStream: its answer as one, as Converse's; prompt caching counts the cached input with the rest.
+    cached = {**BEDROCK["output"]["outputBodyJson"], "usage": {"inputTokens": 6, "outputTokens": 2, "totalTokens": 1808,
+                                                               "cacheReadInputTokens": 1800, "cacheWriteInputTokens": 0}}
+    assert read(_bedrock("ConverseStream", response=cached))["usage"] == \
+        {"prompt_tokens": 1806, "completion_tokens": 2, "total_tokens": 1808}
+    # InvokeModel of Claude: Anthropic's messages API; of Amazon Nova: its own, Converse's shape; of gpt-oss: OpenAI's.
+    claude = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 512, "system": "Be brief.",
+              "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 plus 3?"}]}]}
+    answer = {"id": "msg_bdrk_01", "type": "message", "role": "assistant", "model": "claude-3-5-sonnet-20240620",
+              "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn", "usage": {"input_tokens": 16, "output_tokens": 2}}
+    found = read(_bedrock("InvokeModel", claude, answer))
+    assert (found["latency_ms"], found["model"]["name"]) == (0.0, "claude-3-5-sonnet-20240620")  # its answer's name
+    nova = {"schemaVersion": "messages-v1", "system": [{"text": "Be brief."}],
+            "messages": [{"role": "user", "content": [{"text": "What is 2 plus 3?"}]}], "inferenceConfig": {"maxTokens": 512}}
+    nova_answer = {"output": {"message": {"role": "assistant", "content": [{"text": "5"}]}}, "stopReason": "end_turn",
+                   "usage": {"inputTokens": 16, "outputTokens": 2, "totalTokens": 18}}
+    assert read(_bedrock("InvokeModel", nova, nova_answer, modelId="amazon.nova-lite-v1:0"))["model"]["name"] == "amazon.nova-lite-v1:0"
+    gpt = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}],
+           "max_completion_tokens": 512}
+    read(_bedrock("InvokeModel", gpt, {**OPENAI["response"], "model": "openai.gpt-oss-20b-1:0"}))
+    # InvokeModelWithResponseStream: the answer as its stream's chunks, Bedrock's metrics on the last.
+    streamed = read(_bedrock("InvokeModelWithResponseStream", claude, ANTHROPIC_EVENTS), "The answer is 5.")
+    assert (streamed["latency_ms"], streamed["usage"]["completion_tokens"]) == (848.0, 7)
+    chunks = [_chunk(0, {"role": "assistant", "content": "5"}), {**_chunk(0, {}, "stop"),
+              "amazon-bedrock-invocationMetrics": {"invocationLatency": 412}}]
+    assert read(_bedrock("InvokeModelWithResponseStream", gpt, chunks))["latency_ms"] == 412.0
+    # The model named by an inference profile's ARN: its id. Counts only in the log: the log's.
+    arn = "arn:aws:bedrock:us-west-2:123456789012:inference-profile/global.anthropic.claude-opus-4-6-v1"
+    uncounted = {k: v for k, v in BEDROCK["output"]["outputBodyJson"].items() if k != "usage"}
+    found = read(_bedrock(response=uncounted, modelId=arn))
+    assert (found["model"]["name"], found["usage"]) == ("global.anthropic.claude-opus-4-6-v1",
+                                                        {"prompt_tokens": 16, "completion_tokens": 2, "total_tokens": 18})
+
+
+@pytest.mark.parametrize("doc, reason, says", [
+    (_bedrock(errorCode="ThrottlingException"), "failed_request", "failed: ThrottlingException"),
+    ({**BEDROCK, "input": {"inputContentType": "application/json", "inputTokenCount": 30000, "inputBodyS3Path":
+      "s3://logs/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10/data/9b6c_input.json.gz"}},
+     "no_content", "input.inputBodyJson is not in the log: Bedrock kept it apart, at s3://logs/AWSLogs/"),
+    ({**BEDROCK, "output": {"outputTokenCount": 2}}, "no_content", "output.outputBodyJson is not in the log: not delivered"),
+    (_bedrock("InvokeModel", {"prompt": "<|begin_of_text|><|start_header_id|>user<|end_header_id|>Hi<|eot_id|>"},
+              {"generation": "Hello", "prompt_token_count": 9, "generation_token_count": 2, "stop_reason": "stop"},
+              modelId="meta.llama3-8b-instruct-v1:0"),
+     "invalid_field", "meta.llama3-8b-instruct-v1:0 was sent one text (input.inputBodyJson.prompt), not chat messages"),
+    (_bedrock("InvokeModel", {"texts": ["hello"]}, {"embeddings": [[0.1]]}, modelId="cohere.embed-english-v3"),
+     "invalid_field", "the bodies of InvokeModel of cohere.embed-english-v3 are of no chat API this reader knows"),
+    (_bedrock(response={**BEDROCK["output"]["outputBodyJson"], "stopReason": "guardrail_intervened",
+                        "output": {"message": {"role": "assistant", "content": [{"text": "Sorry, I cannot help."}]}}}),
+     "no_text_answer", "stopped by the content filter"),
+    (_bedrock(response={**BEDROCK["output"]["outputBodyJson"], "stopReason": "tool_use", "output": {"message": {
+        "role": "assistant", "content": [{"text": "Let me add."}, {"toolUse": {"toolUseId": "t", "name": "add", "input": {}}}]}}}),
+     "no_text_answer", "the answer is a tool call"),
+    (_bedrock(request={"messages": [{"role": "user", "content": [{"toolResult": {"toolUseId": "t", "content": [{"text": "5"}]}}]}]}),
+     "tool_call_in_prompt", "input.inputBodyJson.messages[0] holds a part of type toolResult"),
+    (_bedrock(request={"messages": [{"role": "user", "content": [{"text": "What is this?"}, {"image": {
+        "format": "png", "source": {"s3Uri": "s3://logs/data/9b6c_input_media_00.png"}}}]}]}),
+     "non_text_content", "input.inputBodyJson.messages[0] holds a part of type image"),
+    (_bedrock(timestamp="now"), "invalid_field", "timestamp='now' is not an ISO 8601 time"),
+], ids=["error", "body kept apart", "no body", "text prompt", "embeddings", "guardrail", "tool use", "tool result", "image",
+        "bad time"])
+def test_a_bedrock_record_that_cannot_be_a_trace_says_why(doc, reason, says):
+    with pytest.raises(FormatError, match=re.escape(says)) as e:
+        normalize(doc, "auto")
+    assert e.value.reason == reason
+
+
+@pytest.mark.parametrize("doc", [BEDROCK, _bedrock("InvokeModelWithResponseStream", {"messages": [
+    {"role": "user", "content": "q"}]}, ANTHROPIC_EVENTS[:3] + ANTHROPIC_EVENTS[-2:]), VERTEX,
+    {**VERTEX, "full_response": _gemini_chunks(["a", "b"])}], ids=["converse", "stream", "vertex", "vertex stream"])
+def test_any_value_anywhere_in_a_cloud_log_gives_traces_or_the_errors_that_say_why(doc):
+    from tests.conftest import mutated
+
+    for mutant in mutated(doc):
+        try:
+            found = normalize(mutant, "auto")
+        except FormatError:
+            continue
+        _validated(found)

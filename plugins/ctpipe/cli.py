@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--end", type=_aware, required=True)
     p.add_argument("--source", help="traces: a path or fsspec URI (default: the local trace store)")
     p.add_argument("--out", help="where versions are published (default: the local dataset store)")
-    p.add_argument("--format", choices=["auto", "ctpipe", "openai", "otel", "langfuse", "helicone"], help="default: dataset.format")
+    p.add_argument("--format", choices=["auto", "ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"], help="default: dataset.format")
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.add_argument("--json", action="store_true", help="print one JSON object per interval")
     p.set_defaults(fn=cmd_materialize)

@@ -143,7 +143,7 @@ class DatasetConfig(_Section):
     )
     dpo_min_margin: float = Field(0.5, gt=0, description="Smallest reward gap between chosen and rejected.")
     dpo_max_pairs_per_prompt: int = Field(2, ge=1)
-    format: Literal["auto", "ctpipe", "openai", "otel", "langfuse", "helicone"] = Field(
+    format: Literal["auto", "ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"] = Field(
         "auto", description="Trace format of the source files; auto detects it per record and reports what matches none."
     )
     scrub_pii: bool = Field(True, description="Replace e-mail addresses, phone and card numbers and keys in the text.")

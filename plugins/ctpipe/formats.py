@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 import msgspec
 
-Format = Literal["ctpipe", "openai", "otel", "langfuse", "helicone"]
+Format = Literal["ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"]
 FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse", "helicone")
 
 
@@ -138,6 +138,10 @@ def detect(doc: Any) -> Format | None:
         return "openai"  # a call of the Responses API
     if "request_id" in doc and "request_created_at" in doc and ("request_body" in doc or "response_body" in doc):
         return "helicone"
+    if doc.get("schemaType") == "ModelInvocationLog":
+        return "bedrock"
+    if "full_request" in doc and ("full_response" in doc or "logging_time" in doc):
+        return "vertex"
     if "trace_id" in doc and "completion" in doc:
         return "ctpipe"
     if langfuse_kind(doc) is not None:
@@ -568,37 +572,29 @@ _HELICONE_NO_CACHE = ("", "00000000-0000-0000-0000-000000000000")  # cache_refer
 
 
 def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
-    """The traces of a request as Helicone exports it (see the module's docstring): its bodies read as
-    :func:`from_openai` reads a log (a stream's choices rebuilt from its chunks, Anthropic's answer
-    turned into OpenAI's shape first), its times, latency, feedback and scores Helicone's own."""
+    """The traces of a request as Helicone exports it (see the module's docstring): its bodies those of
+    the provider's API (:func:`_provider_bodies`), its times, latency, feedback and scores Helicone's own."""
     rid = _need(doc, "request_id", str, "")
     where = f"request {rid}"
     _helicone_answered(doc, where)
-    request, response = (_helicone_body(doc.get(k), f"{where}: {k}") for k in ("request_body", "response_body"))
+    request = _helicone_body(doc.get("request_body"), f"{where}: request_body")
+    response = _helicone_body(doc.get("response_body"), f"{where}: response_body", chunks=True)
     start, latency_ms = _helicone_times(doc, where)
-    if "content" in response and "choices" not in response:  # Anthropic's messages API
-        request, response = _anthropic_request(request, where), _anthropic_response(response)
-    elif isinstance(response.get("streamed_data"), list):  # a stream: its chunks, as the provider sent them
-        response = _streamed(response)
-    elif response.get("object") == "response":
-        request, response = _from_responses_api(request, response, f"{where}: ")
-    if not isinstance(request.get("messages"), list) or "choices" not in response:
+    converted = _provider_bodies(request, response, where, "request_body")
+    if converted is None:
         endpoint = doc.get("target_url") or doc.get("request_path") or "its endpoint"
         raise FormatError("invalid_field", f"{where}: {endpoint} is not a chat completion (its request has no messages, "
                                            "or its answer no choices)")
+    request, response = converted
     usage = _object(response, "usage", f"{where}: response_body.")
     if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
         prompt, answer = (_quoted_count(doc.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
         usage = {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
-    response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
-    logged = {"request": request, "latency_ms": latency_ms,
-              "response": {**response, "id": response_id, "created": start, "usage": usage,
-                           "model": response.get("model") or doc.get("model") or doc.get("request_model")}}
     thumb, scores = _helicone_scores(doc, where)
-    for t in from_openai(logged):
+    for t in _call_traces(rid, request, {**response, "usage": usage}, start, latency_ms,
+                          doc.get("model") or doc.get("request_model")):
         if isinstance(t, dict):
-            t.update(trace_id=rid + t["trace_id"][len(response_id):], feedback={"thumb": thumb, "rating": None},
-                     scores=scores)
+            t.update(feedback={"thumb": thumb, "rating": None}, scores=scores)
         yield t
 
 
@@ -627,17 +623,19 @@ def _helicone_times(doc: dict, where: str) -> tuple[float, float]:
     return start, 0.0
 
 
-def _helicone_body(body: Any, where: str) -> dict:
+def _helicone_body(body: Any, where: str, chunks: bool = False) -> dict | list:
     """A request's or response's body: an object, or the JSON text of one (as Helicone keeps them in
-    ClickHouse); FormatError ``no_content`` where Helicone holds none: its note in the place of a body
+    ClickHouse); with ``chunks``, also a list of a stream's chunks (Gemini's, as it keeps them); FormatError ``no_content`` where Helicone holds none: its note in the place of a body
     (an export without ``--include-body``, a body too large or expired), the text preview it keeps of
     a body it stored elsewhere, or the model alone (a body it was told to omit)."""
     body = _stored_json(body)
     hint = "export with the bodies: @helicone/export --include-body"
     if isinstance(body, str):
         raise FormatError("no_content", f"{where} is Helicone's text preview of it, not the body ({hint})")
-    if not isinstance(body, dict):
+    if not isinstance(body, dict) and not (chunks and isinstance(body, list) and body):
         raise FormatError("no_content" if body is None else "invalid_field", f"{where}={repr(body)[:80]} is not an object")
+    if isinstance(body, list):
+        return body
     if "helicone_message" in body and len(body) == 1:
         raise FormatError("no_content", f"{where} holds no body, but Helicone's note {str(body['helicone_message'])[:200]!r} ({hint})")
     if body.keys() == {"model"}:
@@ -669,8 +667,7 @@ def _streamed(response: dict) -> dict:
             for key in (*TOOL_FIELDS, "audio"):
                 message[key] = message.get(key) or delta.get(key)
             got["finish_reason"] = c.get("finish_reason") or got["finish_reason"]
-    order = sorted(choices, key=lambda i: (type(i) is not int, i if type(i) is int else str(i)))  # 2 before 10
-    return {**response, "choices": [choices[i] for i in order], "usage": usage}
+    return {**response, "choices": [choices[i] for i in _by_index(choices)], "usage": usage}
 
 
 def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
@@ -692,15 +689,16 @@ def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
 
 
 def _anthropic_request(body: dict, where: str) -> dict:
-    """A request to Anthropic's messages API in OpenAI's shape: its ``system`` (a text or text blocks)
-    a first message; tool use and results in a prompt are tool calls, as OpenAI's."""
+    """A request to Anthropic's messages API (``where``: the body's place) in OpenAI's shape: its
+    ``system`` (a text or text blocks) a first message; tool use and results in a prompt are tool
+    calls, as OpenAI's."""
     messages = body.get("messages") if isinstance(body.get("messages"), list) else []
     for i, m in enumerate(messages):
         blocks = m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []
         kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
         _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
-                      f"{where}: request_body.messages[{i}]")
-        _media(kinds, f"{where}: request_body.messages[{i}]")  # here, where its place is its own
+                      f"{where}.messages[{i}]")
+        _media(kinds, f"{where}.messages[{i}]")  # here, where its place is its own
     system = body.get("system")
     return {**body, "messages": [{"role": "system", "content": system}, *messages] if system else messages}
 
@@ -722,6 +720,279 @@ def _anthropic_response(body: dict) -> dict:
     return {**body, "choices": [{"index": 0, "message": message, "finish_reason": stop}],
             "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": _total(prompt, answer)}
             if usage else {}}
+
+
+def _anthropic_streamed(events: list) -> dict:
+    """An answer of Anthropic's messages API rebuilt from its stream's events (``message_start``, each
+    block's start and deltas, ``message_delta``), as Bedrock and Vertex AI log a streamed call."""
+    message: dict = {"content": [], "usage": {}}
+    blocks: dict[Any, dict] = {}
+    for e in (e for e in events if isinstance(e, dict)):
+        kind, delta = e.get("type"), e.get("delta") if isinstance(e.get("delta"), dict) else {}
+        if kind == "message_start" and isinstance(e.get("message"), dict):
+            message.update({k: v for k, v in e["message"].items() if k != "content"})
+        elif kind == "content_block_start" and isinstance(e.get("content_block"), dict):
+            blocks[e.get("index")] = dict(e["content_block"])
+        elif kind == "content_block_delta" and isinstance(delta.get("text"), str):
+            block = blocks.setdefault(e.get("index"), {"type": "text", "text": ""})
+            block["text"] = (block.get("text") or "") + delta["text"]
+        elif kind == "message_delta":
+            usage = message["usage"] if isinstance(message.get("usage"), dict) else {}
+            message.update(stop_reason=delta.get("stop_reason", message.get("stop_reason")),
+                           usage={**usage, **(e["usage"] if isinstance(e.get("usage"), dict) else {})})
+    return {**message, "content": [blocks[i] for i in _by_index(blocks)]}
+
+
+def _by_index(indices: Iterable[Any]) -> list[Any]:
+    """Choices' or blocks' indices in their order: 2 before 10, an index that is no number after them."""
+    return sorted(indices, key=lambda i: (type(i) is not int, i if type(i) is int else str(i)))
+
+
+# ------------------------------------------------------------------------------- gemini, converse
+
+# Parts of Gemini's messages (REST names, and the proto's, which its JSON parser takes too) and
+# content blocks of Bedrock's Converse API: objects keyed by their kind, that are a tool's call or
+# its result, or that hold media.
+_GEMINI_TOOLS = ("functionCall", "functionResponse", "executableCode", "codeExecutionResult", "toolCall",
+                 "toolResponse", "function_call", "function_response", "executable_code", "code_execution_result")
+_GEMINI_MEDIA = ("inlineData", "fileData", "inline_data", "file_data")
+_CONVERSE_TOOLS = ("toolUse", "toolResult")
+_CONVERSE_MEDIA = ("image", "document", "video", "audio")
+# Finish reasons of an answer Gemini's checks stopped (safety, recitation, blocklists, personal data),
+# and Bedrock's stop reasons of one its guardrails did.
+_GEMINI_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+                              "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
+_CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
+
+
+def _keyed_parts(parts: Any, where: str, prompt: bool, tools: tuple[str, ...], media: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
+    """(a message's parts that are objects keyed by their kind; those that are a tool's call). One
+    holding media is ``non_text_content``; in a prompt, a tool's call or result ``tool_call_in_prompt``."""
+    parts = [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+    kinds = {k for p in parts for k in p}
+    if prompt:
+        _no_tool_call(next((f"a part of type {k}" for k in tools if k in kinds), None), where)
+    held = next((k for k in media if k in kinds), None)
+    if held:
+        raise FormatError("non_text_content", f"{where} holds a part of type {held}, which a text dataset cannot hold")
+    return parts, [p for p in parts if any(k in p for k in tools)]
+
+
+def _gemini_text(content: Any, where: str, prompt: bool) -> tuple[str, list[dict]]:
+    """(the text of a Gemini ``Content``, its thoughts left out as a reasoning model's are; its tools' calls)."""
+    parts, calls = _keyed_parts(content.get("parts") if isinstance(content, dict) else None, where, prompt,
+                                _GEMINI_TOOLS, _GEMINI_MEDIA)
+    return PART_SEPARATOR.join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")), calls
+
+
+def _gemini_request(body: dict, where: str) -> dict:
+    """A request of Gemini's ``generateContent`` (``systemInstruction``; ``contents`` of parts, roles
+    ``user``, ``model`` or none, the user's) in OpenAI's shape."""
+    system = body.get("systemInstruction", body.get("system_instruction"))
+    messages = [{"role": "system", "content": _gemini_text(system, f"{where}.systemInstruction", True)[0]}] if system else []
+    contents = body.get("contents")
+    for i, content in enumerate(contents if isinstance(contents, list) else []):
+        role = content.get("role") if isinstance(content, dict) else None
+        messages.append({"role": "assistant" if role == "model" else "user",
+                         "content": _gemini_text(content, f"{where}.contents[{i}]", True)[0]})
+    return {**body, "messages": messages}
+
+
+def _gemini_response(body: dict | list, call: str) -> dict:
+    """An answer of Gemini's ``generateContent`` in OpenAI's shape, a choice per candidate. A streamed
+    one (its chunks) has each candidate's text joined from its chunks, the last finish reason and
+    counts given. A prompt Gemini blocked (no candidates; ``promptFeedback.blockReason``) is
+    ``no_text_answer``."""
+    merged: dict = {}
+    choices: dict[Any, dict] = {}
+    for chunk in (c for c in (body if isinstance(body, list) else [body]) if isinstance(c, dict)):
+        merged.update((k, v) for k, v in chunk.items() if v is not None)
+        for position, c in enumerate(chunk.get("candidates") or []):
+            if not isinstance(c, dict):
+                continue
+            got = choices.setdefault(c.get("index", position), {"text": [], "calls": [], "finish": None})
+            text, calls = _gemini_text(c.get("content"), f"{call}: candidate {c.get('index', position)}", False)
+            got["text"].append(text)
+            got["calls"] += calls
+            got["finish"] = c.get("finishReason") or got["finish"]
+    if not choices:
+        feedback = merged.get("promptFeedback") if isinstance(merged.get("promptFeedback"), dict) else {}
+        why = f"Gemini blocked the prompt ({feedback['blockReason']})" if feedback.get("blockReason") else "no candidates"
+        raise FormatError("no_text_answer", f"{call}: {why}")
+    usage = merged.get("usageMetadata") if isinstance(merged.get("usageMetadata"), dict) else {}
+    prompt, answer, thoughts = (usage.get(k) for k in ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"))
+    if type(answer) is int and type(thoughts) is int:  # thoughts are answer tokens, as OpenAI counts a reasoning model's
+        answer += thoughts
+    finish = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
+    return {**merged, "id": merged.get("responseId"), "model": merged.get("modelVersion"),
+            "choices": [{"index": i, "finish_reason": finish.get(choices[i]["finish"], choices[i]["finish"]),
+                         "message": {"role": "assistant", "content": "".join(choices[i]["text"]),
+                                     "tool_calls": choices[i]["calls"] or None}} for i in _by_index(choices)],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": answer,
+                      "total_tokens": usage.get("totalTokenCount", _total(prompt, answer))} if usage else {}}
+
+
+def _converse_text(blocks: Any, where: str, prompt: bool) -> tuple[str, list[dict]]:
+    """(the text of a Converse message's content blocks, its reasoning left out; its tools' calls).
+    Text a guardrail was to check (``guardContent``) is text of the message."""
+    blocks, calls = _keyed_parts(blocks, where, prompt, _CONVERSE_TOOLS, _CONVERSE_MEDIA)
+    guarded = [b["guardContent"].get("text") for b in blocks if isinstance(b.get("guardContent"), dict)]
+    texts = [b["text"] for b in blocks if isinstance(b.get("text"), str)]
+    return PART_SEPARATOR.join([*texts, *(g["text"] for g in guarded if isinstance(g, dict) and isinstance(g.get("text"), str))]), calls
+
+
+def _converse_request(body: dict, where: str) -> dict:
+    """A request of Bedrock's Converse API, or of Amazon Nova's own (``system`` and ``messages`` of
+    content blocks), in OpenAI's shape."""
+    system = body.get("system")
+    messages = [{"role": "system", "content": _converse_text(system, f"{where}.system", True)[0]}] if system else []
+    for i, m in enumerate(body.get("messages") or []):
+        m = m if isinstance(m, dict) else {}
+        messages.append({"role": m.get("role"), "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True)[0]})
+    return {**body, "messages": messages}
+
+
+def _converse_response(body: dict, call: str) -> dict:
+    """An answer of Bedrock's Converse API, or of Amazon Nova's own, in OpenAI's shape. Its prompt's
+    count is of all its input tokens, those read from or written to the prompt cache with them."""
+    output = body["output"]["message"]
+    text, calls = _converse_text(output.get("content") if isinstance(output, dict) else None, f"{call}: output.message", False)
+    stop = body.get("stopReason")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    prompt, answer = usage.get("inputTokens"), usage.get("outputTokens")
+    for cached in ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount"):
+        prompt = prompt + usage[cached] if type(prompt) is int and type(usage.get(cached)) is int else prompt
+    return {**body, "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": calls or None},
+                                 "finish_reason": "content_filter" if stop in _CONVERSE_FILTERED else
+                                 "length" if stop == "max_tokens" else stop}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": answer,
+                      "total_tokens": usage.get("totalTokens", _total(prompt, answer))} if usage else {}}
+
+
+def _provider_bodies(request: dict, response: dict | list, call: str, body: str) -> tuple[dict, dict] | None:
+    """A call's request and response bodies in OpenAI's chat completion shape, from the API their shape
+    says: OpenAI's chat completions (or its chunks), its Responses API, Anthropic's messages API (or
+    its stream's events), Gemini's ``generateContent`` (or its chunks), Bedrock's Converse API (or
+    Amazon Nova's). ``call`` names the call and ``body`` the request's body in errors; None for
+    bodies of another API."""
+    where = f"{call}: {body}"
+    chunks = response if isinstance(response, list) else response.get("streamed_data")
+    if "contents" in request or any(isinstance(c, dict) and ("candidates" in c or "promptFeedback" in c)
+                                    for c in (chunks if isinstance(chunks, list) else [response])):
+        return _gemini_request(request, where), _gemini_response(chunks if isinstance(chunks, list) else response, call)
+    if isinstance(response, list):
+        if not any(isinstance(c, dict) and c.get("type") == "message_start" for c in response):
+            response = _streamed({"streamed_data": response})  # OpenAI's chunks
+            return (request, response) if response["choices"] and isinstance(request.get("messages"), list) else None
+        response = _anthropic_streamed(response)
+    if "content" in response and "choices" not in response:
+        return _anthropic_request(request, where), _anthropic_response(response)
+    if isinstance(response.get("output"), dict) and "message" in response["output"]:
+        return _converse_request(request, where), _converse_response(response, call)
+    if isinstance(response.get("streamed_data"), list):
+        response = _streamed(response)
+    if response.get("object") == "response":
+        return _from_responses_api(request, response, f"{call}: ")
+    return (request, response) if isinstance(request.get("messages"), list) and "choices" in response else None
+
+
+def _call_traces(rid: str, request: dict, response: dict, start: float, latency_ms: float,
+                 model: Any) -> Iterator[dict | FormatError]:
+    """The traces of a call whose bodies are in OpenAI's shape, read as :func:`from_openai` reads a log,
+    with the time, latency and model (where its answer names none) its log gives: ids ``rid``, or
+    ``rid:<index>`` of a choice past one."""
+    response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
+    logged = {"request": request, "latency_ms": latency_ms,
+              "response": {**response, "id": response_id, "created": start, "model": response.get("model") or model}}
+    for t in from_openai(logged):
+        if isinstance(t, dict):
+            t["trace_id"] = rid + t["trace_id"][len(response_id):]
+        yield t
+
+
+# ------------------------------------------------------------------------------------------ vertex
+
+def from_vertex(doc: dict) -> Iterator[dict | FormatError]:
+    """The traces of a call as Vertex AI's request-response logging keeps it in BigQuery, a row of its
+    table exported (see the module's docstring)."""
+    rid = doc.get("request_id")
+    rid = str(rid) if type(rid) in (int, str, Decimal) and str(rid) else None
+    bodies = [_stored_json(doc.get(k)) for k in ("full_request", "full_response")]
+    if rid is None and isinstance(bodies[1], dict) and isinstance(bodies[1].get("responseId"), str):
+        rid = bodies[1]["responseId"]
+    if rid is None:
+        raise FormatError("invalid_field", f"request_id={doc.get('request_id')!r} is not an id")
+    call = f"Vertex AI request {rid}"
+    request, response = bodies
+    if isinstance(response, dict) and response.get("error"):
+        raise FormatError("failed_request", f"{call} failed{_error_said(response)}")
+    if not isinstance(request, dict) or not isinstance(response, (dict, list)) or not response:
+        side = "full_request" if not isinstance(request, dict) else "full_response"
+        raise FormatError("no_content", f"{call}: {side}={repr(doc.get(side))[:80]} holds no body")
+    converted = _provider_bodies(request, response, call, "full_request")
+    if converted is None:
+        raise FormatError("invalid_field", f"{call}: {doc.get('api_method')} of {doc.get('model')} is not a chat "
+                                           "completion (Gemini's generateContent, or Anthropic's messages API)")
+    request, response = converted
+    end = _epoch(doc.get("logging_time"), f"{call}: logging_time")  # written once the call answered
+    metadata = _stored_json(doc.get("metadata"))
+    latency = _ms(metadata.get("request_latency")) if isinstance(metadata, dict) else None
+    if latency is None:
+        start = _epoch(response["createTime"], f"{call}: createTime") if response.get("createTime") else end
+        latency = _ms_between(start, end)
+    model = str(doc.get("model") or "").rsplit("/", 1)[-1] or None  # publishers/google/models/<model>
+    yield from _call_traces(rid, request, response, end - latency / 1000, latency, model)
+
+
+# ------------------------------------------------------------------------------------------ bedrock
+
+def from_bedrock(doc: dict) -> Iterator[dict | FormatError]:
+    """The traces of a call as Amazon Bedrock's model invocation logging writes it (see the module's
+    docstring)."""
+    rid = _need(doc, "requestId", str, "")
+    call = f"Bedrock request {rid}"
+    if doc.get("errorCode"):
+        raise FormatError("failed_request", f"{call} failed: {str(doc['errorCode'])[:300]}")
+    sides = {side: _object(doc, side, f"{call}: ") for side in ("input", "output")}
+    for side, given in sides.items():
+        if given.get(f"{side}BodyJson") is None:
+            kept = given.get(f"{side}BodyS3Path")
+            why = (f"Bedrock kept it apart, at {kept} (a body over 100 KB)" if kept else
+                   "not delivered (the logging configuration's textDataDeliveryEnabled), or over 100 KB with no S3 "
+                   "location for such bodies")
+            raise FormatError("no_content", f"{call}: {side}.{side}BodyJson is not in the log: {why}")
+    request, response = sides["input"]["inputBodyJson"], sides["output"]["outputBodyJson"]
+    model = str(doc.get("modelId") or "").rsplit("/", 1)[-1] or None  # an inference profile's ARN: its id
+    if not isinstance(request, dict) or not isinstance(response, (dict, list)):
+        raise FormatError("invalid_field", f"{call}: input.inputBodyJson or output.outputBodyJson is not an object")
+    if isinstance(request.get("prompt"), str) or isinstance(request.get("inputText"), str):
+        raise FormatError("invalid_field", f"{call}: {model} was sent one text (input.inputBodyJson."
+                                           f"{'prompt' if 'prompt' in request else 'inputText'}), not chat messages: "
+                                           "its turns, in the model's own template, cannot be told apart")
+    converted = _provider_bodies(request, response, call, "input.inputBodyJson")
+    if converted is None:
+        raise FormatError("invalid_field", f"{call}: the bodies of {doc.get('operation')} of {model} are of no chat API "
+                                           "this reader knows (Converse, OpenAI's, Anthropic's, Amazon Nova's)")
+    request, response = converted
+    counts = [sides["input"].get("inputTokenCount"), sides["output"].get("outputTokenCount")]
+    if not response.get("usage") and all(type(c) is int for c in counts):  # the log's own counts
+        response = {**response, "usage": {"prompt_tokens": counts[0], "completion_tokens": counts[1],
+                                          "total_tokens": sum(counts)}}
+    start = _epoch(doc.get("timestamp"), f"{call}: timestamp")
+    yield from _call_traces(rid, request, response, start, _bedrock_latency(sides["output"]["outputBodyJson"]), model)
+
+
+def _bedrock_latency(response: dict | list) -> float:
+    """A Bedrock call's latency in ms: its Converse answer's ``metrics.latencyMs``, or the invocation
+    metrics Bedrock adds to a stream's last chunk; 0 where the log gives none (InvokeModel's answer)."""
+    metrics = response.get("metrics") if isinstance(response, dict) else None
+    if isinstance(metrics, dict) and _ms(metrics.get("latencyMs")) is not None:
+        return _ms(metrics["latencyMs"])
+    for chunk in reversed(response if isinstance(response, list) else []):
+        given = chunk.get("amazon-bedrock-invocationMetrics") if isinstance(chunk, dict) else None
+        if isinstance(given, dict) and _ms(given.get("invocationLatency")) is not None:
+            return _ms(given["invocationLatency"])
+    return 0.0
 
 
 # The operations of a span that is a model call (or none: older instrumentations name none). An
@@ -1123,10 +1394,11 @@ def _evaluation_score(attributes: Any, span_id: str) -> dict:
 
 
 def _epoch(ts: Any, where: str) -> float:
-    """Seconds since 1970 of a Langfuse time (ISO 8601 text, or a Parquet timestamp's datetime): one
-    without a zone is UTC, as Langfuse keeps and exports them, not the host's local time."""
-    try:
-        at = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    """Seconds since 1970 of a time as a store exports it (ISO 8601 text, or a Parquet timestamp's
+    datetime): one without a zone is UTC, as Langfuse, Helicone and BigQuery keep and export them,
+    not the host's local time."""
+    try:  # "Z", or " UTC" as BigQuery writes a timestamp in JSON
+        at = datetime.fromisoformat(str(ts).replace("Z", "+00:00").replace(" UTC", "+00:00"))
     except ValueError:
         raise FormatError("invalid_field", f"{where}={ts!r} is not an ISO 8601 time") from None
     return (at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)).timestamp()
@@ -1438,7 +1710,7 @@ def normalize(doc: Any, fmt: Format | Literal["auto"], hold_spans: bool = False)
     if fmt == "langfuse":
         raise FormatError("needs_join", "Langfuse rows join across files: see join")
     with _mapping(f"{fmt} record"):
-        read = {"openai": from_openai, "helicone": from_helicone}.get(fmt)
+        read = {"openai": from_openai, "helicone": from_helicone, "bedrock": from_bedrock, "vertex": from_vertex}.get(fmt)
         records = list(read(doc) if read else from_otel(doc, hold_spans))
     if len(records) == 1 and isinstance(records[0], FormatError):  # the document's only record: its own item
         raise records[0]
