@@ -24,7 +24,7 @@ from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
 from tests.conftest import T0, damage_row_group, mutated, trace, zstd
-from tests.test_formats import HELICONE, OPENAI, kv, otlp
+from tests.test_formats import BEDROCK, HELICONE, OPENAI, VERTEX, kv, otlp
 
 HOUR = timedelta(hours=1)
 # An OTLP export with the older, flattened GenAI attributes.
@@ -325,6 +325,61 @@ def test_helicones_exports_are_read_as_jsonl_and_as_a_json_array(tmp_path, monke
     assert rows["req-12"]["start_time"] == datetime(2026, 11, 22, 10, 12, 0, 250000, tzinfo=timezone.utc)
     assert rows["req-12"]["source_file"] == str(src / "export.json") and rows["req-3"]["completion"] == "6"
     assert rows["req-3"]["feedback_thumb"] == "up" and rows["req-3"]["latency_ms"] == 1250.0
+
+
+def bedrock_logs(root, calls: int) -> dict:
+    """Amazon Bedrock's invocation logs of ``calls`` calls in its layout under ``root`` (a path or a
+    URI), gzipped JSON Lines in the hour's folder; the first call's question kept apart in the hour's
+    data folder, as a body over 100 KB is. The files to write, by path."""
+    hour = f"{root}/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
+    kept = f"{hour}/data/req-0_input.json.gz"
+
+    def call(i: int) -> dict:
+        body = {**BEDROCK["input"]["inputBodyJson"], "messages": [{"role": "user", "content": [{"text": f"What is {i} plus 3?"}]}]}
+        answer = {**BEDROCK["output"]["outputBodyJson"],
+                  "output": {"message": {"role": "assistant", "content": [{"text": str(i + 3)}]}}}
+        given = {"inputTokenCount": 16, "inputBodyS3Path": kept} if i == 0 else {"inputTokenCount": 16, "inputBodyJson": body}
+        return {**BEDROCK, "requestId": f"req-{i}", "timestamp": f"2026-11-22T10:{i:02d}:00Z", "input": given,
+                "output": {**BEDROCK["output"], "outputBodyJson": answer}}, body
+
+    records, bodies = zip(*(call(i) for i in range(calls)))
+    return {f"{hour}/20261122T100100123Z_9b86bf4994c4ab1c.json.gz": gzip.compress(lines(*records)),
+            kept: gzip.compress(json.dumps(bodies[0]).encode()),
+            f"{root}/AWSLogs/123456789012/BedrockModelInvocationLogs/amazon-bedrock-logs-permission-check": b""}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monkeypatch, workers):
+    """Bedrock's log files, hour by hour, with the bodies it keeps apart read with their records; a
+    BigQuery export of Vertex AI's logging table (newline-delimited JSON: its JSON columns as text)."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "src"
+    for path, data in bedrock_logs(src, 4).items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    rows = [{**VERTEX, "request_id": str(7000 + i), "logging_time": f"2026-11-22 10:{i:02d}:03.284 UTC",
+             "full_response": json.dumps(VERTEX["full_response"]), "full_request": json.dumps(
+                 {**VERTEX["full_request"], "contents": [{"role": "user", "parts": [{"text": f"What is {i} plus 5?"}]}]})}
+            for i in range(3)]
+    (src / "vertex").mkdir()
+    (src / "vertex" / "000000000000.json").write_bytes(lines(*rows, {**VERTEX, "full_response": {"error": {"message": "quota"}}}))
+    m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.source["formats"] == {"bedrock": 4, "vertex": 3}
+    assert m.quarantine_reasons == {"failed_request": 1}
+    found = {r["trace_id"]: r for r in table(m, "traces")}
+    assert sorted(found) == ["7000", "7001", "7002", "req-0", "req-1", "req-2", "req-3"]
+    assert found["req-0"]["prompt"].endswith("What is 0 plus 3?") and found["req-0"]["completion"] == "3"
+    assert found["7001"]["start_time"] == datetime(2026, 11, 22, 10, 1, 2, 34000, tzinfo=timezone.utc)
+    hour = f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
+    assert m.source["skipped_files"] == {
+        f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/amazon-bedrock-logs-permission-check": sources.NOT_READ,
+        f"{hour}/data/": sources._BEDROCK_BODIES_NOT_READ}
+    os.remove(f"{hour}/data/req-0_input.json.gz")  # a body kept apart that is gone: its record says where it was
+    m = run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers))
+    (gone,) = [q for q in table(m, "quarantine") if q["reason"] == "no_content"]
+    assert f"input.inputBodyS3Path={hour}/data/req-0_input.json.gz cannot be read: FileNotFoundError" in gone["detail"]
 
 
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):

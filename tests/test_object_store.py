@@ -27,7 +27,7 @@ from ctpipe.errors import PipelineError
 from ctpipe.jobspec import load_job
 from ctpipe.pipeline import materialize_interval, prepare_training
 from tests.conftest import T0, free_port, run_job, trace, training_traces, write_traces
-from tests.test_materialize import HOUR, lines, run
+from tests.test_materialize import HOUR, bedrock_logs, lines, run
 
 
 def _serve(args: list[str], probe: str, port: int):
@@ -211,6 +211,20 @@ def test_the_cli_reads_and_writes_an_object_store_and_names_a_missing_source(sto
     assert "traces in 3 = 3 rows + 0 quarantined" in capsys.readouterr().out
     with pytest.raises(sources.SourceError, match=f"source '{scheme}://traces/nope' does not exist"):
         run(f"{scheme}://traces/nope", f"{scheme}://datasets")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bedrock_logs_are_read_from_s3_with_the_bodies_kept_apart(s3, monkeypatch, workers):
+    """Bedrock's invocation logs as its logging delivers them to a bucket: a body over 100 KB is read
+    from the object its record names, in the hour's data folder, which is not read as records."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    for path, data in bedrock_logs("s3://traces/bedrock", 3).items():
+        s3.pipe(path, data)
+    m = run("s3://traces/bedrock", "s3://datasets", dataset=DatasetConfig(workers=workers))
+    assert (m.counts["traces"], m.counts["quarantined"], m.source["formats"]) == (3, 0, {"bedrock": 3})
+    assert [p for p in m.source["skipped_files"] if p.endswith("/data/")] == \
+        ["traces/bedrock/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10/data/"]
 
 
 def test_a_file_added_since_the_last_run_is_read(s3):

@@ -66,7 +66,7 @@ import json
 import math
 import pickle
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -980,6 +980,23 @@ def from_bedrock(doc: dict) -> Iterator[dict | FormatError]:
                                           "total_tokens": sum(counts)}}
     start = _epoch(doc.get("timestamp"), f"{call}: timestamp")
     yield from _call_traces(rid, request, response, start, _bedrock_latency(sides["output"]["outputBodyJson"]), model)
+
+
+def with_offloaded_bodies(doc: dict, read: Callable[[str], bytes]) -> dict:
+    """A Bedrock record with the bodies its log keeps apart (one over 100 KB: ``<side>BodyS3Path``,
+    gzipped JSON in its hour's ``data`` folder) read in with ``read`` (a URI's bytes, decompressed);
+    FormatError ``no_content`` naming one that cannot be read."""
+    for side in ("input", "output"):
+        given = doc.get(side)
+        kept = given.get(f"{side}BodyS3Path") if isinstance(given, dict) and given.get(f"{side}BodyJson") is None else None
+        if isinstance(kept, str) and kept:
+            try:
+                body = msgspec.json.decode(read(kept))
+            except Exception as e:  # noqa: BLE001 - any store's error, a body too large, or not JSON: named
+                raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path="
+                                                f"{kept} cannot be read: {type(e).__name__}: {str(e)[:300]}") from None
+            doc = {**doc, side: {**given, f"{side}BodyJson": body}}
+    return doc
 
 
 def _bedrock_latency(response: dict | list) -> float:

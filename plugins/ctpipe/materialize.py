@@ -281,6 +281,8 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
         return "langfuse", [doc]
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
         return "ctpipe", [traces.convert(doc)]
+    if found == "bedrock" and fmt in ("auto", "bedrock"):
+        doc = formats.with_offloaded_bodies(doc, sources.read_object)
     records = formats.normalize(doc, fmt, _JOB.hold_spans)
     if len(records) < 2:
         return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]

@@ -380,6 +380,12 @@ class Files:
             yield path, self._renamed.get(path, path)
 
 
+# Amazon Bedrock's invocation logging keeps a body over 100 KB apart, in a data folder of the hour
+# of its record, which names it (formats.with_offloaded_bodies reads it there): not a record.
+_BEDROCK_BODIES = re.compile(r"/BedrockModelInvocationLogs/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/data/$")
+_BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): read with the records that name them"
+
+
 def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
              skipped: dict[str, str]) -> Iterator[tuple[str, list[str], dict | None]]:
     """(folder, the names of files in it that come one after another, their details on an object
@@ -391,6 +397,9 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
     file, 2.4 s and 172 MB for 200,000 files. A link to a local folder is followed (``find`` lists it
     as a file, which no read could open), once: a link to a folder above it is not."""
     if not keep(folder):
+        return
+    if _BEDROCK_BODIES.search(folder):
+        skipped[folder] = _BEDROCK_BODIES_NOT_READ
         return
     infos = None
     if _local(fs):
@@ -548,6 +557,20 @@ def _opened(raw, compression: str):
     from isal import igzip
 
     return igzip.IGzipFile(fileobj=raw) if compression == ".gz" else _zstd_stream(raw) if compression == ".zst" else raw
+
+
+def read_object(uri: str, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """What the file at ``uri`` holds, decompressed as its first bytes say (gzip, zstd, or none);
+    ValueError when that is more than ``limit`` bytes, OSError (or the store's error) when it cannot
+    be read."""
+    fs, path = filesystem(uri)
+    with fs.open(path, "rb") as raw:
+        compression = _compressed(raw.read(8))
+        raw.seek(0)
+        data = _opened(raw, compression).read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"it holds more than {limit} bytes")
+    return data
 
 
 class _Damage(Exception):
