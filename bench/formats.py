@@ -27,7 +27,10 @@ a judge score, or a thumb where the format has no scores) once per format, as JS
 * langfuse: an export's three tables, observations (GENERATIONs), scores and traces, in separate
   files, so that every generation is joined across files with its score and its trace's release;
 * helicone: requests as Helicone's export tool writes them with their bodies (the OpenAI request and
-  response, ClickHouse's times, counts quoted), with the user's feedback as Helicone's feedback score.
+  response, ClickHouse's times, counts quoted), with the user's feedback as Helicone's feedback score;
+* bedrock: Amazon Bedrock's invocation log records of Converse calls; no feedback;
+* vertex: rows of Vertex AI's request-response logging table of Gemini calls, as BigQuery exports
+  them to newline-delimited JSON (the request and response as JSON text); no feedback.
 
 Then materializes each, in its own process, one after the other (the settings of
 ``bench/materialize.py``: the regex verifier, feedback and judge weighted), and prints traces/s and the peak RSS of each process
@@ -48,7 +51,7 @@ from pathlib import Path
 from materialize import T0, WORDS, _sample_peak, arguments, run_child, settings_for_bench
 
 FORMATS = ("ctpipe", "openai", "openai-batch", "otel", "otel-batches", "otel-logs", "otel-evaluated", "langfuse",
-           "helicone")
+           "helicone", "bedrock", "vertex")
 BATCH = 8192  # spans to an export of otel-batches: the Collector's batch processor's send_batch_size
 
 
@@ -70,7 +73,8 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
     for fmt, names in (("ctpipe", ["traces"]), ("openai", ["logs"]), ("openai-batch", ["input", "output"]),
                        ("otel", ["spans"]), ("otel-batches", ["spans"]),
                        ("otel-logs", ["spans", "logs"]), ("otel-evaluated", ["spans", "logs"]),
-                       ("langfuse", ["observations", "scores", "traces"]), ("helicone", ["output"])):
+                       ("langfuse", ["observations", "scores", "traces"]), ("helicone", ["output"]),
+                       ("bedrock", ["logs"]), ("vertex", ["export"])):
         (root / fmt).mkdir(parents=True, exist_ok=True)
         files.update({(fmt, name): open(root / fmt / f"{name}.jsonl", "wb") for name in names})
     for i in range(n):
@@ -133,6 +137,25 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                 "delay_ms": 900, "request_model": "assistant", "prompt_tokens": "210", "completion_tokens": "230",
                 "total_tokens": "440", "scores": {"helicone-score-feedback": "1" if right else "0"},
                 "properties": {}, "model": "assistant", "cost": 0.0001, "storage_location": "s3"},
+            ("bedrock", "logs"): {
+                "schemaType": "ModelInvocationLog", "schemaVersion": "1.0", "timestamp": f"{start:%Y-%m-%dT%H:%M:%SZ}",
+                "accountId": "123456789012", "identity": {"arn": "arn:aws:iam::123456789012:user/u"},
+                "region": "us-east-1", "requestId": f"req-{i:09d}", "operation": "Converse", "modelId": "assistant",
+                "input": {"inputContentType": "application/json", "inputTokenCount": 210, "inputBodyJson": {
+                    "system": [{"text": system}], "messages": [{"role": "user", "content": [{"text": question}]}]}},
+                "output": {"outputContentType": "application/json", "outputTokenCount": 230, "outputBodyJson": {
+                    "output": {"message": {"role": "assistant", "content": [{"text": answer}]}}, "stopReason": "end_turn",
+                    "metrics": {"latencyMs": 900}, "usage": {"inputTokens": 210, "outputTokens": 230, "totalTokens": 440}}}},
+            ("vertex", "export"): {
+                "logging_time": f"{end:%Y-%m-%d %H:%M:%S.%f} UTC", "request_id": str(5374205265901353984 + i),
+                "model": "publishers/google/models/assistant", "model_version": "default", "api_method": "GenerateContent",
+                "full_request": json.dumps({"systemInstruction": {"parts": [{"text": system}]},
+                                            "contents": [{"role": "user", "parts": [{"text": question}]}]}),
+                "full_response": json.dumps({
+                    "candidates": [{"content": {"role": "model", "parts": [{"text": answer}]}, "finishReason": "STOP"}],
+                    "usageMetadata": {"promptTokenCount": 210, "candidatesTokenCount": 230, "totalTokenCount": 440},
+                    "modelVersion": "assistant", "responseId": f"r{i}"}),
+                "metadata": json.dumps({"request_latency": 900.0}), "request_payload": [], "response_payload": []},
         }
         for key, row in rows.items():
             files[key].write(enc.encode(row) + b"\n")
