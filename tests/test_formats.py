@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from decimal import Decimal
 
 import pytest
 
@@ -1270,7 +1271,8 @@ def test_a_gemini_call_is_read_as_a_chat_completion_in_helicone_and_vertex_ai_lo
     exported = {**VERTEX, **{k: json.dumps(VERTEX[k]) for k in ("full_request", "full_response", "metadata")},
                 "logging_time": "2026-11-22 10:15:03.284 UTC"}
     assert normalize(exported, "auto") == [v]
-    assert normalize({**VERTEX, "request_id": 5374205265901353984}, "vertex") == [v]
+    for rid in (5374205265901353984, Decimal("5374205265901353984.000000000")):  # as JSON or Parquet hold it
+        assert normalize({**VERTEX, "request_id": rid}, "vertex") == [v]
     (n,) = normalize({**VERTEX, "metadata": None}, "vertex")  # no latency: from its answer's createTime
     assert (n["start_time"], n["latency_ms"]) == ("2026-11-22T10:15:02.034753+00:00", 1249.247)
     # A stream, as its chunks (and as Helicone keeps it: its own merge, with the first chunk's finish reason, beside them).
@@ -1474,3 +1476,12 @@ def test_any_value_anywhere_in_a_cloud_log_gives_traces_or_the_errors_that_say_w
         except FormatError:
             continue
         _validated(found)
+
+
+def test_the_formats_a_run_may_be_told_are_those_read():
+    from typing import get_args
+
+    from ctpipe.config import DatasetConfig
+    from ctpipe.formats import Format
+
+    assert get_args(DatasetConfig.model_fields["format"].annotation) == ("auto", *get_args(Format))

@@ -22,8 +22,11 @@ import logging
 import sys
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
+from typing import get_args
 
 from pydantic import ValidationError
+
+from ctpipe.config import DatasetConfig
 
 
 def _settings():
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--end", type=_aware, required=True)
     p.add_argument("--source", help="traces: a path or fsspec URI (default: the local trace store)")
     p.add_argument("--out", help="where versions are published (default: the local dataset store)")
-    p.add_argument("--format", choices=["auto", "ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"], help="default: dataset.format")
+    p.add_argument("--format", choices=get_args(DatasetConfig.model_fields["format"].annotation), help="default: dataset.format")
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.add_argument("--json", action="store_true", help="print one JSON object per interval")
     p.set_defaults(fn=cmd_materialize)

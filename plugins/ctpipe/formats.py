@@ -47,7 +47,17 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   scores; a stream's choices rebuilt from its chunks. Each choice a trace, ids ``request_id``
   (``:<index>`` past one choice). An export made without its bodies holds none (``no_content``); a
   request that failed, is pending or was cancelled is ``failed_request``, a cache hit ``duplicate``.
+* ``bedrock``: Amazon Bedrock's model invocation log records (``schemaType`` ``ModelInvocationLog``),
+  id ``requestId``, starting at ``timestamp``, lasting the answer's latency; bodies of its Converse API, or the
+  model's own for InvokeModel (Anthropic's, Amazon Nova's, OpenAI's; a stream's chunks or events).
+  A body Bedrock kept apart (over 100 KB) is read by the caller (:func:`with_offloaded_bodies`).
+* ``vertex``: rows of Vertex AI's request-response logging table (``full_request``,
+  ``full_response``: Gemini's ``generateContent``, or Anthropic's messages API for Claude), id
+  ``request_id``, ending at ``logging_time`` after ``metadata.request_latency``.
 * ``ctpipe``: our own schema, unchanged.
+
+The bodies of a provider's API are read in OpenAI's chat completion shape (:func:`_provider_bodies`),
+whichever log holds them.
 
 A message of typed parts is the text of its text parts, joined on a new line as vLLM joins them
 for a chat template. One holding an image, audio or a file (:data:`MEDIA_PARTS`) is
@@ -75,7 +85,6 @@ from typing import Any, Literal
 import msgspec
 
 Format = Literal["ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"]
-FORMATS: tuple[Format, ...] = ("ctpipe", "openai", "otel", "langfuse", "helicone")
 
 
 class FormatError(ValueError):
@@ -625,9 +634,10 @@ def _helicone_times(doc: dict, where: str) -> tuple[float, float]:
 
 def _helicone_body(body: Any, where: str, chunks: bool = False) -> dict | list:
     """A request's or response's body: an object, or the JSON text of one (as Helicone keeps them in
-    ClickHouse); with ``chunks``, also a list of a stream's chunks (Gemini's, as it keeps them); FormatError ``no_content`` where Helicone holds none: its note in the place of a body
-    (an export without ``--include-body``, a body too large or expired), the text preview it keeps of
-    a body it stored elsewhere, or the model alone (a body it was told to omit)."""
+    ClickHouse), or with ``chunks`` a stream's chunks (as it keeps Gemini's); FormatError
+    ``no_content`` where Helicone holds none: its note in the place of a body (an export without
+    ``--include-body``, a body too large or expired), the text preview it keeps of a body it stored
+    elsewhere, or the model alone (a body it was told to omit)."""
     body = _stored_json(body)
     hint = "export with the bodies: @helicone/export --include-body"
     if isinstance(body, str):
@@ -915,7 +925,8 @@ def _call_traces(rid: str, request: dict, response: dict, start: float, latency_
 def from_vertex(doc: dict) -> Iterator[dict | FormatError]:
     """The traces of a call as Vertex AI's request-response logging keeps it in BigQuery, a row of its
     table exported (see the module's docstring)."""
-    rid = doc.get("request_id")
+    rid = doc.get("request_id")  # NUMERIC: a number, text (BigQuery's JSON), or a decimal (its Parquet)
+    rid = int(rid) if isinstance(rid, Decimal) and rid.is_finite() and rid == rid.to_integral_value() else rid
     rid = str(rid) if type(rid) in (int, str, Decimal) and str(rid) else None
     bodies = [_stored_json(doc.get(k)) for k in ("full_request", "full_response")]
     if rid is None and isinstance(bodies[1], dict) and isinstance(bodies[1].get("responseId"), str):

@@ -16,7 +16,9 @@ config files, instance metadata, never from code). Files are read as:
 A file whose name ends otherwise (Firehose gives its objects no suffix, or a bare ``.gz``) is
 read as its first bytes say: Parquet, or JSON text (as a ``*.json`` file), plain or gzip or zstd.
 Other files in a source folder are skipped and listed by name, except hidden ones and markers
-(``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data.
+(``.*``, ``_*``: ``_SUCCESS``, checksums), which writers leave beside their data; so is the
+``data/`` folder of an hour of Amazon Bedrock's invocation logs, whose bodies are read with the
+records that name them (:func:`read_object`).
 
 A plain file on a local disk or an object store is cut where it lies, reading only around each
 cut, and each block is read where it is processed (see :class:`Block`); a compressed file has to
