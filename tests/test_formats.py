@@ -1409,7 +1409,7 @@ def test_a_bedrock_invocation_log_gives_its_call_through_any_of_its_apis():
     answer = {"id": "msg_bdrk_01", "type": "message", "role": "assistant", "model": "claude-3-5-sonnet-20240620",
               "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn", "usage": {"input_tokens": 16, "output_tokens": 2}}
     found = read(_bedrock("InvokeModel", claude, answer))
-    assert (found["latency_ms"], found["model"]["name"]) == (0.0, "claude-3-5-sonnet-20240620")  # its answer's name
+    assert (found["latency_ms"], found["model"]["name"]) == (0.0, BEDROCK["modelId"])  # not its answer's dated name
     nova = {"schemaVersion": "messages-v1", "system": [{"text": "Be brief."}],
             "messages": [{"role": "user", "content": [{"text": "What is 2 plus 3?"}]}], "inferenceConfig": {"maxTokens": 512}}
     nova_answer = {"output": {"message": {"role": "assistant", "content": [{"text": "5"}]}}, "stopReason": "end_turn",
@@ -1485,3 +1485,95 @@ def test_the_formats_a_run_may_be_told_are_those_read():
     from ctpipe.formats import Format
 
     assert get_args(DatasetConfig.model_fields["format"].annotation) == ("auto", *get_args(Format))
+
+
+def test_what_a_cloud_log_says_of_a_call_beyond_its_text_is_heeded():
+    """Guardrails answering in the model's place, reasoning in the answer's text, a prompt kept
+    server-side, a stream cut short, text parts in their order: none may put other text in a dataset."""
+    claude = {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64,
+              "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 plus 3?"}]}]}
+    canned = {"id": "msg_1", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "Sorry."}],
+              "stop_reason": "end_turn", "usage": {"input_tokens": 9, "output_tokens": 2},
+              "amazon-bedrock-guardrailAction": "INTERVENED"}
+    intervened = [ANTHROPIC_EVENTS[0], {**ANTHROPIC_EVENTS[-1], "amazon-bedrock-guardrailAction": "INTERVENED"}]
+    for doc in (_bedrock("InvokeModel", claude, canned), _bedrock("InvokeModelWithResponseStream", claude, intervened)):
+        with pytest.raises(FormatError, match=re.escape("stopped by the content filter (Bedrock's guardrail)")):
+            normalize(doc, "auto")
+    gpt = {"messages": [{"role": "user", "content": "What is 2 plus 3?"}]}
+    reasoned = {**OPENAI["response"], "choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "<reasoning>The user asks for 2 plus 3.\nIt is 5.</reasoning>5"}}]}
+    (t,) = normalize(_bedrock("InvokeModel", gpt, reasoned, modelId="openai.gpt-oss-20b-1:0"), "auto")
+    assert t["completion"] == "5"
+    cached = {**VERTEX, "full_request": {**GEMINI_REQUEST, "cachedContent": "projects/p/locations/l/cachedContents/123"}}
+    with pytest.raises(FormatError, match=re.escape("full_request.cachedContent='projects/p/locations/l/cachedContents/123'")) as e:
+        normalize(cached, "auto")
+    assert e.value.reason == "invalid_field"
+    for cut in ([*ANTHROPIC_EVENTS[:6], {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}],
+                [*_gemini_chunks(["The answer", " is"])[:1], {"error": {"code": 500, "message": "Internal error"}}]):
+        claude_on_vertex = {"anthropic_version": "vertex-2023-10-16", "messages": [{"role": "user", "content": "q"}]}
+        row = {**VERTEX, "full_response": cut, **({"full_request": claude_on_vertex} if "type" in cut[0] else {})}
+        with pytest.raises(FormatError, match="(ended in an error): (Overloaded|Internal error)") as e:
+            normalize(row, "auto")
+        assert e.value.reason == "failed_request"
+    # Guarded text in its place among the others; an image to guard is an image.
+    blocks = [{"text": "Context:"}, {"guardContent": {"text": {"text": "the doc", "qualifiers": ["grounding_source"]}}},
+              {"text": "Question: what is 2 plus 3?"}]
+    (t,) = normalize(_bedrock(request={"messages": [{"role": "user", "content": blocks}]}), "auto")
+    assert t["messages"] == [{"role": "user", "content": "Context:\nthe doc\nQuestion: what is 2 plus 3?"}]
+    image = [{"text": "Describe this"}, {"guardContent": {"image": {"format": "png", "source": {"bytes": "AA=="}}}}]
+    with pytest.raises(FormatError, match=re.escape("messages[0] (guardContent) holds a part of type image")):
+        normalize(_bedrock(request={"messages": [{"role": "user", "content": image}]}), "auto")
+    # Gemini cuts one answer into parts anywhere, as a stream into chunks: joined as they are.
+    split = {**GEMINI_RESPONSE, "candidates": [{"content": {"role": "model", "parts": [{"text": "The answer "}, {"text": "is 5."}]},
+                                                "finishReason": "STOP"}]}
+    (t,) = normalize({**VERTEX, "full_response": split}, "auto")
+    assert t["completion"] == "The answer is 5."
+
+
+def test_calls_a_cloud_log_holds_that_are_no_chat_say_so():
+    # A call Gemini failed to make: a tool call, no text; its counts of 0 left out, as Gemini's JSON does.
+    failed_call = {"candidates": [{"finishReason": "MALFORMED_FUNCTION_CALL"}],
+                   "usageMetadata": {"promptTokenCount": 3, "totalTokenCount": 3}}
+    with pytest.raises(FormatError, match="the answer is a tool call") as e:
+        normalize({**VERTEX, "full_response": failed_call}, "auto")
+    assert e.value.reason == "no_text_answer"
+    (t,) = normalize({**VERTEX, "full_response": {**GEMINI_RESPONSE, "usageMetadata": {"promptTokenCount": 3}}}, "auto")
+    assert t["usage"] == {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}
+    # Gemini's other endpoints, through Helicone: named, not taken for a blocked prompt.
+    tokens = {**HELICONE, "request_body": GEMINI_REQUEST, "response_body": {"totalTokens": 12},
+              "target_url": "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:countTokens"}
+    with pytest.raises(FormatError, match=re.escape("gemini-2.5-flash:countTokens is not a chat completion")):
+        normalize(tokens, "auto")
+    # Amazon Nova's stream, as InvokeModelWithResponseStream logs it.
+    nova = {"system": [{"text": "Be brief."}], "messages": [{"role": "user", "content": [{"text": "What is 2 plus 3?"}]}]}
+    events = [{"messageStart": {"role": "assistant"}},
+              {"contentBlockDelta": {"delta": {"text": "The answer"}, "contentBlockIndex": 0}},
+              {"contentBlockDelta": {"delta": {"text": " is 5."}, "contentBlockIndex": 0}},
+              {"contentBlockStop": {"contentBlockIndex": 0}}, {"messageStop": {"stopReason": "end_turn"}},
+              {"metadata": {"usage": {"inputTokens": 9, "outputTokens": 6}, "metrics": {}},
+               "amazon-bedrock-invocationMetrics": {"invocationLatency": 300}}]
+    (t,) = normalize(_bedrock("InvokeModelWithResponseStream", nova, events, modelId="amazon.nova-lite-v1:0"), "auto")
+    assert (t["completion"], t["usage"]["prompt_tokens"], t["latency_ms"]) == ("The answer is 5.", 9, 300.0)
+    tool = [{"contentBlockStart": {"start": {"toolUse": {"toolUseId": "t", "name": "add"}}, "contentBlockIndex": 0}},
+            {"contentBlockDelta": {"delta": {"toolUse": {"input": "{}"}}, "contentBlockIndex": 0}},
+            {"messageStop": {"stopReason": "tool_use"}}]
+    with pytest.raises(FormatError, match="the answer is a tool call"):
+        normalize(_bedrock("InvokeModelWithResponseStream", nova, tool), "auto")
+    with pytest.raises(FormatError, match=re.escape("requestId='' is no id")):
+        normalize({**BEDROCK, "requestId": ""}, "auto")
+
+
+def test_a_bedrock_body_kept_apart_is_read_only_from_bedrocks_own_layout():
+    from ctpipe.formats import with_offloaded_bodies
+
+    place = "s3://logs/AWSLogs/1/BedrockModelInvocationLogs/us-east-1/2026/11/22/10/data/9b6c_input.json.gz"
+    kept = {**BEDROCK, "input": {"inputTokenCount": 16, "inputBodyS3Path": place}}
+    read = {place: json.dumps(BEDROCK["input"]["inputBodyJson"]).encode()}
+    assert normalize(with_offloaded_bodies(kept, read.__getitem__), "auto") == normalize(BEDROCK, "auto")
+    with pytest.raises(FormatError, match="cannot be read: KeyError") as e:
+        with_offloaded_bodies({**kept, "input": {"inputBodyS3Path": place.replace("9b6c", "gone")}}, read.__getitem__)
+    assert e.value.reason == "no_content"
+    with pytest.raises(FormatError, match="is not in a data folder of Bedrock's log layout: not read"):
+        with_offloaded_bodies({**kept, "input": {"inputBodyS3Path": "/etc/passwd"}}, read.__getitem__)
+    failed = {**kept, "errorCode": "ThrottlingException"}
+    assert with_offloaded_bodies(failed, read.__getitem__) is failed  # its failure is what its reader says

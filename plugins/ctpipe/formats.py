@@ -732,13 +732,16 @@ def _anthropic_response(body: dict) -> dict:
             if usage else {}}
 
 
-def _anthropic_streamed(events: list) -> dict:
+def _anthropic_streamed(events: list, call: str) -> dict:
     """An answer of Anthropic's messages API rebuilt from its stream's events (``message_start``, each
-    block's start and deltas, ``message_delta``), as Bedrock and Vertex AI log a streamed call."""
+    block's start and deltas, ``message_delta``), as Bedrock and Vertex AI log a streamed call;
+    FormatError ``failed_request`` for a stream that ended in an error, its text cut short."""
     message: dict = {"content": [], "usage": {}}
     blocks: dict[Any, dict] = {}
     for e in (e for e in events if isinstance(e, dict)):
         kind, delta = e.get("type"), e.get("delta") if isinstance(e.get("delta"), dict) else {}
+        if kind == "error":
+            raise FormatError("failed_request", f"{call}: the stream ended in an error{_error_said(e)}")
         if kind == "message_start" and isinstance(e.get("message"), dict):
             message.update({k: v for k, v in e["message"].items() if k != "content"})
         elif kind == "content_block_start" and isinstance(e.get("content_block"), dict):
@@ -773,6 +776,8 @@ _CONVERSE_MEDIA = ("image", "document", "video", "audio")
 _GEMINI_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
                               "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
 _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
+# Gemini's finish reasons of an answer that was to be a tool's call, and failed.
+_GEMINI_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
 
 def _keyed_parts(parts: Any, where: str, prompt: bool, tools: tuple[str, ...], media: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
@@ -789,15 +794,22 @@ def _keyed_parts(parts: Any, where: str, prompt: bool, tools: tuple[str, ...], m
 
 
 def _gemini_text(content: Any, where: str, prompt: bool) -> tuple[str, list[dict]]:
-    """(the text of a Gemini ``Content``, its thoughts left out as a reasoning model's are; its tools' calls)."""
+    """(the text of a Gemini ``Content``, its thoughts left out as a reasoning model's are; its tools'
+    calls). An answer's parts are one text cut anywhere, as a stream's chunks are (Gemini's SDKs join
+    them so); a prompt's are joined as other typed parts are."""
     parts, calls = _keyed_parts(content.get("parts") if isinstance(content, dict) else None, where, prompt,
                                 _GEMINI_TOOLS, _GEMINI_MEDIA)
-    return PART_SEPARATOR.join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")), calls
+    texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
+    return (PART_SEPARATOR if prompt else "").join(texts), calls
 
 
 def _gemini_request(body: dict, where: str) -> dict:
     """A request of Gemini's ``generateContent`` (``systemInstruction``; ``contents`` of parts, roles
     ``user``, ``model`` or none, the user's) in OpenAI's shape."""
+    cached = body.get("cachedContent", body.get("cached_content"))
+    if cached:  # the prompt's start, kept server-side: not in the log
+        raise FormatError("invalid_field", f"{where}.cachedContent={str(cached)[:120]!r}: the prompt begins with content "
+                                           "Gemini kept (a context cache), which the log does not hold")
     system = body.get("systemInstruction", body.get("system_instruction"))
     messages = [{"role": "system", "content": _gemini_text(system, f"{where}.systemInstruction", True)[0]}] if system else []
     contents = body.get("contents")
@@ -816,6 +828,8 @@ def _gemini_response(body: dict | list, call: str) -> dict:
     merged: dict = {}
     choices: dict[Any, dict] = {}
     for chunk in (c for c in (body if isinstance(body, list) else [body]) if isinstance(c, dict)):
+        if chunk.get("error"):  # a stream cut short: the text before it is no whole answer
+            raise FormatError("failed_request", f"{call}: the answer ended in an error{_error_said(chunk)}")
         merged.update((k, v) for k, v in chunk.items() if v is not None)
         for position, c in enumerate(chunk.get("candidates") or []):
             if not isinstance(c, dict):
@@ -830,14 +844,17 @@ def _gemini_response(body: dict | list, call: str) -> dict:
         why = f"Gemini blocked the prompt ({feedback['blockReason']})" if feedback.get("blockReason") else "no candidates"
         raise FormatError("no_text_answer", f"{call}: {why}")
     usage = merged.get("usageMetadata") if isinstance(merged.get("usageMetadata"), dict) else {}
-    prompt, answer, thoughts = (usage.get(k) for k in ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"))
-    if type(answer) is int and type(thoughts) is int:  # thoughts are answer tokens, as OpenAI counts a reasoning model's
+    # Gemini's JSON leaves a count of 0 out; its thoughts are answer tokens, as OpenAI counts a reasoning model's.
+    prompt, answer, thoughts = (usage.get(k, 0) for k in ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"))
+    if type(answer) is int and type(thoughts) is int:
         answer += thoughts
     finish = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
     return {**merged, "id": merged.get("responseId"), "model": merged.get("modelVersion"),
             "choices": [{"index": i, "finish_reason": finish.get(choices[i]["finish"], choices[i]["finish"]),
                          "message": {"role": "assistant", "content": "".join(choices[i]["text"]),
-                                     "tool_calls": choices[i]["calls"] or None}} for i in _by_index(choices)],
+                                     # a call it failed to make is a tool call too, with no text beside it
+                                     "tool_calls": choices[i]["calls"] or (choices[i]["finish"] in _GEMINI_CALLS or None)}}
+                        for i in _by_index(choices)],
             "usage": {"prompt_tokens": prompt, "completion_tokens": answer,
                       "total_tokens": usage.get("totalTokenCount", _total(prompt, answer))} if usage else {}}
 
@@ -846,9 +863,15 @@ def _converse_text(blocks: Any, where: str, prompt: bool) -> tuple[str, list[dic
     """(the text of a Converse message's content blocks, its reasoning left out; its tools' calls).
     Text a guardrail was to check (``guardContent``) is text of the message."""
     blocks, calls = _keyed_parts(blocks, where, prompt, _CONVERSE_TOOLS, _CONVERSE_MEDIA)
-    guarded = [b["guardContent"].get("text") for b in blocks if isinstance(b.get("guardContent"), dict)]
-    texts = [b["text"] for b in blocks if isinstance(b.get("text"), str)]
-    return PART_SEPARATOR.join([*texts, *(g["text"] for g in guarded if isinstance(g, dict) and isinstance(g.get("text"), str))]), calls
+    texts = []
+    for b in blocks:
+        guarded = b.get("guardContent") if isinstance(b.get("guardContent"), dict) else {}
+        _keyed_parts([guarded], f"{where} (guardContent)", prompt, (), _CONVERSE_MEDIA)  # an image to guard
+        text = b.get("text", guarded.get("text") if isinstance(guarded.get("text"), dict) else None)
+        text = text.get("text") if isinstance(text, dict) else text
+        if isinstance(text, str):
+            texts.append(text)
+    return PART_SEPARATOR.join(texts), calls
 
 
 def _converse_request(body: dict, where: str) -> dict:
@@ -879,22 +902,27 @@ def _converse_response(body: dict, call: str) -> dict:
                       "total_tokens": usage.get("totalTokens", _total(prompt, answer))} if usage else {}}
 
 
-def _provider_bodies(request: dict, response: dict | list, call: str, body: str) -> tuple[dict, dict] | None:
+def _provider_bodies(request: dict, response: dict | list, call: str, request_at: str) -> tuple[dict, dict] | None:
     """A call's request and response bodies in OpenAI's chat completion shape, from the API their shape
     says: OpenAI's chat completions (or its chunks), its Responses API, Anthropic's messages API (or
     its stream's events), Gemini's ``generateContent`` (or its chunks), Bedrock's Converse API (or
-    Amazon Nova's). ``call`` names the call and ``body`` the request's body in errors; None for
-    bodies of another API."""
-    where = f"{call}: {body}"
+    Amazon Nova's, or its stream's events). ``call`` names the call in errors, ``request_at`` the
+    request body's place; None for bodies of another API."""
+    where = f"{call}: {request_at}"
     chunks = response if isinstance(response, list) else response.get("streamed_data")
-    if "contents" in request or any(isinstance(c, dict) and ("candidates" in c or "promptFeedback" in c)
-                                    for c in (chunks if isinstance(chunks, list) else [response])):
-        return _gemini_request(request, where), _gemini_response(chunks if isinstance(chunks, list) else response, call)
+    chunks = [c for c in chunks if isinstance(c, dict)] if isinstance(chunks, list) else [response]
+    answered = any("candidates" in c or "promptFeedback" in c for c in chunks)
+    if answered or "contents" in request and any("error" in c for c in chunks):  # Gemini's answer, or its stream cut short
+        return _gemini_request(request, where), _gemini_response(chunks, call)
     if isinstance(response, list):
-        if not any(isinstance(c, dict) and c.get("type") == "message_start" for c in response):
-            response = _streamed({"streamed_data": response})  # OpenAI's chunks
+        kinds = {k for c in chunks for k in (c.get("type"), *c)}
+        if "message_start" in kinds or "error" in kinds:
+            response = _anthropic_streamed(chunks, call)
+        elif kinds & {"messageStart", "contentBlockDelta", "messageStop"}:
+            response = _converse_streamed(chunks)
+        else:
+            response = _streamed({"streamed_data": chunks})  # OpenAI's chunks
             return (request, response) if response["choices"] and isinstance(request.get("messages"), list) else None
-        response = _anthropic_streamed(response)
     if "content" in response and "choices" not in response:
         return _anthropic_request(request, where), _anthropic_response(response)
     if isinstance(response.get("output"), dict) and "message" in response["output"]:
@@ -906,18 +934,38 @@ def _provider_bodies(request: dict, response: dict | list, call: str, body: str)
     return (request, response) if isinstance(request.get("messages"), list) and "choices" in response else None
 
 
+def _converse_streamed(events: list[dict]) -> dict:
+    """An answer of Amazon Nova's own API (or Converse's) rebuilt from its stream's events
+    (``contentBlockStart``, ``contentBlockDelta``, ``messageStop``, ``metadata``), as Bedrock logs an
+    InvokeModelWithResponseStream call, in the shape of its whole answer."""
+    blocks: dict[Any, dict] = {}
+    stop, usage = None, None
+    for e in events:
+        for kind, given in ((k, v) for k, v in e.items() if isinstance(v, dict)):
+            at = given.get("contentBlockIndex", 0)
+            if kind == "contentBlockStart" and isinstance(given.get("start"), dict):
+                blocks.setdefault(at, {}).update(given["start"])  # a tool's call begins so
+            elif kind == "contentBlockDelta" and isinstance(given.get("delta"), dict):
+                text = given["delta"].get("text")
+                block = blocks.setdefault(at, {})
+                if isinstance(text, str):
+                    block["text"] = block.get("text", "") + text
+                block.update((k, v) for k, v in given["delta"].items() if k != "text")  # toolUse, reasoningContent
+            elif kind == "messageStop":
+                stop = given.get("stopReason")
+            elif kind == "metadata":
+                usage = given.get("usage", usage)
+    return {"output": {"message": {"role": "assistant", "content": [blocks[i] for i in _by_index(blocks)]}},
+            "stopReason": stop, **({"usage": usage} if isinstance(usage, dict) else {})}
+
+
 def _call_traces(rid: str, request: dict, response: dict, start: float, latency_ms: float,
                  model: Any) -> Iterator[dict | FormatError]:
     """The traces of a call whose bodies are in OpenAI's shape, read as :func:`from_openai` reads a log,
-    with the time, latency and model (where its answer names none) its log gives: ids ``rid``, or
+    with the id, time, latency and model (where its answer names none) its log gives: ids ``rid``, or
     ``rid:<index>`` of a choice past one."""
-    response_id = response.get("id") if isinstance(response.get("id"), str) and response.get("id") else rid
-    logged = {"request": request, "latency_ms": latency_ms,
-              "response": {**response, "id": response_id, "created": start, "model": response.get("model") or model}}
-    for t in from_openai(logged):
-        if isinstance(t, dict):
-            t["trace_id"] = rid + t["trace_id"][len(response_id):]
-        yield t
+    yield from from_openai({"request": request, "latency_ms": latency_ms, "response": {
+        **response, "id": rid, "created": start, "model": response.get("model") or model}})
 
 
 # ------------------------------------------------------------------------------------------ vertex
@@ -961,6 +1009,8 @@ def from_bedrock(doc: dict) -> Iterator[dict | FormatError]:
     """The traces of a call as Amazon Bedrock's model invocation logging writes it (see the module's
     docstring)."""
     rid = _need(doc, "requestId", str, "")
+    if not rid:
+        raise FormatError("invalid_field", "requestId='' is no id")
     call = f"Bedrock request {rid}"
     if doc.get("errorCode"):
         raise FormatError("failed_request", f"{call} failed: {str(doc['errorCode'])[:300]}")
@@ -976,31 +1026,63 @@ def from_bedrock(doc: dict) -> Iterator[dict | FormatError]:
     model = str(doc.get("modelId") or "").rsplit("/", 1)[-1] or None  # an inference profile's ARN: its id
     if not isinstance(request, dict) or not isinstance(response, (dict, list)):
         raise FormatError("invalid_field", f"{call}: input.inputBodyJson or output.outputBodyJson is not an object")
-    if isinstance(request.get("prompt"), str) or isinstance(request.get("inputText"), str):
-        raise FormatError("invalid_field", f"{call}: {model} was sent one text (input.inputBodyJson."
-                                           f"{'prompt' if 'prompt' in request else 'inputText'}), not chat messages: "
-                                           "its turns, in the model's own template, cannot be told apart")
+    if isinstance(request.get("prompt"), str):  # Llama's, Mistral's, ... text completion
+        raise FormatError("invalid_field", f"{call}: {model} was sent one text (input.inputBodyJson.prompt), not chat "
+                                           "messages: its turns, in the model's own template, cannot be told apart")
+    # A guardrail that intervened answers with its own text in the model's place (InvokeModel's body, or a chunk of its stream).
+    if any(c.get("amazon-bedrock-guardrailAction") == "INTERVENED" or isinstance(c.get("message"), dict) and
+           c["message"].get("amazon-bedrock-guardrailAction") == "INTERVENED"
+           for c in (response if isinstance(response, list) else [response]) if isinstance(c, dict)):
+        raise FormatError("no_text_answer", f"{call}: the answer was stopped by the content filter (Bedrock's guardrail)")
     converted = _provider_bodies(request, response, call, "input.inputBodyJson")
     if converted is None:
         raise FormatError("invalid_field", f"{call}: the bodies of {doc.get('operation')} of {model} are of no chat API "
                                            "this reader knows (Converse, OpenAI's, Anthropic's, Amazon Nova's)")
     request, response = converted
+    if "choices" in response:  # gpt-oss answers InvokeModel with its reasoning first: dropped, as a reasoning model's is
+        response = {**response, "choices": [_without_reasoning(c) for c in response["choices"]]}
     counts = [sides["input"].get("inputTokenCount"), sides["output"].get("outputTokenCount")]
     if not response.get("usage") and all(type(c) is int for c in counts):  # the log's own counts
         response = {**response, "usage": {"prompt_tokens": counts[0], "completion_tokens": counts[1],
                                           "total_tokens": sum(counts)}}
     start = _epoch(doc.get("timestamp"), f"{call}: timestamp")
-    yield from _call_traces(rid, request, response, start, _bedrock_latency(sides["output"]["outputBodyJson"]), model)
+    # The model the call named, not the name its answer gives (Claude's InvokeModel answer names a
+    # dated model, its Converse answer none): one deployment, one name.
+    yield from _call_traces(rid, request, {**response, "model": model}, start,
+                            _bedrock_latency(sides["output"]["outputBodyJson"]), model)
+
+
+_REASONING = re.compile(r"\s*<reasoning>.*?</reasoning>\s*", re.DOTALL)
+
+
+def _without_reasoning(choice: Any) -> Any:
+    """A choice whose text begins with the model's reasoning in ``<reasoning>`` tags, without it."""
+    message = choice.get("message") if isinstance(choice, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str) or not content.lstrip().startswith("<reasoning>"):
+        return choice
+    return {**choice, "message": {**message, "content": _REASONING.sub("", content, count=1)}}
+
+
+# Where Bedrock's invocation logging keeps a body apart: the data folder of its record's hour.
+BEDROCK_DATA = r"/BedrockModelInvocationLogs/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/data/"
+_OFFLOADED = re.compile(BEDROCK_DATA + "[^/]+$")
 
 
 def with_offloaded_bodies(doc: dict, read: Callable[[str], bytes]) -> dict:
     """A Bedrock record with the bodies its log keeps apart (one over 100 KB: ``<side>BodyS3Path``,
     gzipped JSON in its hour's ``data`` folder) read in with ``read`` (a URI's bytes, decompressed);
-    FormatError ``no_content`` naming one that cannot be read."""
+    FormatError ``no_content`` naming one that cannot be read. Only a place in Bedrock's own layout
+    is read: a record is data, not a say in what the run opens."""
+    if doc.get("errorCode"):
+        return doc  # failed: its reader says so, with or without its bodies
     for side in ("input", "output"):
         given = doc.get(side)
         kept = given.get(f"{side}BodyS3Path") if isinstance(given, dict) and given.get(f"{side}BodyJson") is None else None
         if isinstance(kept, str) and kept:
+            if not _OFFLOADED.search(kept):
+                raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path={kept[:200]} "
+                                                "is not in a data folder of Bedrock's log layout: not read")
             try:
                 body = msgspec.json.decode(read(kept))
             except Exception as e:  # noqa: BLE001 - any store's error, a body too large, or not JSON: named

@@ -59,6 +59,7 @@ import pyarrow.compute as pc
 from isal import isal_zlib  # ISA-L: gzip decompressed twice as fast as with zlib, the same API
 
 from ctpipe.errors import PipelineError
+from ctpipe.formats import BEDROCK_DATA
 from ctpipe.traces import InvalidTrace, loads
 
 log = logging.getLogger(__name__)
@@ -384,7 +385,7 @@ class Files:
 
 # Amazon Bedrock's invocation logging keeps a body over 100 KB apart, in a data folder of the hour
 # of its record, which names it (formats.with_offloaded_bodies reads it there): not a record.
-_BEDROCK_BODIES = re.compile(r"/BedrockModelInvocationLogs/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/data/$")
+_BEDROCK_BODIES = re.compile(BEDROCK_DATA + "$")
 _BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): read with the records that name them"
 
 
