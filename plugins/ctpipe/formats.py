@@ -589,12 +589,9 @@ def from_helicone(doc: dict) -> Iterator[dict | FormatError]:
     request = _helicone_body(doc.get("request_body"), f"{where}: request_body")
     response = _helicone_body(doc.get("response_body"), f"{where}: response_body", chunks=True)
     start, latency_ms = _helicone_times(doc, where)
-    converted = _provider_bodies(request, response, where, "request_body")
-    if converted is None:
-        endpoint = doc.get("target_url") or doc.get("request_path") or "its endpoint"
-        raise FormatError("invalid_field", f"{where}: {endpoint} is not a chat completion (its request has no messages, "
-                                           "or its answer no choices)")
-    request, response = converted
+    endpoint = doc.get("target_url") or doc.get("request_path") or "its endpoint"
+    request, response = _provider_bodies(request, response, where, "request_body", f"{endpoint} is not a chat completion "
+                                         "(its request has no messages, or its answer no choices)")
     usage = _object(response, "usage", f"{where}: response_body.")
     if not usage:  # a body without its counts: Helicone's own (quoted, as ClickHouse writes 64-bit integers)
         prompt, answer = (_quoted_count(doc.get(k)) or 0 for k in ("prompt_tokens", "completion_tokens"))
@@ -902,12 +899,21 @@ def _converse_response(body: dict, call: str) -> dict:
                       "total_tokens": usage.get("totalTokens", _total(prompt, answer))} if usage else {}}
 
 
-def _provider_bodies(request: dict, response: dict | list, call: str, request_at: str) -> tuple[dict, dict] | None:
+def _provider_bodies(request: dict, response: dict | list, call: str, request_at: str,
+                     not_chat: str) -> tuple[dict, dict]:
     """A call's request and response bodies in OpenAI's chat completion shape, from the API their shape
     says: OpenAI's chat completions (or its chunks), its Responses API, Anthropic's messages API (or
     its stream's events), Gemini's ``generateContent`` (or its chunks), Bedrock's Converse API (or
     Amazon Nova's, or its stream's events). ``call`` names the call in errors, ``request_at`` the
-    request body's place; None for bodies of another API."""
+    request body's place; FormatError ``invalid_field`` saying ``not_chat`` for bodies of another API."""
+    bodies = _chat_bodies(request, response, call, request_at)
+    if bodies is None:
+        raise FormatError("invalid_field", f"{call}: {not_chat}")
+    return bodies
+
+
+def _chat_bodies(request: dict, response: dict | list, call: str, request_at: str) -> tuple[dict, dict] | None:
+    """:func:`_provider_bodies`, or None for bodies of another API."""
     where = f"{call}: {request_at}"
     chunks = response if isinstance(response, list) else response.get("streamed_data")
     chunks = [c for c in chunks if isinstance(c, dict)] if isinstance(chunks, list) else [response]
@@ -988,11 +994,9 @@ def from_vertex(doc: dict) -> Iterator[dict | FormatError]:
     if not isinstance(request, dict) or not isinstance(response, (dict, list)) or not response:
         side = "full_request" if not isinstance(request, dict) else "full_response"
         raise FormatError("no_content", f"{call}: {side}={repr(doc.get(side))[:80]} holds no body")
-    converted = _provider_bodies(request, response, call, "full_request")
-    if converted is None:
-        raise FormatError("invalid_field", f"{call}: {doc.get('api_method')} of {doc.get('model')} is not a chat "
-                                           "completion (Gemini's generateContent, or Anthropic's messages API)")
-    request, response = converted
+    request, response = _provider_bodies(request, response, call, "full_request", f"{doc.get('api_method')} of "
+                                         f"{doc.get('model')} is not a chat completion (Gemini's generateContent, or "
+                                         "Anthropic's messages API)")
     end = _epoch(doc.get("logging_time"), f"{call}: logging_time")  # written once the call answered
     metadata = _stored_json(doc.get("metadata"))
     latency = _ms(metadata.get("request_latency")) if isinstance(metadata, dict) else None
@@ -1034,11 +1038,9 @@ def from_bedrock(doc: dict) -> Iterator[dict | FormatError]:
            c["message"].get("amazon-bedrock-guardrailAction") == "INTERVENED"
            for c in (response if isinstance(response, list) else [response]) if isinstance(c, dict)):
         raise FormatError("no_text_answer", f"{call}: the answer was stopped by the content filter (Bedrock's guardrail)")
-    converted = _provider_bodies(request, response, call, "input.inputBodyJson")
-    if converted is None:
-        raise FormatError("invalid_field", f"{call}: the bodies of {doc.get('operation')} of {model} are of no chat API "
-                                           "this reader knows (Converse, OpenAI's, Anthropic's, Amazon Nova's)")
-    request, response = converted
+    request, response = _provider_bodies(request, response, call, "input.inputBodyJson", f"the bodies of "
+                                         f"{doc.get('operation')} of {model} are of no chat API this reader knows "
+                                         "(Converse, OpenAI's, Anthropic's, Amazon Nova's)")
     if "choices" in response:  # gpt-oss answers InvokeModel with its reasoning first: dropped, as a reasoning model's is
         response = {**response, "choices": [_without_reasoning(c) for c in response["choices"]]}
     counts = [sides["input"].get("inputTokenCount"), sides["output"].get("outputTokenCount")]
