@@ -24,7 +24,7 @@ from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.formats import FormatError
 from ctpipe.traces import InvalidTrace, decode
 from tests.conftest import T0, damage_row_group, mutated, trace, zstd
-from tests.test_formats import BEDROCK, HELICONE, OPENAI, VERTEX, kv, otlp
+from tests.test_formats import BATCH_OUTPUT, BATCH_REQUEST, BEDROCK, HELICONE, OPENAI, VERTEX, kv, otlp
 
 HOUR = timedelta(hours=1)
 # An OTLP export with the older, flattened GenAI attributes.
@@ -380,6 +380,40 @@ def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monk
     m = run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers))
     (gone,) = [q for q in table(m, "quarantine") if q["reason"] == "no_content"]
     assert f"input.inputBodyS3Path={hour}/data/req-0_input.json.gz cannot be read: FileNotFoundError" in gone["detail"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_log_events_of_a_cloudwatch_subscription_are_read_as_their_messages(tmp_path, monkeypatch, workers):
+    """A log group's events as its subscription sends them through Firehose to S3: records of many
+    events each, gzipped apiece, one after another in an object Firehose names without a suffix."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    src = tmp_path / "firehose" / "2026" / "11" / "22" / "10"
+    src.mkdir(parents=True)
+
+    def envelope(*messages, kind="DATA_MESSAGE"):
+        return json.dumps({"owner": "123456789012", "logGroup": "bedrock-invocations", "logStream": "aws/bedrock/modelinvocations",
+                           "subscriptionFilters": ["to-s3"], "messageType": kind, "logEvents": [
+                               {"id": f"3719{i:04d}", "timestamp": 1795342502000 + i, "message": m}
+                               for i, m in enumerate(messages)]}).encode()
+
+    calls = [json.dumps({**BEDROCK, "requestId": f"req-{i}", "output": {**BEDROCK["output"], "outputBodyJson": {
+        **BEDROCK["output"]["outputBodyJson"], "output": {"message": {"role": "assistant", "content": [{"text": str(i)}]}}}}})
+        for i in range(4)]
+    control = envelope("CWL CONTROL MESSAGE: Checking health of destination Firehose.", kind="CONTROL_MESSAGE")
+    (src / "invocations-1-2026-11-22-10-05-00-0f1e2d3c").write_bytes(
+        gzip.compress(control) + gzip.compress(envelope(*calls[:2])) + gzip.compress(envelope(calls[2], "not json", calls[3])))
+    m = run(tmp_path / "firehose", tmp_path / "out", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.source["formats"] == {"bedrock": 4}
+    (bad,) = table(m, "quarantine")
+    assert bad["reason"] == "invalid_json" and json.loads(bad["raw"])["message"] == "not json"
+    assert sorted(r["trace_id"] for r in table(m, "traces")) == ["req-0", "req-1", "req-2", "req-3"]
+    # A batch's lines logged as events join as the lines they are, not as the records that hold them.
+    answered = {**BATCH_OUTPUT, "response": {**BATCH_OUTPUT["response"], "body": {**OPENAI["response"], "created": 1795342502}}}
+    (src / "batch-1-2026-11-22-10-06-00-1a2b3c4d").write_bytes(
+        gzip.compress(envelope(json.dumps(BATCH_REQUEST))) + gzip.compress(envelope(json.dumps(answered))))
+    m = run(tmp_path / "firehose", tmp_path / "again", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.counts["traces"] == 5 and m.source["formats"] == {"bedrock": 4, "openai": 2}
 
 
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):

@@ -1338,10 +1338,11 @@ class Held:
         output line where it was read. The ids are text, which no Langfuse id (pickled, see
         :func:`_pickled`) can equal: a pickle starts with 0x80. JSON text travels as itself (see
         :func:`entry_row`): a log record kept as its text, and a batch's line read from a JSON
-        ``line``, which is that line (an OTLP line holds many entries, a batch's line one)."""
+        ``line``, which is that line (an OTLP line holds many entries, a batch's line one), unless it
+        holds its own text (a log event's message, of a line that holds many)."""
         if self.kind in ("response", "request"):
             trace = key = f"batch {self.trace}"
-            value = line if line is not None else self.value
+            value = line if line is not None and not isinstance(self.value, bytes) else self.value
         elif self.kind == "event" and not self.names_span:  # joins none, not even a span of empty ids
             trace = key = "otel:none"
             value = self.value
@@ -1797,6 +1798,17 @@ def is_line(value: bytes) -> bool:
 def entry_row(value: bytes) -> dict:
     """A row from the value of a join's entry (see :func:`is_line`): the line, decoded again, or the pickled row."""
     return msgspec.json.decode(value) if is_line(value) else pickle.loads(value)
+
+
+def log_events(doc: Any) -> list | None:
+    """The log events of a CloudWatch Logs subscription's record (``messageType`` ``DATA_MESSAGE``: a
+    log group's events, as Firehose delivers them to S3 without its decompression), [] for its
+    ``CONTROL_MESSAGE`` (sent once, to check the destination); None for any other document."""
+    if not isinstance(doc, dict) or doc.get("messageType") not in ("DATA_MESSAGE", "CONTROL_MESSAGE") \
+            or "logEvents" not in doc:
+        return None
+    events = doc["logEvents"]
+    return events if doc["messageType"] == "DATA_MESSAGE" and isinstance(events, list) else []
 
 
 def _pickled(value: Any) -> bytes:

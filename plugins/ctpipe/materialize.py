@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
 from typing import Any
@@ -277,6 +277,8 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     """(format, canonical records) of a decoded document of format ``found`` (:func:`formats.detect`).
     Of a document of several records (an OTLP export's spans, an OpenAI response's choices), one that
     is not a trace comes in its place as :class:`_Refused`: the others are traces all the same."""
+    if found is None and (events := formats.log_events(doc)) is not None:
+        return _from_events(events, fmt)
     if found == "langfuse" and fmt in ("auto", "langfuse"):
         return "langfuse", [doc]
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
@@ -287,6 +289,29 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     if len(records) < 2:
         return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
     return found or fmt, [_converted(d) for d in records]
+
+
+def _from_events(events: list, fmt: str) -> tuple[str, list]:
+    """(format, records) of the log events of a CloudWatch Logs subscription's record, each event's
+    message read as a line is: one that gives no trace comes as :class:`_Refused` in its place. Its
+    records count as of its first event's format: a log group holds one kind of log."""
+    found, records = None, []
+    for event in events:
+        message = event.get("message") if isinstance(event, dict) else None
+        try:
+            if not isinstance(message, str):
+                raise formats.FormatError("invalid_field", f"log event {str(event)[:80]}: its message is not text")
+            kind, recs = _decode(message.encode(), fmt)
+            if kind == "langfuse":  # rows of a join, kept by their line, which is not this one
+                raise formats.FormatError("invalid_field", "a Langfuse export's row in a log event is not read")
+        except (traces.InvalidTrace, formats.FormatError) as e:
+            records.append(_Refused(e, event))
+            continue
+        found = found or kind
+        # A batch's line joins as its own text, not as the line of many events it came in (see formats.Held.entry).
+        records += [replace(r, value=message.encode()) if isinstance(r, formats.Held) and r.kind in ("request", "response")
+                    else r for r in recs]
+    return found or fmt, records
 
 
 @dataclass
