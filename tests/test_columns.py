@@ -12,7 +12,7 @@ import pytest
 from ctpipe import columns, formats, sources, traces
 from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
-from tests.test_formats import HELICONE, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
+from tests.test_formats import BEDROCK, HELICONE, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
 
 BASE = {
     "trace_id": "tr-1",
@@ -1087,3 +1087,103 @@ def test_every_batch_output_gets_the_joins_rows_together_or_alone_and_plain_ones
     # A line pyarrow refuses leaves the others read with it to the exact path.
     refused = line_of(OPENAI_BATCH_OUTPUT, (("response.body.created", 1795340000.5),))
     assert columns.parse_batch_lines([OPENAI_BATCHES["plain"][0], refused], [OPENAI_BATCHES["plain"][1]] * 2) is None
+
+
+# Bedrock's invocation log records of Converse calls: the fast path agrees with the reader
+# (formats.from_bedrock) and the trace's validation, line for line.
+def bedrock_line(*changes: tuple[str, object]) -> bytes:
+    return line_of(BEDROCK, changes)
+
+
+_IN, _OUT = "input.inputBodyJson", "output.outputBodyJson"
+BEDROCK_LINES = {
+    "plain": bedrock_line(),
+    "streamed": bedrock_line(("operation", "ConverseStream")),
+    "no system": bedrock_line((f"{_IN}.system", ...)),
+    "system empty": bedrock_line((f"{_IN}.system", [])),
+    "system of two blocks": bedrock_line((f"{_IN}.system", [{"text": "Be brief."}, {"text": "Be right."}])),
+    "a message of two blocks": bedrock_line((f"{_IN}.messages.0.content", [{"text": "What is"}, {"text": "2 plus 3?"}])),
+    "turns": bedrock_line((f"{_IN}.messages", [{"role": "user", "content": [{"text": "Hi"}]},
+                                                {"role": "assistant", "content": [{"text": "Hello."}]},
+                                                {"role": "user", "content": [{"text": "What is 2 plus 3?"}]}])),
+    "cached": bedrock_line((f"{_OUT}.usage.cacheReadInputTokens", 1800), (f"{_OUT}.usage.cacheWriteInputTokens", 7)),
+    "cached, Nova's names": bedrock_line((f"{_OUT}.usage.cacheReadInputTokenCount", 30)),
+    "cache null": bedrock_line((f"{_OUT}.usage.cacheReadInputTokens", None)),
+    "profile ARN": bedrock_line(("modelId", "arn:aws:bedrock:us-west-2:1:inference-profile/global.anthropic.claude-opus-4-6-v1")),
+    "ARN ending in a slash": bedrock_line(("modelId", "arn:aws:bedrock:us-west-2:1:inference-profile/")),
+    "no model": bedrock_line(("modelId", "")),
+    "no id": bedrock_line(("requestId", "")),
+    "no latency": bedrock_line((f"{_OUT}.metrics", ...)),
+    "metrics null": bedrock_line((f"{_OUT}.metrics", None)),
+    "latency null": bedrock_line((f"{_OUT}.metrics.latencyMs", None)),
+    "latency fractional": bedrock_line((f"{_OUT}.metrics.latencyMs", 1250.0005)),
+    "latency negative": bedrock_line((f"{_OUT}.metrics.latencyMs", -1)),
+    "time with a fraction": bedrock_line(("timestamp", "2026-11-22T10:15:02.123456Z")),
+    "time with an offset": bedrock_line(("timestamp", "2026-11-22T12:15:02+02:00")),
+    "time without a zone": bedrock_line(("timestamp", "2026-11-22T10:15:02")),
+    "time of BigQuery's kind": bedrock_line(("timestamp", "2026-11-22 10:15:02 UTC")),
+    "tool use": bedrock_line((f"{_OUT}.stopReason", "tool_use"), (f"{_OUT}.output.message.content", [
+        {"text": "Let me add."}, {"toolUse": {"toolUseId": "t", "name": "add", "input": {}}}])),
+    "guardrail": bedrock_line((f"{_OUT}.stopReason", "guardrail_intervened")),
+    "max tokens": bedrock_line((f"{_OUT}.stopReason", "max_tokens")),
+    "an image": bedrock_line((f"{_IN}.messages.0.content", [{"text": "What is this?"}, {"image": {"format": "png"}}])),
+    "guarded text": bedrock_line((f"{_IN}.messages.0.content", [{"guardContent": {"text": {"text": "What is 2 plus 3?"}}}])),
+    "reasoning": bedrock_line((f"{_OUT}.output.message.content", [{"reasoningContent": {"reasoningText": {"text": "2+3"}}},
+                                                                  {"text": "5"}])),
+    "an error": bedrock_line(("errorCode", "ThrottlingException")),
+    "body kept apart": bedrock_line((f"{_IN}", ...), ("input.inputBodyS3Path", "s3://b/x/data/r_input.json.gz")),
+    "no usage": bedrock_line((f"{_OUT}.usage", ...)),
+    "no total": bedrock_line((f"{_OUT}.usage.totalTokens", ...)),
+    "input count null": bedrock_line((f"{_OUT}.usage.inputTokens", None)),
+    "no role": bedrock_line((f"{_IN}.messages.0.role", ...)),
+    "unknown role": bedrock_line((f"{_IN}.messages.0.role", "bot")),
+    "no user": bedrock_line((f"{_IN}.messages.0.role", "assistant")),
+    "blank answer": bedrock_line((f"{_OUT}.output.message.content", [{"text": " \u3000"}])),
+    "no answer blocks": bedrock_line((f"{_OUT}.output.message.content", [])),
+    "no prompt blocks": bedrock_line((f"{_IN}.messages.0.content", [])),
+    "unicode": bedrock_line((f"{_OUT}.output.message.content", [{"text": "五"}])),
+    "also ours": bedrock_line(("trace_id", "t"), ("completion", "5")),
+    "also OpenAI's": bedrock_line(("choices", []), ("messages", [])),
+    "a text prompt too": bedrock_line((f"{_IN}.prompt", "Hi")),
+    "a fingerprint": bedrock_line((f"{_OUT}.system_fingerprint", "fp")),
+    "guardrail's flag": bedrock_line((f"{_OUT}.amazon-bedrock-guardrailAction", "INTERVENED")),
+    "InvokeModel": bedrock_line(("operation", "InvokeModel")),
+    "text null": bedrock_line((f"{_IN}.messages.0.content.0.text", None)),
+    "role a number": bedrock_line((f"{_IN}.messages.0.role", 7)),
+    "request metadata": bedrock_line(("requestMetadata", {"team": "search"}), ("inferenceRegion", "us-east-2")),
+}
+
+
+def bedrock_exact(raw: bytes) -> dict | None:
+    return openai_exact(raw)
+
+
+@pytest.mark.parametrize("name", BEDROCK_LINES)
+def test_a_bedrock_record_the_fast_path_takes_is_the_row_the_reader_makes(name):
+    raw = BEDROCK_LINES[name]
+    got = columns.parse_bedrock_lines([raw])
+    fast = got[0].to_pylist() if got is not None else []
+    assert len(fast) <= 1
+    if fast:
+        assert fast == [bedrock_exact(raw)], name
+
+
+def test_every_bedrock_record_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    taken = taken_together(BEDROCK_LINES, columns.parse_bedrock_lines, bedrock_exact)
+    assert {"plain", "streamed", "no system", "system empty", "system of two blocks", "a message of two blocks", "turns",
+            "cached", "cached, Nova's names", "cache null", "profile ARN", "no latency", "metrics null", "latency null",
+            "latency fractional", "time with a fraction", "max tokens", "unicode", "request metadata"} <= taken
+    assert not taken & {"ARN ending in a slash", "no model", "no id", "latency negative", "time with an offset",
+                        "time without a zone", "time of BigQuery's kind", "tool use", "guardrail", "an image",
+                        "guarded text", "reasoning", "an error", "body kept apart", "no usage", "no total",
+                        "input count null", "no role", "unknown role", "no user", "blank answer", "no answer blocks",
+                        "also ours", "also OpenAI's", "a text prompt too", "a fingerprint", "guardrail's flag",
+                        "InvokeModel", "text null", "role a number"}
+
+
+def test_any_value_anywhere_in_a_bedrock_record_takes_the_fast_path_only_as_the_reader_reads_it():
+    for doc in mutated(BEDROCK):
+        raw = json.dumps(doc).encode()
+        got = columns.parse_bedrock_lines([raw])
+        if got is not None:
+            assert got[0].to_pylist() == [bedrock_exact(raw)], raw

@@ -15,7 +15,8 @@ gives the same row or the same quarantine reason: the fast path only changes the
 :func:`ctpipe.formats.from_openai` and the same validation would make, :func:`parse_otel_lines`
 for OTLP exports of GenAI spans, those of :func:`ctpipe.formats.from_otel`, and
 :func:`parse_langfuse_lines` for the lines of Langfuse generations joined with their scores and
-versions, those of :func:`ctpipe.formats.joined`.
+versions, those of :func:`ctpipe.formats.joined`, and :func:`parse_bedrock_lines` for Bedrock's
+invocation log records of Converse calls, those of :func:`ctpipe.formats.from_bedrock`.
 
 :func:`from_records` turns records of the exact path (and of the other formats) into the same table.
 """
@@ -26,6 +27,7 @@ import calendar
 import io
 import re
 from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -370,6 +372,154 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     }
     sure &= _canonical(canonical, n)  # latency >= 0 among its rules: the end is never before the start
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
+_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
+
+
+# Bedrock's invocation log records of Converse calls: what the fast path asks of them. Any other key
+# (an error's code, a body kept apart, another format's key at the top), block (an image, a tool's
+# call, a guardrail's text, reasoning, a cache point) or stop reason (a tool's call, a guardrail's
+# or a filter's intervention) fails the decoding and leaves the line to the reader.
+class _ConverseText(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+
+
+class _ConverseMessage(msgspec.Struct):
+    role: str
+    content: list[_ConverseText]
+
+
+class _ConverseRequest(msgspec.Struct):
+    messages: list[_ConverseMessage]
+    system: list[_ConverseText] = []
+    prompt: msgspec.UnsetType = msgspec.UNSET  # a text completion's, which the reader refuses
+
+
+class _ConverseOutput(msgspec.Struct):
+    message: _ConverseMessage
+
+
+class _ConverseAnswer(msgspec.Struct):
+    output: _ConverseOutput
+    stopReason: Literal["end_turn", "max_tokens", "stop_sequence"]
+    system_fingerprint: msgspec.UnsetType = msgspec.UNSET  # a model version, where the reader would take one
+    guardrail: msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="amazon-bedrock-guardrailAction")
+
+
+class _BedrockInput(msgspec.Struct):
+    inputBodyJson: _ConverseRequest
+
+
+class _BedrockOutput(msgspec.Struct):
+    outputBodyJson: _ConverseAnswer
+
+
+class _BedrockShape(msgspec.Struct, forbid_unknown_fields=True):
+    schemaType: Literal["ModelInvocationLog"]
+    requestId: str
+    operation: Literal["Converse", "ConverseStream"]
+    input: _BedrockInput
+    output: _BedrockOutput
+    timestamp: str
+    modelId: str
+    schemaVersion: Any = None
+    accountId: Any = None
+    identity: Any = None
+    region: Any = None
+    inferenceRegion: Any = None
+    requestMetadata: Any = None
+    performanceConfig: Any = None
+
+
+_BEDROCK_SHAPE = msgspec.json.Decoder(_BedrockShape)
+_TEXTS = pa.list_(pa.struct([("text", pa.string())]))
+_CONVERSE_MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", _TEXTS)]))
+_BEDROCK_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("requestId", pa.string()), ("timestamp", pa.string()), ("modelId", pa.string()),
+    ("input", pa.struct([("inputBodyJson", pa.struct([("system", _TEXTS), ("messages", _CONVERSE_MESSAGES)]))])),
+    ("output", pa.struct([("outputBodyJson", pa.struct([
+        ("output", pa.struct([("message", _CONVERSE_MESSAGES.value_type)])),
+        ("metrics", pa.struct([("latencyMs", pa.float64())])),
+        ("usage", pa.struct([(k, pa.int64()) for k in ("inputTokens", "outputTokens", "totalTokens", *_CACHED)])),
+    ]))])),
+]))
+# Bedrock's times as its logging writes them (whole seconds, "Z"): others are the reader's.
+_BEDROCK_TIME = r"^\d{4}-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?Z$"
+
+
+def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for Bedrock's invocation log records of Converse calls (``Converse``,
+    ``ConverseStream``) of text blocks alone: the rows :func:`ctpipe.formats.from_bedrock` and the
+    trace's validation make of them, with the same values. Anything else is left to the exact path."""
+    shaped = _shaped(lines, _BEDROCK_SHAPE)
+    table = _read_json([lines[i] for i in shaped], _BEDROCK_PARSE)
+    if table is None:
+        return None
+    n = table.num_rows
+    request = _fields(_fields(table["input"].combine_chunks())["inputBodyJson"])
+    answer = _fields(_fields(table["output"].combine_chunks())["outputBodyJson"])
+    usage = _fields(answer["usage"])
+    sure = _ok(pc.match_substring_regex(table["timestamp"].combine_chunks(), _BEDROCK_TIME))
+    at = _rfc3339(table["timestamp"].combine_chunks(), sure)
+    if at is None:
+        return None
+    for name in ("inputTokens", "outputTokens", "totalTokens"):  # the reader's where a count is missing
+        sure &= _ok(usage[name].is_valid())
+    prompt_tokens = usage["inputTokens"]
+    for name in _CACHED:  # read from or written to the prompt cache: input all the same, as the reader counts it
+        prompt_tokens = pc.add(prompt_tokens, pc.fill_null(usage[name], 0))
+    # Times as the reader makes them: seconds as a float, the end rounded half to even by fromtimestamp.
+    start_s = pc.fill_null(pc.cast(at, pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+    latency = pc.fill_null(_fields(answer["metrics"])["latencyMs"], 0.0)
+    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (
+        start_s, start_s + latency.to_numpy(zero_copy_only=False) / 1000))
+    sure &= start_ok & end_ok
+    model = pc.replace_substring_regex(table["modelId"].combine_chunks(), "^.*/", "")  # an inference profile's ARN: its id
+    system = request["system"]
+    has_system = _ok(pc.greater(pc.list_value_length(system), 0))
+    messages = request["messages"]
+    message = _fields(messages.values)
+    canonical = {
+        "trace_id": table["requestId"].combine_chunks(),
+        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
+        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
+        "messages": _with_system(messages.offsets, message["role"], _block_texts(message["content"]),
+                                 has_system, _block_texts(system)),
+        "completion": _block_texts(_fields(_fields(answer["output"])["message"])["content"]),
+        "usage": pa.StructArray.from_arrays([prompt_tokens, usage["outputTokens"], usage["totalTokens"]], fields=list(_USAGE)),
+        "latency_ms": latency,
+        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "reference_answer": pa.nulls(n, pa.string()),
+        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
+                                           type=SCORES),
+    }
+    sure &= _canonical(canonical, n)
+    return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
+def _block_texts(blocks: pa.ListArray) -> pa.Array:
+    """The text of each list of Converse's text blocks, joined as the reader joins them ("" for none)."""
+    texts = pa.ListArray.from_arrays(blocks.offsets, blocks.values.field("text"))
+    return pc.fill_null(pc.binary_join(texts, formats.PART_SEPARATOR), "")
+
+
+def _with_system(offsets: pa.Array, roles: pa.Array, texts: pa.Array, has_system: np.ndarray,
+                 system: pa.Array) -> pa.ListArray:
+    """A :data:`ctpipe.datasets.MESSAGES` column of each row's messages, after a system message of
+    ``system``'s text where ``has_system``."""
+    offsets = np.asarray(offsets, np.int64)
+    counts = np.diff(offsets) + has_system
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    first = np.zeros(starts[-1], bool)
+    first[starts[:-1][has_system]] = True
+    place = np.empty(starts[-1], np.int64)  # each slot's message: a row's own (after offsets[0]), or its system's
+    place[~first] = np.arange(offsets[0], offsets[-1])
+    place[first] = len(roles) + np.arange(int(has_system.sum()))
+    kept = np.flatnonzero(has_system)
+    return chats(starts, pa.concat_arrays([roles, pa.array(["system"] * len(kept), pa.string())]).take(pa.array(place)),
+                 pa.concat_arrays([texts.cast(pa.string()), system.take(pa.array(kept, pa.int64()))]).take(pa.array(place)))
 
 
 class _BatchResponse(msgspec.Struct):
