@@ -372,6 +372,22 @@ def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monk
     assert sorted(found) == ["7000", "7001", "7002", "req-0", "req-1", "req-2", "req-3"]
     assert found["req-0"]["prompt"].endswith("What is 0 plus 3?") and found["req-0"]["completion"] == "3"
     assert found["7001"]["start_time"] == datetime(2026, 11, 22, 10, 1, 2, 34000, tzinfo=timezone.utc)
+    # BigQuery's export to Parquet: JSON columns as text, the time a timestamp, the NUMERIC id a decimal.
+    from decimal import Decimal
+
+    exported = pa.table({
+        "request_id": pa.array([Decimal(f"{8000 + i}.000000000") for i in range(2)], pa.decimal128(38, 9)),
+        "logging_time": pa.array([datetime(2026, 11, 22, 10, 30 + i, 3, 284000, tzinfo=timezone.utc) for i in range(2)],
+                                 pa.timestamp("us", tz="UTC")),
+        "model": ["publishers/google/models/gemini-2.5-flash"] * 2, "api_method": ["GenerateContent"] * 2,
+        "full_request": [json.dumps({**VERTEX["full_request"], "contents": [{"role": "user", "parts": [{"text": f"What is {i} plus 7?"}]}]})
+                         for i in range(2)], "full_response": [json.dumps(VERTEX["full_response"])] * 2,
+        "metadata": [json.dumps(VERTEX["metadata"])] * 2})
+    pq.write_table(exported, src / "vertex" / "000000000001.parquet")
+    m = run(src, tmp_path / "parquet", dataset=DatasetConfig(workers=workers))
+    assert accounted(m) and m.source["formats"] == {"bedrock": 4, "vertex": 5}
+    found = {r["trace_id"]: r for r in table(m, "traces")}
+    assert found["8001"]["end_time"] == datetime(2026, 11, 22, 10, 31, 3, 284000, tzinfo=timezone.utc)
     hour = f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
     assert m.source["skipped_files"] == {
         f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/amazon-bedrock-logs-permission-check": sources.NOT_READ,
