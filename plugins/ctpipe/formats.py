@@ -1568,10 +1568,13 @@ def _stored_json(value: Any) -> Any:
     as it is."""
     if not isinstance(value, str) or value.lstrip()[:1] not in ('[', '{', '"'):
         return value
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return value
+    try:  # msgspec first, four times as fast; the standard library where it refuses (NaN, a huge integer)
+        parsed = msgspec.json.decode(value)
+    except msgspec.DecodeError:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
     return parsed if isinstance(parsed, (list, dict, str)) else value
 
 
