@@ -12,7 +12,7 @@ import pytest
 from ctpipe import columns, formats, sources, traces
 from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
-from tests.test_formats import BEDROCK, HELICONE, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
+from tests.test_formats import BEDROCK, GEMINI_RESPONSE, HELICONE, VERTEX, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
 
 BASE = {
     "trace_id": "tr-1",
@@ -1187,3 +1187,120 @@ def test_any_value_anywhere_in_a_bedrock_record_takes_the_fast_path_only_as_the_
         got = columns.parse_bedrock_lines([raw])
         if got is not None:
             assert got[0].to_pylist() == [bedrock_exact(raw)], raw
+
+
+# Vertex AI's rows of Gemini's calls: the fast path agrees with the reader (formats.from_vertex),
+# whether the row holds its JSON as objects or as text (BigQuery's export).
+def vertex_line(*changes: tuple[str, object], as_text: bool = False) -> bytes:
+    doc = json.loads(line_of(VERTEX, changes))
+    if as_text:
+        doc.update({k: json.dumps(doc[k]) for k in ("full_request", "full_response", "metadata") if isinstance(doc.get(k), dict)})
+    return json.dumps(doc).encode()
+
+
+_REQ, _RESP = "full_request", "full_response"
+_PART = {"text": "5"}
+VERTEX_LINES = {
+    "plain": vertex_line(),
+    "as BigQuery exports it": vertex_line(("logging_time", "2026-11-22 10:15:03.284000 UTC"), as_text=True),
+    "pretty-printed text": json.dumps({**VERTEX, _REQ: json.dumps(VERTEX[_REQ], indent=2)}).encode(),
+    "text of text": json.dumps({**VERTEX, _REQ: json.dumps(json.dumps(VERTEX[_REQ]))}).encode(),
+    "id a number": vertex_line(("request_id", 5374205265901353984)),
+    "id empty": vertex_line(("request_id", "")),
+    "no metadata": vertex_line(("metadata", ...)),
+    "metadata null": vertex_line(("metadata", None)),
+    "latency as text": vertex_line(("metadata.request_latency", "1250")),
+    "latency negative": vertex_line(("metadata.request_latency", -1)),
+    "latency fractional": vertex_line(("metadata.request_latency", 11225.994)),
+    "no system": vertex_line((f"{_REQ}.systemInstruction", ...)),
+    "system null": vertex_line((f"{_REQ}.systemInstruction", None)),
+    "system empty": vertex_line((f"{_REQ}.systemInstruction", {})),
+    "system of no parts": vertex_line((f"{_REQ}.systemInstruction", {"parts": []})),
+    "system of two parts": vertex_line((f"{_REQ}.systemInstruction", {"parts": [{"text": "Be brief."}, {"text": "Be right."}]})),
+    "a thought in the prompt": vertex_line((f"{_REQ}.contents.0.parts", [{"text": "hmm", "thought": True},
+                                                                         {"text": "What is 2 plus 3?", "thought": False}])),
+    "a signature": vertex_line((f"{_REQ}.contents.0.parts.0.thoughtSignature", "c2ln")),
+    "no role": vertex_line((f"{_REQ}.contents.0.role", ...)),
+    "role system": vertex_line((f"{_REQ}.contents.0.role", "system")),
+    "role a number": vertex_line((f"{_REQ}.contents.0.role", 1)),
+    "turns": vertex_line((f"{_REQ}.contents", [{"role": "user", "parts": [{"text": "Hi"}]},
+                                               {"role": "model", "parts": [{"text": "Hello."}]},
+                                               {"role": "user", "parts": [{"text": "What is 2 plus 3?"}]}])),
+    "no contents": vertex_line((f"{_REQ}.contents", [])),
+    "a context cache": vertex_line((f"{_REQ}.cachedContent", "projects/p/cachedContents/1")),
+    "an image": vertex_line((f"{_REQ}.contents.0.parts", [{"inlineData": {"mimeType": "image/png", "data": "AA=="}}])),
+    "a function's result": vertex_line((f"{_REQ}.contents.0.parts", [{"functionResponse": {"name": "f", "response": {}}}])),
+    "tools offered": vertex_line((f"{_REQ}.tools", [{"functionDeclarations": [{"name": "add"}]}])),
+    "two candidates": vertex_line((f"{_RESP}.candidates", GEMINI_RESPONSE["candidates"] * 2)),
+    "no candidates": vertex_line((f"{_RESP}.candidates", []), (f"{_RESP}.promptFeedback", {"blockReason": "SAFETY"})),
+    "max tokens": vertex_line((f"{_RESP}.candidates.0.finishReason", "MAX_TOKENS")),
+    "safety": vertex_line((f"{_RESP}.candidates.0.finishReason", "SAFETY")),
+    "finish null": vertex_line((f"{_RESP}.candidates.0.finishReason", None)),
+    "no finish": vertex_line((f"{_RESP}.candidates.0.finishReason", ...)),
+    "a call it failed to make": vertex_line((f"{_RESP}.candidates.0.finishReason", "MALFORMED_FUNCTION_CALL")),
+    "a function call": vertex_line((f"{_RESP}.candidates.0.content.parts", [{"functionCall": {"name": "add", "args": {}}}])),
+    "an answer in parts": vertex_line((f"{_RESP}.candidates.0.content.parts", [{"text": "The answer "}, {"text": "is 5."}])),
+    "an answer of thoughts alone": vertex_line((f"{_RESP}.candidates.0.content.parts", [{"text": "hmm", "thought": True}])),
+    "a blank answer": vertex_line((f"{_RESP}.candidates.0.content.parts", [{"text": " \u3000"}])),
+    "no usage": vertex_line((f"{_RESP}.usageMetadata", ...)),
+    "usage null": vertex_line((f"{_RESP}.usageMetadata", None)),
+    "usage empty": vertex_line((f"{_RESP}.usageMetadata", {})),
+    "counts of 0 left out": vertex_line((f"{_RESP}.usageMetadata", {"promptTokenCount": 3})),
+    "a count null": vertex_line((f"{_RESP}.usageMetadata.promptTokenCount", None)),
+    "a count a float": vertex_line((f"{_RESP}.usageMetadata.promptTokenCount", 3.0)),
+    "a count negative": vertex_line((f"{_RESP}.usageMetadata.candidatesTokenCount", -40)),
+    "no total": vertex_line((f"{_RESP}.usageMetadata.totalTokenCount", ...)),
+    "no model version": vertex_line((f"{_RESP}.modelVersion", ...)),
+    "model version empty": vertex_line((f"{_RESP}.modelVersion", "")),
+    "no model at all": vertex_line((f"{_RESP}.modelVersion", ...), ("model", None)),
+    "an error": vertex_line((f"{_RESP}.error", {"code": 500, "message": "boom"})),
+    "chunks": json.dumps({**VERTEX, _RESP: [GEMINI_RESPONSE]}).encode(),
+    "logged with an offset": vertex_line(("logging_time", "2026-11-22T12:15:03.284+02:00")),
+    "logged in microseconds": vertex_line(("logging_time", "2026-11-22T10:15:03.284123Z")),
+    "logged without a zone": vertex_line(("logging_time", "2026-11-22T10:15:03.284")),
+    "logged on February 30th": vertex_line(("logging_time", "2026-02-30T10:15:03Z")),
+    "also ours": vertex_line(("trace_id", "t"), ("completion", "5")),
+    "also OpenAI's": vertex_line(("choices", []), ("messages", [])),
+    "prompt feedback beside": vertex_line((f"{_RESP}.promptFeedback", {"safetyRatings": []})),
+    "Claude's": vertex_line((_REQ, {"anthropic_version": "vertex-2023-10-16", "messages": [{"role": "user", "content": "q"}]}),
+                            (_RESP, {"id": "m", "type": "message", "content": [{"type": "text", "text": "5"}]})),
+}
+
+
+@pytest.mark.parametrize("name", VERTEX_LINES)
+def test_a_vertex_row_the_fast_path_takes_is_the_row_the_reader_makes(name):
+    raw = VERTEX_LINES[name]
+    got = columns.parse_vertex_lines([raw])
+    fast = got[0].to_pylist() if got is not None else []
+    assert len(fast) <= 1
+    if fast:
+        assert fast == [openai_exact(raw)], name
+
+
+def test_every_vertex_row_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
+    lines = {k: v for k, v in VERTEX_LINES.items() if k != "logged on February 30th"}  # pyarrow refuses its block
+    taken = taken_together(lines, columns.parse_vertex_lines, openai_exact)
+    assert {"plain", "as BigQuery exports it", "pretty-printed text", "latency fractional", "no system", "system null",
+            "system of no parts", "system of two parts", "a thought in the prompt", "a signature", "no role", "role system",
+            "turns", "tools offered", "max tokens", "finish null", "no finish", "an answer in parts", "no usage",
+            "usage null", "usage empty", "counts of 0 left out", "no total", "no model version", "model version empty",
+            "logged in microseconds", "prompt feedback beside"} <= taken
+    assert not taken & {"text of text", "id a number", "id empty", "no metadata", "metadata null", "latency as text",
+                        "latency negative", "system empty", "role a number", "no contents", "a context cache", "an image",
+                        "a function's result", "two candidates", "no candidates", "safety", "a call it failed to make",
+                        "a function call", "an answer of thoughts alone", "a blank answer", "a count null",
+                        "a count a float", "a count negative", "no model at all", "an error", "chunks",
+                        "logged with an offset", "logged without a zone", "also ours", "also OpenAI's", "Claude's"}
+    assert columns.parse_vertex_lines([VERTEX_LINES["plain"], VERTEX_LINES["logged on February 30th"]]) is None
+
+
+@pytest.mark.parametrize("as_text", [False, True], ids=["objects", "text"])
+def test_any_value_anywhere_in_a_vertex_row_takes_the_fast_path_only_as_the_reader_reads_it(as_text):
+    for doc in mutated(VERTEX):
+        if as_text:
+            doc = {**doc, **{k: json.dumps(doc[k]) for k in ("full_request", "full_response", "metadata")
+                             if isinstance(doc.get(k), dict)}}
+        raw = json.dumps(doc).encode()
+        got = columns.parse_vertex_lines([raw])
+        if got is not None:
+            assert got[0].to_pylist() == [openai_exact(raw)], raw

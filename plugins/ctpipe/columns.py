@@ -15,8 +15,10 @@ gives the same row or the same quarantine reason: the fast path only changes the
 :func:`ctpipe.formats.from_openai` and the same validation would make, :func:`parse_otel_lines`
 for OTLP exports of GenAI spans, those of :func:`ctpipe.formats.from_otel`, and
 :func:`parse_langfuse_lines` for the lines of Langfuse generations joined with their scores and
-versions, those of :func:`ctpipe.formats.joined`, and :func:`parse_bedrock_lines` for Bedrock's
-invocation log records of Converse calls, those of :func:`ctpipe.formats.from_bedrock`.
+versions, those of :func:`ctpipe.formats.joined`, :func:`parse_bedrock_lines` for Bedrock's
+invocation log records of Converse calls, those of :func:`ctpipe.formats.from_bedrock`, and
+:func:`parse_vertex_lines` for Vertex AI's rows of Gemini's calls, those of
+:func:`ctpipe.formats.from_vertex`.
 
 :func:`from_records` turns records of the exact path (and of the other formats) into the same table.
 """
@@ -27,7 +29,7 @@ import calendar
 import io
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -520,6 +522,172 @@ def _with_system(offsets: pa.Array, roles: pa.Array, texts: pa.Array, has_system
     kept = np.flatnonzero(has_system)
     return chats(starts, pa.concat_arrays([roles, pa.array(["system"] * len(kept), pa.string())]).take(pa.array(place)),
                  pa.concat_arrays([texts.cast(pa.string()), system.take(pa.array(kept, pa.int64()))]).take(pa.array(place)))
+
+
+# Vertex AI's rows of Gemini's calls: what the fast path asks of them. The row's own columns alone
+# (another format's key at the top is the reader's); its request and answer JSON, as text or as
+# objects, read apart; a part that is no text (a tool's call or result, media), a second candidate,
+# another finish reason, a context cache, an error or a stream's chunks leave the row to the reader.
+class _VertexRow(msgspec.Struct, forbid_unknown_fields=True):
+    request_id: Annotated[str, msgspec.Meta(min_length=1)]
+    logging_time: str
+    full_request: msgspec.Raw
+    full_response: msgspec.Raw
+    metadata: msgspec.Raw
+    model: str | None = None
+    endpoint: Any = None
+    deployed_model_id: Any = None
+    request_payload: Any = None
+    response_payload: Any = None
+    model_version: Any = None
+    api_method: Any = None
+    otel_log: Any = None
+
+
+class _GeminiPart(msgspec.Struct, forbid_unknown_fields=True):
+    text: str
+    thought: bool = False
+    thoughtSignature: Any = None
+
+
+class _GeminiContent(msgspec.Struct):
+    parts: list[_GeminiPart]
+    role: str | None = None
+
+
+class _GeminiRequest(msgspec.Struct):
+    contents: list[_GeminiContent]
+    systemInstruction: _GeminiContent | None = None
+    system_instruction: msgspec.UnsetType = msgspec.UNSET
+    cachedContent: msgspec.UnsetType = msgspec.UNSET
+    cached_content: msgspec.UnsetType = msgspec.UNSET
+
+
+class _GeminiCandidate(msgspec.Struct):
+    content: _GeminiContent
+    finishReason: Literal["STOP", "MAX_TOKENS"] | None = None
+
+
+class _GeminiUsage(msgspec.Struct):
+    promptTokenCount: int = 0
+    candidatesTokenCount: int = 0
+    thoughtsTokenCount: int = 0
+    totalTokenCount: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class _GeminiResponse(msgspec.Struct):
+    candidates: Annotated[list[_GeminiCandidate], msgspec.Meta(min_length=1, max_length=1)]
+    usageMetadata: _GeminiUsage | None = None
+    modelVersion: str | None = None
+    error: None = None
+    streamed_data: msgspec.UnsetType = msgspec.UNSET
+    system_fingerprint: msgspec.UnsetType = msgspec.UNSET
+
+
+class _VertexMetadata(msgspec.Struct):
+    request_latency: float
+
+
+_VERTEX_ROW = msgspec.json.Decoder(_VertexRow)
+_GEMINI_REQUEST = msgspec.json.Decoder(_GeminiRequest)
+_GEMINI_RESPONSE = msgspec.json.Decoder(_GeminiResponse)
+_VERTEX_METADATA = msgspec.json.Decoder(_VertexMetadata)
+_TEXT = msgspec.json.Decoder(str)
+_GEMINI_PARTS = pa.list_(pa.struct([("text", pa.string()), ("thought", pa.bool_())]))
+_GEMINI_CONTENT = pa.struct([("role", pa.string()), ("parts", _GEMINI_PARTS)])
+_GEMINI_REQUEST_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("systemInstruction", _GEMINI_CONTENT), ("contents", pa.list_(_GEMINI_CONTENT))]))
+_GEMINI_RESPONSE_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
+    ("candidates", pa.list_(pa.struct([("content", _GEMINI_CONTENT), ("finishReason", pa.string())]))),
+    ("usageMetadata", pa.struct([(k, pa.int64()) for k in ("promptTokenCount", "candidatesTokenCount",
+                                                           "thoughtsTokenCount", "totalTokenCount")])),
+    ("modelVersion", pa.string())]))
+# Vertex AI's logging times: ISO 8601 in UTC, or as BigQuery writes a timestamp in JSON (" UTC").
+_VERTEX_TIME = r"^\d{4}-\d\d-\d\d[T ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?(Z| UTC)$"
+
+
+def _inner_json(raw: msgspec.Raw) -> bytes:
+    """The JSON a column holds: as text (BigQuery's export of a JSON column), or as itself, on one line
+    (a raw newline is only ever white space between JSON's tokens)."""
+    text = bytes(raw)
+    text = _TEXT.decode(text).encode() if text[:1] == b'"' else text
+    return text.replace(b"\n", b" ") if b"\n" in text else text
+
+
+def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_lines` for rows of Vertex AI's request-response logging table of Gemini's calls of
+    text parts and one candidate: the rows :func:`ctpipe.formats.from_vertex` and the trace's
+    validation make of them, with the same values. Anything else is left to the exact path."""
+    rows, requests, responses, latencies, shaped = [], [], [], [], []
+    for i, line in enumerate(lines):
+        try:
+            row = _VERTEX_ROW.decode(line)
+            request, response = _inner_json(row.full_request), _inner_json(row.full_response)
+            _GEMINI_REQUEST.decode(request)
+            _GEMINI_RESPONSE.decode(response)
+            latency = _VERTEX_METADATA.decode(_inner_json(row.metadata)).request_latency
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+            continue
+        rows.append(row)
+        requests.append(request)
+        responses.append(response)
+        latencies.append(latency)
+        shaped.append(i)
+    asked, answered = _read_json(requests, _GEMINI_REQUEST_PARSE), _read_json(responses, _GEMINI_RESPONSE_PARSE)
+    if asked is None or answered is None:
+        return None
+    n = asked.num_rows
+    logged = pa.array([r.logging_time for r in rows], pa.string())
+    sure = _ok(pc.match_substring_regex(logged, _VERTEX_TIME))
+    end = _rfc3339(pc.replace_substring_regex(pc.replace_substring_regex(logged, " UTC$", "Z"), "^(.{10}) ", "\\1T"), sure)
+    if end is None:
+        return None
+    # Times as the reader makes them: it starts the call its latency before it was logged, in float seconds.
+    latency = np.array(latencies, np.float64)
+    start_s = pc.fill_null(pc.cast(end, pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6 - latency / 1000
+    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (start_s, start_s + latency / 1000))
+    sure &= start_ok & end_ok
+    system = asked["systemInstruction"].combine_chunks()
+    contents = asked["contents"].combine_chunks()
+    content = _fields(contents.values)
+    roles = pc.if_else(pc.equal(pc.fill_null(content["role"], ""), "model"), "assistant", "user")  # no role: the user's
+    candidate = _fields(_fields(answered["candidates"].combine_chunks().values)["content"])
+    finish = _fields(answered["candidates"].combine_chunks().values)["finishReason"]
+    usage = _fields(answered["usageMetadata"].combine_chunks())
+    prompt_tokens, answer_tokens, thoughts = (pc.fill_null(usage[k], 0) for k in (
+        "promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"))
+    answer_tokens = pc.add(answer_tokens, thoughts)  # thoughts are answer tokens, as the reader counts them
+    named = pc.replace_substring_regex(pa.array([r.model or "" for r in rows], pa.string()), "^.*/", "")
+    model = pc.coalesce(_empty_as_null(answered["modelVersion"].combine_chunks()), named)
+    canonical = {
+        "trace_id": pa.array([r.request_id for r in rows], pa.string()),
+        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
+        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
+        "messages": _with_system(contents.offsets, roles, _kept_texts(content["parts"], formats.PART_SEPARATOR),
+                                 _ok(system.is_valid()), _kept_texts(_fields(system)["parts"], formats.PART_SEPARATOR)),
+        "completion": _kept_texts(candidate["parts"], ""),  # an answer's parts are one text, cut anywhere
+        "usage": pa.StructArray.from_arrays([prompt_tokens, answer_tokens, pc.coalesce(
+            usage["totalTokenCount"], pc.add(prompt_tokens, answer_tokens))], fields=list(_USAGE)),
+        "latency_ms": pa.array(latency, pa.float64()),
+        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "reference_answer": pa.nulls(n, pa.string()),
+        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
+                                           type=SCORES),
+    }
+    sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP", "MAX_TOKENS"])))
+    sure &= _canonical(canonical, n)
+    return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
+def _kept_texts(parts: pa.ListArray, separator: str) -> pa.Array:
+    """The text of each list of Gemini's text parts, its thoughts left out, joined with ``separator``."""
+    values = parts.values
+    kept = ~_ok(values.field("thought"))
+    offsets = np.asarray(parts.offsets, np.int64)
+    counts = np.concatenate([[0], np.cumsum(kept)])
+    texts = pa.ListArray.from_arrays(pa.array(counts[offsets], pa.int32()), values.field("text").filter(pa.array(kept)))
+    return pc.fill_null(pc.binary_join(texts, separator), "")
 
 
 class _BatchResponse(msgspec.Struct):

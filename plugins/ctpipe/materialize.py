@@ -451,7 +451,8 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
 # (unless escaped): lines left without it are not worth the look.
 _FAST = (("ctpipe", _OUR_KEY, columns.parse_lines), ("openai", b'"choices"', columns.parse_openai_lines),
-         ("otel", _OTLP_KEY, columns.parse_otel_lines), ("bedrock", b'"ModelInvocationLog"', columns.parse_bedrock_lines))
+         ("otel", _OTLP_KEY, columns.parse_otel_lines), ("bedrock", b'"ModelInvocationLog"', columns.parse_bedrock_lines),
+         ("vertex", b'"full_request"', columns.parse_vertex_lines))
 
 
 # Our schema's rows in Parquet take a fast path of their own (None: every row takes the exact path).
@@ -460,7 +461,7 @@ _FAST_PARQUET = columns.parse_batch
 
 def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> tuple[pa.Table | None, np.ndarray]:
     """(the rows the fast paths take, in line order; the line of each): our schema's first, then
-    OpenAI logs, OTLP exports and Bedrock's Converse records among the lines left. Their formats are counted in ``formats_read``.
+    OpenAI logs, OTLP exports, Bedrock's Converse records and Vertex AI's Gemini rows among the lines left. Their formats are counted in ``formats_read``.
 
     A block that begins with an OTLP export tries that path first: no other path takes its lines
     (the OTLP path refuses a line with our key, the OpenAI path one with its), and the lines it
