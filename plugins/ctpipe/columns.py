@@ -369,8 +369,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "latency_ms": latency,
         "feedback": pa.StructArray.from_arrays([metadata["thumb"], metadata["rating"]], fields=list(_FEEDBACK)),
         "reference_answer": pa.nulls(n, pa.string()),
-        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
-                                           type=SCORES),
+        "scores": _no_scores(n),
     }
     sure &= _canonical(canonical, n)  # latency >= 0 among its rules: the end is never before the start
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
@@ -492,10 +491,9 @@ def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | Non
         "completion": _block_texts(_fields(_fields(answer["output"])["message"])["content"]),
         "usage": pa.StructArray.from_arrays([prompt_tokens, usage["outputTokens"], usage["totalTokens"]], fields=list(_USAGE)),
         "latency_ms": latency,
-        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "feedback": _no_feedback(n),
         "reference_answer": pa.nulls(n, pa.string()),
-        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
-                                           type=SCORES),
+        "scores": _no_scores(n),
     }
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
@@ -670,10 +668,9 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "usage": pa.StructArray.from_arrays([prompt_tokens, answer_tokens, pc.coalesce(
             usage["totalTokenCount"], pc.add(prompt_tokens, answer_tokens))], fields=list(_USAGE)),
         "latency_ms": pa.array(latency, pa.float64()),
-        "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK)),
+        "feedback": _no_feedback(n),
         "reference_answer": pa.nulls(n, pa.string()),
-        "scores": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type),
-                                           type=SCORES),
+        "scores": _no_scores(n),
     }
     sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP", "MAX_TOKENS"])))
     sure &= _canonical(canonical, n)
@@ -1270,6 +1267,16 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     line = line_of_span[rows]
     line_ok &= np.bincount(line[~ok], minlength=len(chosen)) == 0
     return _taken(canonical, np.flatnonzero(line_ok[line]), np.asarray(shaped)[line])
+
+
+def _no_scores(n: int) -> pa.ListArray:
+    """A scores column of ``n`` rows of none, as a source that carries none gives them."""
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type), type=SCORES)
+
+
+def _no_feedback(n: int) -> pa.StructArray:
+    """A feedback column of ``n`` rows of no thumb and no rating, as a source that carries none gives them."""
+    return pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK))
 
 
 def _taken(canonical: dict[str, pa.Array], keep: np.ndarray, lines: np.ndarray) -> tuple[pa.Table, np.ndarray] | None:
