@@ -375,7 +375,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
-_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
+_CACHED = formats.CONVERSE_CACHED
 
 
 # Bedrock's invocation log records of Converse calls: what the fast path asks of them. Any other key

@@ -773,6 +773,9 @@ _CONVERSE_MEDIA = ("image", "document", "video", "audio")
 _GEMINI_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
                               "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
 _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
+# Input tokens Converse (and Amazon Nova's API) counts apart from inputTokens: read from or written
+# to the prompt cache, input all the same.
+CONVERSE_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
 # Gemini's finish reasons of an answer that was to be a tool's call, and failed.
 _GEMINI_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
@@ -890,7 +893,7 @@ def _converse_response(body: dict, call: str) -> dict:
     stop = body.get("stopReason")
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     prompt, answer = usage.get("inputTokens"), usage.get("outputTokens")
-    for cached in ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount"):
+    for cached in CONVERSE_CACHED:
         prompt = prompt + usage[cached] if type(prompt) is int and type(usage.get(cached)) is int else prompt
     return {**body, "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": calls or None},
                                  "finish_reason": "content_filter" if stop in _CONVERSE_FILTERED else

@@ -461,7 +461,8 @@ _FAST_PARQUET = columns.parse_batch
 
 def _fast(data: bytes, lines: list[bytes], fmt: str, formats_read: Counter) -> tuple[pa.Table | None, np.ndarray]:
     """(the rows the fast paths take, in line order; the line of each): our schema's first, then
-    OpenAI logs, OTLP exports, Bedrock's Converse records and Vertex AI's Gemini rows among the lines left. Their formats are counted in ``formats_read``.
+    OpenAI logs, OTLP exports, Bedrock's Converse records and Vertex AI's Gemini rows among the lines
+    left. Their formats are counted in ``formats_read``.
 
     A block that begins with an OTLP export tries that path first: no other path takes its lines
     (the OTLP path refuses a line with our key, the OpenAI path one with its), and the lines it
