@@ -1577,3 +1577,18 @@ def test_a_bedrock_body_kept_apart_is_read_only_from_bedrocks_own_layout():
         with_offloaded_bodies({**kept, "input": {"inputBodyS3Path": "/etc/passwd"}}, read.__getitem__)
     failed = {**kept, "errorCode": "ThrottlingException"}
     assert with_offloaded_bodies(failed, read.__getitem__) is failed  # its failure is what its reader says
+    # A source that holds a copy of the logs (another bucket, a local folder; named at any depth): the
+    # body is read from the copy, where the run's own credentials reach, before the place named.
+    tail = "AWSLogs/1/BedrockModelInvocationLogs/us-east-1/2026/11/22/10/data/9b6c_input.json.gz"
+    for source, copy in [("s3://copy/bedrock", f"s3://copy/bedrock/{tail}"),
+                         ("/data/logs/AWSLogs/1/BedrockModelInvocationLogs/us-east-1/", f"/data/logs/{tail}"),
+                         ("/data/logs/AWSLogs/1/BedrockModelInvocationLogs/us-east-1/2026/11/22/10/f.json.gz",
+                          f"/data/logs/{tail}"),
+                         ("gs://mirror/BedrockModelInvocationLogs/", f"gs://mirror/{tail[tail.index('Bedrock'):]}")]:
+        asked = []
+        body = {copy: read[place]}
+        found = with_offloaded_bodies(kept, lambda p: asked.append(p) or body[p], source)
+        assert (asked, found["input"]["inputBodyJson"]) == ([copy], BEDROCK["input"]["inputBodyJson"]), source
+    asked = []
+    assert with_offloaded_bodies(kept, lambda p: asked.append(p) or read[p], "s3://copy/bedrock")["input"]["inputBodyJson"]
+    assert asked == [f"s3://copy/bedrock/{tail}", place]  # not in the copy: the place named

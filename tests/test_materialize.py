@@ -327,12 +327,14 @@ def test_helicones_exports_are_read_as_jsonl_and_as_a_json_array(tmp_path, monke
     assert rows["req-3"]["feedback_thumb"] == "up" and rows["req-3"]["latency_ms"] == 1250.0
 
 
-def bedrock_logs(root, calls: int) -> dict:
+def bedrock_logs(root, calls: int, written_at=None) -> dict:
     """Amazon Bedrock's invocation logs of ``calls`` calls in its layout under ``root`` (a path or a
     URI), gzipped JSON Lines in the hour's folder; the first call's question kept apart in the hour's
-    data folder, as a body over 100 KB is. The files to write, by path."""
-    hour = f"{root}/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
-    kept = f"{hour}/data/req-0_input.json.gz"
+    data folder, as a body over 100 KB is. The files to write, by path. ``written_at``: where Bedrock
+    wrote them, as the records name it, of which ``root`` holds a copy."""
+    hour = "AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
+    kept = f"{written_at or root}/{hour}/data/req-0_input.json.gz"
+    hour = f"{root}/{hour}"
 
     def call(i: int) -> dict:
         body = {**BEDROCK["input"]["inputBodyJson"], "messages": [{"role": "user", "content": [{"text": f"What is {i} plus 3?"}]}]}
@@ -344,7 +346,7 @@ def bedrock_logs(root, calls: int) -> dict:
 
     records, bodies = zip(*(call(i) for i in range(calls)))
     return {f"{hour}/20261122T100100123Z_9b86bf4994c4ab1c.json.gz": gzip.compress(lines(*records)),
-            kept: gzip.compress(json.dumps(bodies[0]).encode()),
+            f"{hour}/data/req-0_input.json.gz": gzip.compress(json.dumps(bodies[0]).encode()),
             f"{root}/AWSLogs/123456789012/BedrockModelInvocationLogs/amazon-bedrock-logs-permission-check": b""}
 
 
@@ -392,6 +394,13 @@ def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monk
     assert m.source["skipped_files"] == {
         f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/amazon-bedrock-logs-permission-check": sources.NOT_READ,
         f"{hour}/data/": sources._BEDROCK_BODIES_NOT_READ}
+    # A copy of the logs, in another place than the one the records name: the body is read from the copy.
+    for path, data in bedrock_logs(tmp_path / "copy", 4, written_at="s3://bedrock-logs-123456789012").items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+    m = run(tmp_path / "copy", tmp_path / "from-copy", dataset=DatasetConfig(workers=workers))
+    assert (m.counts["traces"], m.counts["quarantined"]) == (4, 0)
     os.remove(f"{hour}/data/req-0_input.json.gz")  # a body kept apart that is gone: its record says where it was
     m = run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers))
     (gone,) = [q for q in table(m, "quarantine") if q["reason"] == "no_content"]

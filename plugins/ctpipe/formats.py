@@ -1074,27 +1074,47 @@ BEDROCK_DATA = r"/BedrockModelInvocationLogs/[^/]+/\d{4}/\d{2}/\d{2}/\d{2}/data/
 _OFFLOADED = re.compile(BEDROCK_DATA + "[^/]+$")
 
 
-def with_offloaded_bodies(doc: dict, read: Callable[[str], bytes]) -> dict:
+def with_offloaded_bodies(doc: dict, read: Callable[[str], bytes], source: str = "") -> dict:
     """A Bedrock record with the bodies its log keeps apart (one over 100 KB: ``<side>BodyS3Path``,
-    gzipped JSON in its hour's ``data`` folder) read in with ``read`` (a URI's bytes, decompressed);
-    FormatError ``no_content`` naming one that cannot be read. Only a place in Bedrock's own layout
-    is read: a record is data, not a say in what the run opens."""
+    gzipped JSON in its hour's ``data`` folder) read in with ``read`` (a URI's bytes, decompressed):
+    from its place in ``source``, a copy of the logs (see :func:`_in_source`), else from the place
+    the record names; FormatError ``no_content`` naming one that cannot be read. Only a place in
+    Bedrock's own layout is read: a record is data, not a say in what the run opens."""
     if doc.get("errorCode"):
         return doc  # failed: its reader says so, with or without its bodies
     for side in ("input", "output"):
         given = doc.get(side)
         kept = given.get(f"{side}BodyS3Path") if isinstance(given, dict) and given.get(f"{side}BodyJson") is None else None
-        if isinstance(kept, str) and kept:
-            if not _OFFLOADED.search(kept):
-                raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path={kept[:200]} "
-                                                "is not in a data folder of Bedrock's log layout: not read")
+        if not isinstance(kept, str) or not kept:
+            continue
+        if not _OFFLOADED.search(kept):
+            raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path={kept[:200]} "
+                                            "is not in a data folder of Bedrock's log layout: not read")
+        for place in dict.fromkeys(p for p in (_in_source(kept, source), kept) if p):
             try:
-                body = msgspec.json.decode(read(kept))
+                body = msgspec.json.decode(read(place))
+                break
             except Exception as e:  # noqa: BLE001 - any store's error, a body too large, or not JSON: named
-                raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path="
-                                                f"{kept} cannot be read: {type(e).__name__}: {str(e)[:300]}") from None
-            doc = {**doc, side: {**given, f"{side}BodyJson": body}}
+                why = f"{type(e).__name__}: {str(e)[:300]}"
+        else:
+            raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path={kept} "
+                                            f"cannot be read: {why}")
+        doc = {**doc, side: {**given, f"{side}BodyJson": body}}
     return doc
+
+
+def _in_source(kept: str, source: str) -> str | None:
+    """Where the body a Bedrock record names (``kept``) lies in ``source`` when the source holds a copy
+    of the logs (another bucket, a local folder): the same path from the layout's root (``AWSLogs/``,
+    or ``BedrockModelInvocationLogs/``) on, under the source's own root, or under the source itself."""
+    if not source:
+        return None
+    for root in ("AWSLogs/", "BedrockModelInvocationLogs/"):
+        at, here = kept.find("/" + root), source.find(root)
+        if at >= 0 and here >= 0 and (here == 0 or source[here - 1] == "/"):
+            return source[:here] + kept[at + 1:]
+    at = kept.find("/AWSLogs/")
+    return source.rstrip("/") + kept[at:] if at >= 0 else None
 
 
 def _bedrock_latency(response: dict | list) -> float:

@@ -119,6 +119,7 @@ class Job:
     # OTLP spans that hold their content join their log records too, for the evaluation results among
     # them (see formats.from_otel): set when a run meets both (see _HoldSpans).
     hold_spans: bool = False
+    source: str = ""  # the source's URI: a copy of Bedrock's logs holds the bodies they keep apart
 
 
 @dataclass
@@ -284,7 +285,7 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
         return "ctpipe", [traces.convert(doc)]
     if found == "bedrock" and fmt in ("auto", "bedrock"):
-        doc = formats.with_offloaded_bodies(doc, sources.read_object)
+        doc = formats.with_offloaded_bodies(doc, sources.read_object, _JOB.source)
     records = formats.normalize(doc, fmt, _JOB.hold_spans)
     if len(records) < 2:
         return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
@@ -1519,7 +1520,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
                     _free(spill_dir), _spill_room(size))
     staging = output.staging()
-    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans)
+    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans, source)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     counts: Counter = Counter()
