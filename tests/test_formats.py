@@ -1289,6 +1289,10 @@ def test_a_gemini_call_is_read_as_a_chat_completion_in_helicone_and_vertex_ai_lo
                                              {"index": 0, "content": {"role": "model", "parts": [{"text": "five"}]}}]}
     assert [(t["trace_id"][-2:], t["completion"]) for t in normalize({**VERTEX, "full_response": two}, "vertex")] == \
         [(":0", "five"), (":1", "5")]
+    drawn = {"index": 0, "content": {"role": "model", "parts": [{"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}}
+    refused, kept = normalize({**VERTEX, "full_response": {**two, "candidates": [drawn, two["candidates"][0]]}}, "vertex")
+    assert (refused.reason, kept["completion"]) == ("non_text_content", "5")  # the candidate alone, in its place
+    assert "candidate 0 holds a part of type inlineData" in str(refused)
     # An earlier answer of the model's is the assistant's turn; a turn that names no role is the user's.
     turns = [{"role": "user", "parts": [{"text": "Hi"}]}, {"role": "model", "parts": [{"text": "Hello."}]},
              {"parts": [{"text": "What is 2 plus 3?"}]}]

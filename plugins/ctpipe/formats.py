@@ -520,6 +520,11 @@ def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
     return created, float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
 
 
+# Where a converter of another API's answer (Gemini's) puts its refusal of one choice, for from_openai
+# to give in its place: a key no JSON document's choice can hold a FormatError under.
+_REFUSED = "ctpipe_refused"
+
+
 def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     """One trace per choice of a logged chat completion; a choice that is no text answer comes as its
     FormatError, in its place. A line of a batch's files is :class:`Held` for its join (see
@@ -554,7 +559,9 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
-        answer = _answer(message, f"response {rid}: choice {choice.get('index', position)}", choice.get("finish_reason"))
+        refused = choice.get(_REFUSED)  # a converter's refusal of this choice alone
+        answer = refused if isinstance(refused, FormatError) else \
+            _answer(message, f"response {rid}: choice {choice.get('index', position)}", choice.get("finish_reason"))
         if isinstance(answer, FormatError):
             answer.record = choice
             yield answer
@@ -834,11 +841,15 @@ def _gemini_response(body: dict | list, call: str) -> dict:
         for position, c in enumerate(chunk.get("candidates") or []):
             if not isinstance(c, dict):
                 continue
-            got = choices.setdefault(c.get("index", position), {"text": [], "calls": [], "finish": None})
-            text, calls = _gemini_text(c.get("content"), f"{call}: candidate {c.get('index', position)}", False)
+            got = choices.setdefault(c.get("index", position), {"text": [], "calls": [], "finish": None, "refused": None})
+            got["finish"] = c.get("finishReason") or got["finish"]
+            try:
+                text, calls = _gemini_text(c.get("content"), f"{call}: candidate {c.get('index', position)}", False)
+            except FormatError as e:  # media: this candidate's refusal, in its place beside the others
+                got["refused"] = got["refused"] or e
+                continue
             got["text"].append(text)
             got["calls"] += calls
-            got["finish"] = c.get("finishReason") or got["finish"]
     if not choices:
         feedback = merged.get("promptFeedback") if isinstance(merged.get("promptFeedback"), dict) else {}
         why = f"Gemini blocked the prompt ({feedback['blockReason']})" if feedback.get("blockReason") else "no candidates"
@@ -851,6 +862,7 @@ def _gemini_response(body: dict | list, call: str) -> dict:
     finish = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
     return {**merged, "id": merged.get("responseId"), "model": merged.get("modelVersion"),
             "choices": [{"index": i, "finish_reason": finish.get(choices[i]["finish"], choices[i]["finish"]),
+                         _REFUSED: choices[i]["refused"],
                          "message": {"role": "assistant", "content": "".join(choices[i]["text"]),
                                      # a call it failed to make is a tool call too, with no text beside it
                                      "tool_calls": choices[i]["calls"] or (choices[i]["finish"] in _GEMINI_CALLS or None)}}
