@@ -26,8 +26,6 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from ctpipe.config import DatasetConfig
-
 
 def _settings():
     from ctpipe.config import Settings
@@ -210,6 +208,8 @@ def cmd_k8s_serving(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ctpipe.config import DatasetConfig  # the formats a run may be told, from their one place
+
     parser = argparse.ArgumentParser(prog="ctpipe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("cycle", help="run full continuous-training cycles through Airflow")

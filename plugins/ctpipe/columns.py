@@ -348,19 +348,17 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
     for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
         sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))
-    # Times as datetime.fromtimestamp makes them: whole seconds, and the end rounded half to even.
     created = pc.fill_null(response["created"], 0).to_numpy(zero_copy_only=False)
     latency = pc.fill_null(table["latency_ms"].combine_chunks(), 0.0)
-    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (
-        created.astype(np.float64), created + latency.to_numpy(zero_copy_only=False) / 1000))
-    sure &= start_ok & end_ok
+    start, end, timed = _call_span(created.astype(np.float64), latency.to_numpy(zero_copy_only=False))
+    sure &= timed
     version = pc.coalesce(_empty_as_null(metadata["model_version"]), _empty_as_null(response["system_fingerprint"]),
                           response["model"])
     message = _fields(messages.values)  # a null one (skipped by the reader) has no role: the exact path decides
     canonical = {
         "trace_id": response["id"],
-        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
-        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "start_time": start,
+        "end_time": end,
         "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
         "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], ""),
                           mask=pc.invert(messages.is_valid())),
@@ -470,12 +468,9 @@ def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | Non
     prompt_tokens = usage["inputTokens"]
     for name in _CACHED:  # read from or written to the prompt cache: input all the same, as the reader counts it
         prompt_tokens = pc.add(prompt_tokens, pc.fill_null(usage[name], 0))
-    # Times as the reader makes them: seconds as a float, the end rounded half to even by fromtimestamp.
-    start_s = pc.fill_null(pc.cast(at, pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
     latency = pc.fill_null(_fields(answer["metrics"])["latencyMs"], 0.0)
-    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (
-        start_s, start_s + latency.to_numpy(zero_copy_only=False) / 1000))
-    sure &= start_ok & end_ok
+    start, end, timed = _call_span(_seconds(at), latency.to_numpy(zero_copy_only=False))
+    sure &= timed
     model = pc.replace_substring_regex(table["modelId"].combine_chunks(), "^.*/", "")  # an inference profile's ARN: its id
     system = request["system"]
     has_system = _ok(pc.greater(pc.list_value_length(system), 0))
@@ -483,26 +478,18 @@ def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | Non
     message = _fields(messages.values)
     canonical = {
         "trace_id": table["requestId"].combine_chunks(),
-        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
-        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "start_time": start,
+        "end_time": end,
         "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
-        "messages": _with_system(messages.offsets, message["role"], _block_texts(message["content"]),
-                                 has_system, _block_texts(system)),
-        "completion": _block_texts(_fields(_fields(answer["output"])["message"])["content"]),
+        "messages": _with_system(messages.offsets, message["role"], _texts(message["content"], formats.PART_SEPARATOR),
+                                 has_system, _texts(system, formats.PART_SEPARATOR)),
+        "completion": _texts(_fields(_fields(answer["output"])["message"])["content"], formats.PART_SEPARATOR),
         "usage": pa.StructArray.from_arrays([prompt_tokens, usage["outputTokens"], usage["totalTokens"]], fields=list(_USAGE)),
         "latency_ms": latency,
-        "feedback": _no_feedback(n),
-        "reference_answer": pa.nulls(n, pa.string()),
-        "scores": _no_scores(n),
+        **_unlabelled(n),
     }
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
-
-
-def _block_texts(blocks: pa.ListArray) -> pa.Array:
-    """The text of each list of Converse's text blocks, joined as the reader joins them ("" for none)."""
-    texts = pa.ListArray.from_arrays(blocks.offsets, blocks.values.field("text"))
-    return pc.fill_null(pc.binary_join(texts, formats.PART_SEPARATOR), "")
 
 
 def _with_system(offsets: pa.Array, roles: pa.Array, texts: pa.Array, has_system: np.ndarray,
@@ -637,14 +624,12 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     n = asked.num_rows
     logged = pa.array([r.logging_time for r in rows], pa.string())
     sure = _ok(pc.match_substring_regex(logged, _VERTEX_TIME))
-    end = _rfc3339(pc.replace_substring_regex(pc.replace_substring_regex(logged, " UTC$", "Z"), "^(.{10}) ", "\\1T"), sure)
-    if end is None:
+    logged_at = _rfc3339(pc.replace_substring_regex(pc.replace_substring_regex(logged, " UTC$", "Z"), "^(.{10}) ", "\\1T"), sure)
+    if logged_at is None:
         return None
-    # Times as the reader makes them: it starts the call its latency before it was logged, in float seconds.
-    latency = np.array(latencies, np.float64)
-    start_s = pc.fill_null(pc.cast(end, pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6 - latency / 1000
-    (start_us, start_ok), (end_us, end_ok) = (_fromtimestamp_micros(seconds) for seconds in (start_s, start_s + latency / 1000))
-    sure &= start_ok & end_ok
+    latency = np.array(latencies, np.float64)  # the reader starts the call its latency before it was logged
+    start, end, timed = _call_span(_seconds(logged_at) - latency / 1000, latency)
+    sure &= timed
     system = asked["systemInstruction"].combine_chunks()
     contents = asked["contents"].combine_chunks()
     content = _fields(contents.values)
@@ -659,28 +644,27 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     model = pc.coalesce(_empty_as_null(answered["modelVersion"].combine_chunks()), named)
     canonical = {
         "trace_id": pa.array([r.request_id for r in rows], pa.string()),
-        "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
-        "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
+        "start_time": start,
+        "end_time": end,
         "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
-        "messages": _with_system(contents.offsets, roles, _kept_texts(content["parts"], formats.PART_SEPARATOR),
-                                 _ok(system.is_valid()), _kept_texts(_fields(system)["parts"], formats.PART_SEPARATOR)),
-        "completion": _kept_texts(candidate["parts"], ""),  # an answer's parts are one text, cut anywhere
+        "messages": _with_system(contents.offsets, roles, _texts(content["parts"], formats.PART_SEPARATOR),
+                                 _ok(system.is_valid()), _texts(_fields(system)["parts"], formats.PART_SEPARATOR)),
+        "completion": _texts(candidate["parts"], ""),  # an answer's parts are one text, cut anywhere
         "usage": pa.StructArray.from_arrays([prompt_tokens, answer_tokens, pc.coalesce(
             usage["totalTokenCount"], pc.add(prompt_tokens, answer_tokens))], fields=list(_USAGE)),
         "latency_ms": pa.array(latency, pa.float64()),
-        "feedback": _no_feedback(n),
-        "reference_answer": pa.nulls(n, pa.string()),
-        "scores": _no_scores(n),
+        **_unlabelled(n),
     }
     sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP", "MAX_TOKENS"])))
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
 
-def _kept_texts(parts: pa.ListArray, separator: str) -> pa.Array:
-    """The text of each list of Gemini's text parts, its thoughts left out, joined with ``separator``."""
+def _texts(parts: pa.ListArray, separator: str) -> pa.Array:
+    """The text of each list of text parts (Converse's blocks, Gemini's parts), a thinking model's
+    ``thought`` parts left out, joined with ``separator``; "" for none."""
     values = parts.values
-    kept = ~_ok(values.field("thought"))
+    kept = ~_ok(values.field("thought")) if values.type.get_field_index("thought") >= 0 else np.ones(len(values), bool)
     offsets = np.asarray(parts.offsets, np.int64)
     counts = np.concatenate([[0], np.cumsum(kept)])
     texts = pa.ListArray.from_arrays(pa.array(counts[offsets], pa.int32()), values.field("text").filter(pa.array(kept)))
@@ -869,6 +853,18 @@ def chats(offsets, roles, contents, mask: pa.Array | None = None) -> pa.ListArra
     ``roles[offsets[i]:offsets[i + 1]]`` / ``contents[...]`` (arrays or lists), null where ``mask`` is true."""
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
         [pa.array(roles, pa.string()), pa.array(contents, pa.string())], ["role", "content"]), type=MESSAGES, mask=mask)
+
+
+def _seconds(at: pa.Array) -> np.ndarray:
+    """Timestamps as the float seconds ``datetime.timestamp()`` gives (exact below 2**53 us; 0 for null)."""
+    return pc.fill_null(pc.cast(at, pa.int64()), 0).to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+
+
+def _call_span(start_s: np.ndarray, latency_ms: np.ndarray) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(start and end times as a reader makes a call's, ``datetime.fromtimestamp`` of float seconds, the
+    end ``latency_ms`` after the start and rounded half to even; which rows the fast paths take)."""
+    (start, start_ok), (end, end_ok) = (_fromtimestamp_micros(s) for s in (start_s, start_s + latency_ms / 1000))
+    return pa.array(start, pa.int64()).cast(_TIME), pa.array(end, pa.int64()).cast(_TIME), start_ok & end_ok
 
 
 def _fromtimestamp_micros(seconds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1274,9 +1270,11 @@ def _no_scores(n: int) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], SCORES.value_type), type=SCORES)
 
 
-def _no_feedback(n: int) -> pa.StructArray:
-    """A feedback column of ``n`` rows of no thumb and no rating, as a source that carries none gives them."""
-    return pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())], fields=list(_FEEDBACK))
+def _unlabelled(n: int) -> dict[str, pa.Array]:
+    """The feedback, reference answer and scores of ``n`` rows of a source that carries none."""
+    return {"feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())],
+                                                   fields=list(_FEEDBACK)),
+            "reference_answer": pa.nulls(n, pa.string()), "scores": _no_scores(n)}
 
 
 def _taken(canonical: dict[str, pa.Array], keep: np.ndarray, lines: np.ndarray) -> tuple[pa.Table, np.ndarray] | None:

@@ -323,9 +323,9 @@ TOOL_FIELDS = ("tool_calls", "function_call")
 PART_SEPARATOR = "\n"
 
 
-def _media(kinds: Iterable[Any], where: str) -> None:
+def _media(kinds: Iterable[Any], where: str, media: Iterable[Any] = MEDIA_PARTS) -> None:
     for kind in kinds:
-        if kind in MEDIA_PARTS:
+        if kind in media:
             raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
 
 
@@ -783,6 +783,8 @@ _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
 # Input tokens Converse (and Amazon Nova's API) counts apart from inputTokens: read from or written
 # to the prompt cache, input all the same.
 CONVERSE_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
+# Gemini's finish reasons in OpenAI's words, where they have one.
+_GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
 # Gemini's finish reasons of an answer that was to be a tool's call, and failed.
 _GEMINI_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
@@ -794,9 +796,7 @@ def _keyed_parts(parts: Any, where: str, prompt: bool, tools: tuple[str, ...], m
     kinds = {k for p in parts for k in p}
     if prompt:
         _no_tool_call(next((f"a part of type {k}" for k in tools if k in kinds), None), where)
-    held = next((k for k in media if k in kinds), None)
-    if held:
-        raise FormatError("non_text_content", f"{where} holds a part of type {held}, which a text dataset cannot hold")
+    _media((k for k in media if k in kinds), where, media)  # in the order named: the message names the first
     return parts, [p for p in parts if any(k in p for k in tools)]
 
 
@@ -859,9 +859,8 @@ def _gemini_response(body: dict | list, call: str) -> dict:
     prompt, answer, thoughts = (usage.get(k, 0) for k in ("promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount"))
     if type(answer) is int and type(thoughts) is int:
         answer += thoughts
-    finish = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
     return {**merged, "id": merged.get("responseId"), "model": merged.get("modelVersion"),
-            "choices": [{"index": i, "finish_reason": finish.get(choices[i]["finish"], choices[i]["finish"]),
+            "choices": [{"index": i, "finish_reason": _GEMINI_FINISH.get(choices[i]["finish"], choices[i]["finish"]),
                          _REFUSED: choices[i]["refused"],
                          "message": {"role": "assistant", "content": "".join(choices[i]["text"]),
                                      # a call it failed to make is a tool call too, with no text beside it
