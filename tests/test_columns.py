@@ -29,6 +29,13 @@ BASE = {
 }
 
 
+# An assistant's turn of tool calls and the tool's answer, as OpenAI's messages hold them.
+CALLED = [{"role": "user", "content": "Weather in Oslo?"},
+          {"role": "assistant", "content": "", "tool_calls": [
+              {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]},
+          {"role": "tool", "content": "4 C, rain", "tool_call_id": "c1"}]
+
+
 def line(**changes) -> bytes:
     doc = {**BASE, **changes}
     return json.dumps({k: v for k, v in doc.items() if v is not ...}, ensure_ascii=False).encode()
@@ -63,6 +70,12 @@ LINES = {
     "unknown role": line(messages=[{"role": "bot", "content": "hi"}, {"role": "user", "content": "x"}]),
     "no user": line(messages=[{"role": "system", "content": "hi"}]),
     "null content": line(messages=[{"role": "user", "content": None}]),
+    "a tool call": line(messages=[*CALLED, {"role": "user", "content": "And tomorrow?"}]),
+    "a function call": line(messages=[{"role": "assistant", "content": "", "function_call": {"name": "w"}},
+                                      {"role": "user", "content": "So?"}]),
+    "tool calls null or empty": line(messages=[{"role": "assistant", "content": "", "tool_calls": None},
+                                               {"role": "assistant", "content": "", "tool_calls": [], "function_call": {}},
+                                               {"role": "user", "content": "So?"}]),
     "blank completion": line(completion="  \t"),
     "ideographic blank": line(completion="\u3000"),
     "separator blank": line(completion="\x1c"),
@@ -117,6 +130,20 @@ def test_plain_records_take_the_fast_path():
                                "score value null, label", "no reference", "extra fields", "unicode completion")]
     table, index = columns.parse_lines([LINES[n] for n in clean])
     assert index.tolist() == list(range(len(clean)))
+
+
+def test_a_message_holding_tool_calls_is_refused_by_name_on_either_path():
+    """Our schema refuses a prompt holding tool calls as every other format does: a chat read without
+    them (an empty assistant turn, then a tool's answer to nothing) is not the one the model was served."""
+    for name in ("a tool call", "a function call"):
+        assert columns.parse_lines([LINES[name]]) is None
+        with pytest.raises(traces.InvalidTrace) as e:
+            traces.decode(LINES[name])
+        assert e.value.reason == "tool_call_in_prompt" and "`messages[" in e.value.detail
+    assert exact(LINES["tool calls null or empty"])["messages"][-1] == {"role": "user", "content": "So?"}
+    (row,) = batch_exact(BATCHES["a tool call"])[:1]
+    assert row is None and columns.parse_batch(BATCHES["a tool call"])[1].tolist() == [1]
+    assert columns.parse_batch(BATCHES["tool calls null"])[1].tolist() == [0, 1]
 
 
 def test_microseconds_of_any_aware_datetime_are_exact():
@@ -404,6 +431,11 @@ BATCHES = {
     "a message without content": typed(messages=pa.array([[{"role": "user"}], [{"role": "user"}]])),
     "messages as a large list": typed(messages=pa.array([BASE["messages"]] * 2, pa.large_list(MESSAGES.value_type))),
     "messages of texts": typed(messages=pa.array([["hi"], ["yo"]])),
+    "a tool call": typed(messages=pa.array([[*CALLED, BASE["messages"][1]], BASE["messages"]])),
+    "tool calls null": typed(messages=pa.array([[{**m, "tool_calls": None} for m in BASE["messages"]]] * 2)),
+    "tool calls empty": typed(messages=pa.array([[{**m, "tool_calls": []} for m in BASE["messages"]]] * 2,
+                                                pa.list_(pa.struct([("role", pa.string()), ("content", pa.string()),
+                                                                    ("tool_calls", pa.list_(pa.string()))])))),
     "an unknown role": typed(messages=pa.array([[{"role": "bot", "content": "x"}, {"role": "user", "content": "y"}],
                                                 [{"role": "user", "content": "y"}]])),
     "extra columns": typed(user=pa.array(["u1", "u2"]), metadata=pa.array([{"a": 1}, None])),

@@ -58,21 +58,29 @@ _NAIVE = _RFC3339[:_RFC3339.index("(Z|")] + "$"  # the same, without a zone
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
+class _NoCalls(msgspec.Struct):
+    """A message without tool calls (formats.TOOL_FIELDS): any value but null fails the decoding,
+    leaving the line to the exact path, which refuses a call. Alone, it skips a message's other
+    fields unread."""
+
+    tool_calls: None = None
+    function_call: None = None
+
+
 class _Shape(msgspec.Struct):
+    """What the fast path of our schema asks of a line before pyarrow reads it."""
+
     trace_id: str
+    messages: list[_NoCalls]
 
 
 _SHAPE = msgspec.json.Decoder(_Shape)
 
 
-class _PlainMessage(msgspec.Struct):
-    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS), no refusal, no audio,
-    no semconv parts. Any value but null fails the decoding, leaving the line to the reader, which
-    refuses a call in a prompt or as an answer, and reads the others. Alone, it skips a message's
-    other fields unread."""
+class _PlainMessage(_NoCalls):
+    """What the fast paths of other formats ask of a message: no tool calls, no refusal, no audio, no
+    semconv parts. The reader refuses a call in a prompt or as an answer, and reads the others."""
 
-    tool_calls: None = None
-    function_call: None = None
     refusal: None = None
     audio: None = None
     parts: None = None
@@ -184,6 +192,7 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
         feedback, feedback_ok, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
         offsets, messages, messages_ok = _items(column("messages"), n)
         message, _, _ = _record(messages, int(offsets[-1]), {"role": "text", "content": "text"})
+        calling = _calling(messages, offsets)
         score_offsets, scores, scores_ok = _items(column("scores"), n)
         score, _, missing = _record(scores, int(score_offsets[-1]),
                                     {"name": "text", "value": "float", "label": "text", "source": "text"})
@@ -193,7 +202,7 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
         return None
     if "source" in missing:  # a score without a source has the default one
         score["source"] = pa.array([""] * int(score_offsets[-1]), pa.string())
-    sure = start_ok & end_ok
+    sure = start_ok & end_ok & ~calling
     if "feedback" in names:  # feedback or scores given as null are refused; missing, they are none
         sure &= feedback_ok
     if "scores" in names:
@@ -214,6 +223,18 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     }
     sure &= _canonical(canonical, n) & _ok(pc.greater_equal(end, start))
     return _taken(canonical, np.flatnonzero(sure), np.arange(n))
+
+
+def _calling(messages: pa.Array | None, offsets: np.ndarray) -> np.ndarray:
+    """Which rows have a message whose tool calls (formats.TOOL_FIELDS) are there, not null: the
+    exact path's, which refuses them (an empty list or object is none, and its to tell)."""
+    calls = np.zeros(len(offsets) - 1, bool)
+    if messages is not None and pa.types.is_struct(messages.type):
+        for name in formats.TOOL_FIELDS:
+            if messages.type.get_field_index(name) >= 0:
+                there = np.concatenate([[0], np.cumsum(_ok(pc.struct_field(messages, name).is_valid()))])
+                calls |= there[offsets[1:]] > there[offsets[:-1]]
+    return calls
 
 
 def _typed(a: pa.Array | None, n: int, kind: str) -> pa.Array:

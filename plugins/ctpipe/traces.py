@@ -15,7 +15,9 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
     end_time          RFC 3339 with timezone, >= start_time
     model             {"name": str, "version": str}: what served the answer (both non-empty)
     messages          [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content": str}, ...]
-                      the request's chat, with at least one user message; the last one is the prompt, not blank
+                      the request's chat, with at least one user message; the last one is the prompt, not blank.
+                      A message holding tool calls (OpenAI's ``tool_calls`` or ``function_call``, other than
+                      null or empty) is refused as ``tool_call_in_prompt``, as every other format's is
     completion        str, not blank: the model's answer
     usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
     feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
@@ -51,6 +53,10 @@ ROLES = get_args(Role)
 class Message(msgspec.Struct, frozen=True):
     role: Role
     content: str
+    # Read only to be refused: the messages are text, and a chat read without its calls (an empty
+    # assistant turn, then a tool's answer to nothing) is not the one the model was served.
+    tool_calls: Annotated[list[Any], msgspec.Meta(max_length=0)] | None = None
+    function_call: Annotated[dict[str, Any], msgspec.Meta(max_length=0)] | None = None
 
 
 class ModelRef(msgspec.Struct, frozen=True):
@@ -140,8 +146,14 @@ def loads(text: str | bytes) -> Any:
         raise InvalidTrace("invalid_json", str(e)) from None
 
 
+_TOOL_CALL = re.compile(r"`\$\.messages\[(\d+)\]\.(tool_calls|function_call)")
+
+
 def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
     text = str(e)
+    if call := _TOOL_CALL.search(text):
+        return InvalidTrace("tool_call_in_prompt", f"`messages[{call[1]}]` holds {call[2]}, which the dataset's "
+                                                   "messages (text only) cannot hold")
     reason = "missing_field" if text.startswith("Object missing required field") else "invalid_field"
     # msgspec says "... - at `$.usage.prompt_tokens`": name the field as a path without the root.
     return InvalidTrace(reason, text.replace("`$.", "`").replace("`$[", "`["))
