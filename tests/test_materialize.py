@@ -1021,6 +1021,26 @@ _LANGFUSE = [
 ]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_half_a_character_in_json_text_within_a_record_is_quarantined_and_the_run_goes_on(tmp_path, monkeypatch, workers):
+    """A surrogate escaped alone (an emoji cut in two) in JSON text that a record holds as a string:
+    Python's reader takes it, and it ended the run where the texts became a table."""
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    half = json.loads('"cut \\ud83d"')
+    otel = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt", json.dumps([{"role": "user", "content": "What is 4 plus 4?"}])),
+                 kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": half}]))])
+    langfuse = [dict(_LANGFUSE[0], input=json.dumps([{"role": "user", "content": half}])), *_LANGFUSE[1:]]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "otel.jsonl").write_bytes(lines(otel, _OTEL_FLAT))
+    (src / "langfuse.jsonl").write_bytes(lines(*langfuse))
+    m = run(src, tmp_path / "out", at(1795340000) - HOUR, at(1795340000) + HOUR)
+    assert accounted(m) and m.quarantine_reasons == {"invalid_utf8": 2}, m.quarantine_reasons
+    assert sorted(q["detail"].split(": ")[1] for q in table(m, "quarantine")) == ["`completion`", "`messages[0].content`"]
+    assert [r["completion"] for r in table(m, "traces")] == ["8"]
+
+
 def _genai_span(i: int) -> dict:
     """A GenAI span of its own question, started ``i`` thirds of a second into the hour."""
     start = int(T0.timestamp()) * 10**9 + i * 10**9 // 3

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ctpipe.traces import InvalidTrace, decode
+from ctpipe.traces import InvalidTrace, convert, decode
 from tests.conftest import trace
 
 
@@ -51,6 +51,18 @@ def test_a_surrogate_escaped_alone_is_named_and_a_pair_is_read():
         decode(json.dumps(trace(1, completion="\U0001f600 \udc01")))
     assert decode(json.dumps(trace(1, completion="\U0001f600"))).completion == "\U0001f600"
     assert decode(json.dumps(trace(1, completion="\\ud83d"))).completion == "\\ud83d"  # a backslash, then text
+
+
+def test_a_record_whose_text_holds_half_a_character_is_refused_naming_the_field():
+    """JSON text within a record (a message list kept as text, a stored body) parsed by Python's
+    reader keeps a surrogate escaped alone, which no table can hold."""
+    doc = json.loads(json.dumps(trace(1)))
+    doc["messages"][0]["content"] = json.loads('"Cut \\ud83d"')
+    with pytest.raises(InvalidTrace) as e:
+        convert(doc)
+    assert e.value.reason == "invalid_utf8" and e.value.detail.startswith("`messages[0].content`: \\ud83d is half")
+    doc["messages"][0]["content"] = "Whole \U0001f600"
+    assert convert(doc).messages[0].content == "Whole \U0001f600"
 
 
 def test_the_detail_names_the_field():

@@ -141,9 +141,40 @@ def loads(text: str | bytes) -> Any:
             try:
                 json.dumps(doc, ensure_ascii=False).encode()
             except UnicodeEncodeError as why:  # JavaScript's JSON.stringify writes one for an emoji cut in two
-                raise InvalidTrace("invalid_utf8", f"\\u{ord(why.object[why.start]):04x} is half of a character, a "
-                                                   "UTF-16 surrogate escaped alone, which UTF-8 text cannot hold") from None
+                raise InvalidTrace("invalid_utf8", _half_character(why)) from None
         raise InvalidTrace("invalid_json", str(e)) from None
+
+
+def _half_character(e: UnicodeEncodeError, where: str = "") -> str:
+    return (f"{where}\\u{ord(e.object[e.start]):04x} is half of a character, a UTF-16 surrogate escaped alone, "
+            "which UTF-8 text cannot hold")
+
+
+def _text_at(value: Any, path: str = "") -> tuple[str, UnicodeEncodeError] | None:
+    """Where in ``value`` (builtins) a text first holds what UTF-8 cannot, and why; None if nowhere."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as e:
+            return path, e
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if found := _text_at(item, f"{path}.{key}" if isinstance(key, str) else f"{path}[{key}]"):
+            return found
+    return None
+
+
+def _whole_characters(rec: TraceRecord) -> TraceRecord:
+    """``rec``, or :class:`InvalidTrace` ``invalid_utf8`` where one of its texts holds half of a
+    character: JSON text within a record (a message list kept as text, a stored body) escapes one as
+    ``\\ud83d`` where a writer cut an emoji in two, and Python's parser takes it."""
+    try:
+        msgspec.json.encode(rec)  # the quickest whole look: 1.5 us for a 2 KB record
+    except UnicodeEncodeError:
+        where, e = _text_at(msgspec.to_builtins(rec))
+        raise InvalidTrace("invalid_utf8", _half_character(e, f"`{where.lstrip('.')}`: ")) from None
+    return rec
 
 
 _TOOL_CALL = re.compile(r"`\$\.messages\[(\d+)\]\.(tool_calls|function_call)")
@@ -192,7 +223,7 @@ def decode(line: bytes | str) -> TraceRecord:
 def convert(doc: dict) -> TraceRecord:
     """A canonical trace dict (from :mod:`ctpipe.formats`), validated."""
     try:
-        return _consistent(msgspec.convert(doc, TraceRecord))
+        return _whole_characters(_consistent(msgspec.convert(doc, TraceRecord)))
     except msgspec.ValidationError as e:
         raise _validation_error(e) from None
 
