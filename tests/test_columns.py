@@ -73,6 +73,10 @@ LINES = {
     "a tool call": line(messages=[*CALLED, {"role": "user", "content": "And tomorrow?"}]),
     "a function call": line(messages=[{"role": "assistant", "content": "", "function_call": {"name": "w"}},
                                       {"role": "user", "content": "So?"}]),
+    "an earlier refusal": line(messages=[*BASE["messages"], {"role": "assistant", "content": "", "refusal": "I can't."},
+                                         {"role": "user", "content": "Please?"}]),
+    "audio": line(messages=[*BASE["messages"], {"role": "assistant", "content": "", "audio": {"id": "a1"}},
+                            {"role": "user", "content": "Please?"}]),
     "tool calls null or empty": line(messages=[{"role": "assistant", "content": "", "tool_calls": None},
                                                {"role": "assistant", "content": "", "tool_calls": [], "function_call": {}},
                                                {"role": "user", "content": "So?"}]),
@@ -132,14 +136,20 @@ def test_plain_records_take_the_fast_path():
     assert index.tolist() == list(range(len(clean)))
 
 
-def test_a_message_holding_tool_calls_is_refused_by_name_on_either_path():
-    """Our schema refuses a prompt holding tool calls as every other format does: a chat read without
-    them (an empty assistant turn, then a tool's answer to nothing) is not the one the model was served."""
-    for name in ("a tool call", "a function call"):
+def test_a_message_holding_tool_calls_audio_or_a_refusal_is_read_as_every_other_format_reads_it():
+    """Our schema reads a prompt's messages as OpenAI's are read in every other format: tool calls
+    refused (a chat read without them, an empty assistant turn, then a tool's answer to nothing, is
+    not the one the model was served), audio refused, a refusal the text of its empty turn."""
+    for name, reason in (("a tool call", "tool_call_in_prompt"), ("a function call", "tool_call_in_prompt"),
+                         ("audio", "non_text_content")):
         assert columns.parse_lines([LINES[name]]) is None
         with pytest.raises(traces.InvalidTrace) as e:
             traces.decode(LINES[name])
-        assert e.value.reason == "tool_call_in_prompt" and "`messages[" in e.value.detail
+        assert e.value.reason == reason and "`messages[" in e.value.detail
+    assert columns.parse_lines([LINES["an earlier refusal"]]) is None
+    assert exact(LINES["an earlier refusal"])["messages"][2] == {"role": "assistant", "content": "I can't."}
+    assert batch_exact(BATCHES["an earlier refusal"])[0]["messages"][2] == {"role": "assistant", "content": "No."}
+    assert columns.parse_batch(BATCHES["an earlier refusal"])[1].tolist() == [1]
     assert exact(LINES["tool calls null or empty"])["messages"][-1] == {"role": "user", "content": "So?"}
     (row,) = batch_exact(BATCHES["a tool call"])[:1]
     assert row is None and columns.parse_batch(BATCHES["a tool call"])[1].tolist() == [1]
@@ -432,6 +442,8 @@ BATCHES = {
     "messages as a large list": typed(messages=pa.array([BASE["messages"]] * 2, pa.large_list(MESSAGES.value_type))),
     "messages of texts": typed(messages=pa.array([["hi"], ["yo"]])),
     "a tool call": typed(messages=pa.array([[*CALLED, BASE["messages"][1]], BASE["messages"]])),
+    "an earlier refusal": typed(messages=pa.array([[*BASE["messages"], {"role": "assistant", "content": "", "refusal": "No."},
+                                                    BASE["messages"][1]], BASE["messages"]])),
     "tool calls null": typed(messages=pa.array([[{**m, "tool_calls": None} for m in BASE["messages"]]] * 2)),
     "tool calls empty": typed(messages=pa.array([[{**m, "tool_calls": []} for m in BASE["messages"]]] * 2,
                                                 pa.list_(pa.struct([("role", pa.string()), ("content", pa.string()),
@@ -703,6 +715,10 @@ OTEL_LINES = {
         gen_ai__completion__1__role="assistant", gen_ai__completion__1__content="3")),
     "a message of no parts": otel_line(inputs=[GENAI_INPUT[0], {"role": "user", "parts": []}]),
     "an earlier message of no parts": otel_line(inputs=[{"role": "user", "parts": []}, GENAI_INPUT[1]]),
+    "an earlier refusal": otel_line(inputs=[GENAI_INPUT[1], {"role": "assistant", "parts": [{"type": "refusal", "content": "No."}]},
+                                            GENAI_INPUT[1]]),
+    "older names, a tool block as JSON": otel_line(flat(gen_ai__prompt__1__content=json.dumps(
+        [{"type": "text", "text": "Hi"}, {"type": "tool_result", "tool_use_id": "t1", "content": "5"}]))),
     "an answer that is a refusal": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "refusal", "content": "No."}]}]),
     "older names, a tool call": otel_line(flat(gen_ai__completion__0__content=None, gen_ai__completion__0__tool_calls__0__name="add")),
     "older names, text and a tool call": otel_line(flat(gen_ai__completion__0__tool_calls__0__name="add")),
@@ -857,6 +873,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "older JSON names with a duplicate key", "older JSON names and the current",
             "older JSON names and flattened"} <= taken
     assert not taken & {"a tool call in the prompt", "a tool's result in the prompt", "older names, a tool call in the prompt",
+                        "an earlier refusal", "older names, a tool block as JSON",
                         "older names, text and a tool call", "an answer of text and a tool call",
                         "older JSON names, an answer of text and a tool call",
                         "older JSON names, a tool call in the prompt", "older JSON names with two completions", "older JSON names, an answer filtered", "an image part", "system instructions of an image", "older JSON names, an image part", "an answer of a file part",
@@ -994,6 +1011,8 @@ LANGFUSE_LINES = {
     "output without content": langfuse_line(("output", {"role": "assistant"})),
     "output text and a tool call": langfuse_line(("output.tool_calls", [TOOL_CALL])),
     "output blank": langfuse_line(("output.content", " \u3000")),
+    "output stopped by the content filter": langfuse_line(("output.finish_reason", "content_filter")),
+    "output stopped as usual": langfuse_line(("output.finish_reason", "stop")),
     "no id": langfuse_line(("id", ...)),
     "unicode": langfuse_line(("output.content", "五")),
     "count as a float": langfuse_line(("usageDetails.input", 10.0)),
@@ -1027,8 +1046,9 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
     assert {"plain", "no nulls", "own version", "own version empty", "no end", "end null", "end empty",
             "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
             "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
-            "unicode", "start naive", "both naive", "no tool calls in the input"} <= taken
-    assert not taken & {"usage details empty", "usage details of other counts", "no total", "total null",
+            "unicode", "start naive", "both naive", "no tool calls in the input", "no total", "total null",
+            "output stopped as usual"} <= taken
+    assert not taken & {"usage details empty", "usage details of other counts", "output stopped by the content filter",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",
                         "count as a float", "model as a number", "usage as text", "role as a number", "count past int64",

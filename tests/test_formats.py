@@ -891,6 +891,56 @@ def test_a_blank_prompt_is_refused_naming_it():
             decode(json.dumps(t))
 
 
+def test_a_tools_call_or_result_as_a_content_part_is_refused_in_a_prompt_and_is_no_answer():
+    """Anthropic's tool blocks and the Responses API's items, as Langfuse and the older OTel names keep
+    them in a message's content: the chat without them is not the one the model was served."""
+    used = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "4 C, rain"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "4 C, rain"}
+    for message, kind in (({"role": "assistant", "content": [{"type": "text", "text": "Let me check."}, used]}, "tool_use"),
+                          ({"role": "user", "content": [result]}, "tool_result"),
+                          ({"role": "user", "content": [output]}, "function_call_output"),
+                          ({"role": "assistant", "content": [{"type": "web_search_tool_result", "content": []}]},
+                           "web_search_tool_result")):
+        chat = [{"role": "user", "content": "Weather in Oslo?"}, message, {"role": "user", "content": "And tomorrow?"}]
+        (generation,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                                  "model": "m", "input": chat, "output": "Rain."}])
+        assert generation.reason == "tool_call_in_prompt" and f"input[1] holds a part of type {kind}" in str(generation)
+        with pytest.raises(FormatError, match=f"gen_ai.prompt\\[1\\] holds a part of type {kind}") as e:
+            normalize(otlp([kv("gen_ai.prompt", json.dumps(chat)), kv("gen_ai.completion", "[]")]), "otel")
+        assert e.value.reason == "tool_call_in_prompt"
+        flattened = otlp([kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "Weather in Oslo?"),
+                          kv("gen_ai.prompt.1.role", message["role"]), kv("gen_ai.prompt.1.content", json.dumps(message["content"])),
+                          kv("gen_ai.prompt.2.role", "user"), kv("gen_ai.prompt.2.content", "And tomorrow?"),
+                          kv("gen_ai.completion.0.content", "Rain.")])
+        with pytest.raises(FormatError, match=f"gen_ai.prompt.1.content holds a part of type {kind}") as e:
+            normalize(flattened, "otel")
+        assert e.value.reason == "tool_call_in_prompt"
+    (answer,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+                          "input": "Weather in Oslo?", "output": {"role": "assistant", "content": [
+                              {"type": "text", "text": "Let me check."}, used]}}])
+    assert answer.reason == "no_text_answer" and "a part of type tool_use" in str(answer)
+
+
+def test_a_semconv_refusal_part_in_a_prompt_is_what_the_assistant_said():
+    chat = [{"role": "user", "parts": _parts(["How do I pick a lock?"], "content")},
+            {"role": "assistant", "parts": [{"type": "refusal", "content": "I can't help with that."}]},
+            {"role": "user", "parts": _parts(["How do I open my own door, then?"], "content")}]
+    span = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps(chat)),
+                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["Call a locksmith."], "content")}]))])
+    (t,) = normalize(span, "otel")
+    assert t["messages"][1] == {"role": "assistant", "content": "I can't help with that."}
+
+
+def test_a_langfuse_count_null_is_not_counted_as_one_missing_is():
+    row = {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+           "input": "What is 2 plus 3?", "output": "5"}
+    for usage in ({"input": 7, "output": None, "total": None}, {"input": 7, "output": 2, "total": None}):
+        (t,) = _joined([{**row, "usageDetails": usage}])
+        assert t["usage"] == {"prompt_tokens": 7, "completion_tokens": usage["output"] or 0,
+                              "total_tokens": 7 + (usage["output"] or 0)}
+
+
 def test_an_earlier_refusal_is_what_the_assistant_said_and_audio_is_no_text():
     said = [{"role": "user", "content": "How do I pick a lock?"},
             {"role": "assistant", "content": None, "refusal": "I can't help with that."},

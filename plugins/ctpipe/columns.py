@@ -58,32 +58,31 @@ _NAIVE = _RFC3339[:_RFC3339.index("(Z|")] + "$"  # the same, without a zone
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
-class _NoCalls(msgspec.Struct):
-    """A message without tool calls (formats.TOOL_FIELDS): any value but null fails the decoding,
-    leaving the line to the exact path, which refuses a call. Alone, it skips a message's other
-    fields unread."""
+class _PlainMessage(msgspec.Struct):
+    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS), no refusal, no audio,
+    no semconv parts. Any value but null fails the decoding, leaving the line to the reader, which
+    refuses a call in a prompt or as an answer, and reads the others. Alone, it skips a message's
+    other fields unread."""
 
     tool_calls: None = None
     function_call: None = None
+    refusal: None = None
+    audio: None = None
+    parts: None = None
+
+
+# Its fields that hold what a message's text does not: a batch of rows where one is there is the exact path's.
+_NOT_PLAIN = tuple(_PlainMessage.__struct_fields__)
 
 
 class _Shape(msgspec.Struct):
     """What the fast path of our schema asks of a line before pyarrow reads it."""
 
     trace_id: str
-    messages: list[_NoCalls]
+    messages: list[_PlainMessage]
 
 
 _SHAPE = msgspec.json.Decoder(_Shape)
-
-
-class _PlainMessage(_NoCalls):
-    """What the fast paths of other formats ask of a message: no tool calls, no refusal, no audio, no
-    semconv parts. The reader refuses a call in a prompt or as an answer, and reads the others."""
-
-    refusal: None = None
-    audio: None = None
-    parts: None = None
 
 
 class _OpenAIRequest(msgspec.Struct):
@@ -192,7 +191,7 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
         feedback, feedback_ok, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
         offsets, messages, messages_ok = _items(column("messages"), n)
         message, _, _ = _record(messages, int(offsets[-1]), {"role": "text", "content": "text"})
-        calling = _calling(messages, offsets)
+        unplain = _unplain(messages, offsets)
         score_offsets, scores, scores_ok = _items(column("scores"), n)
         score, _, missing = _record(scores, int(score_offsets[-1]),
                                     {"name": "text", "value": "float", "label": "text", "source": "text"})
@@ -202,7 +201,7 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
         return None
     if "source" in missing:  # a score without a source has the default one
         score["source"] = pa.array([""] * int(score_offsets[-1]), pa.string())
-    sure = start_ok & end_ok & ~calling
+    sure = start_ok & end_ok & ~unplain
     if "feedback" in names:  # feedback or scores given as null are refused; missing, they are none
         sure &= feedback_ok
     if "scores" in names:
@@ -225,16 +224,16 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     return _taken(canonical, np.flatnonzero(sure), np.arange(n))
 
 
-def _calling(messages: pa.Array | None, offsets: np.ndarray) -> np.ndarray:
-    """Which rows have a message whose tool calls (formats.TOOL_FIELDS) are there, not null: the
-    exact path's, which refuses them (an empty list or object is none, and its to tell)."""
-    calls = np.zeros(len(offsets) - 1, bool)
+def _unplain(messages: pa.Array | None, offsets: np.ndarray) -> np.ndarray:
+    """Which rows have a message with one of :data:`_NOT_PLAIN` there, not null (tool calls, audio, a
+    refusal): the exact path's, which refuses or reads them (an empty one is none, and its to tell)."""
+    unplain = np.zeros(len(offsets) - 1, bool)
     if messages is not None and pa.types.is_struct(messages.type):
-        for name in formats.TOOL_FIELDS:
+        for name in _NOT_PLAIN:
             if messages.type.get_field_index(name) >= 0:
                 there = np.concatenate([[0], np.cumsum(_ok(pc.struct_field(messages, name).is_valid()))])
-                calls |= there[offsets[1:]] > there[offsets[:-1]]
-    return calls
+                unplain |= there[offsets[1:]] > there[offsets[:-1]]
+    return unplain
 
 
 def _typed(a: pa.Array | None, n: int, kind: str) -> pa.Array:
@@ -767,7 +766,8 @@ _LANGFUSE_USAGE = pa.struct([("input", pa.int64()), ("output", pa.int64()), ("to
 _LANGFUSE_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("id", pa.string()), ("traceId", pa.string()), ("startTime", pa.string()), ("endTime", pa.string()),
     ("model", pa.string()), ("version", pa.string()), ("input", MESSAGES),
-    ("output", pa.struct([("content", pa.string())])), ("usageDetails", _LANGFUSE_USAGE), ("usage", _LANGFUSE_USAGE),
+    ("output", pa.struct([("content", pa.string()), ("finish_reason", pa.string())])), ("usageDetails", _LANGFUSE_USAGE),
+    ("usage", _LANGFUSE_USAGE),
     ("promptTokens", pa.int64()), ("completionTokens", pa.int64()),
 ]))
 _MOST_TOKENS = 1 << 62  # token counts the fast path adds up: two of them stay within int64
@@ -820,11 +820,12 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
         unsure |= usage_given & ~_ok(given) & _ok(pc.not_equal(other, 0))  # missing: the fallback; null: 0
         tokens.append(pc.fill_null(pc.if_else(given, counts[name], other), 0).to_numpy(zero_copy_only=False))
     sure &= (tokens[0] < _MOST_TOKENS) & (tokens[1] < _MOST_TOKENS)
-    unsure |= usage_given & ~_ok(counts["total"].is_valid())  # missing: the sum; null: refused
     for i in np.flatnonzero(unsure & sure):
         unsure[i] = _JSON_NULL.search(chosen[i]) is not None
     sure &= ~unsure
-    total = pc.fill_null(counts["total"], pa.array(np.where(sure, tokens[0] + tokens[1], 0)))
+    total = pc.fill_null(counts["total"], pa.array(np.where(sure, tokens[0] + tokens[1], 0)))  # missing or null: the sum
+    output = _fields(col["output"])
+    sure &= ~_ok(pc.equal(output["finish_reason"], "content_filter"))  # the reader's to refuse
     # Scores come whole from the join; a name or label of another type is the reader's to refuse.
     chosen_scores = [scores[i] for i in shaped]
     for i, found in enumerate(chosen_scores):
@@ -842,7 +843,7 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
                                                                 _empty_as_null(chosen_versions), model)],
                                             fields=list(_MODEL)),
         "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], "")),
-        "completion": pc.fill_null(_fields(col["output"])["content"], ""),
+        "completion": pc.fill_null(output["content"], ""),
         "usage": pa.StructArray.from_arrays([pa.array(tokens[0]), pa.array(tokens[1]), total], fields=list(_USAGE)),
         "latency_ms": pa.array(np.rint((seconds[1] - seconds[0]) * 1e6) / 1000),  # as the reader: whole microseconds
         "feedback": pa.StructArray.from_arrays([pa.nulls(n, pa.string()), pa.nulls(n, pa.float64())],
@@ -916,16 +917,14 @@ class _GenAIMessage(msgspec.Struct):
         return _parts_text(self.parts)
 
 
-_REFUSED_PARTS = formats.MEDIA_PARTS | formats.TOOL_PARTS
-
-
 def _parts_text(parts: list[_Part]) -> str | None:
     """As formats._parts_text reads them; None for parts the reader refuses (an image, a file, a
-    tool call in a prompt) or for none (a message whose content was not recorded)."""
+    tool call in a prompt), reads as its own (a refusal) or for none (a message whose content was
+    not recorded)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if not parts or any(p.type in _REFUSED_PARTS for p in parts):
+    if not parts or any(p.type in formats.MEDIA_PARTS or p.type == "refusal" or formats.tool_part(p.type) for p in parts):
         return None
     return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
 
@@ -945,7 +944,7 @@ class _OlderMessage(_PlainMessage):
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
         if isinstance(self.content, str):
             return self.content
-        if any(p.type in formats.MEDIA_PARTS or p.type == "refusal" for p in self.content):
+        if any(p.type in formats.MEDIA_PARTS or p.type == "refusal" or formats.tool_part(p.type) for p in self.content):
             return None
         return formats.PART_SEPARATOR.join([p.text for p in self.content if p.type == "text"])
 

@@ -318,6 +318,11 @@ MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "ima
 # assistant turn, then a tool's answer to nothing) is not the one the model was served.
 TOOL_PARTS = frozenset({"tool_call", "tool_call_response"})
 TOOL_FIELDS = ("tool_calls", "function_call")
+# Other vendors' content parts that are a tool's call or result, by the end of their type: Anthropic's
+# blocks (tool_use, tool_result, and its server tools' own, such as web_search_tool_result) and the
+# Responses API's items (function_call, function_call_output, web_search_call, ...), as Langfuse and
+# the older OTel names keep them in a message's content.
+TOOL_TYPE_ENDINGS = ("tool_use", "tool_result", "_call", "_call_output", "_call_response")
 # Text parts are joined as vLLM joins them to render a message for a chat template: the model that
 # serves the trained checkpoint then sees the prompt it was trained on.
 PART_SEPARATOR = "\n"
@@ -327,6 +332,12 @@ def _media(kinds: Iterable[Any], where: str, media: Iterable[Any] = MEDIA_PARTS)
     for kind in kinds:
         if kind in media:
             raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
+
+
+def tool_part(kind: Any) -> bool:
+    """Whether a content part of type ``kind`` is a tool's call or result (:data:`TOOL_PARTS`,
+    :data:`TOOL_TYPE_ENDINGS`)."""
+    return isinstance(kind, str) and (kind in TOOL_PARTS or kind.endswith(TOOL_TYPE_ENDINGS))
 
 
 def _no_tool_call(found: Any, where: str) -> None:
@@ -363,12 +374,18 @@ def _role(role: Any) -> Any:
 def _text(content: Any, where: str, said: bool = False) -> str:
     """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and with
     ``said``, of an earlier turn, an assistant's refusal parts, which are what it said then);
-    FormatError ``non_text_content`` for one holding an image, audio or a file."""
+    FormatError ``non_text_content`` for one holding an image, audio or a file, and for one holding a
+    tool's call or result (:func:`tool_part`), ``tool_call_in_prompt`` in an earlier turn and
+    ``no_text_answer`` in an answer."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = [p for p in content if isinstance(p, dict)]
         _media((p.get("type") for p in parts), where)
+        if tool := next((kind for p in parts if tool_part(kind := p.get("type"))), None):
+            if said:
+                _no_tool_call(f"a part of type {tool}", where)
+            raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a part of type {tool})")
         kinds = ("text", "refusal") if said else ("text",)
         return PART_SEPARATOR.join(p.get(kind, "") for p in parts if (kind := p.get("type")) in kinds)
     return ""
@@ -425,7 +442,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
     try:
         text, parts = _parts_text(m, where), m.get("parts") or []
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
-        return _text_answer(text, where, tool_call="tool_call" in kinds, refusal="refusal" in kinds,
+        return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
                             filtered=m.get("finish_reason") == "content_filter")
     except FormatError as e:
         return e
@@ -1190,9 +1207,12 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     return value
 
 
-def _parts_text(message: dict, where: str) -> str:
+def _parts_text(message: dict, where: str, said: bool = False) -> str:
+    """The text of a message of semconv's typed parts (with ``said``, of an earlier turn, its refusal
+    parts too, as :func:`_text` reads OpenAI's)."""
     parts = message.get("parts") or []
-    texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"
+    kinds = ("text", "refusal") if said else ("text",)
+    texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"message parts={str(parts)[:80]} are not text parts")
@@ -1207,8 +1227,8 @@ def _prompt_parts(m: dict, where: str) -> dict:
     if not parts:  # as OpenTelemetry's OpenAI instrumentation writes a message whose content was a list
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
     kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
-    _no_tool_call(next((f"a part of type {k}" for k in kinds if k in TOOL_PARTS), None), where)
-    return {"role": m.get("role"), "content": _parts_text(m, where)}
+    _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
+    return {"role": m.get("role"), "content": _parts_text(m, where, said=True)}
 
 
 def _system_instructions(a: dict) -> list[dict]:
@@ -1301,12 +1321,12 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
 def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
     """The flattened message ``name`` (``gen_ai.prompt.<i>``) of fields ``fields``."""
     if not fields & {"role", "content"}:  # a text completion's prompt: gen_ai.prompt.<i>.user alone
-        return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user")}
+        return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user", True)}
     return {"role": _role(a.get(f"{name}.role", "user")), "content": _flat_content(a.get(f"{name}.content"),
-                                                                                    f"{where}: {name}.content")}
+                                                                                    f"{where}: {name}.content", True)}
 
 
-def _flat_content(value: Any, where: str) -> str:
+def _flat_content(value: Any, where: str, said: bool = False) -> str:
     """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
     writes as JSON text, as the text of its text parts."""
     if value is None:
@@ -1321,7 +1341,7 @@ def _flat_content(value: Any, where: str) -> str:
         except ValueError:
             return value
         if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
-            return _text(parts, where)
+            return _text(parts, where, said)
     return str(value)
 
 
@@ -1817,8 +1837,8 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
         "model": {"name": model, "version": str(g.get("version") or version or model)},
         "messages": _langfuse_messages(_stored_json(g.get("input"))),
         "completion": completion,
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": usage.get("total", _total(prompt_tokens, completion_tokens))},
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,  # null: not counted, as missing
+                  "total_tokens": _total(prompt_tokens, completion_tokens) if usage.get("total") is None else usage["total"]},
         "feedback": {"thumb": None, "rating": None},
         "latency_ms": _ms_between(start, end),
         "scores": scores,

@@ -16,8 +16,10 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
     model             {"name": str, "version": str}: what served the answer (both non-empty)
     messages          [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content": str}, ...]
                       the request's chat, with at least one user message; the last one is the prompt, not blank.
-                      A message holding tool calls (OpenAI's ``tool_calls`` or ``function_call``, other than
-                      null or empty) is refused as ``tool_call_in_prompt``, as every other format's is
+                      As OpenAI's messages, as every other format reads them: an assistant's ``refusal`` is
+                      its text where its content is empty; one holding tool calls (``tool_calls`` or
+                      ``function_call``, other than null or empty) is refused as ``tool_call_in_prompt``,
+                      one holding ``audio`` as ``non_text_content``
     completion        str, not blank: the model's answer
     usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
     feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
@@ -53,10 +55,12 @@ ROLES = get_args(Role)
 class Message(msgspec.Struct, frozen=True):
     role: Role
     content: str
+    refusal: str | None = None  # what an assistant said in refusing, its content empty
     # Read only to be refused: the messages are text, and a chat read without its calls (an empty
-    # assistant turn, then a tool's answer to nothing) is not the one the model was served.
+    # assistant turn, then a tool's answer to nothing) or its audio is not the one the model was served.
     tool_calls: Annotated[list[Any], msgspec.Meta(max_length=0)] | None = None
     function_call: Annotated[dict[str, Any], msgspec.Meta(max_length=0)] | None = None
+    audio: None = None
 
 
 class ModelRef(msgspec.Struct, frozen=True):
@@ -177,14 +181,14 @@ def _whole_characters(rec: TraceRecord) -> TraceRecord:
     return rec
 
 
-_TOOL_CALL = re.compile(r"`\$\.messages\[(\d+)\]\.(tool_calls|function_call)")
+_NOT_TEXT = re.compile(r"`\$\.messages\[(\d+)\]\.(tool_calls|function_call|audio)`")
 
 
 def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
     text = str(e)
-    if call := _TOOL_CALL.search(text):
-        return InvalidTrace("tool_call_in_prompt", f"`messages[{call[1]}]` holds {call[2]}, which the dataset's "
-                                                   "messages (text only) cannot hold")
+    if found := _NOT_TEXT.search(text):
+        return InvalidTrace("non_text_content" if found[2] == "audio" else "tool_call_in_prompt",
+                            f"`messages[{found[1]}]` holds {found[2]}, which the dataset's messages (text only) cannot hold")
     reason = "missing_field" if text.startswith("Object missing required field") else "invalid_field"
     # msgspec says "... - at `$.usage.prompt_tokens`": name the field as a path without the root.
     return InvalidTrace(reason, text.replace("`$.", "`").replace("`$[", "`["))
@@ -199,6 +203,9 @@ def _consistent(rec: TraceRecord) -> TraceRecord:
         raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
     if not rec.completion or rec.completion.isspace():
         raise InvalidTrace("invalid_field", "`completion` is empty")
+    if any(m.refusal for m in rec.messages):
+        rec = msgspec.structs.replace(rec, messages=[
+            msgspec.structs.replace(m, content=m.refusal) if m.refusal and not m.content else m for m in rec.messages])
     for m in reversed(rec.messages):
         if m.role == "user":
             if not m.content or m.content.isspace():
