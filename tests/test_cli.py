@@ -1,4 +1,8 @@
 import json
+import os
+import signal
+import tempfile
+import time
 
 import pytest
 
@@ -23,9 +27,50 @@ def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["materialize", "--start", "yesterday", "--end", "2026-11-22T11:00:00+00:00"])
     assert "--start: 'yesterday' is not an ISO 8601 time" in capsys.readouterr().err
-    assert main(["materialize", "--start", "2026-11-22T11:00:00+00:00", "--end", T0.isoformat()]) == 1
-    err = capsys.readouterr().err
-    assert "is not after start" in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        main(["materialize", "--start", "2026-11-22T11:00:00+00:00", "--end", T0.isoformat()])
+    assert "--end 2026-11-22T10:00:00+00:00 is not after --start" in capsys.readouterr().err
+    for every in ("", "infh", "1e20d", "1s", "-1h"):
+        with pytest.raises(SystemExit):
+            main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--every", every])
+        err = capsys.readouterr().err
+        assert "--every" in err and "Traceback" not in err, every
+    with pytest.raises(SystemExit):
+        main(["materialize", "--start", "9999-12-31T20:00:00-05:00", "--end", "9999-12-31T23:00:00-05:00"])
+    assert "'9999-12-31T20:00:00-05:00' is outside the years 1 to 9999 in UTC" in capsys.readouterr().err
     monkeypatch.setenv("CTPIPE_GATE__ALPHA", "3")
     assert main(["build-base"]) == 1
     assert "gate.alpha" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):
+    write_traces(settings.traces_dir, [trace(1)])
+    (tmp_path / "afile").write_text("x")
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00",
+                 "--out", str(tmp_path / "afile")]) == 1
+    assert f"dataset store '{tmp_path / 'afile'}' is a file, not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_mid_run_is_a_message_and_leaves_nothing_behind(settings, capsys, monkeypatch, tmp_path, signum):
+    """SIGTERM is what timeout, systemd and Kubernetes send: the run cleans up as for Ctrl-C."""
+    from ctpipe import materialize
+
+    write_traces(settings.traces_dir, [trace(i) for i in range(1, 50)])
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    rows = materialize._rows
+
+    def interrupted(*a, **k):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler raises here
+        return rows(*a, **k)
+
+    monkeypatch.setattr(materialize, "_rows", interrupted)
+    code = main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--out", str(tmp_path / "out")])
+    assert code == 128 + signum
+    err = capsys.readouterr().err
+    assert err.strip().endswith("terminated" if signum == signal.SIGTERM else "interrupted") and "Traceback" not in err
+    assert os.listdir(tmp_path / "out") == [] and os.listdir(tmp_path / "tmp") == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -7,7 +7,10 @@ import itertools
 import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -731,6 +734,68 @@ def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interv
     assert main(args) == 0 and capsys.readouterr().out == first
     assert (tmp_path / "out" / versions[0] / "manifest.json").stat().st_mtime_ns == stamp
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_latest_stays_on_the_newest_interval_through_a_backfill_or_a_rerun_of_an_older_one(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i), at=T0 + timedelta(minutes=10 * i))
+                                               for i in range(18))))
+    later = run(tmp_path / "a.jsonl", tmp_path / "out", T0 + 2 * HOUR, T0 + 3 * HOUR)
+    assert main(["materialize", "--source", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"),
+                 "--start", T0.isoformat(), "--end", (T0 + 2 * HOUR).isoformat(), "--every", "1h"]) == 0
+    assert (tmp_path / "out" / "LATEST").read_text().strip() == later.version
+    (tmp_path / "out" / "LATEST").chmod(0o444)  # a re-run of the latest rewrites nothing
+    assert run(tmp_path / "a.jsonl", tmp_path / "out", T0 + 2 * HOUR, T0 + 3 * HOUR).version == later.version
+    (tmp_path / "out" / "LATEST").chmod(0o644)
+    newest = run(tmp_path / "a.jsonl", tmp_path / "out", T0 + 2 * HOUR, T0 + 4 * HOUR)
+    assert datasets.Output(tmp_path / "out").resolve(None).version == newest.version
+
+
+def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog):
+    """--out under --source: each run read the versions before it as traces, and published another."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 3?", str(i + 3)) for i in range(1, 4))))
+    first = run(src, src / "datasets")
+    again = run(src, src / "datasets")
+    assert again.version == first.version and again.counts == first.counts == {**again.counts, "traces_in": 3, "quarantined": 0}
+    assert "lies inside the source" in caplog.text
+
+
+def test_a_worker_whose_parent_was_killed_ends(tmp_path):
+    """SIGKILL (the OOM killer) runs no cleanup: a worker waiting on its queue would live on, holding its memory."""
+    parent = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time\n"
+                               "child = subprocess.Popen([sys.executable, '-c', 'import sys; from ctpipe.materialize import _orphaned; "
+                               "_orphaned(int(sys.argv[1]))', str(os.getpid())])\n"
+                               "print(child.pid, flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _running(child):
+        time.sleep(0.2)
+    if _running(child):
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the orphaned worker lived on")
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs: neither gone nor a zombie (which an init that reaps nothing keeps)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_spill_folders_of_runs_that_are_gone_are_removed_by_the_next(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    for pid in (gone, str(os.getpid()), "x"):
+        (tmp_path / "tmp" / f"ctpipe-spill-{pid}-abc").mkdir()
+    (tmp_path / "src.jsonl").write_bytes(lines(trace(1)))
+    run(tmp_path / "src.jsonl", tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "tmp")) == [f"ctpipe-spill-{os.getpid()}-abc", "ctpipe-spill-x-abc"]
 
 
 def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_path, capsys):

@@ -19,8 +19,10 @@ import argparse
 import dataclasses
 import json
 import logging
+import signal
 import sys
-from datetime import datetime, timedelta
+import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import PurePosixPath
 from typing import get_args
 
@@ -40,6 +42,10 @@ def _aware(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
     if t.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
+    try:
+        t.astimezone(timezone.utc)
+    except OverflowError:  # 9999-12-31T20:00-05:00 is in year 10000 in UTC
+        raise argparse.ArgumentTypeError(f"{text!r} is outside the years 1 to 9999 in UTC") from None
     return t
 
 
@@ -94,7 +100,7 @@ def _duration(text: str) -> timedelta:
     units = {"m": "minutes", "h": "hours", "d": "days"}
     try:
         value = timedelta(**{units[text[-1]]: float(text[:-1])})
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, IndexError, OverflowError):  # "", "1s", "xh", "infh", "1e20d"
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30m, 1h or 1d") from None
     if value <= timedelta(0):
         raise argparse.ArgumentTypeError(f"{text!r} is not positive")
@@ -107,12 +113,13 @@ def cmd_materialize(args) -> int:
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
     source, out = args.source or str(s.traces_dir), args.out or s.datasets_uri
-    if args.end <= args.start:
-        raise ValueError(f"interval end {args.end.isoformat()} is not after start {args.start.isoformat()}")
     step = args.every or (args.end - args.start)
     start = args.start
     while start < args.end:
-        end = min(start + step, args.end)
+        try:
+            end = min(start + step, args.end)
+        except OverflowError:  # a slice past year 9999 ends where the interval does
+            end = args.end
         m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
         empty = isinstance(m, NoTraces)
         if args.json:  # one object per interval, for scripts
@@ -130,7 +137,7 @@ def cmd_materialize(args) -> int:
             c = m.counts
             print(f"{start.isoformat()} .. {end.isoformat()}: version {m.version}\n"
                   f"  traces in {c['traces_in']} = {c['traces']} rows + {c['quarantined']} quarantined "
-                  f"{json.dumps(m.quarantine_reasons)}\n"
+                  f"{json.dumps(m.quarantine_reasons)}; {c.get('outside_interval', 0)} records of other times\n"
                   f"  {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} DPO pairs; reward {json.dumps(m.reward_stats)}\n"
                   f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
                   + "".join(f"  {f}: no trace in a known format, {n} items quarantined\n"
@@ -246,16 +253,35 @@ def main(argv: list[str] | None = None) -> int:
                    help="a KServe InferenceService (canaryTrafficPercent) instead of Deployments and an HTTPRoute")
     p.set_defaults(fn=cmd_k8s_serving)
     args = parser.parse_args(argv)
+    if args.command == "materialize" and args.end <= args.start:
+        parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # SIGTERM (timeout, systemd, Kubernetes) as Ctrl-C: the command cleans up after itself and says so.
+    main_thread = threading.current_thread() is threading.main_thread()  # where alone signals are handled
+    terminated = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
         return args.fn(args)
+    except KeyboardInterrupt as e:
+        print(f"ctpipe {args.command}: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
     except ValidationError as e:
         print(f"ctpipe: invalid configuration: {e}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001 - a user-facing command reports the cause, not a traceback
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             raise
         print(f"ctpipe {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, terminated)
     return 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that what it holds is cleaned up as for Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise _Terminated
 
 
 if __name__ == "__main__":

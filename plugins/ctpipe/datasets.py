@@ -276,6 +276,12 @@ class Staging:
         return out.load(version)
 
 
+def _interval_of(version: str) -> tuple[str, str]:
+    """(end, start) of a version's name, ``<start>-<end>-<hash>`` in UTC: ordered as its interval is."""
+    start, _, rest = version.partition("-")
+    return rest.partition("-")[0], start
+
+
 class Output:
     """Where versions are published: a local path or any fsspec URI."""
 
@@ -287,6 +293,8 @@ class Output:
         self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
         reachable(self.fs, self.root, f"dataset store {self.uri!r}")  # fails now, naming the store, if it refuses
+        if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise NotADirectoryError(f"dataset store {self.uri!r} is a file, not a folder")
 
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"
@@ -314,7 +322,13 @@ class Output:
         return Manifest.load(self.uri_of(version))
 
     def point_latest(self, version: str) -> None:
-        self.write_text(f"{self.root}/{LATEST}", version + "\n")
+        """Point LATEST at ``version``, unless it points there or at a version of a later interval: a
+        backfill, or a re-run of an earlier interval, leaves the readers of the latest on the newest."""
+        path = f"{self.root}/{LATEST}"
+        current = self._read(path) if self.fs.exists(path) else None
+        if current == version or (current and _interval_of(current) > _interval_of(version)):
+            return
+        self.write_text(path, version + "\n")
 
     def staging(self) -> Staging:
         return Staging(self)

@@ -40,6 +40,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -51,6 +52,7 @@ from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
 from typing import Any
 
+import fsspec
 import msgspec
 import numpy as np
 import pyarrow as pa
@@ -235,10 +237,20 @@ class _NoPandas:
             raise ModuleNotFoundError("pandas is not imported in the materializer's workers", name=name)
 
 
-def _start_worker(job: Job) -> None:
+def _start_worker(job: Job, parent: int) -> None:
     if "pandas" not in sys.modules:  # the module of the parent's __main__ may have imported it already
         sys.meta_path.insert(0, _NoPandas())
+    threading.Thread(target=_orphaned, args=(parent,), daemon=True, name="ctpipe-orphaned").start()
     _init(job)
+
+
+def _orphaned(parent: int) -> None:
+    """End this worker once its parent (pid ``parent``, as the parent said: it may be gone already)
+    is gone, killed (SIGKILL, the OOM killer), which nothing else tells it: it would wait on its task
+    queue forever, holding its memory."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
 
 
 def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
@@ -1159,7 +1171,8 @@ class _Pool:
         if workers > 1:
             _map_large_buffers()
         context = get_context("spawn")
-        self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker, initargs=(job,))
+        self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
+                                         initargs=(job, os.getpid()))
                         for _ in range(workers)] if workers > 1 else []
         with _environment(_WORKER_ALLOCATORS):
             for pool in self.workers:
@@ -1471,7 +1484,18 @@ def materialize(
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     lag = dataset.partition_lag()
-    fs, files, skipped = sources.list_files(source, keep=lambda folder: _may_hold(folder, start, end, lag))
+    output = Output(out)
+    # A store inside the source folder (--out under --source) would be read back as traces, each run
+    # publishing another version.
+    store = output.root + "/" if _protocol(source) == _protocol(out) else None
+
+    def keep(folder: str) -> bool:
+        if store and folder.startswith(store):
+            log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
+            return False
+        return _may_hold(folder, start, end, lag)
+
+    fs, files, skipped = sources.list_files(source, keep=keep)
     if skipped:  # named in the manifest too, all of them, with why
         log.warning("%d files of the source are not read: %s", len(skipped),
                     "; ".join([f"{path}: {why}" for path, why in itertools.islice(skipped.items(), 20)]
@@ -1484,7 +1508,6 @@ def materialize(
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
     if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
         config["dataset"]["partition_lag_s"] = lag.total_seconds()
-    output = Output(out)
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         return known
@@ -1496,6 +1519,30 @@ def materialize(
         log.warning("the source holds OTLP spans that hold their content and log records of evaluation results "
                     "(scores): read again, the spans joined with their records, as those without content are")
         return build(hold_spans=True)
+
+
+def _protocol(uri: str) -> str:
+    return fsspec.core.split_protocol(uri)[0] or "file"
+
+
+_SPILLS = "ctpipe-spill-"  # the spill folders' names, then the pid of the run that owns one
+
+
+def _reclaim_spills() -> None:
+    """Remove the spill folders of runs on this machine whose process is gone: a killed run leaves its
+    own (SIGKILL runs no cleanup), a hundred megabytes or more each."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        pid = name[len(_SPILLS):].split("-", 1)[0]
+        if not (name.startswith(_SPILLS) and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            log.info("removing %s, the spill folder of a run that ended without removing it", name)
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
 
 
 class _HoldSpans(Exception):
@@ -1514,12 +1561,13 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     workers = 1 if size < _IN_PROCESS_BYTES else (dataset.workers or os.cpu_count() or 1)
     buckets = min(_buckets_for(size), _FANOUT)
     splits = 1  # known once every block is read
-    spill_dir = tempfile.mkdtemp(prefix="ctpipe-spill-")
+    staging = output.staging()  # first: a store that refuses it leaves no spill folder behind
+    _reclaim_spills()
+    spill_dir = tempfile.mkdtemp(prefix=f"{_SPILLS}{os.getpid()}-")
     need = _SPILL_NEED[dataset.format if dataset.format == "langfuse" else "other"] * size
     if shutil.disk_usage(spill_dir).free < need:  # a warning: much of a source may lie outside the interval
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
                     _free(spill_dir), _spill_room(size))
-    staging = output.staging()
     job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans, source)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
