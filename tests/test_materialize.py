@@ -791,11 +791,13 @@ def test_the_spill_folders_of_runs_that_are_gone_are_removed_by_the_next(tmp_pat
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
-    for pid in (gone, str(os.getpid()), "x"):
-        (tmp_path / "tmp" / f"ctpipe-spill-{pid}-abc").mkdir()
+    host = mat._spill_owner().split("@")[1]
+    kept = [f"ctpipe-spill-{os.getpid()}@{host}abc", f"ctpipe-spill-{gone}@elsewhere-abc", "ctpipe-spill-x-abc"]
+    for name in [f"ctpipe-spill-{gone}@{host}abc", *kept]:
+        (tmp_path / "tmp" / name).mkdir()
     (tmp_path / "src.jsonl").write_bytes(lines(trace(1)))
     run(tmp_path / "src.jsonl", tmp_path / "out")
-    assert sorted(os.listdir(tmp_path / "tmp")) == [f"ctpipe-spill-{os.getpid()}-abc", "ctpipe-spill-x-abc"]
+    assert sorted(os.listdir(tmp_path / "tmp")) == sorted(kept)
 
 
 def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_path, capsys):

@@ -38,6 +38,7 @@ import os
 import pickle
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -1525,16 +1526,21 @@ def _protocol(uri: str) -> str:
     return fsspec.core.split_protocol(uri)[0] or "file"
 
 
-_SPILLS = "ctpipe-spill-"  # the spill folders' names, then the pid of the run that owns one
+_SPILLS = "ctpipe-spill-"  # the spill folders' names, then <pid>@<host>- of the run that owns one
+
+
+def _spill_owner() -> str:
+    return f"{os.getpid()}@{socket.gethostname().replace('-', '_')}-"
 
 
 def _reclaim_spills() -> None:
-    """Remove the spill folders of runs on this machine whose process is gone: a killed run leaves its
-    own (SIGKILL runs no cleanup), a hundred megabytes or more each."""
-    root = tempfile.gettempdir()
+    """Remove the spill folders of runs on this host whose process is gone: a killed run leaves its
+    own (SIGKILL runs no cleanup), a hundred megabytes or more each. The host, in the name, keeps
+    off the folders of runs in other containers that share the folder, whose pids mean nothing here."""
+    root, host = tempfile.gettempdir(), _spill_owner().split("@", 1)[1]
     for name in os.listdir(root):
-        pid = name[len(_SPILLS):].split("-", 1)[0]
-        if not (name.startswith(_SPILLS) and pid.isdigit()):
+        pid, _, rest = name[len(_SPILLS):].partition("@")
+        if not (name.startswith(_SPILLS) and pid.isdigit() and rest.startswith(host)):
             continue
         try:
             os.kill(int(pid), 0)
@@ -1563,7 +1569,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     splits = 1  # known once every block is read
     staging = output.staging()  # first: a store that refuses it leaves no spill folder behind
     _reclaim_spills()
-    spill_dir = tempfile.mkdtemp(prefix=f"{_SPILLS}{os.getpid()}-")
+    spill_dir = tempfile.mkdtemp(prefix=_SPILLS + _spill_owner())
     need = _SPILL_NEED[dataset.format if dataset.format == "langfuse" else "other"] * size
     if shutil.disk_usage(spill_dir).free < need:  # a warning: much of a source may lie outside the interval
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
