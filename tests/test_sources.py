@@ -557,6 +557,14 @@ def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
         list(read(str(tmp_path / "nope")))
 
 
+def test_a_source_whose_client_cannot_start_or_whose_scheme_is_unknown_is_named():
+    """HDFS's client needs a JVM and says only "Unable to load libjvm"; the error names the source."""
+    with pytest.raises(SourceError, match=r"source 'nosuch://b/x': .*nosuch"):
+        list(read("nosuch://b/x"))
+    with pytest.raises(SourceError, match=r"source 'hdfs://namenode/traces': "):
+        list(read("hdfs://namenode/traces"))
+
+
 def _items(blocks) -> list[tuple]:
     from ctpipe.sources import items, numbered
 

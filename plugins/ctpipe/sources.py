@@ -300,7 +300,7 @@ def list_files(uri: str, what: str = "source",
     not read either, nor a folder that cannot be listed: one such entry stopped the run, or hung it."""
     try:
         fs, path = filesystem(uri)
-    except (ImportError, ValueError) as e:
+    except (ImportError, ValueError, OSError) as e:  # OSError: a client that cannot start, as HDFS's without a JVM
         raise SourceError(f"{what} {uri!r}: {e}") from None
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
