@@ -1310,6 +1310,29 @@ def test_spans_that_hold_their_content_take_the_evaluation_results_logged_of_the
     assert run(src, tmp_path / "again", reward=reward, dataset=DatasetConfig(workers=3 - workers)).version == m.version
 
 
+def test_an_evaluation_logged_apart_that_is_no_score_is_quarantined_alone_and_its_span_keeps_its_trace(tmp_path):
+    """A record of its own, as a Langfuse score row is: a NaN, a text or a boolean for a value cost
+    the span it named its whole trace."""
+    spans = [_genai_span(i) for i in range(4)]
+    for span in spans:
+        span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    records = [r for i in range(4) for r in _log_records(i, f"What is {i} plus 1?", str(i + 1))]
+    records += [_evaluation_record(0, 7.0), _evaluation_record(1, 7.0), _evaluation_record(2, 7.0)]
+    records[-2]["attributes"][1] = {"key": "gen_ai.evaluation.score.value", "value": {"doubleValue": "NaN"}}
+    records[-1]["attributes"][1] = {"key": "gen_ai.evaluation.score.value", "value": {"boolValue": True}}
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "logs.jsonl").write_bytes(lines({"resourceLogs": [{"resource": {}, "scopeLogs": [{"logRecords": records}]}]}))
+    (src / "traces.jsonl").write_bytes(lines(_export({"7": [spans]})))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 4 and m.quarantine_reasons == {"non_finite_number": 1, "invalid_field": 1}
+    assert {r["trace_id"][-1]: [s["value"] for s in r["scores"]] for r in table(m, "traces")} == {
+        "0": [7.0], "1": [], "2": [], "3": []}
+    q = {r["reason"]: r for r in table(m, "quarantine")}
+    assert q["invalid_field"]["source_file"].endswith("logs.jsonl") and "score.value=True is not a number" in q["invalid_field"]["detail"]
+    assert '"boolValue": true' in q["invalid_field"]["raw"]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_log_records_whose_span_is_not_among_the_files_are_counted_and_named_not_dropped_unsaid(
         tmp_path, monkeypatch, caplog, capsys, workers):

@@ -1413,13 +1413,23 @@ _EVALUATION = "gen_ai.evaluation.result"  # an evaluation result's event: on a s
 _LOG_EVENTS = ("gen_ai.choice", "gen_ai.client.inference.operation.details", _EVALUATION)
 
 
-def _held_event(name: Any, trace: Any, span: Any, record: dict | bytes) -> Held | None:
+def _held_event(name: Any, trace: Any, span: Any, record: dict | bytes) -> Held | FormatError | None:
     """A log record (or its JSON text) of this event name, trace and span id as held for its span's
     join; None for a record of no GenAI event. One that names no span (only its response's
-    id, as semconv allows an evaluation result to) joins none, and is counted so."""
+    id, as semconv allows an evaluation result to) joins none, and is counted so. An evaluation
+    result whose score cannot be one is its FormatError, in its place: a record of its own, it is
+    quarantined alone, as a Langfuse score row is, and its span's trace is kept without it."""
     if not (isinstance(name, str) and (name in _LOG_EVENTS or _MESSAGE_EVENT.fullmatch(name) is not None)):
         return None
-    return Held("event", trace if isinstance(trace, str) else "", span if isinstance(span, str) else "", record, name)
+    trace, span = (i if isinstance(i, str) else "" for i in (trace, span))
+    if name == _EVALUATION:
+        doc = msgspec.json.decode(record) if isinstance(record, bytes) else record
+        try:
+            _evaluation_score(doc.get("attributes"), f"{trace}:{span}")
+        except FormatError as e:
+            e.record = doc
+            return e
+    return Held("event", trace, span, record, name)
 
 
 class _RecordIds(msgspec.Struct):
@@ -1444,9 +1454,10 @@ class _LogsExport(msgspec.Struct):
 _LOGS_EXPORT, _RECORD_IDS = msgspec.json.Decoder(_LogsExport), msgspec.json.Decoder(_RecordIds)
 
 
-def held_log_records(line: bytes) -> list[Held] | None:
+def held_log_records(line: bytes) -> list[Held | FormatError] | None:
     """What :func:`from_otel` makes of a line that is an OTLP export of log records, each record kept
-    as its JSON text: its body (a message, often kilobytes) is not decoded until its span's join,
+    as its JSON text (an evaluation result that cannot be a score, its FormatError in its place):
+    its body (a message, often kilobytes) is not decoded until its span's join,
     and most of an export's records are not a span's content at all. None when the line is read
     otherwise (no such export, a type other than OTLP's, a record named in its attributes, text that
     is not UTF-8): :func:`from_otel` reads it then."""
@@ -1552,12 +1563,19 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
 
 
 def _evaluation_score(attributes: Any, span_id: str) -> dict:
-    """The score of a ``gen_ai.evaluation.result`` event (a span's, or a log record's) of these attributes."""
+    """The score of a ``gen_ai.evaluation.result`` event (a span's, or a log record's) of these
+    attributes; FormatError for one that cannot be a score (no name, a value that is not a finite
+    number, a label that is not text)."""
     e = _attrs(attributes)
-    value = _finite(e.get("gen_ai.evaluation.score.value"),
-                    f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation.score.value")
-    return {"name": e.get("gen_ai.evaluation.name"), "value": value, "label": e.get("gen_ai.evaluation.score.label"),
-            "source": "otel"}
+    where = f"span {span_id}: gen_ai.evaluation.result's gen_ai.evaluation"
+    name, value, label = (e.get(f"gen_ai.evaluation.{k}") for k in ("name", "score.value", "score.label"))
+    if not isinstance(name, str):
+        raise FormatError("invalid_field", f"{where}.name={name!r} is not a name")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise FormatError("invalid_field", f"{where}.score.value={value!r} is not a number")
+    if label is not None and not isinstance(label, str):
+        raise FormatError("invalid_field", f"{where}.score.label={label!r} is not text")
+    return {"name": name, "value": _finite(value, f"{where}.score.value"), "label": label, "source": "otel"}
 
 
 def _epoch(ts: Any, where: str) -> float:

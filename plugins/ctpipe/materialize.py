@@ -263,7 +263,9 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     if fmt in ("auto", "otel") and raw.startswith(b'{"resourceLogs"'):
         held = formats.held_log_records(raw)
         if held is not None:
-            return "otel", held
+            if len(held) == 1 and isinstance(held[0], formats.FormatError):  # the line's only record: its own item
+                raise held[0]
+            return "otel", [_converted(h) for h in held]
     if fmt == "auto" and _OUR_KEY not in raw:
         # Another format's line, most likely: our schema's typed decoding would fail it only after
         # parsing all of it, and it would be parsed again as a document. Anything else goes on below.
