@@ -374,7 +374,7 @@ def _role(role: Any) -> Any:
 def _text(content: Any, where: str, said: bool = False) -> str:
     """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and with
     ``said``, of an earlier turn, an assistant's refusal parts, which are what it said then);
-    FormatError ``non_text_content`` for one holding an image, audio or a file, and for one holding a
+    FormatError ``non_text_content`` for one holding an image, audio or a file; for one holding a
     tool's call or result (:func:`tool_part`), ``tool_call_in_prompt`` in an earlier turn and
     ``no_text_answer`` in an answer."""
     if isinstance(content, str):
