@@ -62,7 +62,8 @@ def airflow_env(s: Settings) -> dict[str, str]:
 
 
 class ServerError(RuntimeError):
-    """An HTTP 5xx: usually a transient database lock on SQLite, so it is retried."""
+    """An HTTP 5xx (usually a transient database lock on SQLite), or a call of any method but POST that
+    timed out: retried."""
 
 
 def init_sqlite(path: Path) -> None:
@@ -77,6 +78,8 @@ def init_sqlite(path: Path) -> None:
 class AirflowClient:
     """Just the REST calls the pipeline's command line needs, authenticated as the local admin."""
 
+    timeout_s = 30  # of one request
+
     def __init__(self, base_url: str, password_file: Path):
         self.base = base_url.rstrip("/")
         self.password_file = password_file
@@ -85,7 +88,7 @@ class AirflowClient:
 
     def login(self) -> None:
         password = json.loads(self.password_file.read_text())[USER]
-        r = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": password}, timeout=30)
+        r = requests.post(f"{self.base}/auth/token", json={"username": USER, "password": password}, timeout=self.timeout_s)
         r.raise_for_status()
         self._token = r.json()["access_token"]
         self.session.headers["Authorization"] = f"Bearer {self._token}"
@@ -97,12 +100,19 @@ class AirflowClient:
         return self._token
 
     def call_once(self, method: str, path: str, **kwargs) -> Any:
-        if self._token is None:
-            self.login()
-        r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
-        if r.status_code == 401:  # the token expired
-            self.login()
-            r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=30, **kwargs)
+        try:
+            if self._token is None:
+                self.login()
+            r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=self.timeout_s, **kwargs)
+            if r.status_code == 401:  # the token expired
+                self.login()
+                r = self.session.request(method, f"{self.base}/api/v2{path}", timeout=self.timeout_s, **kwargs)
+        except requests.Timeout as e:
+            # An API server just started on two busy cores can take longer than that: a call that
+            # changes nothing if sent twice is retried as a 5xx is; a POST may have gone through.
+            if method == "POST":
+                raise
+            raise ServerError(f"{method} {path} timed out: {e}") from e
         if r.status_code >= 500:
             raise ServerError(f"{method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
         if not r.ok:
