@@ -227,13 +227,14 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
 def _unplain(messages: pa.Array | None, offsets: np.ndarray) -> np.ndarray:
     """Which rows have a message with one of :data:`_NOT_PLAIN` there, not null (tool calls, audio, a
     refusal): the exact path's, which refuses or reads them (an empty one is none, and its to tell)."""
-    unplain = np.zeros(len(offsets) - 1, bool)
-    if messages is not None and pa.types.is_struct(messages.type):
-        for name in _NOT_PLAIN:
-            if messages.type.get_field_index(name) >= 0:
-                there = np.concatenate([[0], np.cumsum(_ok(pc.struct_field(messages, name).is_valid()))])
-                unplain |= there[offsets[1:]] > there[offsets[:-1]]
-    return unplain
+    n = len(offsets) - 1
+    if messages is None or not pa.types.is_struct(messages.type):
+        return np.zeros(n, bool)
+    plain = np.ones(len(messages), bool)
+    for name in _NOT_PLAIN:
+        if messages.type.get_field_index(name) >= 0:
+            plain &= ~_ok(pc.struct_field(messages, name).is_valid())
+    return ~_all_per_row(plain, np.repeat(np.arange(n), np.diff(offsets)), n)
 
 
 def _typed(a: pa.Array | None, n: int, kind: str) -> pa.Array:
@@ -917,14 +918,19 @@ class _GenAIMessage(msgspec.Struct):
         return _parts_text(self.parts)
 
 
+def _read_apart(kind: str) -> bool:
+    """Whether the reader reads a part of this type otherwise than a text part: refuses it (an image, a
+    file, a tool's call or result) or reads it as its own (a refusal)."""
+    return kind in formats.MEDIA_PARTS or kind == "refusal" or formats.tool_part(kind)
+
+
 def _parts_text(parts: list[_Part]) -> str | None:
-    """As formats._parts_text reads them; None for parts the reader refuses (an image, a file, a
-    tool call in a prompt), reads as its own (a refusal) or for none (a message whose content was
-    not recorded)."""
+    """As formats._parts_text reads them; None for parts the reader reads apart (:func:`_read_apart`)
+    or for none (a message whose content was not recorded)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if not parts or any(p.type in formats.MEDIA_PARTS or p.type == "refusal" or formats.tool_part(p.type) for p in parts):
+    if not parts or any(_read_apart(p.type) for p in parts):
         return None
     return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
 
@@ -944,7 +950,7 @@ class _OlderMessage(_PlainMessage):
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
         if isinstance(self.content, str):
             return self.content
-        if any(p.type in formats.MEDIA_PARTS or p.type == "refusal" or formats.tool_part(p.type) for p in self.content):
+        if any(_read_apart(p.type) for p in self.content):
             return None
         return formats.PART_SEPARATOR.join([p.text for p in self.content if p.type == "text"])
 

@@ -29,6 +29,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -276,8 +277,13 @@ class Staging:
         return out.load(version)
 
 
+def version_name(start: datetime, end: datetime, digest: str) -> str:
+    """A version's name: its interval (UTC) and the start of the digest of what makes it."""
+    return f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest[:10]}"
+
+
 def _interval_of(version: str) -> tuple[str, str]:
-    """(end, start) of a version's name, ``<start>-<end>-<hash>`` in UTC: ordered as its interval is."""
+    """(end, start) of a :func:`version_name`: ordered as its interval is."""
     start, _, rest = version.partition("-")
     return rest.partition("-")[0], start
 

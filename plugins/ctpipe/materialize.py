@@ -63,7 +63,7 @@ from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
-    dpo_pairs,
+    dpo_pairs, version_name,
 )
 from ctpipe.keyset import KeySet
 
@@ -263,9 +263,7 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     if fmt in ("auto", "otel") and raw.startswith(b'{"resourceLogs"'):
         held = formats.held_log_records(raw)
         if held is not None:
-            if len(held) == 1 and isinstance(held[0], formats.FormatError):  # the line's only record: its own item
-                raise held[0]
-            return "otel", [_converted(h) for h in held]
+            return _canonical_records("otel", held)
     if fmt == "auto" and _OUR_KEY not in raw:
         # Another format's line, most likely: our schema's typed decoding would fail it only after
         # parsing all of it, and it would be parsed again as a document. Anything else goes on below.
@@ -301,10 +299,18 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
         return "ctpipe", [traces.convert(doc)]
     if found == "bedrock" and fmt in ("auto", "bedrock"):
         doc = formats.with_offloaded_bodies(doc, sources.read_object, _JOB.source)
-    records = formats.normalize(doc, fmt, _JOB.hold_spans)
+    return _canonical_records(found or fmt, formats.normalize(doc, fmt, _JOB.hold_spans))
+
+
+def _canonical_records(fmt: str, records: list) -> tuple[str, list]:
+    """(format, canonical records) of a document's records (traces' dicts, FormatErrors in the place of
+    those that are none, Held): its only record raises why it is none, its line's item; of several,
+    each that is none comes as :class:`_Refused` in its place."""
     if len(records) < 2:
-        return found or fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
-    return found or fmt, [_converted(d) for d in records]
+        if records and isinstance(records[0], formats.FormatError):
+            raise records[0]
+        return fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
+    return fmt, [_converted(d) for d in records]
 
 
 def _from_events(events: list, fmt: str) -> tuple[str, list]:
@@ -1706,7 +1712,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         _JOINED.clear()
         shutil.rmtree(spill_dir, ignore_errors=True)
 
-    version = f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest.hexdigest()[:10]}"
+    version = version_name(start, end, digest.hexdigest())
     unrecognized = unformatted.files()
     if unrecognized:
         log.warning("files with no trace in %s (all they hold is quarantined): %s",
