@@ -944,7 +944,7 @@ def langfuse_line(*changes: tuple[str, object]) -> bytes:
 def langfuse_exact(raw: bytes, version: str | None = "v7", scores: list[dict] = LANGFUSE_SCORES) -> dict | None:
     import pickle
 
-    (trace,) = formats.joined(("generation", raw, ("f", 1), [pickle.dumps(s, protocol=5) for s in scores], version))
+    (trace,) = formats.joined(("generation", raw, ("f", 1), [pickle.dumps((None, s), protocol=5) for s in scores], version))
     if isinstance(trace, formats.FormatError):
         return None
     try:
@@ -965,6 +965,15 @@ LANGFUSE_LINES = {
     "own version empty": langfuse_line(("version", "")),
     "no model": langfuse_line(("model", ...)),
     "model empty": langfuse_line(("model", "")),
+    # Langfuse's observations API v2 names the model providedModelName, and gives the trace's release.
+    "provided model name": langfuse_line(("model", ...), ("providedModelName", "served")),
+    "model and provided model name": langfuse_line(("providedModelName", "served")),
+    "model null, provided model name": langfuse_line(("model", None), ("providedModelName", "served")),
+    "model empty, provided model name empty": langfuse_line(("model", ""), ("providedModelName", "")),
+    "release": langfuse_line(("release", "r3")),
+    "release, own version": langfuse_line(("release", "r3"), ("version", "v8")),
+    "release, own version empty": langfuse_line(("release", "r3"), ("version", "")),
+    "release empty": langfuse_line(("release", "")),
     "no end": langfuse_line(("endTime", ...)),
     "end null": langfuse_line(("endTime", None)),
     "end empty": langfuse_line(("endTime", "")),
@@ -1047,7 +1056,9 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
             "end in another zone", "start with six digits", "usage legacy", "usage details null", "no usage",
             "no usage, token fields", "no total, no nulls", "input count zero", "no input count", "content null",
             "unicode", "start naive", "both naive", "no tool calls in the input", "no total", "total null",
-            "output stopped as usual"} <= taken
+            "output stopped as usual", "provided model name", "model and provided model name",
+            "model null, provided model name", "release", "release, own version", "release, own version empty",
+            "release empty"} <= taken
     assert not taken & {"usage details empty", "usage details of other counts", "output stopped by the content filter",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",

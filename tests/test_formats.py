@@ -824,6 +824,53 @@ def test_langfuse_blob_storage_exports_read_as_written_in_jsonl_and_parquet():
         assert (t["messages"], t["completion"]) == ([{"role": "user", "content": want_in}], want_out), name
 
 
+# An observation of Langfuse's export of enriched observations (its default since its v4): the
+# legacy columns, the trace's own (release, tags, ...) on every row, and no rows of traces.
+ENRICHED_OBSERVATION = {**BLOB_OBSERVATION, "parent_observation_id": "", "status_message": "", "version": "",
+                        "usage_details": {"input": 10, "output": 1, "total": 11}, "tool_calls": [], "tool_call_names": [],
+                        "tool_definitions": {}, "user_id": "u", "session_id": "s", "trace_name": "chat", "tags": [],
+                        "release": "v7", "bookmarked": False, "public": False, "is_root_observation": True}
+
+
+def _blob_score(sid: str, kind: str, value: float, label: str | None = None) -> dict:
+    return {"id": sid, "timestamp": "2026-11-22 10:00:03.000000", "project_id": "p", "environment": "default",
+            "trace_id": "t1", "observation_id": "g1", "session_id": None, "dataset_run_id": None, "name": "judge",
+            "value": value, "source": "EVAL", "comment": "why", "data_type": kind, "string_value": label}
+
+
+def test_langfuse_enriched_observations_take_their_release_and_refuse_the_calls_listed_apart():
+    """A row of enriched observations holds its trace's release: the model's version, as a trace row's
+    is (a version of the observation's own comes first). Its answer's tool calls are in a column of
+    their own: such an answer is a tool call, whatever its text."""
+    (t,) = _joined([ENRICHED_OBSERVATION])
+    assert (t["model"], t["completion"]) == ({"name": "ctpipe-arith", "version": "v7"}, "5")
+    (t,) = _joined([{**ENRICHED_OBSERVATION, "version": "obs-2"}])
+    assert t["model"]["version"] == "obs-2"
+    call = '{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}'
+    for calls in ([call], json.dumps([call])):  # a list, or its JSON text
+        (e,) = _joined([{**ENRICHED_OBSERVATION, "tool_calls": calls}])
+        assert (e.reason, str(e)) == ("no_text_answer", "observation g1: output: the answer is a tool call, its text "
+                                                        "beside it no answer")
+    (t,) = _joined([{**ENRICHED_OBSERVATION, "tool_calls": "[]"}])
+    assert t["completion"] == "5"
+
+
+def test_langfuse_scores_on_an_export_window_s_bound_count_once_and_text_scores_are_not_carried():
+    """The windows of Langfuse's scheduled exports share their bounds: a score stamped on one is in
+    both files, and counts once (the one read last, where an annotation was edited in between). A
+    TEXT score is a comment (its value always 0), and is no more carried than a comment is."""
+    rows = [ENRICHED_OBSERVATION, _blob_score("s1", "NUMERIC", 0.5), _blob_score("s2", "NUMERIC", 0.25),
+            _blob_score("s3", "TEXT", 0, "Correct, but terse."), _blob_score("s1", "NUMERIC", 1.0),
+            {**_blob_score(None, "NUMERIC", 0.75)}, {**_blob_score(None, "NUMERIC", 0.75)}]
+    (t,) = _joined(rows)
+    assert [s["value"] for s in t["scores"]] == [1.0, 0.25, 0.75, 0.75]  # scores without an id are all kept
+    from ctpipe.formats import langfuse_entry
+
+    assert langfuse_entry(_blob_score("s3", "TEXT", 0, "Correct, but terse.")) is None
+    with pytest.raises(FormatError, match="dataType='RANKING' is not NUMERIC, BOOLEAN or CATEGORICAL"):
+        langfuse_entry(_blob_score("s4", "RANKING", 1))
+
+
 def test_langfuse_generations_sent_over_opentelemetry_read_their_messages_as_langfuse_keeps_them():
     """Langfuse keeps a generation it was sent as an OpenTelemetry span with its messages as the span
     had them: OpenLLMetry's as a list of answer messages, semconv's of typed parts."""

@@ -1014,6 +1014,48 @@ def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_st
     assert table(m, "grpo") == [{"prompt": [{"role": "user", "content": "What is 9 plus 1?"}], "answer": "10"}]
 
 
+def test_an_export_of_enriched_observations_is_read_as_langfuse_writes_it(tmp_path):
+    """Langfuse's scheduled export as it writes it since its v4: observations_v2/ and scores/ in Parquet
+    (times without a zone, counts in a map, the answer's tool calls listed apart, the trace's release
+    on each row) and each run's manifest in manifests/. Windows share their bounds: the next window's
+    files repeat what lies on one, which counts once (a generation's repeat is a duplicate)."""
+    src = tmp_path / "src" / "project"
+    (src / "manifests").mkdir(parents=True)
+    (src / "manifests" / "2026-11-22T10-00.json").write_text('{"files": [], "window": {}}')
+    call = '{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}'
+    at = T0.replace(tzinfo=None)
+    observations = [{"id": f"g{i}", "trace_id": f"t{i}", "type": "GENERATION", "parent_observation_id": "",
+                     "start_time": at + timedelta(minutes=i), "end_time": at + timedelta(minutes=i, seconds=1),
+                     "version": "", "provided_model_name": "m", "release": "v7",
+                     "input": json.dumps([{"role": "user", "content": f"What is {i} plus 1?"}]),
+                     "output": json.dumps({"role": "assistant", "content": str(i + 1)}),
+                     "usage_details": [("input", 9), ("output", 1), ("total", 10)], "tags": ["prod"],
+                     "tool_calls": [call] if i == 2 else []} for i in range(3)]
+    scores = [{"id": f"s{i}", "timestamp": at, "trace_id": f"t{i}", "observation_id": f"g{i}", "name": "judge",
+               "value": value, "source": "EVAL", "data_type": kind, "string_value": label, "comment": None}
+              for i, value, kind, label in ((0, 0.5, "NUMERIC", None), (1, 0.0, "TEXT", "terse"), (1, 1.0, "BOOLEAN", "True"))]
+    schema = pa.schema([("id", pa.string()), ("trace_id", pa.string()), ("type", pa.string()),
+                        ("parent_observation_id", pa.string()), ("start_time", pa.timestamp("us")),
+                        ("end_time", pa.timestamp("us")), ("version", pa.string()), ("provided_model_name", pa.string()),
+                        ("release", pa.string()), ("input", pa.string()), ("output", pa.string()),
+                        ("usage_details", pa.map_(pa.string(), pa.uint64())), ("tags", pa.list_(pa.string())),
+                        ("tool_calls", pa.list_(pa.string()))])
+    for folder, rows, window in (("observations_v2", observations, "10-00"), ("observations_v2", observations[:1], "11-00"),
+                                 ("scores", scores, "10-00"), ("scores", scores[:1], "11-00")):
+        (src / folder).mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema if folder != "scores" else None),
+                       src / folder / f"2026-11-22T{window}.parquet")
+    m = run(tmp_path / "src", tmp_path / "out", reward=RewardConfig(judge_weight=1.0, verifiable_weight=0.0,
+                                                                    feedback_weight=0.0))
+    assert accounted(m) and m.counts["traces_in"] == 4
+    assert m.quarantine_reasons == {"duplicate": 1, "no_text_answer": 1}
+    rows = table(m, "traces")
+    assert [(r["trace_id"], r["model_name"], r["model_version"], r["final_reward"]) for r in rows] == [
+        ("t0:g0", "m", "v7", 0.5), ("t1:g1", "m", "v7", 1.0)]
+    assert [len(r["scores"]) for r in rows] == [1, 1]
+    assert m.source["skipped_files"] == {f"{src}/manifests/": sources._LANGFUSE_MANIFESTS_NOT_READ}
+
+
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK_BYTES", 256)  # files of several blocks, whose lines are counted in the workers
     src = tmp_path / "src"

@@ -95,6 +95,24 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     assert sources.list_files(str(src))[1].digest != found.digest
 
 
+@pytest.mark.parametrize("protocol", ["file", "memory"])
+def test_the_manifests_of_a_langfuse_export_are_not_read(tmp_path, protocol):
+    """Langfuse's scheduled export writes each run's manifest (JSON, no record) to manifests/, beside
+    its tables, of which scores/ is in every export; a manifests/ folder elsewhere is read."""
+    import ctpipe.sources as sources
+
+    fs = fsspec.filesystem(protocol)
+    root = str(tmp_path) if protocol == "file" else f"/lf-{tmp_path.name}"
+    for path in ("p/observations_v2/2026-11-22T10-00.jsonl", "p/scores/2026-11-22T10-00.jsonl",
+                 "p/manifests/2026-11-22T10-00.json", "q/manifests/a.jsonl"):
+        fs.makedirs(f"{root}/{path.rsplit('/', 1)[0]}", exist_ok=True)
+        fs.pipe(f"{root}/{path}", b'{"n": 1}\n')
+    _, found, skipped = sources.list_files(root if protocol == "file" else f"memory://{root}")
+    assert [f[len(root):] for f in found] == ["/p/observations_v2/2026-11-22T10-00.jsonl", "/p/scores/2026-11-22T10-00.jsonl",
+                                              "/q/manifests/a.jsonl"]
+    assert {f[len(root):]: why for f, why in skipped.items()} == {"/p/manifests/": sources._LANGFUSE_MANIFESTS_NOT_READ}
+
+
 def test_an_object_name_holding_a_nul_is_listed_whole():
     """Names are held joined by NUL, which no local name holds; an object's may."""
     import ctpipe.sources as sources

@@ -755,7 +755,9 @@ class _LangfuseShape(msgspec.Struct):
     startTime: str | None = None
     endTime: str | None = None
     model: str | None = None
+    providedModelName: str | None = None
     version: str | None = None
+    release: str | None = None
     usageDetails: _LangfuseUsage | None = None
     usage: _LangfuseUsage | None = None
     promptTokens: traces.Count | None = None
@@ -766,7 +768,8 @@ _LANGFUSE_SHAPE = msgspec.json.Decoder(_LangfuseShape)
 _LANGFUSE_USAGE = pa.struct([("input", pa.int64()), ("output", pa.int64()), ("total", pa.int64())])
 _LANGFUSE_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("id", pa.string()), ("traceId", pa.string()), ("startTime", pa.string()), ("endTime", pa.string()),
-    ("model", pa.string()), ("version", pa.string()), ("input", MESSAGES),
+    ("model", pa.string()), ("providedModelName", pa.string()), ("version", pa.string()), ("release", pa.string()),
+    ("input", MESSAGES),
     ("output", pa.struct([("content", pa.string()), ("finish_reason", pa.string())])), ("usageDetails", _LANGFUSE_USAGE),
     ("usage", _LANGFUSE_USAGE),
     ("promptTokens", pa.int64()), ("completionTokens", pa.int64()),
@@ -832,7 +835,7 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
     for i, found in enumerate(chosen_scores):
         if not all(type(s["name"]) is str and (s["label"] is None or type(s["label"]) is str) for s in found):
             sure[i], chosen_scores[i] = False, []
-    model = pc.fill_null(col["model"], "")
+    model = pc.coalesce(_empty_as_null(col["model"]), _empty_as_null(col["providedModelName"]), "")
     chosen_versions = pa.array([versions[i] for i in shaped], pa.string())
     messages = col["input"]
     message = _fields(messages.values)
@@ -840,8 +843,8 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
         "trace_id": pc.binary_join_element_wise(col["traceId"], col["id"], ":"),
         "start_time": pa.array(start_us, pa.int64()).cast(_TIME),
         "end_time": pa.array(end_us, pa.int64()).cast(_TIME),
-        "model": pa.StructArray.from_arrays([model, pc.coalesce(_empty_as_null(col["version"]),
-                                                                _empty_as_null(chosen_versions), model)],
+        "model": pa.StructArray.from_arrays([model, pc.coalesce(_empty_as_null(col["version"]), _empty_as_null(chosen_versions),
+                                                                _empty_as_null(col["release"]), model)],
                                             fields=list(_MODEL)),
         "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], "")),
         "completion": pc.fill_null(output["content"], ""),

@@ -41,7 +41,7 @@ from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
 from ctpipe.sources import filesystem, reachable
 
-CODE_VERSION = "20"  # bumped whenever the same input and config would give other tables
+CODE_VERSION = "21"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))

@@ -1673,7 +1673,9 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
             value = line if line is not None else _pickled(row)
             return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), value, where
         if kind == "score":  # by observation id, or by trace id for trace-level scores
-            score = _pickled(_score(row))
+            if row.get("dataType") == "TEXT":  # a free-text comment, its value always 0: no more carried than a comment
+                return None
+            score = _pickled((row.get("id"), _score(row)))
             return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
         if kind == "trace":
             version = row.get("release") or row.get("version")
@@ -1732,9 +1734,21 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
             return [e]
     try:
         with _mapping("Langfuse generation"):
-            return [_trace(_camel_case(entry_row(value)), [pickle.loads(s) for s in attached], version)]
+            return [_trace(_camel_case(entry_row(value)), distinct_scores(attached), version)]
     except FormatError as e:
         return [e]
+
+
+def distinct_scores(attached: list[bytes]) -> list[dict]:
+    """A generation's Langfuse scores (``(id, score)`` of :func:`langfuse_entry`), each id once: the
+    windows of Langfuse's scheduled exports share their bounds, so a score stamped on one is in two
+    files. The last read is kept, in the place of the first (files are read in the order of their
+    names, which are the windows' times), as Langfuse's own export overwrites a score edited since."""
+    scores: dict[bytes | int, dict] = {}
+    for i, value in enumerate(attached):
+        sid, score = pickle.loads(value)
+        scores[_pickled(sid) if sid is not None else i] = score  # an id of any type, as a row may hold
+    return list(scores.values())
 
 
 def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
@@ -1845,14 +1859,17 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
     completion = _langfuse_answer(_stored_json(g.get("output")))
+    if isinstance(completion, str) and _stored_json(g.get("tool_calls")):  # enriched exports list the calls apart
+        completion = _text_answer(completion, f"observation {gid}: output", tool_call=True)
     if isinstance(completion, FormatError):
         raise completion
-    model = g.get("model") or ""
+    model = g.get("model") or g.get("providedModelName") or ""  # the name in Langfuse's observations API v2
     return {
         "trace_id": f"{tid}:{gid}",
         "start_time": _iso(start, f"observation {gid}: startTime"),
         "end_time": _iso(end, f"observation {gid}: endTime"),
-        "model": {"name": model, "version": str(g.get("version") or version or model)},
+        # An export of enriched observations has no trace rows: each row holds its trace's release.
+        "model": {"name": model, "version": str(g.get("version") or version or g.get("release") or model)},
         "messages": _langfuse_messages(_stored_json(g.get("input"))),
         "completion": completion,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,  # null: not counted, as missing

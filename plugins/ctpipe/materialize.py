@@ -1111,7 +1111,7 @@ def _fast_joined(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.
 
     generations, outputs = lines("generation"), lines("response")
     got = [(columns.parse_langfuse_lines([records[i][1] for i in generations], [records[i][4] for i in generations],
-                                         [[pickle.loads(s) for s in records[i][3]] for i in generations]), generations),
+                                         [formats.distinct_scores(records[i][3]) for i in generations]), generations),
            (columns.parse_batch_lines([records[i][1] for i in outputs], [records[i][3] for i in outputs]), outputs)]
     got = [(found[0], at[found[1]]) for found, at in got if found is not None]
     if not got:

@@ -387,6 +387,9 @@ class Files:
 # of its record, which names it (formats.with_offloaded_bodies reads it there): not a record.
 _BEDROCK_BODIES = re.compile(BEDROCK_DATA + "$")
 _BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): read with the records that name them"
+# Langfuse's scheduled export writes a manifest of each run (its window and files, JSON) to a
+# manifests/ folder beside its tables, of which scores/ is in every export: not records.
+_LANGFUSE_MANIFESTS_NOT_READ = "the manifests of Langfuse's export runs (beside its scores/): not records"
 
 
 def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
@@ -441,6 +444,9 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
             if run:
                 yield folder, run, infos
                 run = []
+            if name == "manifests/" and "scores/" in names:
+                skipped[folder + name] = _LANGFUSE_MANIFESTS_NOT_READ
+                continue
             yield from _listing(fs, folder + name, keep, seen, skipped)
         elif not name.startswith((".", "_")):
             run.append(name)
