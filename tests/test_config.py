@@ -19,6 +19,53 @@ def test_unknown_keys_fail_loudly(monkeypatch):
         Settings(not_a_setting=1)
 
 
+def test_an_environment_variable_that_names_no_setting_fails_and_a_near_one_is_suggested(monkeypatch):
+    """pydantic-settings alone passes over them: a misspelt variable would leave its setting at the default."""
+    monkeypatch.setenv("CTPIPE_REWARD_VERIFIER", "exact")  # one underscore
+    monkeypatch.setenv("ctpipe_bogus", "1")
+    with pytest.raises(ValidationError, match=r"name no setting: CTPIPE_REWARD_VERIFIER \(did you mean "
+                                              r"CTPIPE_REWARD__VERIFIER\?\), ctpipe_bogus "):
+        Settings()
+    monkeypatch.delenv("CTPIPE_REWARD_VERIFIER")
+    monkeypatch.delenv("ctpipe_bogus")
+    for name, value in (("CTPIPE_REWARD__VERIFIER", "exact"), ("ctpipe_gate__alpha", "0.01"), ("CTPIPE_TEST_ANYTHING", "x")):
+        monkeypatch.setenv(name, value)
+    s = Settings()
+    assert (s.reward.verifier, s.gate.alpha) == ("exact", 0.01)
+    monkeypatch.setenv("CTPIPE_TRAIN__LEARNING_RATES__DPO", "2e-5")  # a key of a mapping: a setting (of one rate)
+    with pytest.raises(ValidationError, match="learning_rates has no rate for grpo, sft") as e:
+        Settings()
+    assert "name no setting" not in str(e.value)
+    monkeypatch.delenv("CTPIPE_TRAIN__LEARNING_RATES__DPO")
+    monkeypatch.setenv("CTPIPE_GATE__ALPHA__X", "1")  # below a field that is no mapping
+    with pytest.raises(ValidationError, match="CTPIPE_GATE__ALPHA__X"):
+        Settings()
+
+
+@pytest.mark.parametrize("given, expected", [("0,10", (0.0, 10.0)), ("[0, 10]", (0.0, 10.0)), ("(1, 5)", (1.0, 5.0))])
+def test_a_judge_range_reads_as_two_numbers_with_or_without_brackets(monkeypatch, given, expected):
+    monkeypatch.setenv("CTPIPE_REWARD__JUDGE_RANGE", given)
+    assert Settings().reward.judge_range == expected
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("verifiable_weight", "inf", "reward.verifiable_weight"), ("judge_weight", "1e309", "reward.judge_weight"),
+    ("judge_range", "0,NaN", "reward.judge_range.1"), ("judge_range", "[0, Infinity]", "reward.judge_range.1"),
+    ("judge_range", "10,0", r"judge_range=\[10.0, 0.0\] must be increasing"),
+    ("verifier", "none", "verifier='none' gives no verifiable signal: verifiable_weight=0.8 must be 0"),
+])
+def test_reward_settings_that_would_label_nothing_right_fail_naming_the_field(monkeypatch, field, value, said):
+    monkeypatch.setenv(f"CTPIPE_REWARD__{field.upper()}", value)
+    with pytest.raises(ValidationError, match=said):
+        Settings()
+
+
+def test_a_margin_no_two_rewards_can_be_apart_fails():
+    with pytest.raises(ValidationError, match="dataset.dpo_min_margin"):
+        Settings(dataset={"dpo_min_margin": 1.5})
+    assert Settings(dataset={"dpo_min_margin": 1.0}, reward={"verifier": "none", "verifiable_weight": 0}).dataset
+
+
 def test_out_of_range_values_name_the_field():
     with pytest.raises(ValidationError, match="alpha"):
         Settings(gate={"alpha": 2})

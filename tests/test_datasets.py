@@ -132,7 +132,8 @@ def test_dpo_pairs_best_vs_worst_with_margin():
     group = answers(("a", 1.0, "5"), ("b", 0.9, "5 "), ("c", 0.0, "7"), ("d", 0.5, "8"), ("e", None, "9"))
     pairs = datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=0.3, dpo_max_pairs_per_prompt=2))
     assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "d")]
-    assert datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=1.5)) == []
+    assert [(c["trace_id"], r["trace_id"]) for c, r in datasets.dpo_pairs(group, DatasetConfig(dpo_min_margin=1.0))] == [
+        ("a", "c")]
     assert datasets.dpo_pairs(group[:1], DatasetConfig()) == []
 
 
@@ -143,6 +144,28 @@ def test_dpo_all_pairs_takes_the_widest_gaps_first_and_skips_ties():
     assert [(c["trace_id"], r["trace_id"]) for c, r in pairs] == [("a", "c"), ("b", "c"), ("a", "d")]
     tied = answers(*((x, 1.0, x) for x in "xyz"))
     assert datasets.dpo_pairs(tied, cfg) == [] and datasets.dpo_pairs(group[:1], cfg) == []
+
+
+@pytest.mark.parametrize("strategy", ["best_vs_worst", "all_pairs"])
+def test_a_gap_equal_to_the_margin_pairs_whatever_binary_makes_of_it(strategy):
+    """0.7 - 0.2 is 0.49999999999999994 in binary: gaps are held to the margin as labels are rounded."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ctpipe.materialize import best_vs_worst
+
+    cfg = DatasetConfig(dpo_strategy=strategy, dpo_min_margin=0.5)
+    for high, low in ((0.7, 0.2), (0.9, 0.4), (0.6, 0.1)):
+        group = answers(("a", high, "right"), ("b", low, "wrong"))
+        assert [(c["trace_id"], r["trace_id"]) for c, r in datasets.dpo_pairs(group, cfg)] == [("a", "b")], (high, low)
+        if strategy == "best_vs_worst":
+            column = lambda name: pa.chunked_array([pa.array([r[name] for r in group])])  # noqa: E731
+            assert best_vs_worst(np.zeros(2, np.int64), column("final_reward"), column("trace_id"), column("completion"),
+                                 cfg) == ([0], [1])
+    group = answers(("a", 0.7, "x"), ("b", 0.2, "y"), ("c", 0.75, "z"), ("d", 0.25, "w"))  # gaps of 0.5 and 0.55 ...
+    cfg = DatasetConfig(dpo_strategy="all_pairs", dpo_min_margin=0.5, dpo_max_pairs_per_prompt=4)
+    gaps = [round(c["final_reward"] - r["final_reward"], 6) for c, r in datasets.dpo_pairs(group, cfg)]
+    assert gaps == [0.55, 0.5, 0.5]  # ... widest first, equal ones by trace id (0.7 - 0.25 is too narrow)
 
 
 def test_manifest_records_hashes_and_counts(mixed):

@@ -959,21 +959,24 @@ def test_spills_keep_only_the_answers_pairing_can_take_and_pair_as_before(strate
             "row": rng.permutation(n), "prompt_key": rng.integers(0, 40, n).astype(np.uint64),
             "trace_id": [f"t{i}" for i in rng.permutation(n)],
             "completion": [str(c) + " " * int(s) for c, s in zip(rng.integers(0, 6, n), rng.integers(0, 2, n))],
-            "final_reward": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 40, n) / 40), from_pandas=True)})
+            "final_reward": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 40, n) / 40), from_pandas=True),
+            "reference_answer": [str(x) if x < 3 else None for x in rng.integers(0, 100, n)]})  # rare, and they differ
 
-        def pairing(table):  # each prompt: its earliest row, and its pairs
+        def pairing(table):  # each prompt: its earliest row, its earliest reference answer, and its pairs
             out = {}
             for r in table.to_pylist():
                 out.setdefault(r["prompt_key"], []).append(r)
-            return {key: (min(a["row"] for a in answers), [(c["trace_id"], r["trace_id"]) for c, r in dpo_pairs(answers, cfg)])
+            return {key: (min(a["row"] for a in answers),
+                          min(((a["row"], a["reference_answer"]) for a in answers if a["reference_answer"]), default=None),
+                          [(c["trace_id"], r["trace_id"]) for c, r in dpo_pairs(answers, cfg)])
                     for key, answers in out.items()}
 
         whole = pairing(rows)
-        assert sum(len(pairs) for _, pairs in whole.values()) > 20
+        assert sum(len(pairs) for _, _, pairs in whole.values()) > 20
         spills = [mat._pairable(rows.slice(at, 1000), k) for at in (0, 1000, 2000)]  # as three spills would
         assert pairing(pa.concat_tables(spills)) == whole
         assert pairing(mat._pairable(pa.concat_tables(spills), k)) == whole
-        assert sum(map(len, spills)) < n / 2
+        assert sum(map(len, spills)) < 0.55 * n  # 25 answers a prompt a spill: about 12 kept at k=3
 
 
 def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path, monkeypatch):
@@ -989,6 +992,20 @@ def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path
     assert few.version == every.version and few.counts == every.counts and few.counts["dpo_pairs"] == 2
     for name in ("grpo", "dpo"):
         assert table(few, name) == table(every, name)
+
+
+def test_a_prompts_grpo_answer_is_the_first_reference_any_of_its_traces_gives(tmp_path, monkeypatch):
+    """An application that logs a reference only at times: the prompt's first trace may have none."""
+    monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # a spill per block, pruned each (see _pairable)
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
+    unrated = {"thumb": None, "rating": None}
+    records = [trace(i, "What is 6 times 7?", f"{i} apples", feedback=unrated,
+                     reference_answer={5: "42", 9: "forty-two"}.get(i)) for i in range(40)]  # crowded: pruned per spill
+    records += [trace(40, "What is 9 plus 1?", "10", feedback=unrated)]
+    (tmp_path / "a.jsonl").write_bytes(lines(*records))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
+    assert table(m, "grpo") == [{"prompt": [{"role": "user", "content": "What is 6 times 7?"}], "answer": "42"}]
+    assert m.counts["grpo_prompts"] == 1
 
 
 def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_stay_out(tmp_path, monkeypatch):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ctpipe.rewards import combine, feedback_reward, judge_reward, math_reward
+import re
+
+from ctpipe.rewards import combine, extracted_reward, feedback_reward, judge_reward, math_reward
 
 
 @pytest.mark.parametrize("completion, reference, expected", [
@@ -15,6 +17,20 @@ from ctpipe.rewards import combine, feedback_reward, judge_reward, math_reward
 ])
 def test_math_answers_are_compared_as_math(completion, reference, expected):
     assert math_reward(completion, reference) == expected
+
+
+@pytest.mark.parametrize("reference", ["Paris", "B", "yes", "(A)"])
+def test_a_reference_math_verify_reads_no_answer_from_gives_no_math_signal(reference):
+    """Not 0.0, which would call even the same text wrong: the policy for missing signals decides."""
+    assert math_reward(reference, reference) is None and math_reward("42", reference) is None
+
+
+@pytest.mark.parametrize("pattern", [r"####\s*(\S+)|FINAL ANSWER", r"(?:Answer:\s*(\d+))?"])
+def test_a_match_whose_group_took_no_part_states_no_answer(pattern):
+    """Such a regex is valid (it has a group); a match without it is a completion that states no answer."""
+    compiled = re.compile(pattern)
+    assert extracted_reward("FINAL ANSWER", "42", compiled) == 0.0 and extracted_reward("nothing", "", compiled) is None
+    assert extracted_reward("#### 42" if "#" in pattern else "Answer: 42", "42", compiled) == 1.0
 
 
 def test_non_finite_or_out_of_range_signals_count_as_absent():

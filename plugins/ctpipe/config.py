@@ -7,14 +7,18 @@ run in different processes, all read the same settings. Unknown keys fail.
 
 from __future__ import annotations
 
+import difflib
+import json
+import os
 import re
+import typing
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Algorithm = Literal["grpo", "dpo", "sft"]
 TaskKind = Literal["addition", "between"]
@@ -107,21 +111,37 @@ class RewardConfig(_Section):
         "first group of answer_regex's first match equals reference_answer; none: no verifiable signal.",
     )
     answer_regex: str = Field(r"####\s*(\S+)", description="regex verifier: where a completion states its answer.")
-    verifiable_weight: float = Field(0.8, ge=0)
-    feedback_weight: float = Field(0.2, ge=0, description="User feedback: thumbs (up 1, down 0) or 1-5 ratings.")
-    judge_weight: float = Field(0.0, ge=0, description="A judge score carried in the trace's scores.")
+    verifiable_weight: float = Field(0.8, ge=0, allow_inf_nan=False)
+    feedback_weight: float = Field(0.2, ge=0, allow_inf_nan=False,
+                                   description="User feedback: thumbs (up 1, down 0) or 1-5 ratings.")
+    judge_weight: float = Field(0.0, ge=0, allow_inf_nan=False, description="A judge score carried in the trace's scores.")
     judge_score: str = Field("judge", min_length=1, description="Name of the score that counts as the judge's.")
-    judge_range: tuple[float, float] = Field((0.0, 1.0), description="The judge score's scale, mapped onto [0, 1].")
+    # NoDecode: from the environment, "0,10" as well as the JSON "[0, 10]".
+    judge_range: Annotated[tuple[FiniteFloat, FiniteFloat], NoDecode] = Field(
+        (0.0, 1.0), description="The judge score's scale, mapped onto [0, 1] (a score outside it counts as its end).")
     missing: Literal["renormalize", "zero", "drop"] = Field(
         "renormalize",
         description="A signal a trace lacks: renormalize the weights over the present ones; zero: count it 0; "
         "drop: leave the trace unlabeled.",
     )
 
+    @field_validator("judge_range", mode="before")
+    @classmethod
+    def _two_numbers(cls, v):
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return [part.strip() for part in v.strip("()").split(",")]
+        return v
+
     @model_validator(mode="after")
     def _some_weight(self) -> RewardConfig:
         if self.verifiable_weight + self.feedback_weight + self.judge_weight <= 0:
             raise ValueError("at least one reward weight must be positive")
+        if self.verifier == "none" and self.verifiable_weight > 0:  # drop or zero would then label nothing right
+            raise ValueError(f"verifier='none' gives no verifiable signal: verifiable_weight={self.verifiable_weight} "
+                             "must be 0")
         try:
             if re.compile(self.answer_regex).groups < 1:
                 raise ValueError(f"answer_regex={self.answer_regex!r} has no group to read the answer from")
@@ -141,7 +161,8 @@ class DatasetConfig(_Section):
         description="best_vs_worst: the i-th best answer against the i-th worst; all_pairs: every pair at least "
         "dpo_min_margin apart, widest gaps first.",
     )
-    dpo_min_margin: float = Field(0.5, gt=0, description="Smallest reward gap between chosen and rejected.")
+    dpo_min_margin: float = Field(0.5, gt=0, le=1, description="Smallest reward gap between chosen and rejected "
+                                  "(rewards lie in [0, 1]).")
     dpo_max_pairs_per_prompt: int = Field(2, ge=1)
     format: Literal["auto", "ctpipe", "openai", "otel", "langfuse", "helicone", "bedrock", "vertex"] = Field(
         "auto", description="Trace format of the source files; auto detects it per record and reports what matches none."
@@ -422,6 +443,20 @@ class Settings(BaseSettings):
     serving: ServingConfig = ServingConfig()
     canary: CanaryConfig = CanaryConfig()
 
+    @model_validator(mode="after")
+    def _no_unknown_variables(self) -> Settings:
+        """pydantic-settings passes over a CTPIPE_ variable that names no setting (only an unknown field
+        of a section fails), so a misspelt one (CTPIPE_REWARD_VERIFIER, one underscore) would leave its
+        setting at the default, unsaid. The test suite's own (CTPIPE_TEST_*) are no settings."""
+        known = _variables(Settings)
+        unknown = sorted(name for name in os.environ if name.upper().startswith("CTPIPE_")
+                         and not name.upper().startswith("CTPIPE_TEST_") and not _names_setting(name, known))
+        if unknown:
+            said = [f"{name}" + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
+                name.upper(), known, n=1, cutoff=0.8)) else "") for name in unknown]
+            raise ValueError(f"environment variables that name no setting: {', '.join(said)}")
+        return self
+
     @property
     def traces_dir(self) -> Path:
         return self.home / "traces"
@@ -458,6 +493,37 @@ class Settings(BaseSettings):
     @property
     def artifact_root(self) -> Path:
         return self.home / "mlflow" / "artifacts"
+
+
+def _variables(model: type[BaseModel], prefix: str = "CTPIPE_") -> list[str]:
+    """The environment variables of ``model``'s settings: a section's fields under its name and "__"."""
+    names = []
+    for name, field in model.model_fields.items():
+        names.append(prefix + name.upper())
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            names += _variables(field.annotation, f"{prefix}{name.upper()}__")
+    return names
+
+
+def _names_setting(name: str, known: list[str]) -> bool:
+    """Whether the variable ``name`` sets a setting: one of ``known``, or a key below a mapping's."""
+    upper = name.upper()
+    if upper in known:
+        return True
+    head, sep, _ = upper.rpartition("__")
+    while sep:  # CTPIPE_TRAIN__LEARNING_RATES__GRPO: a key of the learning_rates mapping
+        if head in known:
+            return _is_mapping(head)
+        head, sep, _ = head.rpartition("__")
+    return False
+
+
+def _is_mapping(variable: str) -> bool:
+    model: type[BaseModel] = Settings
+    *sections, field = variable.removeprefix("CTPIPE_").lower().split("__")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    return typing.get_origin(model.model_fields[field].annotation) is dict
 
 
 @cache

@@ -39,6 +39,7 @@ import xxhash
 
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
+from ctpipe.rewards import DECIMALS
 from ctpipe.sources import filesystem, reachable
 
 CODE_VERSION = "21"  # bumped whenever the same input and config would give other tables
@@ -107,18 +108,21 @@ def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
     identical texts never pair, so ties and single-answer groups give none.
     """
     ranked = sorted((r for r in group if r["final_reward"] is not None), key=lambda r: (-r["final_reward"], r["trace_id"]))
+
+    def gap(a: dict, b: dict) -> float:  # as labels are rounded (see rewards.DECIMALS)
+        return round(a["final_reward"] - b["final_reward"], DECIMALS)
+
     if cfg.dpo_strategy == "all_pairs":
         wide = [
             (a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
-            if a["final_reward"] - b["final_reward"] >= cfg.dpo_min_margin
-            and a["completion"].strip() != b["completion"].strip()
+            if gap(a, b) >= cfg.dpo_min_margin and a["completion"].strip() != b["completion"].strip()
         ]
-        wide.sort(key=lambda p: (p[1]["final_reward"] - p[0]["final_reward"], p[0]["trace_id"], p[1]["trace_id"]))
+        wide.sort(key=lambda p: (-gap(*p), p[0]["trace_id"], p[1]["trace_id"]))
         return wide[: cfg.dpo_max_pairs_per_prompt]
     pairs = []
     for i in range(min(cfg.dpo_max_pairs_per_prompt, len(ranked) // 2)):
         best, worst = ranked[i], ranked[-1 - i]
-        if best["final_reward"] - worst["final_reward"] < cfg.dpo_min_margin:
+        if gap(best, worst) < cfg.dpo_min_margin:
             break
         if best["completion"].strip() != worst["completion"].strip():
             pairs.append((best, worst))

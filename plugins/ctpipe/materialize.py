@@ -807,7 +807,8 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
 
     A prompt's messages are the same in each of its rows, so a row carries them only when this
     process has not spilled them already (as far as :data:`_SPILLED_PROMPTS` remembers), and a row
-    without a reward, which pairs with none, is spilled only when it carries them. The first row
+    without a reward, which pairs with none, is spilled only when it carries them or a reference
+    answer (which the prompt's GRPO row may take). The first row
     of a prompt in the whole source always does (no kept row of it came before, here or anywhere),
     and pairing takes a prompt's messages from its first row. At a million bench traces, this
     spills a quarter less."""
@@ -817,7 +818,8 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
     _SPILLED_PROMPTS.store(keys[once][new], np.ones(new.sum(), bool))
     openers = np.zeros(len(keys), bool)
     openers[once[new]] = True
-    wanted = openers | rows["final_reward"].is_valid().to_numpy(zero_copy_only=False)
+    wanted = openers | rows["final_reward"].is_valid().to_numpy(zero_copy_only=False) \
+        | rows["reference_answer"].is_valid().to_numpy(zero_copy_only=False)
     at = np.flatnonzero(wanted)
     rest = rows.select([name for name in _SPILL_SCHEMA.names if name not in ("row", "messages")])
     rest = rest.take(at) if len(at) < rows.num_rows else rest
@@ -888,8 +890,9 @@ def _append_runs(rows: pa.Table, target: pa.Array, path: Callable[[int], str]) -
 
 def _pairable(rows: pa.Table, k: int) -> pa.Table:
     """``rows`` less the answers that can never be paired, whatever other rows come, given at most
-    ``k`` pairs a prompt: of a prompt with many answers, only its earliest row (its GRPO row, the
-    one that orders it) and the answers at either end of its ranking, where every pair lies.
+    ``k`` pairs a prompt: of a prompt with many answers, only its earliest row (the one that orders
+    it and carries its messages), its earliest with a reference answer (its GRPO row's answer) and
+    the answers at either end of its ranking, where every pair lies.
 
     An answer is left out when ``k + 1`` answers of distinct texts rank above it: whatever answer it
     would pair with, at least ``k`` of them make pairs as wide or wider that come first (a tie goes
@@ -905,11 +908,13 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
     keep = np.ones(rows.num_rows, bool)
     keep[crowded] = False
     prompts: dict[int, list[tuple[int, dict]]] = {}
-    for i, row in zip(crowded.tolist(), rows.select(["row", "final_reward", "trace_id", "completion"])
+    for i, row in zip(crowded.tolist(), rows.select(["row", "final_reward", "trace_id", "completion", "reference_answer"])
                       .take(crowded).to_pylist()):
         prompts.setdefault(int(group[i]), []).append((i, row))
     for answers in prompts.values():
         keep[min(answers, key=lambda a: a[1]["row"])[0]] = True
+        if referenced := [a for a in answers if a[1]["reference_answer"] is not None]:
+            keep[min(referenced, key=lambda a: a[1]["row"])[0]] = True
         ranked = sorted((a for a in answers if a[1]["final_reward"] is not None),
                         key=lambda a: (-a[1]["final_reward"], a[1]["trace_id"]))
         above: set[str] = set()
@@ -1313,9 +1318,16 @@ def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, i
     rank = np.empty(len(starts), np.int64)
     rank[by_appearance] = np.arange(len(starts))
     first = order[starts[by_appearance]]  # a prompt's first row, which carries its messages (see _for_pairing)
-    grpo = first[table["reference_answer"].is_valid().to_numpy(zero_copy_only=False)[first]].tolist()
+    # A prompt's GRPO answer: the first reference given, in source order, by whichever of its rows.
+    prompt_of = np.cumsum(new) - 1  # of each row in sorted order, its prompt's number among starts
+    given = np.flatnonzero(table["reference_answer"].is_valid().to_numpy(zero_copy_only=False)[order])
+    answer = np.full(len(starts), -1, np.int64)
+    answered, at = np.unique(prompt_of[given], return_index=True)
+    answer[answered] = order[given[at]]
+    answer = answer[by_appearance]
+    grpo, grpo_answer = first[answer >= 0].tolist(), answer[answer >= 0].tolist()
     group = np.empty(len(order), np.int64)  # of each row, its prompt's number in output order
-    group[order] = rank[np.cumsum(new) - 1]
+    group[order] = rank[prompt_of]
     if cfg.dpo_strategy == "best_vs_worst":
         chosen, rejected = best_vs_worst(group, table["final_reward"], table["trace_id"], table["completion"], cfg)
     else:
@@ -1329,7 +1341,7 @@ def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, i
                 chosen.append(c["i"])
                 rejected.append(r["i"])
 
-    grpo, chosen, rejected = (pa.array(x, pa.int64()) for x in (grpo, chosen, rejected))
+    grpo, grpo_answer, chosen, rejected = (pa.array(x, pa.int64()) for x in (grpo, grpo_answer, chosen, rejected))
 
     def said(indices: pa.Array) -> pa.Array:
         content = table["completion"].take(indices).combine_chunks()
@@ -1337,7 +1349,7 @@ def _pair(index: int, table: pa.Table) -> tuple[dict | None, dict | None, int, i
         return pa.ListArray.from_arrays(pa.array(range(len(indices) + 1), pa.int32()),
                                         pa.StructArray.from_arrays([roles, content], ["role", "content"]))
 
-    grpo_table = pa.table({"prompt": table["messages"].take(grpo), "answer": table["reference_answer"].take(grpo)},
+    grpo_table = pa.table({"prompt": table["messages"].take(grpo), "answer": table["reference_answer"].take(grpo_answer)},
                           schema=GRPO_SCHEMA)
     dpo_table = pa.table({"prompt": table["messages"].take(first[group[chosen.to_numpy()]]),
                           "chosen": said(chosen), "rejected": said(rejected),
@@ -1367,7 +1379,7 @@ def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArr
     nth = np.arange(per_group.sum()) - np.repeat(np.cumsum(per_group) - per_group, per_group)
     best = np.repeat(starts, per_group) + nth
     worst = np.repeat(starts + sizes - 1, per_group) - nth
-    wide = reward[best] - reward[worst] >= cfg.dpo_min_margin
+    wide = np.round(reward[best] - reward[worst], rewards.DECIMALS) >= cfg.dpo_min_margin  # as dpo_pairs rounds
     best, worst = at[best[wide]], at[worst[wide]]
     texts = [t.strip() if t is not None else t for t in completions.take(np.r_[best, worst]).to_pylist()]
     differ = [a != b for a, b in zip(texts[:len(best)], texts[len(best):])]

@@ -25,20 +25,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 MissingPolicy = Literal["renormalize", "zero", "drop"]
+# Labels are rounded to this many places, and so are the gaps between them that DPO's margin is held
+# to: 0.7 - 0.2 is 0.49999999999999994 in binary, and a margin of 0.5 would refuse that pair.
+DECIMALS = 6
 
 
 def math_reward(completion: str, reference: str) -> float | None:
-    """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a reference.
+    """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
+    reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
+    0.0 would call even the same text wrong.
 
     >>> math_reward("so the result is 0.5", "$\\\\frac{1}{2}$"), math_reward("I think 96", "95"), math_reward("x", "")
     (1.0, 0.0, None)
+    >>> math_reward("Paris", "Paris") is None
+    True
     """
     if not reference.strip():
         return None
     from math_verify import parse, verify
 
-    gold, answer = parse(reference), parse(completion)
-    return 1.0 if gold and answer and verify(gold, answer) else 0.0
+    gold = parse(reference)
+    if not gold:
+        return None
+    answer = parse(completion)
+    return 1.0 if answer and verify(gold, answer) else 0.0
 
 
 def exact_reward(completion: str, reference: str) -> float | None:
@@ -57,9 +67,15 @@ def extracted_reward(completion: str, reference: str, pattern: re.Pattern) -> fl
 
     >>> extracted_reward("so 40 + 2 = 42 #### 42", "42", re.compile(r"####\\s*(\\S+)"))
     1.0
+
+    A match whose group took no part (``(\\d+)|FINAL``) states no answer, as no match does:
+
+    >>> extracted_reward("FINAL", "42", re.compile(r"#### (\\d+)|FINAL"))
+    0.0
     """
     m = pattern.search(completion)
-    return exact_reward(m.group(1), reference) if m else (None if not reference.strip() else 0.0)
+    stated = m.group(1) if m else None
+    return exact_reward(stated, reference) if stated is not None else (None if not reference.strip() else 0.0)
 
 
 def regex_reward(completion: str, pattern: str) -> float:
@@ -138,8 +154,8 @@ def combine(signals: Mapping[str, float | None], weights: Mapping[str, float], m
 
 def combine_columns(signals: Mapping[str, np.ndarray], weights: Mapping[str, float], missing: MissingPolicy,
                     n: int) -> np.ndarray:
-    """:func:`combine` of ``n`` traces, each signal a column with NaN where it is absent. Rounded to 6
-    places, as Python's round does, so labels do not depend on how the sums were vectorized."""
+    """:func:`combine` of ``n`` traces, each signal a column with NaN where it is absent. Rounded to
+    :data:`DECIMALS` places, as Python's round does, so labels do not depend on how the sums were vectorized."""
     total, weight = np.zeros(n), np.zeros(n)
     dropped = np.zeros(n, bool)
     for name, w in weights.items():
@@ -154,4 +170,4 @@ def combine_columns(signals: Mapping[str, np.ndarray], weights: Mapping[str, flo
     with np.errstate(invalid="ignore", divide="ignore"):
         label = np.where((weight > 0) & ~dropped, total / weight, math.nan)
     distinct, at = np.unique(label, return_inverse=True)  # labels repeat: each value is rounded once
-    return np.array([round(x, 6) for x in distinct.tolist()], float)[at]
+    return np.array([round(x, DECIMALS) for x in distinct.tolist()], float)[at]
