@@ -361,6 +361,20 @@ def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
     assert items[-1].reason == "truncated_gzip" and items[-1].position == len(good) + 1
 
 
+@pytest.mark.parametrize("layout", ["array", "stream"])
+def test_a_truncated_gzip_of_one_document_keeps_its_records_before_the_damage(tmp_path, layout):
+    """A pretty-printed array, or values one after another, cut short: read as the plain file is, a
+    record at a time up to the damage, not a line of the text at a time (nor all as one item)."""
+    records = [{"n": i, "text": "words " * 20} for i in range(400)]
+    text = json.dumps(records, indent=1) if layout == "array" else "".join(json.dumps(r) for r in records)
+    whole = gzip.compress(text.encode())
+    (tmp_path / "t.json.gz").write_bytes(whole[: len(whole) * 3 // 4])
+    items = list(read(str(tmp_path / "t.json.gz")))
+    good = [i.doc["n"] for i in items if i.reason is None]
+    assert len(good) > 200 and good == list(range(len(good)))
+    assert [i.reason for i in items if i.reason] == ["truncated_gzip"]
+
+
 @pytest.mark.parametrize("name", ["t.jsonl.gz", "t.jsonl.zst"])
 def test_every_truncation_of_a_compressed_file_is_reported(tmp_path, monkeypatch, name):
     """Cut after any byte, a file keeps the lines before the cut (up to a read's worth), and says it

@@ -1604,7 +1604,9 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
             compression = _compression(raw, name)
             f = _opened(raw, compression)
-            head = f.read(_PEEK)
+            head, damaged = _read_before_damage(f, _PEEK)
+            if damaged:  # what the decompressor held when it failed went with the error: read up to the damage
+                head = _before_damage(fs, file, compression, MAX_RECORD_BYTES + 1)
             text = _text(head)
             first, newline, _ = text.partition(b"\n")
             if not (text.startswith(b"[") or (text.startswith(b"{") and not _parses(first))):
@@ -1614,9 +1616,13 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
                     return "stream", b""
                 if not newline:  # one line that does not parse: a bad line, not a document
                     return lines
-            head += f.read(max(MAX_RECORD_BYTES + 1 - len(head), 0))
+            if not damaged:
+                more, damaged = _read_before_damage(f, MAX_RECORD_BYTES + 1 - len(head))
+                head += more
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
         return lines
+    if damaged:  # an array cut short: its elements before the damage, read as a plain one's are
+        return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
     if len(head) > MAX_RECORD_BYTES:
         return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
@@ -1628,6 +1634,37 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         return ("array", b"") if first.strip() == b"[" else lines
     _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
+
+
+def _read_before_damage(f, size: int) -> tuple[bytes, bool]:
+    """Up to ``size`` bytes of the decompressing reader ``f``, and whether damage stopped it (a gzip or
+    zstd file cut short or corrupt): what came before the damage is kept, where one read of all of it
+    would lose it with the error."""
+    pieces, left = [], size
+    try:
+        while left > 0 and (piece := f.read(min(left, 1 << 20))):
+            pieces.append(piece)
+            left -= len(piece)
+    except Exception:  # noqa: BLE001 - the decompressors raise EOFError, OSError, zlib.error, zstd's own
+        return b"".join(pieces), True
+    return b"".join(pieces), False
+
+
+def _before_damage(fs, file: str, compression: str, size: int) -> bytes:
+    """Up to ``size`` bytes of what the compressed ``file`` holds before its damage, all of them: read
+    a piece at a time (see :func:`_gunzip`), as its lines are."""
+    with fs.open(file, "rb") as raw:
+        pieces, held = _gunzip(raw) if compression == ".gz" else _unzstd(raw), 0
+        got = []
+        try:
+            for piece in pieces:
+                got.append(piece)
+                held += len(piece)
+                if held >= size:
+                    break
+        except _Damage:
+            pass
+    return b"".join(got)[:size]
 
 
 def _values_follow(text: bytes) -> bool:
