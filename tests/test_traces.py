@@ -69,3 +69,23 @@ def test_the_detail_names_the_field():
     with pytest.raises(InvalidTrace) as e:
         decode(json.dumps(trace(1, usage={"prompt_tokens": "x", "completion_tokens": 2, "total_tokens": 12})))
     assert "usage.prompt_tokens" in e.value.detail
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"latency_ms": float("inf")}, "`latency_ms` is inf"),
+    ({"feedback": {"thumb": None, "rating": float("nan")}}, "`feedback.rating` is nan"),
+    ({"scores": [{"name": "judge", "value": 0.5, "source": "eval"}, {"name": "judge", "value": float("-inf"),
+                                                                     "source": "eval"}]}, "`scores[1].value` is -inf"),
+])
+def test_a_non_finite_number_a_parquet_row_can_hold_is_refused_as_json_refuses_one(change, where):
+    with pytest.raises(InvalidTrace) as e:
+        convert({**trace(0), **change})
+    assert (e.value.reason, e.value.detail) == ("non_finite_number", where)
+
+
+def test_a_null_feedback_or_scores_is_none_as_a_missing_one_is():
+    """A Parquet row cannot tell null from missing, and a writer's None means none."""
+    for record in ({**trace(0), "feedback": None, "scores": None}, {k: v for k, v in trace(0).items()
+                                                                   if k not in ("feedback", "scores")}):
+        for rec in (convert(record), decode(json.dumps(record))):
+            assert (rec.feedback.thumb, rec.feedback.rating, rec.scores) == (None, None, [])

@@ -144,8 +144,8 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         return None
     valid &= _ok(pc.greater_equal(times[1], times[0]))
     table = table.set_column(1, "start_time", times[0]).set_column(2, "end_time", times[1])
-    # A missing feedback or scores, null as pyarrow reads it, is what the exact path makes of it: no
-    # thumb and no rating, no scores.
+    # A missing or null feedback or scores (pyarrow reads both as null) is what the exact path makes of
+    # it: no thumb and no rating, no scores.
     feedback, scores = table["feedback"].combine_chunks(), table["scores"].combine_chunks()
     table = table.set_column(8, "feedback", pa.StructArray.from_arrays(
         [pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating")], fields=list(_FEEDBACK)))
@@ -174,7 +174,7 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     text or as a timestamp with a zone (seconds to microseconds), structs and lists of those, a
     column of nulls for any. A batch with a column of another type is left to the exact path whole.
     A missing column is a field missing from every row, and a null value a field given as null,
-    as the rows' dicts have them.
+    as the rows' dicts have them (a null feedback or scores is none, as a missing one is).
     """
     names = set(batch.schema.names)
     if not {"trace_id", "completion"} <= names or names & _NOT_OURS or len(names) < batch.num_columns:
@@ -188,11 +188,11 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
         (start, start_ok), (end, end_ok) = (_times(column(name), n) for name in ("start_time", "end_time"))
         model, model_ok, _ = _record(column("model"), n, {"name": "text", "version": "text"})
         usage, usage_ok, _ = _record(column("usage"), n, dict.fromkeys(_USAGE.names, "int"))
-        feedback, feedback_ok, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
+        feedback, _, _ = _record(column("feedback"), n, {"thumb": "text", "rating": "float"})
         offsets, messages, messages_ok = _items(column("messages"), n)
         message, _, _ = _record(messages, int(offsets[-1]), {"role": "text", "content": "text"})
         unplain = _unplain(messages, offsets)
-        score_offsets, scores, scores_ok = _items(column("scores"), n)
+        score_offsets, scores, _ = _items(column("scores"), n)
         score, _, missing = _record(scores, int(score_offsets[-1]),
                                     {"name": "text", "value": "float", "label": "text", "source": "text"})
         trace_id, completion, reference, latency = (_typed(column(name), n, kind) for name, kind in (
@@ -202,10 +202,6 @@ def parse_batch(batch: pa.RecordBatch) -> tuple[pa.Table, np.ndarray] | None:
     if "source" in missing:  # a score without a source has the default one
         score["source"] = pa.array([""] * int(score_offsets[-1]), pa.string())
     sure = start_ok & end_ok & ~unplain
-    if "feedback" in names:  # feedback or scores given as null are refused; missing, they are none
-        sure &= feedback_ok
-    if "scores" in names:
-        sure &= scores_ok
     canonical = {
         "trace_id": trace_id,
         "start_time": start,
@@ -1339,13 +1335,6 @@ def _valid(table: pa.Table, lines: list[bytes]) -> np.ndarray:
     ok = _canonical(col, table.num_rows)
     for name in ("start_time", "end_time"):
         ok &= _ok(pc.match_substring_regex(col[name], _RFC3339))
-    # A missing feedback or scores is allowed, an explicit null is not: pyarrow reads both as null,
-    # so a null one is accepted only when its key is nowhere in the line.
-    for name, key in (("feedback", b'"feedback"'), ("scores", b'"scores"')):
-        missing = np.flatnonzero(_ok(col[name].is_null()))
-        for i in missing:
-            if key in lines[i]:
-                ok[i] = False
     return ok
 
 
@@ -1385,7 +1374,9 @@ def _canonical(col: dict[str, pa.Array], n: int) -> np.ndarray:
     scores = col["scores"]
     elements = scores.flatten()
     score_parents = pc.list_parent_indices(scores).to_numpy(zero_copy_only=False)
-    ok &= _all_per_row(_ok(pc.and_kleene(elements.field("name").is_valid(), elements.field("source").is_valid())), score_parents, n)
+    value = elements.field("value")  # a NaN or infinite one only a Parquet row holds: the exact path refuses it
+    ok &= _all_per_row(_ok(pc.and_kleene(pc.and_kleene(elements.field("name").is_valid(), elements.field("source").is_valid()),
+                                         pc.or_kleene(pc.is_null(value), pc.is_finite(value)))), score_parents, n)
     return ok
 
 

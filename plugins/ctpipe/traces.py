@@ -22,11 +22,11 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
                       one holding ``audio`` as ``non_text_content``
     completion        str, not blank: the model's answer
     usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
-    feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional)
+    feedback          {"thumb": "up"|"down"|null, "rating": number in [1, 5] or null}   (optional; null is none)
     latency_ms        finite number >= 0
     reference_answer  str or null: the expected answer, when the application knows it   (optional)
     scores            [{"name": str, "value": number or null, "label": str or null,
-                        "source": str}]: judge and evaluation results carried along   (optional)
+                        "source": str}]: judge and evaluation results carried along   (optional; null is none)
 
 Validation is msgspec's typed decoding (strict types, JSON's own refusal of NaN and Infinity),
 which decodes and checks a 2 KB record in about the time a plain JSON parse takes.
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -95,9 +96,10 @@ class TraceRecord(msgspec.Struct, frozen=True):
     completion: str
     usage: Usage
     latency_ms: Annotated[float, msgspec.Meta(ge=0)]
-    feedback: Feedback = Feedback()
+    # Null is none, as missing is: a Parquet row cannot tell them apart, and a writer's None is meant so.
+    feedback: Feedback | None = Feedback()
     reference_answer: str | None = None
-    scores: list[Score] = []
+    scores: list[Score] | None = []
 
     @property
     def prompt(self) -> str:
@@ -203,6 +205,9 @@ def _consistent(rec: TraceRecord) -> TraceRecord:
         raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
     if not rec.completion or rec.completion.isspace():
         raise InvalidTrace("invalid_field", "`completion` is empty")
+    if rec.feedback is None or rec.scores is None:
+        rec = msgspec.structs.replace(rec, feedback=rec.feedback or Feedback(),
+                                      scores=rec.scores if rec.scores is not None else [])
     if any(m.refusal for m in rec.messages):
         rec = msgspec.structs.replace(rec, messages=[
             msgspec.structs.replace(m, content=m.refusal) if m.refusal and not m.content else m for m in rec.messages])
@@ -227,10 +232,25 @@ def decode(line: bytes | str) -> TraceRecord:
         raise
 
 
+def _finite(doc: dict) -> dict:
+    """``doc``, or :class:`InvalidTrace` ``non_finite_number`` where one of its numbers is NaN or
+    infinite: JSON cannot hold one (a line holding one is refused as it is parsed), a Parquet row can."""
+    feedback, scores = doc.get("feedback"), doc.get("scores")
+    numbers = [("latency_ms", doc.get("latency_ms"))]
+    if isinstance(feedback, dict):
+        numbers.append(("feedback.rating", feedback.get("rating")))
+    if isinstance(scores, list):
+        numbers += [(f"scores[{i}].value", s.get("value")) for i, s in enumerate(scores) if isinstance(s, dict)]
+    for where, value in numbers:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidTrace("non_finite_number", f"`{where}` is {value}")
+    return doc
+
+
 def convert(doc: dict) -> TraceRecord:
     """A canonical trace dict (from :mod:`ctpipe.formats`), validated."""
     try:
-        return _whole_characters(_consistent(msgspec.convert(doc, TraceRecord)))
+        return _whole_characters(_consistent(msgspec.convert(_finite(doc), TraceRecord)))
     except msgspec.ValidationError as e:
         raise _validation_error(e) from None
 
