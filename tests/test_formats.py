@@ -693,7 +693,7 @@ def test_unknown_and_mismatched_documents_are_reported_not_guessed():
     with pytest.raises(FormatError, match=r"matches no known trace format \(keys \['hello'\]\)") as e:
         normalize({"hello": 1}, "auto")
     assert e.value.reason == "unknown_format"
-    with pytest.raises(FormatError, match="is not a otel record \\(looks like openai\\)"):
+    with pytest.raises(FormatError, match="is not a record of the otel format \\(looks like openai\\)"):
         normalize(OPENAI, "otel")
     bad = json.loads(json.dumps(OPENAI))
     bad["response"]["created"] = "yesterday"
@@ -1693,3 +1693,28 @@ def test_a_bedrock_body_kept_apart_is_read_only_from_bedrocks_own_layout():
     asked = []
     assert with_offloaded_bodies(kept, lambda p: asked.append(p) or read[p], "s3://copy/bedrock")["input"]["inputBodyJson"]
     assert asked == [f"s3://copy/bedrock/{tail}", place]  # not in the copy: the place named
+
+
+@pytest.mark.parametrize("latency, reason, said", [
+    (float("nan"), "non_finite_number", "metadata.request_latency is nan"),
+    ("-Infinity", "non_finite_number", "metadata.request_latency is -inf"),
+    (-5, "invalid_field", "metadata.request_latency is -5.0, not a latency"),
+    (1e300, "invalid_field", "metadata.request_latency is 1e+300 ms, which puts the call's start before 1970"),
+])
+def test_a_latency_that_is_none_is_refused_naming_it(latency, reason, said):
+    """Not as a time before 1970 of fields the record does not have (created, startTime)."""
+    with pytest.raises(FormatError, match=re.escape(said)) as e:
+        list(normalize({**VERTEX, "metadata": {"request_latency": latency}}, "vertex"))
+    assert e.value.reason == reason
+
+
+def test_a_langfuse_generation_of_no_trace_is_refused_and_joins_no_score():
+    """A null trace id would name the trace "None", and join every other generation and score of none."""
+    from ctpipe.formats import langfuse_entry
+
+    for key in ("trace_id", "id"):
+        with pytest.raises(FormatError, match=f"observation .*: {'traceId' if key == 'trace_id' else 'id'} is null") as e:
+            langfuse_entry({**ENRICHED_OBSERVATION, key: None})
+        assert e.value.reason == "invalid_field"
+    (t,) = _joined([ENRICHED_OBSERVATION, {**_blob_score("s1", "NUMERIC", 0.5), "trace_id": None, "observation_id": None}])
+    assert t["scores"] == []

@@ -504,10 +504,15 @@ def _responses_parts(content: Any) -> Any:
             for p in content if isinstance(p, dict)]
 
 
-def _ms(value: Any) -> float | None:
-    """A latency in milliseconds given as a number, or as text (quoted); None for anything else."""
+def _ms(value: Any, where: str) -> float | None:
+    """A latency in milliseconds given as a number, or as text (quoted); None for anything else;
+    FormatError, naming ``where``, for a NaN, infinite or negative one."""
     value = _number(value)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if (value := _finite(float(value), where)) < 0:
+        raise FormatError("invalid_field", f"{where} is {value}, not a latency")
+    return value
 
 
 def _ms_between(start: float, end: float) -> float:
@@ -530,7 +535,7 @@ def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
     if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):
         return doc["startTime"], _ms_between(doc["startTime"], doc["endTime"])
     if _portkey(doc):
-        latency = _ms(doc.get("response_time")) or 0.0
+        latency = _ms(doc.get("response_time"), f"Portkey log {doc.get('id')}: response_time") or 0.0
         if doc.get("created_at") is None:
             return created, latency
         return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
@@ -645,7 +650,7 @@ def _helicone_times(doc: dict, where: str) -> tuple[float, float]:
     """(when a request began, in seconds since 1970; its latency in ms): its ``request_created_at``
     (ClickHouse's text of it has no zone: UTC), and its ``delay_ms``, or the time to its response."""
     start = _epoch(doc.get("request_created_at"), f"{where}: request_created_at")
-    delay = _ms(doc.get("delay_ms"))
+    delay = _ms(doc.get("delay_ms"), f"{where}: delay_ms")
     if delay is not None:
         return start, delay
     if doc.get("response_created_at"):
@@ -1030,7 +1035,11 @@ def from_vertex(doc: dict) -> Iterator[dict | FormatError]:
                                          "Anthropic's messages API)")
     end = _epoch(doc.get("logging_time"), f"{call}: logging_time")  # written once the call answered
     metadata = _stored_json(doc.get("metadata"))
-    latency = _ms(metadata.get("request_latency")) if isinstance(metadata, dict) else None
+    latency = _ms(metadata.get("request_latency"), f"{call}: metadata.request_latency") \
+        if isinstance(metadata, dict) else None
+    if latency is not None and latency / 1000 > end:
+        raise FormatError("invalid_field", f"{call}: metadata.request_latency is {latency} ms, which puts the call's "
+                                           "start before 1970")
     if latency is None:
         start = _epoch(response["createTime"], f"{call}: createTime") if response.get("createTime") else end
         latency = _ms_between(start, end)
@@ -1149,12 +1158,13 @@ def _bedrock_latency(response: dict | list) -> float:
     """A Bedrock call's latency in ms: its Converse answer's ``metrics.latencyMs``, or the invocation
     metrics Bedrock adds to a stream's last chunk; 0 where the log gives none (InvokeModel's answer)."""
     metrics = response.get("metrics") if isinstance(response, dict) else None
-    if isinstance(metrics, dict) and _ms(metrics.get("latencyMs")) is not None:
-        return _ms(metrics["latencyMs"])
+    if isinstance(metrics, dict) and (latency := _ms(metrics.get("latencyMs"), "metrics.latencyMs")) is not None:
+        return latency
     for chunk in reversed(response if isinstance(response, list) else []):
         given = chunk.get("amazon-bedrock-invocationMetrics") if isinstance(chunk, dict) else None
-        if isinstance(given, dict) and _ms(given.get("invocationLatency")) is not None:
-            return _ms(given["invocationLatency"])
+        where = "amazon-bedrock-invocationMetrics.invocationLatency"
+        if isinstance(given, dict) and (latency := _ms(given.get("invocationLatency"), where)) is not None:
+            return latency
     return 0.0
 
 
@@ -1670,6 +1680,9 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
         if kind == "observation":
             if row.get("type") != "GENERATION":
                 return None
+            for key in ("id", "traceId"):  # what names the trace, and joins its scores: None would join every other None
+                if row.get(key) is None:
+                    raise FormatError("invalid_field", f"observation {row.get('id')}: {key} is null")
             value = line if line is not None else _pickled(row)
             return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), value, where
         if kind == "score":  # by observation id, or by trace id for trace-level scores
@@ -1920,7 +1933,7 @@ def normalize(doc: Any, fmt: Format | Literal["auto"], hold_spans: bool = False)
             raise FormatError("unknown_format", f"matches no known trace format (keys {keys})")
         fmt = found
     elif found != fmt:
-        raise FormatError("wrong_format", f"is not a {fmt} record (looks like {found or 'nothing known'})")
+        raise FormatError("wrong_format", f"is not a record of the {fmt} format (looks like {found or 'nothing known'})")
     if fmt == "ctpipe":
         return [doc]
     if fmt == "langfuse":
