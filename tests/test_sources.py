@@ -764,6 +764,21 @@ def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_f
     assert held < 4 * 1024 * 1024, held  # 16.5 MB when the large rows came in one batch
 
 
+@pytest.mark.parametrize("dictionary", [False, True])
+def test_a_parquet_row_past_the_record_limit_is_too_large_as_its_line_would_be(tmp_path, dictionary):
+    """Its rows before and after it are read; a dictionary column's row is sized by its own value."""
+    import ctpipe.sources as sources
+
+    texts = ["short"] * 5 + ["x" * (sources.MAX_RECORD_BYTES + 1)] + ["short"] * 4
+    column = pa.array(texts).dictionary_encode() if dictionary else pa.array(texts)
+    pq.write_table(pa.table({"n": list(range(10)), "text": column}), tmp_path / "a.parquet")
+    items = list(read(str(tmp_path / "a.parquet")))
+    assert [(i.position, i.reason) for i in items if i.reason] == [(6, "record_too_large")]
+    assert [i.doc["n"] for i in items if i.reason is None] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    (big,) = [i for i in items if i.reason]
+    assert big.detail.endswith(f"bytes decoded > {sources.MAX_RECORD_BYTES}") and big.raw.startswith('{"n": 5, "text": "xxx')
+
+
 @pytest.mark.parametrize("damaged", [0, 4])
 def test_a_damaged_parquet_row_group_is_one_item_and_the_other_groups_are_read(tmp_path, monkeypatch, damaged):
     """Eight row groups of 250 rows, one damaged: the first, where the reader measures the rows, or

@@ -1374,7 +1374,7 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                     yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
                     row += unread
                     continue
-                for run in _utf8_runs(_in_microseconds(batch)):
+                for run in _runs_within_limit(_utf8_runs(_in_microseconds(batch))):
                     if isinstance(run, Item):
                         yield Block(file, row, damage=replace(run, file=file, position=row))
                         row += 1
@@ -1387,6 +1387,28 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                         row += piece.num_rows
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
+
+
+def _runs_within_limit(runs: Iterable[Any]) -> Iterator[Any]:
+    """``runs`` (batches of rows, or items in the place of rows), with each row past
+    :data:`MAX_RECORD_BYTES` decoded in its place as a ``record_too_large`` item (its file and row
+    left to fill), as a line past it is: a 50 MB completion is as much a record too large in a
+    Parquet file as in JSON Lines. A batch within the limit, nearly all, is passed on as it is;
+    another is halved until its halves are, or are one row."""
+    for run in runs:
+        if isinstance(run, Item) or _decoded_bytes(run) <= MAX_RECORD_BYTES:
+            yield run
+        elif run.num_rows > 1:
+            half = run.num_rows // 2
+            yield from _runs_within_limit([run.slice(0, half), run.slice(half)])
+        else:
+            yield Item("", 0, reason="record_too_large", detail=f"{_decoded_bytes(run)} bytes decoded > {MAX_RECORD_BYTES}",
+                       raw=json.dumps(run.to_pylist()[0], default=str)[:200])
+
+
+def _decoded_bytes(rows) -> int:
+    """What ``rows`` take decoded: of a dictionary column, their values, not the whole dictionary."""
+    return sum((c.dictionary_decode() if pa.types.is_dictionary(c.type) else c).nbytes for c in rows.columns)
 
 
 def _utf8_runs(batch) -> Iterator[Any]:
