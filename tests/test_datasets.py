@@ -173,6 +173,14 @@ def test_manifest_records_hashes_and_counts(mixed):
     on_disk = json.loads((Path(m.uri) / "manifest.json").read_text())
     assert on_disk["files"]["traces"]["rows"] == m.counts["traces"]
     assert len(on_disk["files"]["dpo"]["sha256"]) == 64
+    import hashlib
+
+    import xxhash
+
+    for table in on_disk["files"].values():  # each part's digest is of its bytes; the table's of those
+        digests = [xxhash.xxh3_128((Path(m.uri) / part).read_bytes()).hexdigest() for part in table["parts"]]
+        assert table["parts_xxh3_128"] == digests
+        assert table["sha256"] == hashlib.sha256("".join(digests).encode()).hexdigest()
     assert m.asset_extra()["rows"]["grpo_prompts"] == 2
 
 

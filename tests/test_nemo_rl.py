@@ -96,6 +96,28 @@ def test_the_grpo_table_becomes_response_dataset_jsonl(tmp_path, training_datase
     assert all(isinstance(r["expected_answer"], str) for r in rows)  # NeMo-RL scores a non-string answer 0
 
 
+def test_a_prompt_more_than_one_question_is_left_out_of_response_dataset_jsonl(tmp_path, caplog):
+    """ResponseDataset frames every question with one system prompt: a chat of its own would be trained
+    as another prompt than the one served, and two differing only in their system messages as one."""
+    import pyarrow as pa
+
+    from ctpipe.errors import PipelineError
+    from ctpipe.materialize import GRPO_SCHEMA
+
+    ask = lambda *m: [{"role": r, "content": c} for r, c in m]  # noqa: E731
+    grpo = pa.Table.from_pylist([
+        {"prompt": ask(("user", "Capital of Italy?")), "answer": "Rome"},
+        {"prompt": ask(("system", "Answer in French."), ("user", "Capital of Italy?")), "answer": "Rome"},
+        {"prompt": ask(("user", "And of France?"), ("assistant", "Paris"), ("user", "Of Spain?")), "answer": "Madrid"},
+    ], schema=GRPO_SCHEMA)
+    assert nemo_rl.write_train_data(grpo, tmp_path / "t.jsonl") == 1
+    assert [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()] == [
+        {"problem": "Capital of Italy?", "expected_answer": "Rome"}]
+    assert "2 of the 3 GRPO prompts hold more than a question" in caplog.text
+    with pytest.raises(PipelineError, match="all 2 GRPO prompts hold more than a question"):
+        nemo_rl.write_train_data(grpo.slice(1), tmp_path / "u.jsonl")
+
+
 def test_only_complete_step_directories_count(tmp_path):
     for name in ("step_2", "step_10", "tmp_step_12", "old_step_4", "step_x", "logs"):
         (tmp_path / name).mkdir()

@@ -249,9 +249,10 @@ class Staging:
         """List a table's parts (from :meth:`write_part`) in the manifest, in row order. A table with no
         rows still gets one empty part, so that every reader finds its schema."""
         parts = parts or [self.write_part(name, 0, schema.empty_table())]
-        digest = hashlib.sha256("".join(p["digest"] for p in parts).encode()).hexdigest()  # of its parts' digests
+        # Each part's xxh3-128 (what `xxh128sum` prints), and the table's: SHA-256 of those, in order.
+        digest = hashlib.sha256("".join(p["digest"] for p in parts).encode()).hexdigest()
         self.files[name] = {"path": name, "parts": [p["path"] for p in parts], "rows": sum(p["rows"] for p in parts),
-                            "sha256": digest}
+                            "parts_xxh3_128": [p["digest"] for p in parts], "sha256": digest}
         self.schemas[name] = schema.to_string(show_schema_metadata=False)
 
     def discard(self) -> None:

@@ -18,6 +18,7 @@ at build time, instead of being silently carried by NeMo-RL's permissive loader.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
+from ctpipe.errors import PipelineError
 from ctpipe.jobspec import JobSpec
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ STEP_DIR = re.compile(r"step_(\d+)")  # NeMo-RL writes tmp_step_N, renames it to
 # Our JSONL columns, named for ResponseDataset's input_key/output_key.
 INPUT_KEY, OUTPUT_KEY = "problem", "expected_answer"
 Number = StrictInt | StrictFloat
+log = logging.getLogger(__name__)
 
 
 class _Upstream(BaseModel):
@@ -264,13 +267,26 @@ def config_yaml(config: MasterConfig) -> str:
 
 def write_train_data(grpo: pa.Table, out: Path) -> int:
     """Our GRPO table (its ``prompt`` and ``answer`` columns) as ResponseDataset JSONL: the user's question
-    and the reference answer, as a string."""
+    and the reference answer, as a string; the number of rows written.
+
+    ResponseDataset holds one question a row, which its processor frames with one system prompt for
+    all: a prompt of our table that holds more (a system message of its own, earlier turns) would be
+    trained as another prompt than the one served, and two differing only in their system messages
+    as one. Such prompts are left out and counted in a warning; PipelineError when none is left
+    (TRL's GRPO, train.grpo_trainer=trl, takes whole chats)."""
     rows = grpo.to_pylist()
     lines = []
     for r in rows:
-        question = next(m["content"] for m in reversed(r["prompt"]) if m["role"] == "user")
+        if [m["role"] for m in r["prompt"]] != ["user"]:
+            continue
         # The math environment wraps the answer in \boxed{...}: a number that is not a string scores 0 silently.
-        lines.append(json.dumps({INPUT_KEY: question, OUTPUT_KEY: str(r["answer"])}))
+        lines.append(json.dumps({INPUT_KEY: r["prompt"][0]["content"], OUTPUT_KEY: str(r["answer"])}))
+    if left_out := len(rows) - len(lines):
+        log.warning("%d of the %d GRPO prompts hold more than a question (a system message of their own, earlier "
+                    "turns), which NeMo-RL's ResponseDataset cannot: left out", left_out, len(rows))
+    if rows and not lines:
+        raise PipelineError(f"all {len(rows)} GRPO prompts hold more than a question, which NeMo-RL's "
+                            "ResponseDataset cannot; train.grpo_trainer=trl takes whole chats")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     return len(lines)
