@@ -68,7 +68,8 @@ def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeyp
         monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "export.csv").write_bytes(b"trace_id,prompt,completion\nt1,What is 1 plus 1?,2\n")
+    (src / "export.csv").write_bytes(b"trace_id,prompt,completion\nt1,What is 1 plus 1?,2\n")  # a broken row of ours
+    (src / "notes.txt").write_bytes(b"trace_id=t1\n")
     (src / "_SUCCESS").write_bytes(b"")
     (src / ".part-0.jsonl.crc").write_bytes(b"\x00\x01")
     (src / "array.json").write_bytes(lines([trace(9)], {"id": 1}))
@@ -77,15 +78,15 @@ def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeyp
     (src / "mixed.jsonl").write_bytes(lines(trace(4, "What is 4 plus 4?", "8"), {"hello": "world"}))
     (src / "more.ndjson").write_bytes(lines(trace(5, "What is 5 plus 5?", "10")))
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
-    assert accounted(m) and m.counts["traces"] == 3 and m.counts["traces_in"] == 9
+    assert accounted(m) and m.counts["traces"] == 3 and m.counts["traces_in"] == 10
     # Every line of array.json is in no format at all; the others hold traces, or broken records of ours.
     assert m.source["unrecognized_files"] == {str(src / "array.json"): 2}
-    assert m.source["skipped_files"] == {str(src / "export.csv"): sources.NOT_READ}  # markers and hidden files go unsaid
+    assert m.source["skipped_files"] == {str(src / "notes.txt"): sources.NOT_READ}  # markers and hidden files go unsaid
     assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "out"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 0
     out = capsys.readouterr().out
     assert f"{src / 'array.json'}: no trace in a known format, 2 items quarantined" in out
-    assert f"{src / 'export.csv'}: not read: its name ends in none of .jsonl .ndjson" in out
+    assert f"{src / 'notes.txt'}: not read: its name ends in none of .jsonl .ndjson" in out
     assert "mixed.jsonl" not in out and "_SUCCESS" not in out
 
 
@@ -1031,11 +1032,35 @@ def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_st
     assert table(m, "grpo") == [{"prompt": [{"role": "user", "content": "What is 9 plus 1?"}], "answer": "10"}]
 
 
-def test_an_export_of_enriched_observations_is_read_as_langfuse_writes_it(tmp_path):
+def _csv_text(rows: list[dict]) -> bytes:
+    """Rows as Langfuse's CSV export writes them: lists and objects as JSON text, times as
+    ``YYYY-MM-DD HH:MM:SS.ffffff``, null as an empty value."""
+    import csv
+    import io
+
+    def text(v):
+        if v is None:
+            return ""
+        if isinstance(v, datetime):
+            return v.strftime("%Y-%m-%d %H:%M:%S.%f")
+        if isinstance(v, list) and v and isinstance(v[0], tuple):  # a map's items
+            return json.dumps(dict(v))
+        return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, list(rows[0]))
+    writer.writeheader()
+    writer.writerows({k: text(v) for k, v in r.items()} for r in rows)
+    return out.getvalue().encode()
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv.gz"])
+def test_an_export_of_enriched_observations_is_read_as_langfuse_writes_it(tmp_path, kind):
     """Langfuse's scheduled export as it writes it since its v4: observations_v2/ and scores/ in Parquet
     (times without a zone, counts in a map, the answer's tool calls listed apart, the trace's release
-    on each row) and each run's manifest in manifests/. Windows share their bounds: the next window's
-    files repeat what lies on one, which counts once (a generation's repeat is a duplicate)."""
+    on each row), or in gzipped CSV (each value a text), and each run's manifest in manifests/. Windows
+    share their bounds: the next window's files repeat what lies on one, which counts once (a
+    generation's repeat is a duplicate)."""
     src = tmp_path / "src" / "project"
     (src / "manifests").mkdir(parents=True)
     (src / "manifests" / "2026-11-22T10-00.json").write_text('{"files": [], "window": {}}')
@@ -1060,8 +1085,11 @@ def test_an_export_of_enriched_observations_is_read_as_langfuse_writes_it(tmp_pa
     for folder, rows, window in (("observations_v2", observations, "10-00"), ("observations_v2", observations[:1], "11-00"),
                                  ("scores", scores, "10-00"), ("scores", scores[:1], "11-00")):
         (src / folder).mkdir(exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema if folder != "scores" else None),
-                       src / folder / f"2026-11-22T{window}.parquet")
+        if kind == "parquet":
+            pq.write_table(pa.Table.from_pylist(rows, schema=schema if folder != "scores" else None),
+                           src / folder / f"2026-11-22T{window}.parquet")
+        else:
+            (src / folder / f"2026-11-22T{window}.csv.gz").write_bytes(gzip.compress(_csv_text(rows)))
     m = run(tmp_path / "src", tmp_path / "out", reward=RewardConfig(judge_weight=1.0, verifiable_weight=0.0,
                                                                     feedback_weight=0.0))
     assert accounted(m) and m.counts["traces_in"] == 4

@@ -52,12 +52,12 @@ def test_a_file_whose_name_says_nothing_is_read_as_its_first_bytes_say(tmp_path)
     names = {f.rsplit("/", 1)[-1]: name.rsplit("/", 1)[-1] for f, name in found.items()}
     assert names == {"a-1-2026-11-22-10-00-00-uuid": "a-1-2026-11-22-10-00-00-uuid.json",
                      "b-1-2026-11-22-10-05-00-uuid.gz": "b-1-2026-11-22-10-05-00-uuid.gz.json.gz",
-                     "c.zst": "c.zst.json.zst", "d.log": "d.log.json", "k": "k.parquet"}
-    assert [f.rsplit("/", 1)[-1] for f in skipped] == ["e.csv.gz", "f", "g.bin", "h.gz", "i.txt", "j.data"]
+                     "c.zst": "c.zst.json.zst", "d.log": "d.log.json", "e.csv.gz": "e.csv.gz", "k": "k.parquet"}
+    assert [f.rsplit("/", 1)[-1] for f in skipped] == ["f", "g.bin", "h.gz", "i.txt", "j.data"]
     assert [(i.file.rsplit("/", 1)[-1], i.position, i.doc["n"]) for i in read(str(tmp_path))] == [
         ("a-1-2026-11-22-10-00-00-uuid", 1, 1), ("a-1-2026-11-22-10-00-00-uuid", 2, 2),
         ("b-1-2026-11-22-10-05-00-uuid.gz", 1, 1), ("b-1-2026-11-22-10-05-00-uuid.gz", 2, 2),
-        ("c.zst", 1, 3), ("c.zst", 2, 4), ("d.log", 2, 5), ("k", 1, 8)]
+        ("c.zst", 1, 3), ("c.zst", 2, 4), ("d.log", 2, 5), ("e.csv.gz", 1, "6"), ("k", 1, 8)]
     plain = ("a-1-2026-11-22-10-00-00-uuid", "d.log")
     assert found.held == sum((tmp_path / f).stat().st_size * (1 if f in plain else 10) for f in names)
     # A file named as the source is read whatever it holds: as its bytes say, or as JSON Lines.
@@ -762,6 +762,39 @@ def test_parquet_rows_that_grow_in_a_later_row_group_are_read_in_batches_sized_f
     assert len(seen[0][0]) == 600  # 60 row groups, one batch
     assert all(len(rows) <= 2 for rows, _ in seen[1:]) and all(size <= 2 * 64 * 1024 for _, size in seen)
     assert held < 4 * 1024 * 1024, held  # 16.5 MB when the large rows came in one batch
+
+
+@pytest.mark.parametrize("name", ["a.csv", "a.csv.gz", "a.csv.zst"])
+def test_a_csv_file_s_rows_are_texts_under_its_header_and_a_bad_row_is_one_item_in_its_place(tmp_path, monkeypatch, name):
+    """As Langfuse's exports write them: a value quoted where it holds a comma, a quote or a newline, an
+    empty one null. Blocks of a few rows, so that rows refused fall between and within them."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64)
+    text = ('\ufeffid,value,input\r\n1,0.5,"[{""role"": ""user"", ""content"": ""a, b""}]"\r\n2,,"two\nlines"\r\n'
+            '3,x\r\n' + "".join(f"{n},{n},t\r\n" for n in range(4, 9)) + "9,9,t,extra\r\n10,10,t\r\n")
+    (tmp_path / name).write_bytes(packed(name, text.encode()))
+    items = list(read(str(tmp_path / name)))
+    assert [i.position for i in items] == list(range(1, 11))
+    assert [(i.position, i.reason, i.detail, i.raw) for i in items if i.reason] == [
+        (3, "invalid_csv", "2 values where the header has 3", "3,x"),
+        (9, "invalid_csv", "4 values where the header has 3", "9,9,t,extra")]
+    docs = [i.doc for i in items if i.reason is None]
+    assert docs[:2] == [{"id": "1", "value": "0.5", "input": '[{"role": "user", "content": "a, b"}]'},
+                        {"id": "2", "value": None, "input": "two\nlines"}]
+    assert [d["id"] for d in docs] == ["1", "2", "4", "5", "6", "7", "8", "10"]
+
+
+def test_a_csv_file_cut_short_keeps_its_rows_before_the_damage_and_says_so(tmp_path):
+    text = "id,text\n" + "".join(f"{n},{'words ' * 20}\n" for n in range(2000))
+    whole = gzip.compress(text.encode())
+    (tmp_path / "a.csv.gz").write_bytes(whole[: len(whole) // 2])
+    items = list(read(str(tmp_path / "a.csv.gz")))
+    good = [int(i.doc["id"]) for i in items if i.reason is None]
+    assert good == list(range(len(good))) and items[-1].reason == "unreadable_csv"
+    (tmp_path / "b.csv").write_bytes(b"id,text\n")  # a header alone, an empty file: no rows
+    (tmp_path / "c.csv").write_bytes(b"")
+    assert list(read(str(tmp_path / "b.csv"))) == list(read(str(tmp_path / "c.csv"))) == []
 
 
 @pytest.mark.parametrize("dictionary", [False, True])

@@ -1604,7 +1604,7 @@ def _score(row: dict) -> dict:
     kind = row.get("dataType")
     if kind not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
         raise FormatError("invalid_field", f"score {row.get('id')}: dataType={kind!r} is not NUMERIC, BOOLEAN or CATEGORICAL")
-    value = row.get("value")
+    value = _number(row.get("value"))  # a text in Langfuse's CSV export
     numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)  # Parquet decimals too
     if kind != "CATEGORICAL" and not numeric:
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
@@ -1867,7 +1867,8 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     gid, tid = g.get("id"), g.get("traceId")
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
-    usage = _object(g, "usageDetails", f"observation {gid}: ") or _object(g, "usage", f"observation {gid}: ")
+    given = {key: _stored_json(g.get(key)) for key in ("usageDetails", "usage")}  # JSON text in a CSV export
+    usage = _object(given, "usageDetails", f"observation {gid}: ") or _object(given, "usage", f"observation {gid}: ")
     usage = {k: _quoted_count(v) for k, v in usage.items()}
     prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
     completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0

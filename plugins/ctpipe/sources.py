@@ -11,7 +11,9 @@ config files, instance metadata, never from code). Files are read as:
   one: a request body saved as it came), read as a line per record, or JSON values one after
   another (with no delimiter, as Kinesis Data Firehose joins records by default, or
   pretty-printed), read a value to a line by the process that cuts the file;
-* ``*.parquet`` (one document per row), in record batches.
+* ``*.parquet`` (one document per row), in record batches;
+* ``*.csv`` (plain, ``.gz`` or ``.zst``: a document per row under the header, each value a text, as
+  Langfuse's exports write them), in record batches.
 
 A file whose name ends otherwise (Firehose gives its objects no suffix, or a bare ``.gz``) is
 read as its first bytes say: Parquet, or JSON text (as a ``*.json`` file), plain or gzip or zstd.
@@ -28,8 +30,9 @@ own for the process that takes it (:func:`spilled`).
 Nothing is held beyond a block, so memory stays flat whatever the file size; a line longer than
 :data:`MAX_RECORD_BYTES` is skipped through, not loaded, but for an OTLP export, read through as
 exports of its spans. Damage that ends a file (``truncated_gzip``,
-``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``) or a Parquet row group
-(``unreadable_parquet``) and oversized lines (``record_too_large``) come as :class:`Item`\\ s with
+``corrupt_gzip``, ``truncated_zstd``, ``corrupt_zstd``, ``unreadable_csv``) or a Parquet row group
+(``unreadable_parquet``), CSV rows of another number of values than the header (``invalid_csv``)
+and oversized lines or rows (``record_too_large``) come as :class:`Item`\\ s with
 the file and line or row, so the caller can quarantine them and keep counts exact. Decoding a line
 (``invalid_utf8``, ``invalid_json``, ``non_finite_number``) is left to the caller, which may run it
 in another process. A missing source is an error naming the URI.
@@ -37,6 +40,7 @@ in another process. A missing source is an error naming the URI.
 
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
 import io
@@ -65,9 +69,10 @@ from ctpipe.traces import InvalidTrace, loads
 log = logging.getLogger(__name__)
 
 _COMPRESSED = (".gz", ".zst")  # gzip, zstd
-SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet",
-            *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json")))
+SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv",
+            *(s + c for c in _COMPRESSED for s in (".jsonl", ".ndjson", ".json", ".csv")))
 _JSON = (".json", *(".json" + c for c in _COMPRESSED))  # may hold one document over many lines
+_CSV = (".csv", *(".csv" + c for c in _COMPRESSED))  # rows under a header, each value a text (Langfuse's exports)
 NOT_READ = (f"its name ends in none of {' '.join(SUFFIXES)}, and its first bytes are not those of JSON text "
             "(plain, gzip or zstd) or Parquet")  # why a file is not read, as a run says of each
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # one line above this is quarantined unparsed, not loaded
@@ -1389,6 +1394,78 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
 
 
+def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
+    """A CSV file's rows (under its header, numbered from 1), plain or compressed as its name says, in
+    blocks of about :data:`BLOCK_BYTES`: each value a text, an empty one null, as Langfuse's exports
+    write them (its readers read the texts of numbers and of JSON). A value may span lines within
+    its quotes. A row of another number of values than the header's is an ``invalid_csv`` item in
+    its place; damage that stops the reading (a gzip file cut short) one ``unreadable_csv`` item
+    after the rows before it."""
+    import pyarrow.csv as pcsv
+
+    row, refused = 1, []  # rows the parser refused, as it meets them: (number, why, text)
+
+    def refuse(bad) -> str:
+        refused.append((bad.number, f"{bad.actual_columns} values where the header has {bad.expected_columns}",
+                        bad.text))
+        return "skip"
+
+    def refused_before(end: int) -> Iterator[Block]:
+        nonlocal row
+        while refused and refused[0][0] is not None and refused[0][0] < end:
+            _, why, text = refused.pop(0)
+            yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:2000]))
+            row += 1
+
+    try:
+        with fs.open(file, "rb") as raw:
+            compression = _compression(raw, name)
+            _misnamed(file, name, compression)
+            f = io.BufferedReader(_Raw(_opened(raw, compression)), 1 << 20)  # pyarrow's zstd stream has no readline
+            header = f.readline().removeprefix(_BOM).decode("utf-8", "replace").rstrip("\r\n")
+            if not header or not f.peek(1):  # no header, or no row under it
+                return
+            names = next(csv.reader([header]))
+            reader = pcsv.open_csv(
+                f, read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False),
+                parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=refuse),
+                convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
+                                                    strings_can_be_null=True, check_utf8=False))
+            for batch in reader:
+                at = 0
+                while at < batch.num_rows:
+                    yield from refused_before(row + 1)  # the parser numbers rows from 1, as we do
+                    upto = refused[0][0] if refused and refused[0][0] is not None else row + batch.num_rows - at
+                    take = min(batch.num_rows - at, max(upto - row, 1))
+                    for run in _runs_within_limit(_utf8_runs(batch.slice(at, take))):
+                        if isinstance(run, Item):
+                            yield Block(file, row, damage=replace(run, file=file, position=row))
+                            row += 1
+                        else:
+                            yield Block(file, row, batch=run)
+                            row += run.num_rows
+                    at += take
+            yield from refused_before(math.inf)
+    except Exception as e:  # noqa: BLE001 - the decompressors and the parser raise several types
+        yield from refused_before(math.inf)
+        yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=f"{type(e).__name__}: {e}"))
+
+
+class _Raw(io.RawIOBase):
+    """A file object that has ``read`` alone, as a raw stream an ``io.BufferedReader`` takes."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
 def _runs_within_limit(runs: Iterable[Any]) -> Iterator[Any]:
     """``runs`` (batches of rows, or items in the place of rows), with each row past
     :data:`MAX_RECORD_BYTES` decoded in its place as a ``record_too_large`` item (its file and row
@@ -1565,6 +1642,8 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             yield from _jsonl_blocks(src, file, name, layout)
         elif name.endswith(".parquet"):
             yield from _parquet_blocks(src, file)
+        elif name.endswith(_CSV):
+            yield from _csv_blocks(src, file, name)
         elif name.endswith(_COMPRESSED):
             yield from _jsonl_blocks(src, file, name)
         elif local:
