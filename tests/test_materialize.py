@@ -1101,6 +1101,34 @@ def test_an_export_of_enriched_observations_is_read_as_langfuse_writes_it(tmp_pa
     assert m.source["skipped_files"] == {f"{src}/manifests/": sources._LANGFUSE_MANIFESTS_NOT_READ}
 
 
+def test_workers_start_whatever_the_main_script_does_when_imported_again(tmp_path):
+    """Under Airflow, ``__main__`` is the ``airflow`` script, whose import in a spawned worker failed (the
+    task's environment blocks the metadata database's URL): workers must not import it again."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(40))))
+    script = tmp_path / "airflow_like.py"
+    script.write_text(f"""
+import json, sys
+if __name__ != "__main__":  # imported again, as a spawned worker imports the main script
+    raise SystemExit("the main script was imported again in a worker")
+from datetime import datetime
+from ctpipe import materialize as mat
+from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
+mat._IN_PROCESS_BYTES = 0
+start = datetime.fromisoformat({T0.isoformat()!r})
+m = mat.materialize({str(src)!r}, {str(tmp_path / "out")!r}, start, start + mat.timedelta(hours=1), task=TaskConfig(),
+                    reward=RewardConfig(), dataset=DatasetConfig(workers=2))
+print(json.dumps(m.counts))
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["traces"] == 40
+
+
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK_BYTES", 256)  # files of several blocks, whose lines are counted in the workers
     src = tmp_path / "src"

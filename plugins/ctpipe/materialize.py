@@ -1172,6 +1172,20 @@ def _environment(settings: dict[str, str]) -> Iterator[None]:
             os.environ.pop(k, None)
 
 
+@contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """Processes spawned meanwhile do not import this process's ``__main__`` again, as spawn does
+    (as ``__mp_main__``) to find what the main module defines: no worker's code is there. Under
+    Airflow, ``__main__`` is the ``airflow`` script, and importing Airflow in a worker failed, in a
+    task whose environment blocks the metadata database's URL, so every interval a worker took failed."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = type(sys)("__main__")  # no __file__, no __spec__: nothing to import
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 class _Pool:
     """Worker processes for both steps (processing blocks, then pairing buckets), started once: a
     spawned worker costs about a second of imports, as much as it processes of a 100k-trace source.
@@ -1188,7 +1202,7 @@ class _Pool:
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
                                          initargs=(job, os.getpid()))
                         for _ in range(workers)] if workers > 1 else []
-        with _environment(_WORKER_ALLOCATORS):
+        with _environment(_WORKER_ALLOCATORS), _main_left_alone():
             for pool in self.workers:
                 pool.submit(int)  # starts its process now, under these settings
 
@@ -1710,7 +1724,8 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     except BrokenProcessPool as e:  # retried by Airflow: a worker killed for memory may fit next time
         failed = True
         raise WorkerLost("a worker process stopped abruptly (killed from outside, as by the out-of-memory "
-                         "killer, or crashed); nothing was published") from e
+                         "killer, or crashed: what it said, if anything, is in the log before this); nothing was "
+                         "published") from e
     except BaseException:
         failed = True
         raise
