@@ -20,6 +20,16 @@ def test_materialize_prints_the_counts(settings, capsys):
     assert (out["traces_in"], out["rows"]["traces"], out["quarantined"], out["quarantine_reasons"]) == (2, 1, 1, {"invalid_json": 1})
 
 
+def test_materialize_reads_and_publishes_where_the_dag_does(settings, capsys, monkeypatch, tmp_path):
+    """Without --source and --out: trace_source and dataset_store, as trace_to_dataset reads and publishes."""
+    write_traces(tmp_path / "elsewhere", [trace(1), trace(2)])
+    monkeypatch.setenv("CTPIPE_TRACE_SOURCE", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("CTPIPE_DATASET_STORE", str(tmp_path / "store"))
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["traces_in"] == 2 and out["uri"].startswith(str(tmp_path / "store"))
+
+
 def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["materialize", "--start", "2026-11-22T10:00:00", "--end", "2026-11-22T11:00:00+00:00"])

@@ -205,3 +205,27 @@ def test_best_vs_worst_of_many_prompts_pairs_as_each_prompt_alone():
     chosen, rejected = best_vs_worst(np.array([r["group"] for r in rows]), column("final_reward"), column("trace_id"),
                                      column("completion"), cfg)
     assert list(zip(chosen, rejected)) == expected and len(expected) > 200
+
+
+def _point(store: str, version: str, barrier) -> None:
+    barrier.wait()
+    datasets.Output(store).point_latest(version)
+
+
+def test_latest_names_the_newest_interval_whatever_order_concurrent_runs_finish_in(tmp_path):
+    """A backfill's runs finish together (Airflow runs ten at once): one that read LATEST before another
+    wrote it wrote an older interval over a newer one, 18 times in 200 before the lock."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    versions = [f"20261120T{h:02d}0000-20261120T{h + 1:02d}0000-abcdef0123" for h in range(4)]
+    for trial in range(30):
+        store = tmp_path / f"s{trial}"
+        store.mkdir()
+        barrier = context.Barrier(len(versions))
+        workers = [context.Process(target=_point, args=(str(store), v, barrier)) for v in versions]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert (store / "LATEST").read_text().strip() == versions[-1], trial

@@ -112,7 +112,7 @@ def cmd_materialize(args) -> int:
 
     s = _settings()
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
-    source, out = args.source or str(s.traces_dir), args.out or s.datasets_uri
+    source, out = args.source or s.trace_source or str(s.traces_dir), args.out or s.datasets_uri  # as the DAG reads
     step = args.every or (args.end - args.start)
     start = args.start
     while start < args.end:
@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("materialize", help="build a dataset version without Airflow")
     p.add_argument("--start", type=_aware, required=True)
     p.add_argument("--end", type=_aware, required=True)
-    p.add_argument("--source", help="traces: a path or fsspec URI (default: the local trace store)")
-    p.add_argument("--out", help="where versions are published (default: the local dataset store)")
+    p.add_argument("--source", help="traces: a path or fsspec URI (default: trace_source, else the local trace store)")
+    p.add_argument("--out", help="where versions are published (default: dataset_store, else the local dataset store)")
     p.add_argument("--format", choices=get_args(DatasetConfig.model_fields["format"].annotation), help="default: dataset.format")
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.add_argument("--json", action="store_true", help="print one JSON object per interval")

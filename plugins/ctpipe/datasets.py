@@ -24,10 +24,13 @@ lets such a re-run return at once. Building a version is :mod:`ctpipe.materializ
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -334,12 +337,29 @@ class Output:
 
     def point_latest(self, version: str) -> None:
         """Point LATEST at ``version``, unless it points there or at a version of a later interval: a
-        backfill, or a re-run of an earlier interval, leaves the readers of the latest on the newest."""
+        backfill, or a re-run of an earlier interval, leaves the readers of the latest on the newest.
+
+        On a local disk the read and the write hold a lock: the runs of a backfill finish together
+        (Airflow runs ten at once), and one that read LATEST before another wrote it would write an
+        older interval over a newer one. An object store has no lock: there the last to write wins."""
         path = f"{self.root}/{LATEST}"
-        current = self._read(path) if self.fs.exists(path) else None
-        if current == version or (current and _interval_of(current) > _interval_of(version)):
+        with self._latest_lock():
+            current = self._read(path) if self.fs.exists(path) else None
+            if current == version or (current and _interval_of(current) > _interval_of(version)):
+                return
+            self.write_text(path, version + "\n")
+
+    @contextmanager
+    def _latest_lock(self) -> Iterator[None]:
+        if not self.local:
+            yield
             return
-        self.write_text(path, version + "\n")
+        with open(f"{self.root}/.{LATEST}.lock", "a") as f:  # hidden: no reader lists it as a version
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def staging(self) -> Staging:
         return Staging(self)
