@@ -16,36 +16,54 @@ under `CTPIPE_DATASET_STORE` (any fsspec URI; default: the local dataset store).
 An asset event on `ctpipe_training_dataset` names the version; the `train` DAG
 runs on it.
 
-Re-running an interval finds the same version instead of writing a new one;
-backfills work like any data-interval DAG's. With `dataset.arrival_lag` set
-(traces reach the source late: a log shipper buffers them), a run first waits
-that long after its interval's end, deferred to the triggerer.
+Re-running an interval finds the same version instead of writing a new one, and
+does not announce it again (the run is skipped, saying so): `train` does not
+train twice on the same data. Backfills work like any data-interval DAG's. A
+manual run builds its data interval, or the interval given as `start` and `end`
+in the trigger form (both, with a timezone), which a manual-only schedule needs.
+With `dataset.arrival_lag` set (traces reach the source late: a log shipper
+buffers them), a run first waits that long after its interval's end, deferred
+to the triggerer. Marking the task failed, or stopping its run, stops the
+materializer where it is: nothing is published.
 """
 
 from __future__ import annotations
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
-from airflow.sdk import DAG, CronDataIntervalTimetable, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from ctpipe.airflow.dag_args import common
+from ctpipe.airflow.errors import fail_fast
 from ctpipe.assets import TRAINING_DATASET
 from ctpipe.config import settings
+
+
+def _bound(name: str) -> Param:
+    return Param(None, type=["null", "string"], format="date-time", title=name.capitalize(),
+                 description=f"The {name} of the interval to build (with a timezone); empty, with the other: the "
+                 "run's data interval.")
+
 
 with DAG(
     dag_id="trace_to_dataset",
     # A data-interval timetable: each run covers [previous tick, this tick), not a zero-length instant.
     schedule=CronDataIntervalTimetable(settings().trace_schedule, timezone="UTC") if settings().trace_schedule else None,
+    params={"start": _bound("start"), "end": _bound("end")},
     **common("data", retries=2, doc_md=__doc__),
 ):
 
     @task(outlets=[TRAINING_DATASET])
-    def materialize(data_interval_start=None, data_interval_end=None, outlet_events=None) -> dict:
-        from ctpipe.errors import NothingToPublish
-        from ctpipe.pipeline import materialize_interval
+    def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None,
+                    outlet_events=None) -> dict:
+        from ctpipe.errors import NothingToPublish, sigterm_interrupts
+        from ctpipe.pipeline import interval_to_build, materialize_interval
 
+        with fail_fast():  # a bad interval will not mend on retry
+            start, end = interval_to_build(dict(params or {}), data_interval_start, data_interval_end)
         try:
-            extra = materialize_interval(settings(), data_interval_start, data_interval_end)
+            with sigterm_interrupts():  # marked failed, or its run stopped: nothing published
+                extra = materialize_interval(settings(), start, end, run_id)
         except NothingToPublish as e:  # shown as the skip's reason in the task's log
             raise AirflowSkipException(f"nothing to publish: {e}") from None
         outlet_events[TRAINING_DATASET].extra = extra

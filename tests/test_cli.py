@@ -84,3 +84,16 @@ def test_ctrl_c_or_sigterm_mid_run_is_a_message_and_leaves_nothing_behind(settin
     assert err.strip().endswith("terminated" if signum == signal.SIGTERM else "interrupted") and "Traceback" not in err
     assert os.listdir(tmp_path / "out") == [] and os.listdir(tmp_path / "tmp") == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigterm_interrupts_the_work_within_and_only_there():
+    """As the CLI's commands, so trace_to_dataset's task: Airflow's task runner, when a task is marked
+    failed, only calls on_kill and lets it go on publishing."""
+    from ctpipe.errors import Terminated, sigterm_interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated):
+        with sigterm_interrupts():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted at once
+    assert signal.getsignal(signal.SIGTERM) is before

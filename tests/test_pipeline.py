@@ -35,6 +35,57 @@ def test_dataset_without_pairs_cannot_train_dpo(settings):
         prepare_training(settings, PARAMS | {"algorithm": "dpo"}, extra, "manual__1")
 
 
+@pytest.mark.parametrize("params, start, end, said", [
+    ({}, None, None, "the run has no data interval (it was triggered without a logical date): give start and end"),
+    ({}, "2026-11-22T10:00:00+00:00", "2026-11-22T10:00:00+00:00",
+     "data_interval_end=2026-11-22T10:00:00+00:00 is not after data_interval_start=2026-11-22T10:00:00+00:00: a run "
+     "of a manual-only trace_to_dataset"),
+    ({"start": "2026-11-22T10:00:00+00:00", "end": None}, None, None, "end is empty: give both start and end, or neither"),
+    ({"start": "yesterday", "end": "2026-11-22T10:00:00+00:00"}, None, None, "start='yesterday' is not an ISO 8601 time"),
+    ({"start": "2026-11-22T10:00:00", "end": "2026-11-22T11:00:00Z"}, None, None, "start='2026-11-22T10:00:00' has no timezone"),
+    ({"start": "2026-11-22T11:00:00Z", "end": "2026-11-22T10:00:00Z"}, None, None,
+     "end=2026-11-22T10:00:00+00:00 is not after start=2026-11-22T11:00:00+00:00"),
+])
+def test_an_interval_to_build_that_is_none_is_named(params, start, end, said):
+    from datetime import datetime
+
+    from ctpipe.pipeline import interval_to_build
+
+    with pytest.raises(PipelineError) as e:
+        interval_to_build(params, start and datetime.fromisoformat(start), end and datetime.fromisoformat(end))
+    assert str(e.value).startswith(said)
+
+
+def test_the_form_s_interval_comes_before_the_run_s():
+    from datetime import datetime, timezone
+
+    from ctpipe.pipeline import interval_to_build
+
+    run = (datetime(2026, 11, 22, 10, tzinfo=timezone.utc), datetime(2026, 11, 22, 11, tzinfo=timezone.utc))
+    assert interval_to_build({"start": None, "end": ""}, *run) == run
+    assert interval_to_build({"start": "2026-11-20T00:00:00Z", "end": "2026-11-21T00:00:00+01:00"}, *run) == (
+        datetime(2026, 11, 20, tzinfo=timezone.utc), datetime.fromisoformat("2026-11-21T00:00:00+01:00"))
+
+
+def test_a_version_a_run_announced_is_not_announced_again(settings):
+    """A cleared run, or a backfill that reprocesses, finds the version again: its asset event would
+    start another training on the same data. A run that published and died before announcing
+    (no mark) announces it on its retry; the command line announces nothing."""
+    from datetime import timedelta
+
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    hour = (T0, T0 + timedelta(hours=1))
+    first = materialize_interval(settings, *hour)  # as ctpipe materialize: no run, no mark
+    assert materialize_interval(settings, *hour, "scheduled__1") == first
+    with pytest.raises(NothingToPublish, match=f"version {first['version']} was published and announced before, by "
+                                               "run scheduled__1"):
+        materialize_interval(settings, *hour, "backfill__1")
+
+
 def test_bad_base_checkpoint_is_named(settings):
     from ctpipe.pipeline import materialize_interval
     from tests.conftest import T0

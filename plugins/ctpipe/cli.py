@@ -21,12 +21,13 @@ import json
 import logging
 import signal
 import sys
-import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import PurePosixPath
 from typing import get_args
 
 from pydantic import ValidationError
+
+from ctpipe.errors import Terminated, sigterm_interrupts
 
 
 def _settings():
@@ -256,32 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "materialize" and args.end <= args.start:
         parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # SIGTERM (timeout, systemd, Kubernetes) as Ctrl-C: the command cleans up after itself and says so.
-    main_thread = threading.current_thread() is threading.main_thread()  # where alone signals are handled
-    terminated = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
     try:
-        return args.fn(args)
+        with sigterm_interrupts():  # the command cleans up after itself and says so
+            return args.fn(args)
     except KeyboardInterrupt as e:
-        print(f"ctpipe {args.command}: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}", file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
+        print(f"ctpipe {args.command}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     except ValidationError as e:
         print(f"ctpipe: invalid configuration: {e}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001 - a user-facing command reports the cause, not a traceback
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             raise
         print(f"ctpipe {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, terminated)
     return 1
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the command is, so that what it holds is cleaned up as for Ctrl-C."""
-
-
-def _terminate(signum, frame) -> None:
-    raise _Terminated
 
 
 if __name__ == "__main__":

@@ -386,3 +386,12 @@ class Output:
     def remember(self, start, end, config: dict, files_digest: str, version: str) -> None:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
+
+    def announced_by(self, version: str) -> str | None:
+        """The trace_to_dataset run that announced ``version`` (its asset event on which train runs), if any."""
+        path = f"{self.root}/_announced/{version}"
+        return self._read(path) if self.fs.exists(path) else None
+
+    def mark_announced(self, version: str, run_id: str) -> None:
+        self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
+        self.write_text(f"{self.root}/_announced/{version}", run_id + "\n")

@@ -1,5 +1,12 @@
 """Errors meant for users: the message names the field and the value; no traceback is needed."""
 
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class PipelineError(RuntimeError):
     """A failure caused by input or configuration, not by a bug or a flaky dependency."""
@@ -7,3 +14,28 @@ class PipelineError(RuntimeError):
 
 class NothingToPublish(PipelineError):
     """An interval with no trace: the message says what was read (the files, records of other times)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the work is, so that what it holds is cleaned up as for Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (what timeout, systemd and Kubernetes send, and Airflow's task supervisor when a task
+    is marked failed or its run is stopped) interrupts the work meanwhile as Ctrl-C does: the
+    materializer then removes what it staged and spilled and publishes nothing. Airflow's own task
+    runner only calls ``on_kill`` and lets the task go on, which published a version the UI showed
+    as failed. Signals are handled in the main thread alone: elsewhere, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

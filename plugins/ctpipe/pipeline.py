@@ -28,9 +28,44 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- trace_to_dataset
 
 
-def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict:
+def interval_to_build(params: dict[str, Any], start: datetime | None, end: datetime | None) -> tuple[datetime, datetime]:
+    """The interval a ``trace_to_dataset`` run builds: the trigger form's ``start`` and ``end`` when
+    given (both), else the run's data interval; PipelineError, naming the field and its value, when
+    there is none to build. A manual run of a manual-only DAG (no schedule) has a data interval of
+    no length; one triggered without a logical date has none at all."""
+    given = {name: params.get(name) for name in ("start", "end")}
+    if any(given.values()):
+        if not all(given.values()):
+            empty = next(name for name, value in given.items() if not value)
+            raise PipelineError(f"{empty} is empty: give both start and end, or neither (the run's data interval)")
+        at = {}
+        for name, value in given.items():
+            try:
+                at[name] = datetime.fromisoformat(str(value))
+            except ValueError:
+                raise PipelineError(f"{name}={value!r} is not an ISO 8601 time") from None
+            if at[name].tzinfo is None:
+                raise PipelineError(f"{name}={value!r} has no timezone")
+        (start, end), names = at.values(), ("start", "end")
+    elif start is None or end is None:
+        raise PipelineError("the run has no data interval (it was triggered without a logical date): give start "
+                            "and end in the trigger form")
+    else:
+        names = ("data_interval_start", "data_interval_end")
+    if end <= start:
+        raise PipelineError(f"{names[1]}={end.isoformat()} is not after {names[0]}={start.isoformat()}"
+                            + ("" if names[0] == "start" else ": a run of a manual-only trace_to_dataset (no "
+                               "trace_schedule) has a data interval of no length; give start and end in the "
+                               "trigger form"))
+    return start, end
+
+
+def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: str | None = None) -> dict:
     """Publish the interval's dataset version (its asset event's extra); NothingToPublish, saying
-    what was read, when no trace arrived in it."""
+    what was read, when no trace arrived in it, or, for a run (``run_id``), when a run announced the
+    version before: a re-run (a cleared run, a backfill that reprocesses) finds it again, and its
+    event would start another training on the same data. The mark is the last thing written before
+    the task returns, so that a run that died after publishing announces the version on its retry."""
     from ctpipe.materialize import NoTraces, materialize
 
     if s.trace_source is None:
@@ -40,6 +75,10 @@ def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict:
     )
     if isinstance(manifest, NoTraces):
         raise NothingToPublish("; ".join(manifest.lines(s.dataset)))
+    store = datasets.Output(s.datasets_uri)
+    if run_id and (by := store.announced_by(manifest.version)):
+        raise NothingToPublish(f"version {manifest.version} was published and announced before, by run {by}: "
+                               "nothing new to train on")
     c = manifest.counts
     log.info(
         "dataset %s: %d traces in = %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs; "
@@ -49,6 +88,8 @@ def materialize_interval(s: Settings, start: datetime, end: datetime) -> dict:
         manifest.source.get("unrecognized_files") or "none", manifest.source.get("skipped_files") or "none",
         manifest.source.get("unjoined") or "none",
     )
+    if run_id:
+        store.mark_announced(manifest.version, run_id)
     return manifest.asset_extra()
 
 

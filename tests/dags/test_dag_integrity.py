@@ -58,6 +58,10 @@ def test_trace_to_dataset_runs_over_real_intervals(dagbag):
     from airflow.sdk import CronDataIntervalTimetable
 
     assert isinstance(dagbag.dags["trace_to_dataset"].timetable, CronDataIntervalTimetable)
+    # A manual run may name its own interval instead (a manual-only schedule's runs have none of any length).
+    params = dagbag.dags["trace_to_dataset"].params
+    assert {name: (params.get_param(name).value, params.get_param(name).schema["format"]) for name in ("start", "end")} == {
+        "start": (None, "date-time"), "end": (None, "date-time")}
 
 
 @pytest.mark.parametrize(
