@@ -481,10 +481,13 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(bad, trace(2)))
     (tmp_path / "b.jsonl").write_bytes(lines(generation))
     (tmp_path / "c.jsonl").write_bytes(lines(quoted))
+    cut = json.dumps(trace(3, "Reach me at jane.smith@gmail.com please", "5"))  # a line cut in the address
+    (tmp_path / "d.jsonl").write_bytes(cut[:cut.index("@gm") + 3].encode() + b"\n")
     m = run(tmp_path, tmp_path / "out")
     q = {r["source_file"].rsplit("/", 1)[-1]: r for r in table(m, "quarantine")}
     assert "Mail <EMAIL>" in q["c.jsonl"]["detail"] and "carl@" not in q["c.jsonl"]["raw"]
-    assert accounted(m) and m.scrubbed == {"card": 1, "email": 4}
+    assert q["d.jsonl"]["reason"] == "invalid_json" and q["d.jsonl"]["raw"].endswith("Reach me at <EMAIL>")
+    assert accounted(m) and m.scrubbed == {"card": 1, "email": 5}
     assert "<EMAIL>, card <CARD>" in q["a.jsonl"]["raw"] and json.loads(q["a.jsonl"]["raw"])["latency_ms"] == "1"
     assert q["b.jsonl"]["reason"] == "invalid_field" and "I am <EMAIL>" in q["b.jsonl"]["raw"]  # a Langfuse row's own text
 

@@ -166,6 +166,9 @@ class Manifest:
             "rows": {k: self.counts[k] for k in ("traces", "grpo_prompts", "dpo_pairs")},
             "traces_in": self.counts["traces_in"],
             "quarantined": self.counts["quarantined"],
+            "quarantine_reasons": self.quarantine_reasons,
+            "scrubbed": self.scrubbed,  # PII, per kind
+            "outside_interval": self.counts.get("outside_interval", 0),  # records of other times the files held
             # Files of the source none of whose lines is a trace, and files not read (for their names, mostly).
             "files_in_no_format": len(self.source.get("unrecognized_files", {})),
             "files_not_read": len(self.source.get("skipped_files", {})),

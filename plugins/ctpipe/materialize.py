@@ -740,6 +740,8 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
     if _JOB.dataset.scrub_pii and part.quarantine:  # published with the version, as the traces are
         for field in ("raw", "detail"):  # a detail may quote a value (an input that is neither chat nor text)
             texts = pii.scrub_array(pa.array([q[field] for q in part.quarantine], pa.string()), part.pii, repeats=False)
+            if field == "raw":
+                texts = pii.scrub_cut_short(texts, part.pii)
             for q, text in zip(part.quarantine, texts.to_pylist()):
                 q[field] = text
     _ROWS[part.index] = rows, part.quarantine, part.joined

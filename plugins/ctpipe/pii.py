@@ -33,6 +33,32 @@ PRECHECK = "|".join([re.escape(h) for h in ("@", "sk-", "AKIA", "xox", "eyJ", "B
                     + [r"gh[pousr]_", _MANY_DIGITS.pattern])
 
 
+# An address a text ends in before its domain does: a quarantined line that damage, a size limit or
+# its writer cut short. The full pattern needs the whole domain, and let "jane.smith@gm" through.
+_CUT_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]*\Z")
+
+
+def scrub_cut_short(texts: pa.Array, found: Counter) -> pa.Array:
+    """``texts`` (quarantined raw lines, cut anywhere, already through :func:`scrub_array`) with an
+    e-mail address they end in before its domain does replaced, and counted, as a whole one is.
+
+    >>> c = Counter(); scrub_cut_short(pa.array(['{"q": "reach me at jane.smith@gm', "<EMAIL>", None]), c).to_pylist()
+    ['{"q": "reach me at <EMAIL>', '<EMAIL>', None]
+    >>> dict(c)
+    {'email': 1}
+    """
+    hit = pc.fill_null(pc.match_substring_regex(texts, r"@[A-Za-z0-9.-]*$"), False)
+    at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    if not len(at):
+        return texts
+    clean = []
+    for text in texts.take(at).to_pylist():
+        text, n = _CUT_EMAIL.subn("<EMAIL>", text)
+        found["email"] += n
+        clean.append(text)
+    return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
+
+
 def luhn(digits: str) -> bool:
     """The Luhn checksum of card numbers.
 

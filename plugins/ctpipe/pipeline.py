@@ -81,10 +81,11 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
                                "nothing new to train on")
     c = manifest.counts
     log.info(
-        "dataset %s: %d traces in = %d rows + %d quarantined %s; %d GRPO prompts, %d DPO pairs; "
-        "PII scrubbed %s; formats %s; files in no known format %s; files not read %s; not joined %s",
+        "dataset %s: %d traces in = %d rows + %d quarantined %s; %d records of other times; %d GRPO prompts, "
+        "%d DPO pairs; PII scrubbed %s; formats (of all records read) %s; files in no known format %s; files not "
+        "read %s; not joined %s",
         manifest.version, c["traces_in"], c["traces"], c["quarantined"], manifest.quarantine_reasons,
-        c["grpo_prompts"], c["dpo_pairs"], manifest.scrubbed, manifest.source.get("formats"),
+        c.get("outside_interval", 0), c["grpo_prompts"], c["dpo_pairs"], manifest.scrubbed, manifest.source.get("formats"),
         manifest.source.get("unrecognized_files") or "none", manifest.source.get("skipped_files") or "none",
         manifest.source.get("unjoined") or "none",
     )
