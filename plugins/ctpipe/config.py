@@ -519,6 +519,7 @@ def _names_setting(name: str, known: list[str]) -> bool:
 
 
 def _is_mapping(variable: str) -> bool:
+    """Whether the setting of ``variable`` (one of :func:`_variables`) is a mapping, whose keys are its own."""
     model: type[BaseModel] = Settings
     *sections, field = variable.removeprefix("CTPIPE_").lower().split("__")
     for section in sections:

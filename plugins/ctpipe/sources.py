@@ -1412,7 +1412,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
 
     def refused_before(end: int) -> Iterator[Block]:
         nonlocal row
-        while refused and refused[0][0] is not None and refused[0][0] < end:
+        while refused and (refused[0][0] is None or refused[0][0] < end):  # None: where the parser is
             _, why, text = refused.pop(0)
             yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:2000]))
             row += 1
@@ -1739,8 +1739,8 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
 
 def _read_before_damage(f, size: int) -> tuple[bytes, bool]:
     """Up to ``size`` bytes of the decompressing reader ``f``, and whether damage stopped it (a gzip or
-    zstd file cut short or corrupt): what came before the damage is kept, where one read of all of it
-    would lose it with the error."""
+    zstd file cut short or corrupt). What the decompressor held when it failed goes with the error:
+    :func:`_before_damage` reads all of it."""
     pieces, left = [], size
     try:
         while left > 0 and (piece := f.read(min(left, 1 << 20))):
@@ -1754,11 +1754,10 @@ def _read_before_damage(f, size: int) -> tuple[bytes, bool]:
 def _before_damage(fs, file: str, compression: str, size: int) -> bytes:
     """Up to ``size`` bytes of what the compressed ``file`` holds before its damage, all of them: read
     a piece at a time (see :func:`_gunzip`), as its lines are."""
+    got, held = [], 0
     with fs.open(file, "rb") as raw:
-        pieces, held = _gunzip(raw) if compression == ".gz" else _unzstd(raw), 0
-        got = []
         try:
-            for piece in pieces:
+            for piece in _gunzip(raw) if compression == ".gz" else _unzstd(raw):
                 got.append(piece)
                 held += len(piece)
                 if held >= size:
