@@ -32,6 +32,7 @@ def test_unknown_fields_are_ignored():
         (json.dumps(trace(1, completion="   ")), "invalid_field"),
         (json.dumps(trace(1, latency_ms=float("nan"))), "non_finite_number"),
         (json.dumps(trace(1, latency_ms=float("inf"))), "non_finite_number"),
+        (json.dumps(trace(1)).replace('"latency_ms": 40.0', '"latency_ms": 1e999'), "non_finite_number"),  # reads as inf
         (json.dumps(trace(1, start_time="yesterday")), "invalid_field"),
         (json.dumps(trace(1, start_time="2026-11-22T10:00:00")), "invalid_field"),  # no timezone
         (json.dumps(trace(1, messages=[{"role": "assistant", "content": "hi"}])), "invalid_field"),

@@ -125,6 +125,13 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number as a float, or ValueError for one past what a float holds (1e999 reads as infinite)."""
+    if math.isinf(value := float(text)):
+        raise ValueError(f"non-finite number {text} (past what a double holds)")
+    return value
+
+
 def loads(text: str | bytes) -> Any:
     """Strict JSON (NaN and Infinity refused, as JSON itself does), or :class:`InvalidTrace` saying why."""
     try:
@@ -135,7 +142,8 @@ def loads(text: str | bytes) -> Any:
         raise InvalidTrace("too_deeply_nested", "arrays or objects nested deeper than the JSON parser goes") from None
     except msgspec.DecodeError as e:
         try:  # the rare failing line: ask the standard library whether bad UTF-8 or a non-finite number was the cause
-            doc = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant)
+            doc = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, parse_constant=_reject_constant,
+                             parse_float=_finite_float)
         except UnicodeDecodeError as why:
             raise InvalidTrace("invalid_utf8", str(why)) from None
         except ValueError as why:
@@ -191,6 +199,9 @@ def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
     if found := _NOT_TEXT.search(text):
         return InvalidTrace("non_text_content" if found[2] == "audio" else "tool_call_in_prompt",
                             f"`messages[{found[1]}]` holds {found[2]}, which the dataset's messages (text only) cannot hold")
+    if text.startswith("Number out of range"):  # 1e999: JSON's own number, which reads as infinite
+        return InvalidTrace("non_finite_number", text.replace("`$.", "`").replace("`$[", "`[")
+                            + " (past what a double holds)")
     reason = "missing_field" if text.startswith("Object missing required field") else "invalid_field"
     # msgspec says "... - at `$.usage.prompt_tokens`": name the field as a path without the root.
     return InvalidTrace(reason, text.replace("`$.", "`").replace("`$[", "`["))
