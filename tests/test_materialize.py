@@ -492,6 +492,18 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
     assert q["b.jsonl"]["reason"] == "invalid_field" and "I am <EMAIL>" in q["b.jsonl"]["raw"]  # a Langfuse row's own text
 
 
+def test_judge_scores_outside_the_judge_range_are_counted_and_said(tmp_path, caplog):
+    """A 0-10 judge left at the default range gives 1.0 for every score from 1 up: said, not silent."""
+    judged = lambda i, v: trace(i, f"What is {i} plus 1?", str(i + 1), scores=[{"name": "judge", "value": v, "source": "eval"}])  # noqa: E731
+    (tmp_path / "a.jsonl").write_bytes(lines(judged(1, 8.0), judged(2, 0.5), judged(3, -1.0), judged(4, 1.0)))
+    reward = RewardConfig(judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0)
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=reward)
+    assert m.reward_stats["judge_outside_range"] == 2 and [r["final_reward"] for r in table(m, "traces")] == [1.0, 0.5, 0.0, 1.0]
+    assert "2 scores named 'judge' lie outside judge_range [0.0, 1.0]" in caplog.text
+    m = run(tmp_path / "a.jsonl", tmp_path / "wide", reward=reward.model_copy(update={"judge_range": (-1.0, 10.0)}))
+    assert "judge_outside_range" not in m.reward_stats
+
+
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "What is 2 plus 3?", "It is 5."),

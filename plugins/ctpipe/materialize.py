@@ -765,7 +765,7 @@ class Written:
     traces: dict | None
     quarantine: dict | None
     reasons: Counter
-    rewards: tuple[int, float, float, float]  # labeled, sum, min, max
+    rewards: tuple[int, float, float, float, int]  # labeled, sum, min, max; judge scores outside judge_range
 
 
 def finish(item: Finish) -> Written:
@@ -790,7 +790,8 @@ def finish(item: Finish) -> Written:
         rows = rows.filter(kept)
     quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
     staging = _JOB.staging
-    written = Written(None, None, Counter(q["reason"] for q in quarantine), _reward_stats(rows["final_reward"]))
+    written = Written(None, None, Counter(q["reason"] for q in quarantine),
+                      (*_reward_stats(rows["final_reward"]), _outside_judge_range(rows["scores"])))
     if quarantine:
         written.quarantine = staging.write_part("quarantine", item.index,
                                                 pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
@@ -828,6 +829,11 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
     messages = rows["messages"].take(pa.array(np.where(openers[at], at, -1), mask=~openers[at]))
     return pa.table({"row": pa.array(first + at, pa.int64()), "messages": messages,
                      **{name: rest[name] for name in rest.column_names}}, schema=_SPILL_SCHEMA)
+
+
+def _outside_judge_range(scores: pa.ChunkedArray) -> int:
+    cfg = _JOB.reward
+    return rewards.judge_outside(scores, cfg.judge_score, *cfg.judge_range) if cfg.judge_weight > 0 else 0
 
 
 def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
@@ -1742,6 +1748,10 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = version_name(start, end, digest.hexdigest())
+    if stats.outside:  # a judge of another scale than judge_range: its scores all count as 1 (or 0)
+        log.warning("%d scores named %r lie outside judge_range %s and count as its nearer end: set "
+                    "CTPIPE_REWARD__JUDGE_RANGE to the judge's scale", stats.outside, reward.judge_score,
+                    list(reward.judge_range))
     unrecognized = unformatted.files()
     if unrecognized:
         log.warning("files with no trace in %s (all they hold is quarantined): %s",
@@ -1886,13 +1896,14 @@ class _Unformatted:
 
 class _RewardStats:
     def __init__(self):
-        self.n, self.total, self.low, self.high = 0, 0.0, math.inf, -math.inf
+        self.n, self.total, self.low, self.high, self.outside = 0, 0.0, math.inf, -math.inf, 0
 
-    def add(self, n: int, total: float, low: float, high: float) -> None:
-        self.n, self.total = self.n + n, self.total + total
+    def add(self, n: int, total: float, low: float, high: float, outside: int) -> None:
+        self.n, self.total, self.outside = self.n + n, self.total + total, self.outside + outside
         self.low, self.high = min(self.low, low), max(self.high, high)
 
     def summary(self) -> dict:
+        said = {"judge_outside_range": self.outside} if self.outside else {}  # counted as the range's nearer end
         if not self.n:
-            return {"labeled": 0, "mean": None, "min": None, "max": None}
-        return {"labeled": self.n, "mean": round(self.total / self.n, 6), "min": self.low, "max": self.high}
+            return {"labeled": 0, "mean": None, "min": None, "max": None, **said}
+        return {"labeled": self.n, "mean": round(self.total / self.n, 6), "min": self.low, "max": self.high, **said}

@@ -131,6 +131,21 @@ def judge_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1
         return np.clip((total / count - low) / (high - low), 0.0, 1.0)
 
 
+def judge_outside(scores: pa.Array | pa.ChunkedArray, name: str, low: float, high: float) -> int:
+    """How many of the scores called ``name`` lie outside [low, high], which :func:`judge_rewards` counts
+    as the nearer end: a judge of another scale than the configured one.
+
+    >>> judge_outside(pa.array([[{"name": "judge", "value": 8.0}, {"name": "tone", "value": 3.0}], []]), "judge", 0, 1)
+    1
+    """
+    flat = (scores.combine_chunks() if isinstance(scores, pa.ChunkedArray) else scores).flatten()
+    if not len(flat):
+        return 0
+    value = pc.struct_field(flat, "value")
+    outside = pc.or_kleene(pc.less(value, low), pc.greater(value, high))
+    return int(pc.sum(pc.and_kleene(pc.equal(pc.struct_field(flat, "name"), name), outside)).as_py() or 0)
+
+
 def _scalar(column: np.ndarray) -> float | None:
     value = float(column[0])
     return None if math.isnan(value) else value
