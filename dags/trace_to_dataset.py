@@ -24,7 +24,7 @@ in the trigger form (both, with a timezone), which a manual-only schedule needs.
 With `dataset.arrival_lag` set (traces reach the source late: a log shipper
 buffers them), a run first waits that long after its interval's end, deferred
 to the triggerer. Marking the task failed, or stopping its run, stops the
-materializer where it is: nothing is published.
+materializer where it is: nothing more is published.
 """
 
 from __future__ import annotations

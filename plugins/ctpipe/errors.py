@@ -28,7 +28,7 @@ def _terminate(signum, frame) -> None:
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM (what timeout, systemd and Kubernetes send, and Airflow's task supervisor when a task
     is marked failed or its run is stopped) interrupts the work meanwhile as Ctrl-C does: the
-    materializer then removes what it staged and spilled and publishes nothing. Airflow's own task
+    materializer then removes what it staged and spilled and publishes nothing more. Airflow's own task
     runner only calls ``on_kill`` and lets the task go on, which published a version the UI showed
     as failed. Signals are handled in the main thread alone: elsewhere, nothing changes."""
     if threading.current_thread() is not threading.main_thread():
