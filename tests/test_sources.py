@@ -798,6 +798,18 @@ def test_a_csv_file_cut_short_keeps_its_rows_before_the_damage_and_says_so(tmp_p
     assert list(read(str(tmp_path / "b.csv"))) == list(read(str(tmp_path / "c.csv"))) == []
 
 
+def test_parquet_text_stored_as_bytes_is_read_as_text_and_other_bytes_stay_bytes(tmp_path):
+    """Writers that do not mark their strings as UTF-8 (older Hive and Impala) store text as bytes, at any
+    depth: read as text. A column of other bytes (a digest) stays bytes, and the rows are read."""
+    messages = pa.list_(pa.struct([("role", pa.binary()), ("content", pa.binary())]))
+    table = pa.table({"trace_id": pa.array([b"t1", b"t2"]), "digest": pa.array([b"\xff\x00", b"\x01"]),
+                      "messages": pa.array([[{"role": b"user", "content": "caf\u00e9?".encode()}], []], messages)})
+    pq.write_table(table, tmp_path / "a.parquet")
+    docs = [i.doc for i in read(str(tmp_path / "a.parquet"))]
+    assert docs == [{"trace_id": "t1", "digest": b"\xff\x00", "messages": [{"role": "user", "content": "caf\u00e9?"}]},
+                    {"trace_id": "t2", "digest": b"\x01", "messages": []}]
+
+
 @pytest.mark.parametrize("dictionary", [False, True])
 def test_a_parquet_row_past_the_record_limit_is_too_large_as_its_line_would_be(tmp_path, dictionary):
     """Its rows before and after it are read; a dictionary column's row is sized by its own value."""

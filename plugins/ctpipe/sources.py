@@ -1379,7 +1379,7 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                     yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
                     row += unread
                     continue
-                for run in _runs_within_limit(_utf8_runs(_in_microseconds(batch))):
+                for run in _runs_within_limit(_utf8_runs(_in_microseconds(_binary_text(batch)))):
                     if isinstance(run, Item):
                         yield Block(file, row, damage=replace(run, file=file, position=row))
                         row += 1
@@ -1535,6 +1535,33 @@ def _as_binary(t: pa.DataType) -> pa.DataType:
         return leaf
 
     return _retyped(t, binary)
+
+
+def _binary_text(batch):
+    """``batch`` with each binary column (at any depth) all of whose values are UTF-8 read as text:
+    writers that do not mark their strings as UTF-8 store text so (older Hive and Impala, for which
+    Spark has ``binaryAsString``), and every row of ours was refused for holding bytes. A column
+    that holds other bytes (a digest, an image) stays as it is."""
+    def text(leaf: pa.DataType) -> pa.DataType:
+        if pa.types.is_binary(leaf) or pa.types.is_large_binary(leaf):
+            return pa.large_string() if pa.types.is_large_binary(leaf) else pa.string()
+        return leaf
+
+    columns, changed = list(batch.columns), False
+    for i, (column, f) in enumerate(zip(batch.columns, batch.schema)):
+        as_text = _retyped(f.type, text)
+        if as_text.equals(f.type):
+            continue
+        try:
+            viewed = column.view(as_text)  # the same layout: no copy
+            viewed.validate(full=True)  # UTF-8 throughout, at some 13 GB/s
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+            continue
+        columns[i], changed = viewed, True
+    if not changed:
+        return batch
+    schema = pa.schema([f.with_type(c.type) for f, c in zip(batch.schema, columns)], metadata=batch.schema.metadata)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _in_microseconds(batch):
