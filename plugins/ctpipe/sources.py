@@ -1732,7 +1732,7 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         with fs.open(file, "rb", block_size=_PEEK) as raw:  # an object store's read-ahead: 5 MB by default
             compression = _compression(raw, name)
             f = _opened(raw, compression)
-            head, damaged = _read_before_damage(f, _PEEK)
+            head, damaged = _read_or_damaged(f, _PEEK)
             if damaged:  # what the decompressor held when it failed went with the error: read up to the damage
                 head = _before_damage(fs, file, compression, MAX_RECORD_BYTES + 1)
             text = _text(head)
@@ -1745,7 +1745,7 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
                 if not newline:  # one line that does not parse: a bad line, not a document
                     return lines
             if not damaged:
-                more, damaged = _read_before_damage(f, MAX_RECORD_BYTES + 1 - len(head))
+                more, damaged = _read_or_damaged(f, MAX_RECORD_BYTES + 1 - len(head))
                 head += more
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
         return lines
@@ -1764,18 +1764,14 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
 
 
-def _read_before_damage(f, size: int) -> tuple[bytes, bool]:
-    """Up to ``size`` bytes of the decompressing reader ``f``, and whether damage stopped it (a gzip or
-    zstd file cut short or corrupt). What the decompressor held when it failed goes with the error:
-    :func:`_before_damage` reads all of it."""
-    pieces, left = [], size
+def _read_or_damaged(f, size: int) -> tuple[bytes, bool]:
+    """(``size`` bytes of the decompressing reader ``f``, fewer at its end, False), or (none, True)
+    where damage stops the read (a gzip or zstd file cut short or corrupt): what the decompressor
+    held then goes with the error, and :func:`_before_damage` reads all that comes before it."""
     try:
-        while left > 0 and (piece := f.read(min(left, 1 << 20))):
-            pieces.append(piece)
-            left -= len(piece)
+        return f.read(size), False
     except Exception:  # noqa: BLE001 - the decompressors raise EOFError, OSError, zlib.error, zstd's own
-        return b"".join(pieces), True
-    return b"".join(pieces), False
+        return b"", True
 
 
 def _before_damage(fs, file: str, compression: str, size: int) -> bytes:
