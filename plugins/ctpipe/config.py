@@ -15,7 +15,7 @@ import typing
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -495,17 +495,18 @@ class Settings(BaseSettings):
         return self.home / "mlflow" / "artifacts"
 
 
-def _variables(model: type[BaseModel], prefix: str = "CTPIPE_") -> list[str]:
-    """The environment variables of ``model``'s settings: a section's fields under its name and "__"."""
-    names = []
+def _variables(model: type[BaseModel], prefix: str = "CTPIPE_") -> dict[str, Any]:
+    """The environment variables of ``model``'s settings (a section's fields under its name and "__"),
+    each with its setting's type."""
+    names: dict[str, Any] = {}
     for name, field in model.model_fields.items():
-        names.append(prefix + name.upper())
+        names[prefix + name.upper()] = field.annotation
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            names += _variables(field.annotation, f"{prefix}{name.upper()}__")
+            names |= _variables(field.annotation, f"{prefix}{name.upper()}__")
     return names
 
 
-def _names_setting(name: str, known: list[str]) -> bool:
+def _names_setting(name: str, known: dict[str, Any]) -> bool:
     """Whether the variable ``name`` sets a setting: one of ``known``, or a key below a mapping's."""
     upper = name.upper()
     if upper in known:
@@ -513,18 +514,9 @@ def _names_setting(name: str, known: list[str]) -> bool:
     head, sep, _ = upper.rpartition("__")
     while sep:  # CTPIPE_TRAIN__LEARNING_RATES__GRPO: a key of the learning_rates mapping
         if head in known:
-            return _is_mapping(head)
+            return typing.get_origin(known[head]) is dict
         head, sep, _ = head.rpartition("__")
     return False
-
-
-def _is_mapping(variable: str) -> bool:
-    """Whether the setting of ``variable`` (one of :func:`_variables`) is a mapping, whose keys are its own."""
-    model: type[BaseModel] = Settings
-    *sections, field = variable.removeprefix("CTPIPE_").lower().split("__")
-    for section in sections:
-        model = model.model_fields[section].annotation
-    return typing.get_origin(model.model_fields[field].annotation) is dict
 
 
 @cache
