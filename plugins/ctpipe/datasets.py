@@ -42,7 +42,7 @@ import xxhash
 
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
-from ctpipe.rewards import DECIMALS
+from ctpipe.rewards import reward_gap
 from ctpipe.sources import filesystem, reachable
 
 CODE_VERSION = "21"  # bumped whenever the same input and config would give other tables
@@ -112,8 +112,8 @@ def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
     """
     ranked = sorted((r for r in group if r["final_reward"] is not None), key=lambda r: (-r["final_reward"], r["trace_id"]))
 
-    def gap(a: dict, b: dict) -> float:  # as labels are rounded (see rewards.DECIMALS)
-        return round(a["final_reward"] - b["final_reward"], DECIMALS)
+    def gap(a: dict, b: dict) -> float:
+        return reward_gap(a["final_reward"], b["final_reward"])
 
     if cfg.dpo_strategy == "all_pairs":
         wide = [

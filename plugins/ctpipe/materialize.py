@@ -1401,7 +1401,7 @@ def best_vs_worst(group: np.ndarray, finals: pa.ChunkedArray, ids: pa.ChunkedArr
     nth = np.arange(per_group.sum()) - np.repeat(np.cumsum(per_group) - per_group, per_group)
     best = np.repeat(starts, per_group) + nth
     worst = np.repeat(starts + sizes - 1, per_group) - nth
-    wide = np.round(reward[best] - reward[worst], rewards.DECIMALS) >= cfg.dpo_min_margin  # as dpo_pairs rounds
+    wide = rewards.reward_gap(reward[best], reward[worst]) >= cfg.dpo_min_margin
     best, worst = at[best[wide]], at[worst[wide]]
     texts = [t.strip() if t is not None else t for t in completions.take(np.r_[best, worst]).to_pylist()]
     differ = [a != b for a, b in zip(texts[:len(best)], texts[len(best):])]
@@ -1906,4 +1906,5 @@ class _RewardStats:
         said = {"judge_outside_range": self.outside} if self.outside else {}  # counted as the range's nearer end
         if not self.n:
             return {"labeled": 0, "mean": None, "min": None, "max": None, **said}
-        return {"labeled": self.n, "mean": round(self.total / self.n, 6), "min": self.low, "max": self.high, **said}
+        return {"labeled": self.n, "mean": round(self.total / self.n, rewards.DECIMALS), "min": self.low, "max": self.high,
+                **said}

@@ -30,6 +30,15 @@ MissingPolicy = Literal["renormalize", "zero", "drop"]
 DECIMALS = 6
 
 
+def reward_gap(high, low):
+    """``high - low`` rounded as labels are, of two rewards or of two columns of them (numpy arrays).
+
+    >>> float(reward_gap(0.7, 0.2))
+    0.5
+    """
+    return np.round(np.subtract(high, low), DECIMALS)
+
+
 def math_reward(completion: str, reference: str) -> float | None:
     """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
     reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
