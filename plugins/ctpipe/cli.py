@@ -21,7 +21,7 @@ import json
 import logging
 import signal
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import get_args
 
@@ -37,17 +37,12 @@ def _settings():
 
 
 def _aware(text: str) -> datetime:
+    from ctpipe.pipeline import aware_time
+
     try:
-        t = datetime.fromisoformat(text)
-    except ValueError:  # argparse would say only "invalid _aware value"
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
-    if t.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
-    try:
-        t.astimezone(timezone.utc)
-    except OverflowError:  # 9999-12-31T20:00-05:00 is in year 10000 in UTC
-        raise argparse.ArgumentTypeError(f"{text!r} is outside the years 1 to 9999 in UTC") from None
-    return t
+        return aware_time(text)
+    except ValueError as e:  # argparse would say only "invalid _aware value"
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_cycle(args) -> int:

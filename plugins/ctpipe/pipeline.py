@@ -11,7 +11,7 @@ import json
 import logging
 import re
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,22 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------- trace_to_dataset
 
 
+def aware_time(text: str) -> datetime:
+    """An ISO 8601 time with its timezone, as the command line and the trigger form give an interval's
+    bounds; ValueError saying what it is not."""
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
+    if t.tzinfo is None:
+        raise ValueError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
+    try:
+        t.astimezone(timezone.utc)
+    except OverflowError:  # 9999-12-31T20:00-05:00 is in year 10000 in UTC
+        raise ValueError(f"{text!r} is outside the years 1 to 9999 in UTC") from None
+    return t
+
+
 def interval_to_build(params: dict[str, Any], start: datetime | None, end: datetime | None) -> tuple[datetime, datetime]:
     """The interval a ``trace_to_dataset`` run builds: the trigger form's ``start`` and ``end`` when
     given (both), else the run's data interval; PipelineError, naming the field and its value, when
@@ -41,11 +57,9 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
         at = {}
         for name, value in given.items():
             try:
-                at[name] = datetime.fromisoformat(str(value))
-            except ValueError:
-                raise PipelineError(f"{name}={value!r} is not an ISO 8601 time") from None
-            if at[name].tzinfo is None:
-                raise PipelineError(f"{name}={value!r} has no timezone")
+                at[name] = aware_time(str(value))
+            except ValueError as e:
+                raise PipelineError(f"{name}={e}") from None
         (start, end), names = at.values(), ("start", "end")
     elif start is None or end is None:
         raise PipelineError("the run has no data interval (it was triggered without a logical date): give start "
