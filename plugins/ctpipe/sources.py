@@ -52,7 +52,7 @@ import os
 import re
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -1344,9 +1344,8 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
     metadata says of each row group's rows. The metadata alone would not do: it gives sizes as
     encoded, where a dictionary-encoded column (a system prompt in every row) takes a few bytes a
     row and its full length once read. But it does see rows that grow in a later row group, which
-    are then read in batches as small as they need, not in batches sized for the first rows. A batch
-    still past twice the block size (rows that grew within a row group) is given in slices, so no
-    worker gets more at once.
+    are then read in batches as small as they need, not in batches sized for the first rows (and
+    :func:`_row_blocks` slices one that is still too large).
 
     A damaged row group is one ``unreadable_parquet`` item at its first row not read, and the file
     goes on with the next group; damage that leaves no group readable (the footer) is one item for
@@ -1379,19 +1378,29 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
                     yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=detail))
                     row += unread
                     continue
-                for run in _runs_within_limit(_utf8_runs(_in_microseconds(_binary_text(batch)))):
-                    if isinstance(run, Item):
-                        yield Block(file, row, damage=replace(run, file=file, position=row))
-                        row += 1
-                        continue
-                    pieces = math.ceil(run.nbytes / BLOCK_BYTES) if run.nbytes > 2 * BLOCK_BYTES else 1
-                    step = max(1, math.ceil(run.num_rows / pieces))
-                    for start in range(0, run.num_rows, step):
-                        piece = run.slice(start, step)  # spilled, a slice takes only its own rows' bytes
-                        yield Block(file, row, batch=piece)
-                        row += piece.num_rows
+                row = yield from _row_blocks(file, row, batch)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a damaged file
         yield Block(file, row, damage=Item(file, row, reason="unreadable_parquet", detail=f"{type(e).__name__}: {e}"))
+
+
+def _row_blocks(file: str, row: int, batch) -> Generator[Block, None, int]:
+    """The blocks of a record batch of ``file``'s rows from ``row`` on, the row after them returned.
+    Its rows are read as Python holds them (:func:`_binary_text`, :func:`_in_microseconds`), and each
+    that is not UTF-8 or is too large is an item in its place (:func:`_utf8_runs`,
+    :func:`_runs_within_limit`); a batch still past twice the block size (rows that grew within a
+    Parquet row group) is given in slices, so no worker gets more at once."""
+    for run in _runs_within_limit(_utf8_runs(_in_microseconds(_binary_text(batch)))):
+        if isinstance(run, Item):
+            yield Block(file, row, damage=replace(run, file=file, position=row))
+            row += 1
+            continue
+        pieces = math.ceil(run.nbytes / BLOCK_BYTES) if run.nbytes > 2 * BLOCK_BYTES else 1
+        step = max(1, math.ceil(run.num_rows / pieces))
+        for start in range(0, run.num_rows, step):
+            piece = run.slice(start, step)  # spilled, a slice takes only its own rows' bytes
+            yield Block(file, row, batch=piece)
+            row += piece.num_rows
+    return row
 
 
 def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
@@ -1437,13 +1446,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                     yield from refused_before(row + 1)  # the parser numbers rows from 1, as we do
                     upto = refused[0][0] if refused and refused[0][0] is not None else row + batch.num_rows - at
                     take = min(batch.num_rows - at, max(upto - row, 1))
-                    for run in _runs_within_limit(_utf8_runs(batch.slice(at, take))):
-                        if isinstance(run, Item):
-                            yield Block(file, row, damage=replace(run, file=file, position=row))
-                            row += 1
-                        else:
-                            yield Block(file, row, batch=run)
-                            row += run.num_rows
+                    row = yield from _row_blocks(file, row, batch.slice(at, take))
                     at += take
             yield from refused_before(math.inf)
     except Exception as e:  # noqa: BLE001 - the decompressors and the parser raise several types
