@@ -135,6 +135,29 @@ def run_ctpipe(src: Path, out: Path) -> dict:
     return {"counts": m.counts, "reasons": m.quarantine_reasons, "scrubbed": m.scrubbed}
 
 
+def _re2(rx: str) -> str:
+    """A Python pattern as RE2 takes it: without its lookarounds and word boundaries, which RE2 has
+    not (the replacement keeps what they look at, so DuckDB scrubs a little more), \\Z as $."""
+    out, i = [], 0
+    while i < len(rx):
+        if rx.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):  # skip to its closing parenthesis
+            depth, in_class = 0, False
+            while True:
+                c = rx[i]
+                if c == "\\":
+                    i += 2
+                    continue
+                in_class = (in_class and c != "]") or (not in_class and c == "[")
+                depth += (not in_class) * ((c == "(") - (c == ")"))
+                i += 1
+                if depth == 0:
+                    break
+            continue
+        out.append(rx[i:i + 2] if rx[i] == "\\" else rx[i])
+        i += len(out[-1])
+    return "".join(out).replace("\\b", "").replace("\\Z", "$")
+
+
 def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
     from ctpipe import pii
 
@@ -144,9 +167,7 @@ def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
         expr = col
         for name, rx in (("SECRET", pii._SECRET.pattern), ("EMAIL", pii._EMAIL.pattern), ("CARD", pii._CARD.pattern),
                          ("PHONE", pii._PHONE.pattern)):
-            rx = re.sub(r"\(\?<?![^()]*\)", "", rx)  # RE2 has no lookarounds: the negative ones go
-            rx = rx.replace("(?<=Bearer )", "Bearer ").replace("\\b", "")
-            expr = f"regexp_replace({expr}, '{rx.replace(chr(39), chr(39) * 2)}', '<{name}>', 'g')"
+            expr = f"regexp_replace({expr}, '{_re2(rx).replace(chr(39), chr(39) * 2)}', '<{name}>', 'g')"
         return expr
 
     def norm(col: str) -> str:

@@ -462,7 +462,7 @@ def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, 
 def test_pii_is_scrubbed_everywhere_and_counted(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "Mail me at ann@example.com: what is 2 plus 3?", "5, call +1 415-555-0100"),
-        trace(2, "Pay with 4111 1111 1111 1111 for order 123-456", "ok sk-abcdefghijklmnopqrstuv"),
+        trace(2, "Pay with 4111 1111 1111 1111 for order 123-456", "ok sk-abc123defghijklmnopqrstuv"),
     ))
     m = run(tmp_path / "a.jsonl", tmp_path / "out")
     assert m.scrubbed == {"card": 1, "email": 1, "phone": 1, "secret": 1}
@@ -490,6 +490,66 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
     assert accounted(m) and m.scrubbed == {"card": 1, "email": 5}
     assert "<EMAIL>, card <CARD>" in q["a.jsonl"]["raw"] and json.loads(q["a.jsonl"]["raw"])["latency_ms"] == "1"
     assert q["b.jsonl"]["reason"] == "invalid_field" and "I am <EMAIL>" in q["b.jsonl"]["raw"]  # a Langfuse row's own text
+
+
+def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(tmp_path):
+    """A reference answer reaches the GRPO dataset, a score's name and label the traces table: both are
+    scrubbed. A long answer taken for a card is scrubbed where published, but labeled as written."""
+    scored = [{"name": "judge ann@example.com", "value": 1.0, "label": "call +1 415-555-0100", "source": "eval"}]
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "Who is the contact?", "bob@example.org", reference_answer="bob@example.org", scores=scored),
+        trace(2, "What is 4111 1111 1111 1110 plus 1?", "4111 1111 1111 1111", reference_answer="4111 1111 1111 1111"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
+    one, two = table(m, "traces")
+    assert one["reference_answer"] == one["completion"] == "<EMAIL>"
+    assert one["scores"] == [{"name": "judge <EMAIL>", "value": 1.0, "label": "call <PHONE>", "source": "eval"}]
+    assert two["completion"] == two["reference_answer"] == "<CARD>" and two["verifiable_reward"] == 1.0
+    assert sorted(r["answer"] for r in table(m, "grpo")) == ["<CARD>", "<EMAIL>"]
+    published = json.dumps([table(m, name) for name in ("traces", "grpo", "dpo", "quarantine")], default=str)
+    assert "@example" not in published and "415-555" not in published and "4111" not in published.replace("4111 1111 1111 1110", "")
+
+
+def test_a_value_a_quarantined_records_raw_text_is_cut_in_is_scrubbed_whole(tmp_path):
+    """The raw text is published cut to 2,000 characters: a number, or a key, that the cut splits is
+    scrubbed whole, not left in part; a key an answer's token limit cut before its end line too."""
+    base = json.dumps(trace(1, "call +1 415-555-0100 thanks", "5", latency_ms=-1))
+    phone = trace(1, "x" * (1993 - base.index("+1 415")) + " call +1 415-555-0100 thanks", "5", latency_ms=-1)
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAE" * 40
+    cut_key = trace(2, "Why does ssh reject this key?", key, latency_ms=-1)
+    (tmp_path / "a.jsonl").write_bytes(lines(phone, cut_key, trace(3, "What is 1 plus 1?", key)))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    q = table(m, "quarantine")
+    assert len(q[0]["raw"]) == 2000 and q[0]["raw"].endswith("<PHONE>"[:2000 - 1994]) and len(q[1]["raw"]) < 2000
+    assert "415-555" not in q[0]["raw"] and "b3BlbnNz" not in json.dumps(q) and "<SECRET>" in q[1]["raw"]
+    assert table(m, "traces")[0]["completion"] == "<SECRET>" and m.scrubbed == {"phone": 1, "secret": 2}
+
+
+def test_a_chats_every_message_and_any_scripts_spacing_count_for_contamination(tmp_path):
+    """An eval question in a system prompt or an earlier turn, or written with a no-break space,
+    full-width letters or a zero-width space between its words, is the eval question all the same."""
+    item = "A farmer has seventeen sheep and all but nine run away through the broken fence, how many are left?"
+    (tmp_path / "eval.jsonl").write_bytes(lines({"prompt": item}))
+    full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" for c in item)
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, messages=[{"role": "system", "content": f"Answer this: {item}"}, {"role": "user", "content": "Go."}]),
+        trace(2, messages=[{"role": "user", "content": "Hi"}, {"role": "assistant", "content": item},
+                           {"role": "user", "content": "And?"}]),
+        trace(3, item.replace(" ", "\u00a0")), trace(4, full_width), trace(5, item.replace(" ", " \u200b")),
+        trace(6, "What is 2 plus 3?"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")]))
+    assert m.quarantine_reasons == {"eval_contamination": 5} and [r["trace_id"] for r in table(m, "traces")] == ["t6"]
+
+
+def test_texts_differing_only_in_unicode_spacing_or_case_are_near_duplicates(tmp_path):
+    question = "Quelle est la capitale de la France ? Réponds en un mot."
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, question, "Paris."), trace(2, question.replace(" ", "\u00a0"), "Paris"),
+        trace(3, question.upper(), "PARIS"), trace(4, question, "Lyon"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert m.quarantine_reasons == {"near_duplicate": 2} and [r["trace_id"] for r in table(m, "traces")] == ["t1", "t4"]
 
 
 def test_judge_scores_outside_the_judge_range_are_counted_and_said(tmp_path, caplog):

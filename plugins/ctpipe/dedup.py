@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import string
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -20,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-# What normalization ignores: ASCII punctuation and whitespace (letters of any script are kept).
+# What normalization ignores: punctuation and whitespace (letters of any script are kept), ASCII's here.
 # bytes.translate handles it at memory speed, where a Unicode-class regex costs ten times more on 2 KB texts.
 _IGNORED = (string.punctuation + string.whitespace).encode()
 _SEPARATORS = bytes.maketrans(_IGNORED, b" " * len(_IGNORED))
@@ -33,9 +35,33 @@ _ASCII_NORMAL = bytes.maketrans(string.ascii_uppercase.encode() + _IGNORED,
                                 string.ascii_lowercase.encode() + b" " * len(_IGNORED))
 
 
+@functools.cache
+def _unicode_ignored(to: str | None) -> dict[int, str | None]:
+    """What normalization ignores past ASCII, as a str.translate table: the whitespace and punctuation
+    of every script (a no-break space, an ideographic one, « », ¿, 。) mapped ``to``, and the
+    invisible format characters (a zero-width space, a soft hyphen) removed. In the Basic
+    Multilingual Plane, where they all are but a few."""
+    table = {}
+    for c in range(0x80, 0x10000):
+        kind = unicodedata.category(chr(c))
+        if kind == "Cf":
+            table[c] = None
+        elif chr(c).isspace() or kind.startswith(("P", "Z")):
+            table[c] = to
+    return table
+
+
+def _folded(text: str, to: str | None) -> str:
+    """A text that is not ASCII as the ASCII steps expect it: its compatibility forms read as what they
+    stand for (full-width letters and digits, ligatures), case folded (ß as ss), with what
+    :func:`_unicode_ignored` says made ``to`` or removed."""
+    return unicodedata.normalize("NFKC", text).casefold().translate(_unicode_ignored(to))
+
+
 def _normal_bytes(text: str) -> bytes:
+    text = text.lower() if text.isascii() else _folded(text, " ")
     # A regex collapsing runs of spaces is twice as fast as bytes.split() and join on 1 KB texts.
-    return _RUNS.sub(b" ", text.lower().encode("utf-8", "surrogatepass").translate(_SEPARATORS)).strip(b" ")
+    return _RUNS.sub(b" ", text.encode("utf-8", "surrogatepass").translate(_SEPARATORS)).strip(b" ")
 
 
 def normalize(text: str) -> str:
@@ -47,14 +73,14 @@ def normalize(text: str) -> str:
 
 
 def squash(text: str) -> bytes:
-    """The normalized-duplicate form: lower case with ASCII punctuation and whitespace removed.
+    """The normalized-duplicate form: case folded, punctuation and whitespace (of any script) removed.
 
     >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !")
     True
     """
     if text.isascii():  # the common case, in one pass: translate lowers and deletes at once
         return text.encode().translate(_ASCII_LOWER, _IGNORED)
-    return text.lower().encode("utf-8", "surrogatepass").translate(None, _IGNORED)
+    return _folded(text, None).encode("utf-8", "surrogatepass").translate(None, _IGNORED)
 
 
 def words(text: str) -> list[str]:

@@ -66,6 +66,7 @@ from ctpipe.datasets import (
     dpo_pairs, version_name,
 )
 from ctpipe.keyset import KeySet
+from ctpipe.sources import RAW_CHARS, RAW_KEPT
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,9 @@ def _orphaned(parent: int) -> None:
 
 
 def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
-    return {"source_file": file, "source_line": n, "reason": reason, "detail": detail[:2000], "raw": raw}
+    """A quarantined item. Its texts are cut to ``RAW_CHARS`` once scrubbed (see :func:`_keyed`), except a
+    duplicate's raw text: its row, as the traces table has it, whole."""
+    return {"source_file": file, "source_line": n, "reason": reason, "detail": detail[:RAW_KEPT], "raw": raw}
 
 
 def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
@@ -398,7 +401,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             else:
                 fmt, recs = _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
-            text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:2000].decode("utf-8", "replace")
+            text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:RAW_KEPT].decode("utf-8", "replace")
             rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
             continue
         if fmt == "langfuse":  # joined across files (see joined_part); a row that cannot join is quarantined here
@@ -420,7 +423,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 part.joined.append(r.entry((block.file, n), raw if isinstance(raw, bytes) else None))
             elif isinstance(r, _Refused):
                 rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
-                                                 json.dumps(r.record, default=str)[:2000])))
+                                                 json.dumps(r.record, default=str)[:RAW_KEPT])))
         recs = [r for r in recs if isinstance(r, traces.TraceRecord)]
         part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
@@ -624,15 +627,22 @@ def _add_misplaced(into: dict[str, tuple[int, int]], side: str, n: int, most: in
 
 
 def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
-    """``raw`` without the traces whose user messages share an n-gram with an evaluation item, which go to quarantine."""
+    """``raw`` without the traces whose chats share an n-gram with an evaluation item, which go to quarantine.
+    The user messages of a chat are searched as one text (a question may span turns); the others (a
+    system prompt, earlier answers) each alone, as the same few of them come in chat after chat."""
     messages = raw["messages"].combine_chunks()
     flat = messages.flatten()
-    user = pc.equal(pc.struct_field(flat, "role"), "user")
-    counts = np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)[user.to_numpy(zero_copy_only=False)],
-                         minlength=raw.num_rows)
+    parents = pc.list_parent_indices(messages).to_numpy(zero_copy_only=False)
+    contents = pc.struct_field(flat, "content")
+    user = pc.equal(pc.struct_field(flat, "role"), "user").to_numpy(zero_copy_only=False)
+    counts = np.bincount(parents[user], minlength=raw.num_rows)
     per_chat = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(counts)]), pa.int32()),
-                                        pc.struct_field(flat, "content").filter(user))
+                                        contents.filter(pa.array(user)))
     contaminated = _EVAL.overlaps_array(pc.binary_join(per_chat, " "))
+    if not user.all():
+        others = pc.dictionary_encode(contents.filter(pa.array(~user)))
+        found = _EVAL.overlaps_array(others.dictionary)[others.indices.to_numpy()]
+        contaminated[parents[~user][found]] = True
     if not contaminated.any():
         return raw
     bad = pa.array(contaminated)
@@ -653,14 +663,19 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     flat = messages.flatten()
     roles, contents = pc.struct_field(flat, "role"), pc.struct_field(flat, "content")
     completions = raw["completion"].combine_chunks()
-    if job.dataset.scrub_pii:
-        contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
     lengths = pc.list_value_length(messages).to_numpy(zero_copy_only=False)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    messages = columns.chats(offsets, roles, contents)
-    prompt = contents.take(pa.array(columns.prompts_at(roles, np.repeat(np.arange(raw.num_rows), lengths), raw.num_rows)))
+    prompt_at = pa.array(columns.prompts_at(roles, np.repeat(np.arange(raw.num_rows), lengths), raw.num_rows))
     feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
-    references, labels = labeler.labels(prompt, completions, raw["reference_answer"].combine_chunks(), feedback, scores)
+    # Labeled from the texts as written: a number scrubbed as a phone's or a card's (a long math
+    # answer may look like one) must not turn a right answer wrong.
+    references, labels = labeler.labels(contents.take(prompt_at), completions, raw["reference_answer"].combine_chunks(),
+                                        feedback, scores)
+    if job.dataset.scrub_pii:
+        contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
+        references, scores = pii.scrub_array(references, part.pii), _scrubbed_scores(scores, part.pii)
+    messages = columns.chats(offsets, roles, contents)
+    prompt = contents.take(prompt_at)
     prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets, _NORMALIZED)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
@@ -692,6 +707,20 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "norm_key": pa.array(dedup.mix(normalized_prompt_keys, dedup.keys(completions, normalized=True)), pa.uint64()),
     }
     return pa.Table.from_arrays([out[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
+
+
+def _scrubbed_scores(scores: pa.Array, found: Counter) -> pa.Array:
+    """``scores`` (a list of structs a trace) with their names and labels scrubbed, as every text published is."""
+    offsets = scores.offsets  # of the slice ``scores`` may be: they need not start at 0
+    first = offsets[0].as_py()
+    flat = scores.values.slice(first, offsets[-1].as_py() - first)
+    if not len(flat):
+        return scores
+    fields = {f.name: flat.field(f.name) for f in flat.type}
+    for name in ("name", "label"):
+        fields[name] = pii.scrub_array(fields[name], found)
+    entries = pa.StructArray.from_arrays(list(fields.values()), fields=list(flat.type), mask=flat.is_null())
+    return pa.ListArray.from_arrays(pc.subtract(offsets, first), entries, type=scores.type, mask=scores.is_null())
 
 
 def _digest(block: sources.Block) -> bytes:
@@ -737,13 +766,13 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``; the rows, quarantined items and entries of a join stay in this
     process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
-    if _JOB.dataset.scrub_pii and part.quarantine:  # published with the version, as the traces are
-        for field in ("raw", "detail"):  # a detail may quote a value (an input that is neither chat nor text)
-            texts = pii.scrub_array(pa.array([q[field] for q in part.quarantine], pa.string()), part.pii, repeats=False)
-            if field == "raw":
-                texts = pii.scrub_cut_short(texts, part.pii)
-            for q, text in zip(part.quarantine, texts.to_pylist()):
-                q[field] = text
+    for field in ("raw", "detail") if part.quarantine else ():  # a detail may quote a value (a content neither chat nor text)
+        texts = pa.array([q[field] for q in part.quarantine], pa.string())
+        if _JOB.dataset.scrub_pii:  # published with the version, as the traces are
+            texts = pii.scrub_array(texts, part.pii, repeats=False)
+            texts = pii.scrub_cut_short(texts, part.pii) if field == "raw" else texts
+        for q, text in zip(part.quarantine, pc.utf8_slice_codeunits(texts, 0, RAW_CHARS).to_pylist()):
+            q[field] = text
     _ROWS[part.index] = rows, part.quarantine, part.joined
     part.joined = []
     part.quarantine = []
@@ -1067,7 +1096,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
                 part.read += 1
                 raw = (value.decode("utf-8", "replace") if formats.is_line(value)
                        else json.dumps(formats.entry_row(value), default=str))
-                part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:2000]))
+                part.quarantine.append(_quarantined(file, n, e.reason, str(e), raw[:RAW_KEPT]))
                 continue
             if _JOB.start <= rec.start_time < _JOB.end:
                 part.read += 1

@@ -15,46 +15,80 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
-_CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-# International or national numbers with at least 9 digits in groups: "+1 415-555-0100", "(030) 1234 5678";
-# not the seconds of a time ("10:00:01.040000+00:00", which a record's raw text holds in every line).
-_PHONE = re.compile(r"(?<![\w+])(?<!\d:)(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,5}\)[ .-]?|\d{2,5}[ .-])\d{3,4}[ .-]?\d{3,5}(?![\w-])")
+# A local part may hold letters of any script (josé@), and so may a domain (bücher.de); "@" may be
+# written %40 (in a URL) or \u0040 (in a quarantined record's raw JSON). Not after a backslash: in raw
+# JSON, "\njane@x.org" is a new line and then the address. Not a method call (q@k.transpose(...)).
+_AT = r"(?:@|%40|\\u0040)"
+_EMAIL = re.compile(r"(?<!\\)[\w.%+-]+" + _AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
+# A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare.
+_CARD = re.compile(r"(?<![\d-])(?:\d{4}(?:[ -]?\d{4}){2}[ -]?\d{1,4}(?:[ -]?\d{1,3})?|\d{4}[ -]?\d{6}[ -]?\d{4,5})(?![\d-])")
+# Phone numbers, in groups (or international, after a plus sign). Where one may start: not inside a
+# word or a longer number (its letters in ASCII: Chinese text runs into the number it gives, on
+# both sides), but
+# after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's seconds
+# ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number written in
+# groups of three ("1 000 000 000", "192.168.100.200").
+_DASH = "\u2010-\u2013"
+_STARTS = r"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[ .,:])"
+_ENDS = r"(?![A-Za-z\d_-]|[ .,:]\d)"
+_SEP = f"[ .{_DASH}-]"
+_PHONE = re.compile(
+    _STARTS + "(?:"
+    rf"\+\d(?:[ ().{_DASH}-]{{0,2}}\d){{7,14}}"  # international, after a plus sign: 8 to 15 digits (E.164)
+    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}{_SEP})\d{{2,6}}(?:{_SEP}\d{{2,6}}){{0,3}}"  # a trunk 0, an area code in ()
+    rf"|(?:1{_SEP})?[2-9]\d\d{_SEP}[2-9]\d\d{_SEP}\d{{4}}"  # North American: 415-555-0100, 1-800-555-0100
+    rf"|1[3-9]\d{_SEP}\d{{4}}{_SEP}\d{{4}}"  # a Chinese mobile: 138-0013-8000
+    ")" + _ENDS)
 _SECRET = re.compile(
-    r"\b(?:sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
-    r"|(?<=Bearer )[A-Za-z0-9._~+/-]{20,}=*"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+    r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
+    r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})"
+    r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"
+    r"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?:_secret_access_key|_SECRET_ACCESS_KEY|SecretAccessKey|secretAccessKey"
+    r"|_session_token|_SESSION_TOKEN|SessionToken|sessionToken)[\"']?\s*[:=]\s*[\"']?)"
+    r"[A-Za-z0-9._~+/=-]{20,}"
+    # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
-_SECRET_HINTS = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox", "eyJ", "Bearer ", "PRIVATE KEY")
-_MANY_DIGITS = re.compile(r"\d(?:[ ().+-]{0,2}\d){8}")  # 9+ digits close together: a phone or card may be here
-# Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many).
-PRECHECK = "|".join([re.escape(h) for h in ("@", "sk-", "AKIA", "xox", "eyJ", "Bearer ", "PRIVATE KEY")]
-                    + [r"gh[pousr]_", _MANY_DIGITS.pattern])
+_SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
+                 "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "_secret_access_key",
+                 "_SECRET_ACCESS_KEY", "ecretAccessKey", "_session_token", "_SESSION_TOKEN", "essionToken", "PRIVATE KEY")
+_MANY_DIGITS = re.compile(rf"\d(?:[ ().+{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
+# Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many). RE2's \d
+# is ASCII only, Python's any script's digits (full-width ones, say): the pre-check takes those too.
+PRECHECK = "|".join([re.escape(h) for h in ("@", "%40", "\\u0040", *_SECRET_HINTS)]
+                    + [_MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
 
 
-# An address a text ends in before its domain does: a quarantined line that damage, a size limit or
-# its writer cut short. The full pattern needs the whole domain, and let "jane.smith@gm" through.
-_CUT_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]*\Z")
+# What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
+# address or a number: the full patterns need the whole of one, and let "jane.smith@gm" through.
+_CUT_EMAIL = re.compile(r"(?<!\\)[\w.%+-]+" + _AT + r"[\w.-]*\Z")
+_CUT_NUMBER = re.compile(rf"\+?\d(?:[ (){_DASH}-]{{0,2}}\d){{5,}}\Z")
+# Either, in RE2, for a column at once.
+_CUT = _AT + r"[\p{L}\p{N}_.-]*$|" + _CUT_NUMBER.pattern.replace(r"\d", r"\p{Nd}").replace(r"\Z", "$")
 
 
 def scrub_cut_short(texts: pa.Array, found: Counter) -> pa.Array:
     """``texts`` (quarantined raw lines, cut anywhere, already through :func:`scrub_array`) with an
-    e-mail address they end in before its domain does replaced, and counted, as a whole one is.
+    e-mail address or a number of six digits or more they end in replaced, and counted, as a whole
+    one is (a number as a phone's).
 
-    >>> c = Counter(); scrub_cut_short(pa.array(['{"q": "reach me at jane.smith@gm', "<EMAIL>", None]), c).to_pylist()
-    ['{"q": "reach me at <EMAIL>', '<EMAIL>', None]
-    >>> dict(c)
-    {'email': 1}
+    >>> c = Counter(); texts = ['{"q": "reach me at jane.smith@gm', '{"q": "call +1 415-555-01', "<EMAIL>", None]
+    >>> scrub_cut_short(pa.array(texts), c).to_pylist()
+    ['{"q": "reach me at <EMAIL>', '{"q": "call <PHONE>', '<EMAIL>', None]
+    >>> sorted(c.items())
+    [('email', 1), ('phone', 1)]
     """
-    hit = pc.fill_null(pc.match_substring_regex(texts, r"@[A-Za-z0-9.-]*$"), False)
+    hit = pc.fill_null(pc.match_substring_regex(texts, _CUT), False)
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
     clean = []
     for text in texts.take(at).to_pylist():
-        text, n = _CUT_EMAIL.subn("<EMAIL>", text)
-        found["email"] += n
+        for kind, pattern, placeholder in (("email", _CUT_EMAIL, "<EMAIL>"), ("phone", _CUT_NUMBER, "<PHONE>")):
+            text, n = pattern.subn(placeholder, text)
+            if n:
+                found[kind] += n
         clean.append(text)
     return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
 
@@ -84,46 +118,83 @@ def scrub(text: str, found: Counter | None = None) -> str:
     """
     counts = found if found is not None else Counter()
     if any(h in text for h in _SECRET_HINTS):
-        text, n = _SECRET.subn("<SECRET>", text)
-        if n:
-            counts["secret"] += n
-    if "@" in text:
+        text = _SECRET.sub(lambda m: (m["keep"] or "") + _counted(counts, "secret", "<SECRET>"), text)
+    if "@" in text or "%40" in text or "\\u0040" in text:
         text, n = _EMAIL.subn("<EMAIL>", text)
         if n:
             counts["email"] += n
     return _numbers(text, counts)
 
 
-# Every character a card or phone number can hold. Their matches lie inside runs of these, and
-# their lookarounds look one character out (two before, for a time's seconds), which is never in a
-# run's set: so scrubbing each run (with two characters before it and one after) is scrubbing the
-# text, minus scanning all of it twice. The gate (nine digits close together somewhere) is made of
-# those characters too, so it is asked of the runs as well.
-_NUMBER_RUNS = re.compile(r"[\d ().+-]{8,}")  # no card or phone number is shorter
+def _counted(counts: Counter, kind: str, placeholder: str) -> str:
+    counts[kind] += 1
+    return placeholder
 
 
-def _numbers(text: str, counts: Counter) -> str:
-    """``text`` with card and phone numbers replaced, when it has nine digits close together."""
-    runs = list(_NUMBER_RUNS.finditer(text))
-    if not any(_MANY_DIGITS.search(run.group()) for run in runs):
-        return text
+def issued(digits: str) -> bool:
+    """Whether a number starts, and is as long, as the cards of a network are (Visa, Mastercard, Amex,
+    Discover, JCB, Diners, UnionPay, Maestro, Mir). With Luhn, this lets through under 1% of other
+    long numbers (a math answer, an epoch in milliseconds), where Luhn alone lets through 10%.
 
-    def card(m: re.Match) -> str:
+    >>> issued("4111111111111111"), issued("1700000000006"), issued("378282246310005"), issued("3782822463100050")
+    (True, False, True, False)
+    """
+    n, first, two, three, four = len(digits), int(digits[0]), int(digits[:2]), int(digits[:3]), int(digits[:4])
+    if two in (34, 37):  # Amex
+        return n == 15
+    if two in (36, 38, 39) or 300 <= three <= 305:  # Diners
+        return n in (14, 16)
+    if first == 4:  # Visa
+        return n in (13, 16, 19)
+    return 16 <= n <= 19 and (first in (5, 6) or two in (35, 81) or 2200 <= four <= 2204 or 2221 <= four <= 2720)
+
+
+def _card(counts: Counter):
+    """The replacement of a :data:`_CARD` match: a card's placeholder where it is one."""
+    def replace(m: re.Match) -> str:
         digits = re.sub(r"\D", "", m.group())
         # Written without a space or dash, a card has 13 to 16 digits; longer bare runs are ids and
         # times (an OTLP span's nanoseconds, in a quarantined raw line, pass Luhn one time in ten).
-        if 13 <= len(digits) <= (16 if digits == m.group() else 19) and luhn(digits):
-            counts["card"] += 1
-            return "<CARD>"
+        if 13 <= len(digits) <= (16 if digits == m.group() else 19) and issued(digits) and luhn(digits):
+            return _counted(counts, "card", "<CARD>")
         return m.group()
 
+    return replace
+
+
+def _phone(counts: Counter):
+    """The replacement of a :data:`_PHONE` match: a phone's placeholder where it has 9 to 15 digits."""
+    def replace(m: re.Match) -> str:
+        n = sum(c.isdigit() for c in m.group())
+        return _counted(counts, "phone", "<PHONE>") if 9 <= n <= 15 else m.group()
+
+    return replace
+
+
+# Every character a card or phone number can hold. Their matches lie inside runs of these, and
+# their lookarounds look two characters out, which are never both in a run's set: so scrubbing each
+# run (with two characters on each side) is scrubbing the text, minus scanning all of it twice. The
+# gate (nine digits close together somewhere) is made of those characters too, so it is asked of the
+# runs as well.
+_NUMBER_RUNS = re.compile(rf"[\d ().+{_DASH}-]{{8,}}")  # no card or phone number is shorter
+
+
+def _numbers(text: str, counts: Counter) -> str:
+    """``text`` with card numbers, then phone numbers, replaced, when it has nine digits close together."""
+    runs = list(_NUMBER_RUNS.finditer(text))
+    if not any(_MANY_DIGITS.search(run.group()) for run in runs):
+        return text
+    text = _in_runs(text, runs, _CARD, _card(counts))
+    return _in_runs(text, _NUMBER_RUNS.finditer(text), _PHONE, _phone(counts))
+
+
+def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
+    """``pattern.sub(replace, text)``, scanning only the ``runs`` of ``text`` (and two characters around)."""
     out, done = [], 0
     for run in runs:
         start, end = run.span()
-        a, b = max(start - 2, 0), min(end + 1, len(text))
-        window, n = _PHONE.subn("<PHONE>", _CARD.sub(card, text[a:b]))
-        if n:
-            counts["phone"] += n
+        a, b = max(start - 2, 0), min(end + 2, len(text))
+        window = pattern.sub(replace, text[a:b])
         middle = window[start - a:len(window) - (b - end)]  # the characters around it never change
         if middle != run.group():
             out += [text[done:start], middle]

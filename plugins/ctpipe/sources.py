@@ -132,6 +132,13 @@ class SourceError(PipelineError):
     pass
 
 
+# A quarantined record's raw text is published cut to RAW_CHARS characters. Until it is scrubbed, it
+# is kept a little longer, so that an e-mail address, a number or a token the cut splits is scrubbed
+# whole, not left in part ("+1 415-555-01").
+RAW_CHARS = 2000
+RAW_KEPT = RAW_CHARS + 1024
+
+
 @dataclass(frozen=True)
 class Item:
     file: str
@@ -139,7 +146,7 @@ class Item:
     doc: Any = None
     reason: str | None = None  # set when the item could not be read
     detail: str = ""
-    raw: str = ""  # the undecoded text (capped), for the quarantine
+    raw: str = ""  # the undecoded text (up to RAW_KEPT), for the quarantine
 
 
 @dataclass(frozen=True)
@@ -986,7 +993,7 @@ def _cut(file: str, chunks: Iterator[bytes]) -> Iterator[Block]:
             n = len(data)
         except _Damage as e:
             # Every whole line before the damage was handed out; the cut one is the damaged item.
-            raw = head if skipping or split else b"".join(pending or [])[:2000]
+            raw = head if skipping or split else b"".join(pending or [])[:RAW_KEPT]
             damage = Item(file, line, reason=e.reason, detail=str(e), raw=raw.decode("utf-8", "replace"))
             yield from split.end(damage) if split else [Block(file, line, damage=damage)]
             return
@@ -1423,7 +1430,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
         nonlocal row
         while refused and (refused[0][0] is None or refused[0][0] < end):  # None: where the parser is
             _, why, text = refused.pop(0)
-            yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:2000]))
+            yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:RAW_KEPT]))
             row += 1
 
     try:
@@ -1516,7 +1523,7 @@ def _utf8_runs(batch) -> Iterator[Any]:
                         for name, column in zip(batch.schema.names, row)}
             yield Item("", 0, reason="invalid_utf8", detail=f"{', '.join(bad)}: not UTF-8 text",
                        raw=json.dumps(as_bytes, default=lambda b: b.decode("utf-8", "replace")
-                                      if isinstance(b, bytes) else str(b))[:2000])
+                                      if isinstance(b, bytes) else str(b))[:RAW_KEPT])
             start = i + 1
     if start < batch.num_rows:
         yield batch.slice(start)
@@ -1912,7 +1919,7 @@ def decode_line(file: str, n: int, raw: bytes) -> Item:
     try:
         return Item(file, n, doc=loads(raw), raw=text)
     except InvalidTrace as e:
-        return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:2000])
+        return Item(file, n, reason=e.reason, detail=e.detail, raw=text[:RAW_KEPT])
 
 
 def entries(block: Block, lines: list[bytes] | None = None,
@@ -1977,7 +1984,7 @@ def _document(batch, i: int, file: str, n: int) -> dict | Item:
                 row[name] = None
     if not wrong:
         return row
-    return Item(file, n, reason="invalid_field", detail="; ".join(wrong), raw=json.dumps(row, default=str)[:2000])
+    return Item(file, n, reason="invalid_field", detail="; ".join(wrong), raw=json.dumps(row, default=str)[:RAW_KEPT])
 
 
 def items(block: Block) -> Iterator[Item]:
