@@ -740,6 +740,18 @@ OTEL_LINES = {
         {"spans": [otlp(genai_attributes(gen_ai__operation__name="invoke_agent"))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]]},
         with_span({"spanId": "s2"})["resourceSpans"][0]["scopeSpans"][0]]}]}),
     "an operation as a number": otel_line(gen_ai__operation__name=3),
+    "older names, a chat by its request type": otel_line(flat(llm__request__type="chat")),
+    "older names, an embedding by its request type": otel_line(flat(llm__request__type="embedding")),
+    "older names, a rerank by its request type": otel_line(flat(llm__request__type="rerank")),
+    "a request type as a number": otel_line(flat(llm__request__type=3)),
+    "a request type beside an operation": otel_line(gen_ai__operation__name="chat", llm__request__type="embedding"),
+    "an answer an error broke off": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
+                                                        "finish_reason": "error"}]),
+    "an answer a safety check stopped": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": "5"}],
+                                                            "finish_reason": "SAFETY"}]),
+    "older names, a choice refused": otel_line(flat(gen_ai__completion__0__finish_reason="refusal")),
+    "a failed call's span": otel_line(with_span({"status": {"code": 2, "message": "boom"}}, flat(gen_ai__completion__0__content=None))),
+    "a failed call's span with an answer": otel_line(with_span({"status": {"code": "STATUS_CODE_ERROR"}})),
     "content on events": otel_line(otlp([kv("gen_ai.request.model", "m")], [
         {"name": "gen_ai.content.prompt", "attributes": [kv("gen_ai.prompt", json.dumps(OLDER_PROMPT))]},
         {"name": "gen_ai.content.completion", "attributes": [kv("gen_ai.completion", json.dumps(OLDER_COMPLETION))]}])),
@@ -869,7 +881,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",
             "older prompt names", "older names without a role", "older names, a message of roles only", "older names, a choice that stopped",
             "an answer that stopped", "system instructions", "system instructions empty", "system instructions of no parts",
-            "a chat span", "an agent's span beside a chat span",
+            "a chat span", "an agent's span beside a chat span", "older names, a chat by its request type",
+            "a request type beside an operation",
             "older names and the current", "older JSON names", "older JSON names, texts only",
             "older JSON names, a part without text", "older JSON names without a content",
             "older JSON names with a duplicate key", "older JSON names and the current",
@@ -892,7 +905,9 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "older names, a tool call", "older names, a second choice only", "an answer filtered",
                         "an answer a tool call", "system instructions not JSON", "system instructions as a number",
                         "system instructions an object", "an agent's span", "an operation as a number", "content on events",
-                        "content on events beside a GenAI span"}
+                        "content on events beside a GenAI span", "older names, an embedding by its request type",
+                        "older names, a rerank by its request type", "a request type as a number", "an answer an error broke off",
+                        "an answer a safety check stopped", "older names, a choice refused", "a failed call's span"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name

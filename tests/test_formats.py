@@ -222,6 +222,61 @@ def test_an_otel_answer_that_is_no_text_answer_is_refused_saying_what_it_is(answ
     assert e.value.reason == "no_text_answer"
 
 
+@pytest.mark.parametrize("answer, reason, detail", [
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "error", "parts": [
+        {"type": "text", "content": "The capital of France is Par"}]}]))], "failed_request",
+     "output 0: the answer was broken off by an error"),
+    ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "Hello.."),
+      kv("gen_ai.completion.0.finish_reason", "refusal")], "no_text_answer", "completion 0: the answer was stopped, refused"),
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "SAFETY", "parts": [
+        {"type": "text", "content": "The vault door was"}]}]))], "no_text_answer",
+     "output 0: the answer was stopped, refused or by a safety check \\(finish reason 'SAFETY'\\)"),
+], ids=["a stream an error broke off", "Anthropic's refusal after text", "Gemini's safety stop"])
+def test_an_otel_answer_cut_short_is_no_answer_whatever_text_it_holds(answer, reason, detail):
+    """OpenTelemetry's instrumentations write a stream that failed partway, with its text so far and
+    the finish reason "error"; Anthropic streams text before it refuses; Gemini stops for safety."""
+    prompt = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]))]
+    if "gen_ai.completion.0.role" in answer[0]["key"]:
+        prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "Hi")]
+    with pytest.raises(FormatError, match=f"span {SPAN_ID}: {detail}") as e:
+        normalize(otlp(prompt + answer), "otel")
+    assert e.value.reason == reason
+
+
+def test_a_failed_calls_span_is_a_failed_request_and_older_embedding_and_rerank_spans_are_skipped():
+    """A span of status ERROR with a prompt and no answer is a failed request, as in every other
+    format. OpenLLMetry before gen_ai.operation.name said what a span is in llm.request.type: an
+    embedding's or a rerank's span is no model call, where it was read as a chat."""
+    prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?")]
+    failed = otlp(prompt + [kv("error.type", "InternalServerError")])
+    failed["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"] = {"code": 2, "message": "Error code: 500"}
+    with pytest.raises(FormatError, match=f"span {SPAN_ID}: the call failed \\(status ERROR: Error code: 500\\)") as e:
+        normalize(failed, "otel")
+    assert e.value.reason == "failed_request"
+    rerank = [kv("llm.request.type", "rerank"), kv("gen_ai.prompt.0.role", "system"), kv("gen_ai.prompt.0.content", "Doc"),
+              kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "Doc 0, Score: 0.98")]
+    embedding = [kv("llm.request.type", "embedding"), kv("gen_ai.prompt.0.content", "Embed me")]
+    assert normalize(otlp(rerank), "otel") == normalize(otlp(embedding), "otel") == []
+    (t,) = normalize(otlp([kv("llm.request.type", "chat"), *prompt, kv("gen_ai.completion.0.content", "5")]), "otel")
+    assert t["completion"] == "5"
+
+
+def test_a_spans_own_events_of_its_messages_and_choices_are_its_content():
+    """Azure AI Inference's tracing (and Semantic Kernel) put a call's messages and choices in the
+    span's events, each as JSON in gen_ai.event.content: read as log records of them are."""
+    def content(name, body):
+        return {"name": name, "timeUnixNano": "1795340000100000000", "attributes": [kv("gen_ai.event.content", json.dumps(body))]}
+
+    events = [content("gen_ai.system.message", {"role": "system", "content": "Be brief."}),
+              content("gen_ai.user.message", {"role": "user", "content": "What is 2+2?"}),
+              content("gen_ai.choice", {"message": {"content": "4"}, "finish_reason": "stop", "index": 0})]
+    (t,) = _with_logs(otlp(CONTENTLESS, events))
+    assert [(m["role"], m["content"]) for m in t["messages"]] == [("system", "Be brief."), ("user", "What is 2+2?")]
+    assert t["completion"] == "4" and t["usage"]["prompt_tokens"] == 21
+    (e,) = _with_logs(otlp(CONTENTLESS, [{**events[1], "attributes": [kv("gen_ai.event.content", "{not json")]}]))
+    assert e.reason == "invalid_json" and "gen_ai.user.message's gen_ai.event.content is not JSON" in str(e)
+
+
 def test_a_choice_that_is_no_text_answer_stands_in_its_place_beside_the_others():
     """Of several choices (or spans), the one that cannot be a trace comes as its error, with its
     record; alone, it is the document's error."""

@@ -361,7 +361,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     first = np.asarray(choices.offsets)[:-1]
     choice = _fields(choices.values.take(pa.array(first, mask=~one)))
     answer = _fields(choice["message"])  # null: a blank completion
-    sure &= ~_ok(pc.equal(choice["finish_reason"], "content_filter"))  # the reader's to refuse
+    sure &= ~_not_answers(choice["finish_reason"])  # the reader's to refuse
     counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
     for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
         sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))
@@ -825,7 +825,7 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
     sure &= ~unsure
     total = pc.fill_null(counts["total"], pa.array(np.where(sure, tokens[0] + tokens[1], 0)))  # missing or null: the sum
     output = _fields(col["output"])
-    sure &= ~_ok(pc.equal(output["finish_reason"], "content_filter"))  # the reader's to refuse
+    sure &= ~_not_answers(output["finish_reason"])  # the reader's to refuse
     # Scores come whole from the join; a name or label of another type is the reader's to refuse.
     chosen_scores = [scores[i] for i in shaped]
     for i, found in enumerate(chosen_scores):
@@ -1108,7 +1108,7 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
     (completion, completion_ok), (finish, finish_ok), (role, role_ok) = (
         attrs.get(f"gen_ai.completion.0.{name}", _STRING) for name in ("content", "finish_reason", "role"))
     ok &= ~chosen | (completion_ok & finish_ok & role_ok & (attrs.count(_OTHER_CHOICES) == 0)
-                     & ~_ok(pc.equal(finish, "content_filter")) & ~_ok(pc.equal(role, "thinking"))
+                     & ~_not_answers(finish) & ~_ok(pc.equal(role, "thinking"))
                      & ~_ok(pc.match_substring_regex(completion, _JSON_LIST)))
     return messages, pc.fill_null(completion, ""), ok
 
@@ -1151,7 +1151,7 @@ def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder,
         for m in messages:
             roles.append(m.role)
             texts.append(m.text())
-            if getattr(m, "finish_reason", None) == "content_filter":  # the reader refuses its answer
+            if getattr(m, "finish_reason", None) in formats.NOT_ANSWERS:  # the reader refuses its answer
                 sure[i] = False
         if None in texts[first:]:  # parts the reader refuses (an image, a file): it decides
             texts[first:] = [""] * (len(texts) - first)
@@ -1199,14 +1199,16 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     # else the older flattened ones, as the reader looks for them; of a model call's span only.
     operation_at = attrs.find("gen_ai.operation.name")
     operation, operation_ok = attrs.pick(operation_at, _STRING)
-    model_call = (operation_at < 0) | _ok(pc.is_in(operation, value_set=pa.array(formats.MODEL_CALLS)))
+    request, request_ok = attrs.get("llm.request.type", _STRING)
+    model_call = np.where(operation_at < 0, ~_ok(pc.is_in(request, value_set=pa.array(formats.OTHER_REQUESTS))),
+                          _ok(pc.is_in(operation, value_set=pa.array(formats.MODEL_CALLS))))
     current = model_call & attrs.has("gen_ai.input.messages", "gen_ai.output.messages")
     older_json = model_call & attrs.has(*_OLDER_JSON)
     json_named = ~current & older_json
     flattened = model_call & ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
     genai = current | json_named | flattened
     silent = model_call & (operation_at >= 0) & ~genai  # a model call without content: the reader's no_content
-    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & ~silent
+    sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & request_ok & ~silent
     sure &= attrs.count(_TEXT_PROMPT) == 0
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
@@ -1323,6 +1325,12 @@ def _fields(struct: pa.StructArray) -> dict[str, pa.Array]:
 
 def _ok(mask) -> np.ndarray:
     return pc.fill_null(mask, False).to_numpy(zero_copy_only=False)
+
+
+def _not_answers(finish_reasons: pa.Array) -> np.ndarray:
+    """Where a finish reason says the answer is none (:data:`formats.NOT_ANSWERS`): the reader's to refuse.
+    Its set is made an array here, not at import, which would import pandas in the workers."""
+    return _ok(pc.is_in(finish_reasons, value_set=pa.array(sorted(formats.NOT_ANSWERS))))
 
 
 def _all_per_row(element_ok: np.ndarray, parents: np.ndarray, n: int) -> np.ndarray:

@@ -26,7 +26,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
   choice, and each choice a trace, ids as OpenAI's get them; one that is no text answer (a tool
   call, a refusal, an answer the content filter stopped) is ``no_text_answer``.
   Only model calls are read (``gen_ai.operation.name`` ``chat``, ``text_completion``,
-  ``generate_content``, or none); agents', tools' and embeddings' spans are skipped as other spans
+  ``generate_content``, or none, unless OpenLLMetry's older ``llm.request.type`` says
+  ``embedding`` or ``rerank``); agents', tools' and embeddings' spans are skipped as other spans
   are. ``gen_ai.evaluation.result`` events become scores. A span named a model call that holds no
   content joins the log records of its content (``resourceLogs``: a record per message and per
   choice, semconv v1.28 to v1.36, or one of the call's attributes from v1.37, and evaluation
@@ -391,18 +392,37 @@ def _text(content: Any, where: str, said: bool = False) -> str:
     return ""
 
 
+# Finish reasons of an answer Gemini's checks stopped (safety, recitation, blocklists, personal data).
+_GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+                             "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
+# Finish reasons of an answer that is no whole answer, whatever its text: one a content filter or
+# safety check stopped (Gemini's reasons, as Google's instrumentation passes them on, included), one
+# refused partway (Anthropic's "refusal", after the text it streamed), and one an error broke off
+# (OpenTelemetry's instrumentations give a stream that failed "error", after writing its text so far).
+STOPPED = frozenset({"content_filter", "refusal", *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
+FAILED = "error"
+NOT_ANSWERS = STOPPED | {FAILED}
+
+
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
-                 filtered: bool = False, audio: bool = False) -> str | FormatError:
+                 finish: Any = None, audio: bool = False) -> str | FormatError:
     """``text``, or FormatError ``no_text_answer`` in its place for an answer that is not one to train
     on: a tool call, with text or without (the text beside a call, such as "Let me look that up.",
     is no answer: the answer comes after the tool's), a refusal or audio without text (the datasets
-    hold text answers), or any answer the content filter stopped (its text, if any, is cut off or a
-    placeholder such as OpenLLMetry's "FILTERED"). A blank answer of none of these is left to the
-    trace's validation, which calls it empty. In its place, not raised: the other choices of the
-    call are traces all the same."""
+    hold text answers), or any answer the content filter stopped or that was refused partway
+    (:data:`STOPPED`: its text, if any, is cut off or a placeholder such as OpenLLMetry's
+    "FILTERED"); ``failed_request`` for one an error broke off. A blank answer of none of these is
+    left to the trace's validation, which calls it empty. In its place, not raised: the other
+    choices of the call are traces all the same."""
     blank = not text or text.isspace()
-    if filtered:
+    finish = finish if isinstance(finish, str) else None  # any other value is the trace's to refuse, or none
+    if finish == FAILED:
+        return FormatError("failed_request", f"{where}: the answer was broken off by an error (finish reason {finish!r})")
+    if finish == "content_filter":
         return FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
+    if finish in STOPPED:
+        return FormatError("no_text_answer", f"{where}: the answer was stopped, refused or by a safety check "
+                                             f"(finish reason {finish!r})")
     if tool_call:
         beside = "not text" if blank else "its text beside it no answer"
         return FormatError("no_text_answer", f"{where}: the answer is a tool call, {beside}")
@@ -430,7 +450,7 @@ def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
     try:
         return _text_answer(_text(content, f"{where}: content"), where,
                             tool_call=bool(message.get("tool_calls") or message.get("function_call")),
-                            refusal=bool(message.get("refusal")) or refused, filtered=finish_reason == "content_filter",
+                            refusal=bool(message.get("refusal")) or refused, finish=finish_reason,
                             audio=bool(message.get("audio")))
     except FormatError as e:
         return e
@@ -443,7 +463,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
         text, parts = _parts_text(m, where), m.get("parts") or []
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
         return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
-                            filtered=m.get("finish_reason") == "content_filter")
+                            finish=m.get("finish_reason"))
     except FormatError as e:
         return e
 
@@ -797,16 +817,13 @@ _GEMINI_TOOLS = ("functionCall", "functionResponse", "executableCode", "codeExec
 _GEMINI_MEDIA = ("inlineData", "fileData", "inline_data", "file_data")
 _CONVERSE_TOOLS = ("toolUse", "toolResult")
 _CONVERSE_MEDIA = ("image", "document", "video", "audio")
-# Finish reasons of an answer Gemini's checks stopped (safety, recitation, blocklists, personal data),
-# and Bedrock's stop reasons of one its guardrails did.
-_GEMINI_FILTERED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
-                              "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"})
+# Bedrock's stop reasons of an answer its guardrails stopped.
 _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
 # Input tokens Converse (and Amazon Nova's API) counts apart from inputTokens: read from or written
 # to the prompt cache, input all the same.
 CONVERSE_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
 # Gemini's finish reasons in OpenAI's words, where they have one.
-_GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_FILTERED, "content_filter")}
+_GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_STOPPED, "content_filter")}
 # Gemini's finish reasons of an answer that was to be a tool's call, and failed.
 _GEMINI_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
@@ -1172,6 +1189,16 @@ def _bedrock_latency(response: dict | list) -> float:
 # agent's span (invoke_agent, create_agent) carries messages too, the whole conversation's or its
 # final answer, which the model calls under it already hold; a tool's or an embedding's is no answer.
 MODEL_CALLS = ("chat", "text_completion", "generate_content")
+# What a span without an operation's name says it is, where its instrumentation predates them
+# (OpenLLMetry's ``llm.request.type``): not a model call, when an embedding's or a rerank's.
+OTHER_REQUESTS = ("embedding", "rerank")
+
+
+def model_call(a: dict) -> bool:
+    """Whether a span of attributes ``a`` is a model call's."""
+    if "gen_ai.operation.name" in a:
+        return a["gen_ai.operation.name"] in MODEL_CALLS
+    return a.get("llm.request.type") not in OTHER_REQUESTS
 
 
 def _otel_value(v: dict) -> Any:
@@ -1321,7 +1348,7 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
             answer = _text_answer(_flat_content(a.get(content), f"{where}: {content}"),
                                   f"{where}: completion {i}", refusal="refusal" in fields,
                                   tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
-                                  filtered=a.get(f"gen_ai.completion.{i}.finish_reason") == "content_filter")
+                                  finish=a.get(f"gen_ai.completion.{i}.finish_reason"))
         except FormatError as e:  # in its place: the other choices are traces all the same
             answer = e
         answers.append((i, answer))
@@ -1542,13 +1569,18 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     """The traces of one span of :func:`from_otel` with attributes ``a`` (none for a span that is not
     a model call), its messages and answers as ``content_of`` finds them; None for a model call
     without them."""
-    if a.get("gen_ai.operation.name", "chat") not in MODEL_CALLS:
+    if not model_call(a):
         return []
     a = _with_content_events(span, a)
     content = content_of(a, f"span {span_id}")
     if content is None:
         return None if "gen_ai.operation.name" in a else []  # without one, any other span: HTTP, DB, ...
     messages, answers = content
+    status = span.get("status") if isinstance(span.get("status"), dict) else {}
+    if status.get("code") in (2, "2", "STATUS_CODE_ERROR"):  # a failed call's span: a blank answer is no answer
+        said = f"span {span_id}: the call failed (status ERROR: {str(status.get('message') or a.get('error.type'))[:300]})"
+        answers = [(i, FormatError("failed_request", said) if isinstance(c, str) and not c.strip() else c)
+                   for i, c in answers]
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     except (KeyError, TypeError, ValueError):
@@ -1806,10 +1838,18 @@ def _evaluated(found: list[dict | FormatError], span_id: str, records: list[dict
 def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[dict]) -> list[dict | FormatError]:
     """The traces of a model call's span that holds no content, with the log records of its GenAI
     events: a record per message and per choice (semconv v1.28 to v1.36), or one of the call's
-    attributes (``gen_ai.client.inference.operation.details``), and evaluation results. Records are
+    attributes (``gen_ai.client.inference.operation.details``), and evaluation results. The span's own
+    events of messages and choices, each with its JSON in ``gen_ai.event.content`` (Azure AI
+    Inference's tracing, Semantic Kernel's), come first, as records would. Records are
     taken in the order of their times: an exporter may write one span's batches to files whose names
     sort in any order (the Collector's S3 exporter names each with a random number)."""
     details, messages, choices, evaluations = {}, [], [], []
+    for ev in _objects(span, "events", f"span {span_id}: "):  # as Azure AI Inference's tracing writes them
+        name, e = ev.get("name"), _attrs(ev.get("attributes"))
+        if isinstance(name, str) and (name == "gen_ai.choice" or _MESSAGE_EVENT.fullmatch(name)) \
+                and isinstance(e.get("gen_ai.event.content"), str):
+            body = _event_content(e["gen_ai.event.content"], f"span {span_id}: {name}'s gen_ai.event.content")
+            choices.append(body) if name == "gen_ai.choice" else messages.append((_MESSAGE_EVENT.fullmatch(name)[1], body))
     for record in _in_time_order(records):
         name = _event_name(record)
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
@@ -1851,6 +1891,17 @@ def _in_time_order(records: list[dict]) -> list[dict]:
     except (TypeError, ValueError):
         return records
     return records if not all(times) else [r for _, r in sorted(zip(times, records), key=lambda tr: tr[0])]
+
+
+def _event_content(text: str, where: str) -> dict:
+    """The JSON object a span event's ``gen_ai.event.content`` holds: a message, or a choice."""
+    try:
+        body = json.loads(text)
+    except ValueError as e:
+        raise FormatError("invalid_json", f"{where} is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise FormatError("invalid_field", f"{where} is not an object: {text[:80]!r}")
+    return body
 
 
 def _recorded(messages: list[tuple[str, dict]], choices: list[dict]) -> bool:
