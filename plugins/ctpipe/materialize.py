@@ -766,9 +766,11 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
     """``part`` with the keys of ``rows``; the rows, quarantined items and entries of a join stay in this
     process for :func:`finish`."""
     part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
-    for field in ("raw", "detail") if part.quarantine else ():  # a detail may quote a value (a content neither chat nor text)
+    # Published with the version, as the traces are: scrubbed, then cut. A detail may quote a value
+    # (a content neither chat nor text).
+    for field in ("raw", "detail") if part.quarantine else ():
         texts = pa.array([q[field] for q in part.quarantine], pa.string())
-        if _JOB.dataset.scrub_pii:  # published with the version, as the traces are
+        if _JOB.dataset.scrub_pii:
             texts = pii.scrub_array(texts, part.pii, repeats=False)
             texts = pii.scrub_cut_short(texts, part.pii) if field == "raw" else texts
         for q, text in zip(part.quarantine, pc.utf8_slice_codeunits(texts, 0, RAW_CHARS).to_pylist()):
