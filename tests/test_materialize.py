@@ -1028,14 +1028,15 @@ def test_spills_keep_only_the_answers_pairing_can_take_and_pair_as_before(strate
     from ctpipe.datasets import dpo_pairs
 
     rng = np.random.default_rng(1)
-    for k in (1, 2, 3):
+    for k, values, texts in ((1, 40, 6), (2, 40, 6), (3, 40, 6), (1, 2, 3000), (3, 2, 3000)):
         cfg = DatasetConfig(dpo_strategy=strategy, dpo_max_pairs_per_prompt=k, dpo_min_margin=0.25)
         n = 3000
-        rows = pa.table({  # crowded prompts, tied rewards, texts said again (with other spacing)
+        rows = pa.table({  # crowded prompts, tied rewards (of 40 values, or a verifier's 0 or 1), texts said again
             "row": rng.permutation(n), "prompt_key": rng.integers(0, 40, n).astype(np.uint64),
             "trace_id": [f"t{i}" for i in rng.permutation(n)],
-            "completion": [str(c) + " " * int(s) for c, s in zip(rng.integers(0, 6, n), rng.integers(0, 2, n))],
-            "final_reward": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, 40, n) / 40), from_pandas=True),
+            "completion": [str(c) + " " * int(s) for c, s in zip(rng.integers(0, texts, n), rng.integers(0, 2, n))],
+            "final_reward": pa.array(np.where(rng.random(n) < 0.1, np.nan, rng.integers(0, values, n) / (values - 1)),
+                                     from_pandas=True),
             "reference_answer": [str(x) if x < 3 else None for x in rng.integers(0, 100, n)]})  # rare, and they differ
 
         def pairing(table):  # each prompt: its earliest row, its earliest reference answer, and its pairs
@@ -1053,6 +1054,8 @@ def test_spills_keep_only_the_answers_pairing_can_take_and_pair_as_before(strate
         assert pairing(pa.concat_tables(spills)) == whole
         assert pairing(mat._pairable(pa.concat_tables(spills), k)) == whole
         assert sum(map(len, spills)) < 0.55 * n  # 25 answers a prompt a spill: about 12 kept at k=3
+        if texts > 6:  # answers that all differ: a tie keeps k + 1 of each end, not half a prompt's answers
+            assert max(Counter(s["prompt_key"].to_pylist()).most_common(1)[0][1] for s in spills) <= 2 + 6 * (k + 1)
 
 
 def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import heapq
 import json
 import os
 import uuid
@@ -116,12 +117,7 @@ def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
         return reward_gap(a["final_reward"], b["final_reward"])
 
     if cfg.dpo_strategy == "all_pairs":
-        wide = [
-            (a, b) for i, a in enumerate(ranked) for b in ranked[i + 1:]
-            if gap(a, b) >= cfg.dpo_min_margin and a["completion"].strip() != b["completion"].strip()
-        ]
-        wide.sort(key=lambda p: (-gap(*p), p[0]["trace_id"], p[1]["trace_id"]))
-        return wide[: cfg.dpo_max_pairs_per_prompt]
+        return _widest(ranked, gap, cfg)
     pairs = []
     for i in range(min(cfg.dpo_max_pairs_per_prompt, len(ranked) // 2)):
         best, worst = ranked[i], ranked[-1 - i]
@@ -129,6 +125,36 @@ def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
             break
         if best["completion"].strip() != worst["completion"].strip():
             pairs.append((best, worst))
+    return pairs
+
+
+def _widest(ranked: list[dict], gap, cfg: DatasetConfig) -> list[tuple[dict, dict]]:
+    """``all_pairs``: of the pairs (a ranked above b) at least the margin apart, of different texts, the
+    ``dpo_max_pairs_per_prompt`` first by (widest, a's trace id, b's trace id), without making all n²
+    of them: a prompt a million users sent may bring thousands of answers. Each chosen answer's
+    partners come lowest reward first, then by trace id, which is the order of their pairs (rewards
+    are labels, of 6 decimals at most, and the margin is above 0: no tie pairs); a heap holds each
+    chosen answer's next pair, so the work is n log n and a few steps a pair taken."""
+    low = sorted(ranked, key=lambda r: (r["final_reward"], r["trace_id"]))
+
+    def next_pair(i: int, p: int) -> tuple | None:
+        """Chosen ``ranked[i]``'s first pair from ``low[p]`` on, as a heap entry; None when it has no more."""
+        a = ranked[i]
+        for p in range(p, len(low)):
+            if gap(a, low[p]) < cfg.dpo_min_margin:
+                return None  # so are all the rest
+            if a["completion"].strip() != low[p]["completion"].strip():
+                return -gap(a, low[p]), a["trace_id"], low[p]["trace_id"], i, p
+        return None
+
+    heap = [e for i in range(len(ranked)) if (e := next_pair(i, 0)) is not None]
+    heapq.heapify(heap)
+    pairs = []
+    while heap and len(pairs) < cfg.dpo_max_pairs_per_prompt:
+        *_, i, p = heapq.heappop(heap)
+        pairs.append((ranked[i], low[p]))
+        if (e := next_pair(i, p + 1)) is not None:
+            heapq.heappush(heap, e)
     return pairs
 
 

@@ -936,10 +936,12 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
     An answer is left out when ``k + 1`` answers of distinct texts rank above it: whatever answer it
     would pair with, at least ``k`` of them make pairs as wide or wider that come first (a tie goes
     to the higher-ranked answer), so neither strategy takes it; best_vs_worst only looks ``k`` deep
-    anyway. From below, only answers of a strictly lower reward count (a tie goes to the lower
-    trace id). More rows only add answers above and below, so leaving these out of a spill leaves
-    pairing as it is, and a prompt that a million users sent costs a few rows a spill, not a million
-    in one bucket's memory."""
+    anyway. From below, only answers of a strictly lower reward count, and of answers of one reward,
+    those ``k + 1`` texts of either end by trace id (all_pairs pairs a chosen answer with the lowest
+    ids of a tie first, best_vs_worst takes its highest last): rewards that take few values (a
+    verifier's 0 or 1) tie half a popular prompt's answers. More rows only add answers above and
+    below, so leaving these out of a spill leaves pairing as it is, and a prompt that a million users
+    sent costs a few rows a spill, not a million in one bucket's memory."""
     _, group, sizes = np.unique(rows["prompt_key"].to_numpy(), return_inverse=True, return_counts=True)
     crowded = np.flatnonzero(sizes[group] > 2 * k + 3)  # the two ends hold at least 2k + 2 rows: fewer are kept whole
     if not len(crowded):
@@ -966,9 +968,15 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
         for _, tied in itertools.groupby(reversed(ranked), key=lambda a: a[1]["final_reward"]):
             if len(below) > k:
                 break
-            tied = list(tied)
-            keep[[i for i, _ in tied]] = True
-            below.update(row["completion"].strip() for _, row in tied)
+            tied = list(tied)  # by trace id, highest first
+            for end in (tied, tied[::-1]):  # best_vs_worst takes a tie's highest ids, all_pairs its lowest
+                texts: set[str] = set()
+                for i, row in end:
+                    if len(texts) > k:
+                        break
+                    keep[i] = True
+                    texts.add(row["completion"].strip())
+                below |= texts
     return rows.filter(keep)
 
 
