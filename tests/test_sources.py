@@ -798,6 +798,24 @@ def test_a_csv_file_cut_short_keeps_its_rows_before_the_damage_and_says_so(tmp_p
     assert list(read(str(tmp_path / "b.csv"))) == list(read(str(tmp_path / "c.csv"))) == []
 
 
+def test_a_csv_value_past_the_record_limit_is_that_rows_item_and_the_rows_after_it_are_read(tmp_path, monkeypatch):
+    """pyarrow's CSV reader stops a file at a row its block cannot hold: 1,998 rows after a 12 MB
+    value were neither read nor counted. A row past the record limit is record_too_large, as a line is."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setattr(sources, "_CSV_BLOCK_BYTES", 4 << 20)
+    big = "word\n" * ((3 << 20) // 5)
+    text = f'id,input\n1,small\n2,"{big}"\n' + "".join(f"{n},row {n}\n" for n in range(3, 1003))
+    (tmp_path / "a.csv").write_text(text)
+    items = list(read(str(tmp_path / "a.csv")))
+    assert [i.position for i in items] == list(range(1, 1003))
+    assert [(i.position, i.reason) for i in items if i.reason] == [(2, "record_too_large")]
+    (tmp_path / "b.csv").write_text(text.replace(big, big * 4))  # past what a block holds: said, not silent
+    items = list(read(str(tmp_path / "b.csv")))
+    assert items[-1].reason == "unreadable_csv" and "a value of row 2 or after is over 4 MB" in items[-1].detail
+
+
 def test_parquet_text_stored_as_bytes_is_read_as_text_and_other_bytes_stay_bytes(tmp_path):
     """Writers that do not mark their strings as UTF-8 (older Hive and Impala) store text as bytes, at any
     depth: read as text. A column of other bytes (a digest) stays bytes, and the rows are read."""

@@ -1410,6 +1410,11 @@ def _row_blocks(file: str, row: int, batch) -> Generator[Block, None, int]:
     return row
 
 
+# What pyarrow's CSV reader parses at once: a row must fit in it, or the file's reading stops there. A
+# row past MAX_RECORD_BYTES (and within this) is read, to be record_too_large, and the rows after it too.
+_CSV_BLOCK_BYTES = 4 * MAX_RECORD_BYTES
+
+
 def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
     """A CSV file's rows (under its header, numbered from 1), plain or compressed as its name says, in
     blocks of about :data:`BLOCK_BYTES`: each value a text, an empty one null, as Langfuse's exports
@@ -1443,7 +1448,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                 return
             names = next(csv.reader([header]))
             reader = pcsv.open_csv(
-                f, read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False),
+                f, read_options=pcsv.ReadOptions(column_names=names, block_size=_CSV_BLOCK_BYTES, use_threads=False),
                 parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=refuse),
                 convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
                                                     strings_can_be_null=True, check_utf8=False))
@@ -1458,7 +1463,9 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
             yield from refused_before(math.inf)
     except Exception as e:  # noqa: BLE001 - the decompressors and the parser raise several types
         yield from refused_before(math.inf)
-        yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=f"{type(e).__name__}: {e}"))
+        why = (f"a value of row {row} or after is over {_CSV_BLOCK_BYTES >> 20} MB, past which a CSV row is not read: "
+               "it and the rows after it are not read" if "straddl" in str(e) else f"{type(e).__name__}: {e}")
+        yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=why))
 
 
 class _Raw(io.RawIOBase):
