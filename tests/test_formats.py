@@ -1126,7 +1126,7 @@ def test_a_batchs_output_joins_its_request_by_custom_id_whichever_file_comes_fir
 @pytest.mark.parametrize("lines, reason, detail", [
     ([BATCH_OUTPUT], "no_request", "batch request q-1: no line of the batch's input file has its custom_id"),
     ([BATCH_REQUEST, {**BATCH_REQUEST, "body": {**BATCH_REQUEST["body"], "messages": [{"role": "user", "content": "1+1?"}]}},
-      BATCH_OUTPUT], "ambiguous_request", "batch request q-1: 2 different requests have its custom_id"),
+      BATCH_OUTPUT], "ambiguous_request", "batch request q-1: different requests have its custom_id"),
     ([BATCH_REQUEST, {**BATCH_OUTPUT, "response": None, "error": {"code": "batch_expired", "message": "This request could not be executed"}}],
      "failed_request", "batch request q-1 failed (status None): This request could not be executed"),
     ([BATCH_REQUEST, {**BATCH_OUTPUT, "response": {"status_code": 400, "request_id": "r", "body": {

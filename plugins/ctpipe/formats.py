@@ -1764,7 +1764,7 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
     if kind == "response":
         try:
             with _mapping("batch output line"):
-                return _batch_traces(entry_row(value), [entry_row(r) for r in attached])
+                return _batch_traces(entry_row(value), (entry_row(r) for r in dict.fromkeys(attached)))
         except FormatError as e:
             return [e]
     if kind == "span":
@@ -1796,7 +1796,7 @@ def distinct_scores(attached: list[bytes]) -> list[dict]:
     return list(scores.values())
 
 
-def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
+def _batch_traces(line: dict, requests: Iterable[dict]) -> list[dict | FormatError]:
     """The traces of a line of a batch's output file (OpenAI's Batch API, vLLM's ``run_batch``: the
     response under ``response.body``), with the lines of its input file that have its custom_id: the
     request under ``body``, which the output does not repeat. FormatError ``failed_request`` for a
@@ -1811,14 +1811,15 @@ def _batch_traces(line: dict, requests: list[dict]) -> list[dict | FormatError]:
         error = error or (body.get("error") if isinstance(body, dict) else None) or {}
         message = error.get("message") if isinstance(error, dict) else error
         raise FormatError("failed_request", f"{where} failed (status {status}): {str(message)[:300]}")
-    distinct = {json.dumps(r, sort_keys=True): r for r in requests}  # the same line read twice is one
+    distinct: dict[str, dict] = {}  # the same line read twice is one
+    for r in requests:  # read up to a second one: a custom_id a thousand batches reuse costs two, not a thousand
+        distinct.setdefault(json.dumps(r, sort_keys=True), r)
+        if len(distinct) > 1:
+            raise FormatError("ambiguous_request", f"{where}: different requests have its custom_id (custom_ids may "
+                                                   "repeat from batch to batch): which was answered cannot be told")
     if not distinct:
         raise FormatError("no_request", f"{where}: no line of the batch's input file has its custom_id among the "
                                         "interval's files")
-    if len(distinct) > 1:
-        raise FormatError("ambiguous_request", f"{where}: {len(distinct)} different requests have its custom_id "
-                                               "(custom_ids may repeat from batch to batch): which was answered "
-                                               "cannot be told")
     (request,) = distinct.values()
     if not chat_completion_url(request.get("url")):
         raise FormatError("invalid_field", f"{where}: url={str(request.get('url'))[:80]!r} is no chat completion")
