@@ -15,7 +15,7 @@ import functools
 import re
 import string
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -181,23 +181,110 @@ class Recent:
         return (found & np.uint64(len(self._keys) - 1)).astype(np.intp)
 
 
+# Polynomial hashing of words (their bytes, base _P) and of word sequences (their words' hashes, base
+# _Q), modulo 2**64 as uint64 arithmetic wraps; odd bases, so that each has an inverse, which brings a
+# span's sum back to the hash of the span alone (see _word_hashes, _ngram_hashes).
+_P, _Q = 0x100000001B3, 0x9E3779B97F4A7C15
+_P_INV, _Q_INV = (np.uint64(pow(b, -1, 1 << 64)) for b in (_P, _Q))
+_P, _Q = np.uint64(_P), np.uint64(_Q)
+_CHUNK = 1 << 20  # bytes of normalized text hashed at once: arrays of 8 bytes a byte, 8 MB each
+
+
+def _powers(n: int, base: np.uint64) -> np.ndarray:
+    """base**0 .. base**(n - 1), modulo 2**64."""
+    out = np.full(n, base, np.uint64)
+    out[:1] = 1
+    return np.cumprod(out, out=out)
+
+
+def _spread(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finalizer: every bit of a polynomial hash spread over all of them."""
+    h = h ^ (h >> np.uint64(33))
+    h *= _M1
+    h ^= h >> np.uint64(33)
+    h *= _M2
+    return h ^ (h >> np.uint64(33))
+
+
+def _word_hashes(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(a hash of each word, the index of its line) of normalized lines (words between spaces, each
+    line starting and ending with one), in order."""
+    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1].astype(np.int64)
+    data = np.frombuffer(lines.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+    offsets -= offsets[0]
+    space = data == 32
+    inside = ~space
+    starts = np.flatnonzero(inside & np.r_[True, space[:-1]])
+    ends = np.flatnonzero(inside & np.r_[space[1:], True]) + 1
+    sums = np.zeros(len(data) + 1, np.uint64)
+    np.cumsum((data.astype(np.uint64) + np.uint64(1)) * _powers(len(data), _P), out=sums[1:])
+    words = (sums[ends] - sums[starts]) * _powers(len(data), _P_INV)[starts]  # each as if it began the text
+    return _spread(words), np.searchsorted(offsets, starts, side="right") - 1
+
+
+def _ngram_hashes(words: np.ndarray, line_of: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a key of each sequence of ``n`` words within a line, the index of its line)."""
+    starts = np.flatnonzero(line_of[:len(line_of) - n + 1] == line_of[n - 1:]) if len(words) >= n else np.zeros(0, np.intp)
+    sums = np.zeros(len(words) + 1, np.uint64)
+    np.cumsum(words * _powers(len(words), _Q), out=sums[1:])
+    grams = (sums[starts + n] - sums[starts]) * _powers(len(words), _Q_INV)[starts]
+    return _spread(grams + np.uint64(n)), line_of[starts]
+
+
+def _normal_lines(texts: pa.Array) -> pa.Array:
+    """Each text as :func:`normalize` makes it, between spaces (a binary array): ASCII ones in one
+    translation of their bytes, the others one by one."""
+    texts = texts.cast(pa.string())
+    ascii_ = pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False)
+    lines = pc.binary_join_element_wise(" ", pc.fill_null(texts, ""), " ", "").cast(pa.binary())
+    data = lines.buffers()[2]
+    lines = pa.Array.from_buffers(pa.binary(), len(lines), [None, lines.buffers()[1],
+                                                            pa.py_buffer((data.to_pybytes() if data else b"").translate(_ASCII_NORMAL))],
+                                  offset=lines.offset)
+    if ascii_.all():
+        return lines
+    other = np.flatnonzero(~ascii_)
+    normal = [b" " + _normal_bytes(t) + b" " for t in texts.take(pa.array(other)).to_pylist()]
+    return pc.replace_with_mask(lines, pa.array(~ascii_), pa.array(normal, pa.binary()))
+
+
+def _chunks(lines: pa.Array) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(the index of its first line, :func:`_word_hashes`) of runs of ``lines`` of about :data:`_CHUNK` bytes."""
+    ends = np.cumsum(pc.binary_length(lines).to_numpy(zero_copy_only=False))
+    first = 0
+    while first < len(lines):
+        last = max(first + 1, int(np.searchsorted(ends, (ends[first - 1] if first else 0) + _CHUNK, "right")))
+        yield first, *_word_hashes(lines.slice(first, last - first))
+        first = last
+
+
 class NgramIndex:
     """Word n-grams of the evaluation items, for asking whether a prompt overlaps any of them.
 
-    The n-grams, space-delimited, go into one Aho-Corasick automaton: a prompt is checked in a single
-    pass over its normalized bytes, whatever the number of eval items (a regex alternation of
-    thousands of n-grams falls off RE2's fast path and costs ten times more).
+    Each n-gram (or a short item whole) is kept as a 64-bit key: a hash of its words' hashes, in
+    order. A prompt's n-grams are hashed the same way, vectorized over a block's texts, and looked up
+    in a bitmap of the keys' top bits, then, where it says maybe, in the sorted keys. Memory is about
+    24 bytes an n-gram of the items, whatever their number (an automaton of the n-grams' texts took
+    175 MB for a thousand items of 60 words, and each worker built its own). Two n-grams share a key
+    one time in 2**64.
     """
 
     def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):
-        import ahocorasick_rs
-
         self.n = n
-        grams = set()
-        for ws in map(words, items):
-            size = min(n, len(ws))
-            grams.update(" ".join(ws[i:i + size]) for i in range(len(ws) - size + 1) if ws)
-        self._automaton = ahocorasick_rs.BytesAhoCorasick([f" {g} ".encode() for g in sorted(grams)]) if grams else None
+        lengths, found = {n}, []
+        for _, words, line_of in _chunks(_normal_lines(pa.array(list(items), pa.string()))):
+            count = np.bincount(line_of)
+            shorter = {int(c) for c in count if 0 < c < n}  # an item shorter than n words counts whole
+            lengths |= shorter
+            for size in sorted({n} | shorter):
+                grams, of = _ngram_hashes(words, line_of, size)
+                found.append(grams if size == n else grams[count[of] == size])
+        self.lengths = sorted(lengths)
+        self._keys = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+        bits = max(16, int(len(self._keys) * 8 - 1).bit_length())  # a slot in eight taken, at most
+        self._shift = np.uint64(64 - bits)
+        self._bitmap = np.zeros(1 << bits, bool)
+        self._bitmap[(self._keys >> self._shift).astype(np.intp)] = True
         # The verdicts of the texts checked lately, by their :func:`key` (4.5 MB). Prompts come back, since
         # pairing wants several answers to one, and a prompt met again is not searched again: at a
         # million bench traces, half of them are not.
@@ -207,18 +294,12 @@ class NgramIndex:
         return self.overlaps_many([text])[0]
 
     def overlaps_many(self, texts: list[str]) -> list[bool]:
-        if self._automaton is None:
-            return [False] * len(texts)
-        find = self._automaton.find_matches_as_indexes
-        distinct = dict.fromkeys(texts)  # a question asked again is checked once
-        for t in distinct:
-            distinct[t] = bool(find(b" " + _normal_bytes(t) + b" "))
-        return [distinct[t] for t in texts]
+        return self._search(pa.array(texts, pa.string())).tolist()
 
     def overlaps_array(self, texts: pa.Array) -> np.ndarray:
         """:meth:`overlaps_many` over a column of texts (no nulls), those checked lately remembered."""
         out = np.zeros(len(texts), bool)
-        if self._automaton is None or not len(texts):
+        if not len(self._keys) or not len(texts):
             return out
         found = keys(texts)
         known, out = self._verdicts.recall(found)
@@ -229,31 +310,15 @@ class NgramIndex:
         return out
 
     def _search(self, texts: pa.Array) -> np.ndarray:
-        """ASCII texts are normalized together, one per NUL-ended line (no n-gram holds a NUL), and
-        searched in one pass; the others (and any holding a NUL) one by one."""
+        """Whether each text holds a key's n-gram, in chunks of about :data:`_CHUNK` bytes of text."""
         out = np.zeros(len(texts), bool)
-        together = pc.fill_null(pc.string_is_ascii(texts), False).to_numpy(zero_copy_only=False)
-        blob = self._lines(texts, together)
-        ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
-        if len(ends) != together.sum():  # a text holds a NUL (rare, so only looked for now)
-            together &= ~pc.fill_null(pc.match_substring(texts, "\0"), False).to_numpy(zero_copy_only=False)
-            blob = self._lines(texts, together)
-            ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0)
-        found = np.array([start for _, start, _ in self._automaton.find_matches_as_indexes(blob)], np.int64)
-        if len(found):
-            out[np.flatnonzero(together)[np.searchsorted(ends, found)]] = True
-        if not together.all():
-            rest = np.flatnonzero(~together)
-            out[rest] = self.overlaps_many(texts.take(pa.array(rest)).to_pylist())
+        if not len(self._keys) or not len(texts):
+            return out
+        for first, words, line_of in _chunks(_normal_lines(texts)):
+            for size in self.lengths:
+                grams, of = _ngram_hashes(words, line_of, size)
+                maybe = self._bitmap[(grams >> self._shift).astype(np.intp)]
+                grams, of = grams[maybe], of[maybe]
+                at = np.minimum(np.searchsorted(self._keys, grams), len(self._keys) - 1)
+                out[first + of[self._keys[at] == grams]] = True
         return out
-
-    @staticmethod
-    def _lines(texts: pa.Array, chosen: np.ndarray) -> bytes:
-        """The chosen (ASCII) texts normalized as :func:`normalize` does, each as " words " on a NUL-ended line."""
-        if not chosen.any():
-            return b""
-        lines = pc.binary_join_element_wise(" ", texts.filter(pa.array(chosen)), " \0", "")
-        offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
-        blob = np.frombuffer(lines.buffers()[2].to_pybytes()[offsets[0]:offsets[-1]].translate(_ASCII_NORMAL), np.uint8)
-        spaces = blob == 32
-        return blob[np.r_[True, ~(spaces[1:] & spaces[:-1])]].tobytes()  # a run of spaces becomes one
