@@ -1076,7 +1076,9 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     part, as :func:`process` makes a block's.
 
     The bucket's files are mapped, not read: only the rows of this part are copied (see
-    :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket."""
+    :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket, unless
+    its records carry many times their size in what attaches to them (a generation with a million
+    scores: the README's limits)."""
     index, (bucket, writers, first, size) = item
     batches = [b for path in _bucket_files(bucket, writers) for b in pa.ipc.open_stream(pa.memory_map(path))]
     rows = pa.Table.from_batches(batches, schema=_JOIN_SCHEMA)
