@@ -958,26 +958,25 @@ def _pairable(rows: pa.Table, k: int) -> pa.Table:
             keep[min(referenced, key=lambda a: a[1]["row"])[0]] = True
         ranked = sorted((a for a in answers if a[1]["final_reward"] is not None),
                         key=lambda a: (-a[1]["final_reward"], a[1]["trace_id"]))
-        above: set[str] = set()
-        for i, row in ranked:
-            if len(above) > k:
-                break
-            keep[i] = True
-            above.add(row["completion"].strip())
+        _keep_texts(keep, ranked, k)
         below: set[str] = set()
         for _, tied in itertools.groupby(reversed(ranked), key=lambda a: a[1]["final_reward"]):
             if len(below) > k:
                 break
-            tied = list(tied)  # by trace id, highest first
-            for end in (tied, tied[::-1]):  # best_vs_worst takes a tie's highest ids, all_pairs its lowest
-                texts: set[str] = set()
-                for i, row in end:
-                    if len(texts) > k:
-                        break
-                    keep[i] = True
-                    texts.add(row["completion"].strip())
-                below |= texts
+            tied = list(tied)  # by trace id, highest first: best_vs_worst takes a tie's highest, all_pairs its lowest
+            below |= _keep_texts(keep, tied, k) | _keep_texts(keep, tied[::-1], k)
     return rows.filter(keep)
+
+
+def _keep_texts(keep: np.ndarray, answers: list[tuple[int, dict]], k: int) -> set[str]:
+    """Keep ``answers`` in order until ``k + 1`` texts are kept; those texts."""
+    texts: set[str] = set()
+    for i, row in answers:
+        if len(texts) > k:
+            break
+        keep[i] = True
+        texts.add(row["completion"].strip())
+    return texts
 
 
 def _spill_path(bucket: int, writer: int | str) -> str:
