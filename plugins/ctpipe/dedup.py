@@ -103,12 +103,16 @@ _K, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xFF51AFD7ED558CCD), np.
 
 
 def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    x = a * _K + b  # uint64 arithmetic wraps around, as a hash wants
-    x ^= x >> np.uint64(33)
-    x *= _M1
-    x ^= x >> np.uint64(33)
-    x *= _M2
-    return x ^ (x >> np.uint64(33))
+    return _spread(a * _K + b)  # uint64 arithmetic wraps around, as a hash wants
+
+
+def _spread(h: np.ndarray) -> np.ndarray:
+    """MurmurHash3's finalizer: every bit of ``h`` spread over all of them."""
+    h = h ^ (h >> np.uint64(33))
+    h *= _M1
+    h ^= h >> np.uint64(33)
+    h *= _M2
+    return h ^ (h >> np.uint64(33))
 
 
 def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
@@ -217,15 +221,6 @@ def _powers(n: int, base: np.uint64) -> np.ndarray:
     out = np.full(n, base, np.uint64)
     out[:1] = 1
     return np.cumprod(out, out=out)
-
-
-def _spread(h: np.ndarray) -> np.ndarray:
-    """MurmurHash3's finalizer: every bit of a polynomial hash spread over all of them."""
-    h = h ^ (h >> np.uint64(33))
-    h *= _M1
-    h ^= h >> np.uint64(33)
-    h *= _M2
-    return h ^ (h >> np.uint64(33))
 
 
 def _word_hashes(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
