@@ -3,7 +3,9 @@
 Each kind has a cheap pre-check (a substring or a short pattern) that rules most texts out before
 its full pattern runs, so the common case (no PII) costs a few substring searches. What is found
 is replaced by a placeholder naming the kind (``<EMAIL>``, ``<PHONE>``, ``<CARD>``, ``<SECRET>``)
-and counted per kind. Card numbers must pass the Luhn check, so order numbers and sums are kept.
+and counted per kind. Card numbers must start and be as long as a card network's, and pass the
+Luhn check, so order numbers and most long answers are kept; rewards are labeled from the texts as
+written, so one that is not kept still labels right.
 """
 
 from __future__ import annotations
@@ -22,12 +24,11 @@ _AT = r"(?:@|%40|\\u0040)"
 _EMAIL = re.compile(r"(?<!\\)[\w.%+-]+" + _AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare.
 _CARD = re.compile(r"(?<![\d-])(?:\d{4}(?:[ -]?\d{4}){2}[ -]?\d{1,4}(?:[ -]?\d{1,3})?|\d{4}[ -]?\d{6}[ -]?\d{4,5})(?![\d-])")
-# Phone numbers, in groups (or international, after a plus sign). Where one may start: not inside a
-# word or a longer number (its letters in ASCII: Chinese text runs into the number it gives, on
-# both sides), but
-# after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's seconds
-# ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number written in
-# groups of three ("1 000 000 000", "192.168.100.200").
+# Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
+# inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
+# on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
+# seconds ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number
+# written in groups of three ("1 000 000 000", "192.168.100.200").
 _DASH = "\u2010-\u2013"
 _STARTS = r"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[ .,:])"
 _ENDS = r"(?![A-Za-z\d_-]|[ .,:]\d)"
