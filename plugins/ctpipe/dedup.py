@@ -207,94 +207,105 @@ class Recent:
         return (found & np.uint64(len(self._keys) - 1)).astype(np.intp)
 
 
-# Polynomial hashing of words (their bytes, base _P) and of word sequences (their words' hashes, base
-# _Q), modulo 2**64 as uint64 arithmetic wraps; odd bases, so that each has an inverse, which brings a
-# span's sum back to the hash of the span alone (see _word_hashes, _ngram_hashes).
-_P, _Q = 0x100000001B3, 0x9E3779B97F4A7C15
-_P_INV, _Q_INV = (np.uint64(pow(b, -1, 1 << 64)) for b in (_P, _Q))
-_P, _Q = np.uint64(_P), np.uint64(_Q)
-_CHUNK = 1 << 20  # bytes of normalized text hashed at once: arrays of 8 bytes a byte, 8 MB each
+# A word sequence's key: a polynomial hash of its words' numbers in the evaluation items' vocabulary
+# (a word no item holds is in no item's n-gram, and breaks every sequence through it), modulo 2**64
+# as uint64 arithmetic wraps, in an odd base, whose inverse brings a span's sum back to the hash of
+# the span alone (see _keys_of).
+_Q = 0x9E3779B97F4A7C15
+_Q_INV = np.uint64(pow(_Q, -1, 1 << 64))
+_Q = np.uint64(_Q)
+_CHUNK = 1 << 21  # bytes of text taken at once: a few arrays of a word's 8 bytes each
+_POWERS: dict[int, np.ndarray] = {}
+# normalize()'s ASCII translation, with a NUL made \x01: a NUL ends each text in the words' blob.
+_ASCII_WORDS = _ASCII_NORMAL[:1].replace(b"\0", b"\x01") + _ASCII_NORMAL[1:]
 
 
 def _powers(n: int, base: np.uint64) -> np.ndarray:
-    """base**0 .. base**(n - 1), modulo 2**64."""
-    out = np.full(n, base, np.uint64)
-    out[:1] = 1
-    return np.cumprod(out, out=out)
+    """base**0 .. base**(n - 1), modulo 2**64 (kept, and grown as needed)."""
+    have = _POWERS.get(int(base))
+    if have is None or len(have) < n:
+        have = np.full(max(n, 1 << 16), base, np.uint64)
+        have[:1] = 1
+        _POWERS[int(base)] = have = np.cumprod(have, out=have)
+    return have[:n]
 
 
-def _word_hashes(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(a hash of each word, the index of its line) of normalized lines (words between spaces, each
-    line starting and ending with one), in order."""
-    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1].astype(np.int64)
-    data = np.frombuffer(lines.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
-    offsets -= offsets[0]
+def _words(texts: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """(the words of ``texts`` as :func:`normalize` makes them, each with one space after it, and a
+    NUL word after each text's; where those NULs are; the index of the text of each word). ASCII
+    texts are normalized in one translation of their bytes, the others one by one."""
+    texts = pc.fill_null(texts.cast(pa.string()), "").cast(pa.binary())
+    data = texts.buffers()[2]
+    normal = pa.Array.from_buffers(pa.binary(), len(texts), [None, texts.buffers()[1], pa.py_buffer(
+        (data.to_pybytes() if data is not None else b"").translate(_ASCII_WORDS))], offset=texts.offset)
+    ascii_ = pc.fill_null(pc.string_is_ascii(texts.cast(pa.string())), True).to_numpy(zero_copy_only=False)
+    if not ascii_.all():
+        other = [_normal_bytes(t).replace(b"\0", b"\x01") for t in texts.filter(pa.array(~ascii_)).cast(pa.string()).to_pylist()]
+        normal = pc.replace_with_mask(normal, pa.array(~ascii_), pa.array(other, pa.binary()))
+    lines = pc.binary_join_element_wise(b" ", normal, b" \0 ", b"")
+    offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset:lines.offset + len(lines) + 1]
+    data = np.frombuffer(lines.buffers()[2], np.uint8)[offsets[0]:offsets[-1]] if len(lines) else np.zeros(0, np.uint8)
     space = data == 32
-    inside = ~space
-    starts = np.flatnonzero(inside & np.r_[True, space[:-1]])
-    ends = np.flatnonzero(inside & np.r_[space[1:], True]) + 1
-    sums = np.zeros(len(data) + 1, np.uint64)
-    np.cumsum((data.astype(np.uint64) + np.uint64(1)) * _powers(len(data), _P), out=sums[1:])
-    words = (sums[ends] - sums[starts]) * _powers(len(data), _P_INV)[starts]  # each as if it began the text
-    return _spread(words), np.searchsorted(offsets, starts, side="right") - 1
+    data = data[np.r_[True, ~(space[1:] & space[:-1])]] if len(data) else data  # a run of spaces becomes one
+    space = data == 32
+    starts = np.flatnonzero(~space & np.r_[True, space[:-1]]) if len(data) else np.zeros(0, np.intp)
+    words = pa.Array.from_buffers(pa.binary(), len(starts), [None, pa.py_buffer(np.r_[starts, len(data)].astype(np.int32)),
+                                                             pa.py_buffer(data.tobytes())])
+    ends = data[starts] == 0
+    return words, ends, np.cumsum(ends) - ends
 
 
-def _ngram_hashes(words: np.ndarray, line_of: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(a key of each sequence of ``n`` words within a line, the index of its line)."""
-    starts = np.flatnonzero(line_of[:len(line_of) - n + 1] == line_of[n - 1:]) if len(words) >= n else np.zeros(0, np.intp)
-    sums = np.zeros(len(words) + 1, np.uint64)
-    np.cumsum(words * _powers(len(words), _Q), out=sums[1:])
-    grams = (sums[starts + n] - sums[starts]) * _powers(len(words), _Q_INV)[starts]
-    return _spread(grams + np.uint64(n)), line_of[starts]
+def _keys_of(numbers: np.ndarray, text_of: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the key of each sequence of ``n`` words of known ``numbers`` (-1: a word no item holds, or a
+    text's end), the index of its text)."""
+    unknown = np.zeros(len(numbers) + 1, np.int64)
+    np.cumsum(numbers < 0, out=unknown[1:])
+    starts = np.flatnonzero(unknown[n:] == unknown[:-n]) if len(numbers) >= n else np.zeros(0, np.intp)
+    if not len(starts):
+        return np.zeros(0, np.uint64), np.zeros(0, np.intp)
+    sums = np.zeros(len(numbers) + 1, np.uint64)
+    np.cumsum((numbers + 1).astype(np.uint64) * _powers(len(numbers), _Q), out=sums[1:])
+    grams = (sums[starts + n] - sums[starts]) * _powers(len(numbers), _Q_INV)[starts]
+    return _spread(grams + np.uint64(n)), text_of[starts]
 
 
-def _normal_lines(texts: pa.Array) -> pa.Array:
-    """Each text as :func:`normalize` makes it, between spaces (a binary array): ASCII ones in one
-    translation of their bytes, the others one by one."""
-    texts = texts.cast(pa.string())
-    ascii_ = pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False)
-    lines = pc.binary_join_element_wise(" ", pc.fill_null(texts, ""), " ", "").cast(pa.binary())
-    data = lines.buffers()[2]
-    lines = pa.Array.from_buffers(pa.binary(), len(lines), [None, lines.buffers()[1],
-                                                            pa.py_buffer((data.to_pybytes() if data else b"").translate(_ASCII_NORMAL))],
-                                  offset=lines.offset)
-    if ascii_.all():
-        return lines
-    other = np.flatnonzero(~ascii_)
-    normal = [b" " + _normal_bytes(t) + b" " for t in texts.take(pa.array(other)).to_pylist()]
-    return pc.replace_with_mask(lines, pa.array(~ascii_), pa.array(normal, pa.binary()))
-
-
-def _chunks(lines: pa.Array) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(the index of its first line, :func:`_word_hashes`) of runs of ``lines`` of about :data:`_CHUNK` bytes."""
-    ends = np.cumsum(pc.binary_length(lines).to_numpy(zero_copy_only=False))
+def _chunks(texts: pa.Array) -> Iterator[tuple[int, pa.Array]]:
+    """(the index of its first text, a run of ``texts``) of about :data:`_CHUNK` bytes each."""
+    ends = np.cumsum(pc.fill_null(pc.binary_length(texts), 0).to_numpy(zero_copy_only=False))
     first = 0
-    while first < len(lines):
+    while first < len(texts):
         last = max(first + 1, int(np.searchsorted(ends, (ends[first - 1] if first else 0) + _CHUNK, "right")))
-        yield first, *_word_hashes(lines.slice(first, last - first))
+        yield first, texts.slice(first, last - first)
         first = last
 
 
 class NgramIndex:
     """Word n-grams of the evaluation items, for asking whether a prompt overlaps any of them.
 
-    Each n-gram (or a short item whole) is kept as a 64-bit key: a hash of its words' hashes, in
-    order. A prompt's n-grams are hashed the same way, vectorized over a block's texts, and looked up
-    in a bitmap of the keys' top bits, then, where it says maybe, in the sorted keys. Memory is about
-    24 bytes an n-gram of the items, whatever their number (an automaton of the n-grams' texts took
-    175 MB for a thousand items of 60 words, and each worker built its own). Two n-grams share a key
-    one time in 2**64.
+    Each n-gram (or a short item, whole) is kept as a 64-bit key of its words' numbers in the items'
+    vocabulary. A block's prompts are split into words at once, their words numbered by one lookup
+    in that vocabulary, and their n-grams of known words keyed the same way and looked up: in a
+    bitmap of the keys' top bits, then, where it says maybe, in the sorted keys. Memory is about 24
+    bytes an n-gram of the items, whatever their number (an Aho-Corasick automaton of the n-grams'
+    texts took 175 MB for a thousand items of 60 words, in each worker). Two n-grams share a key one
+    time in 2**64.
     """
 
     def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):
         self.n = n
+        items = pa.array(list(items), pa.string())
+        # Two passes of a few MB at a time: the vocabulary, then the keys by it.
+        self._vocabulary = pc.unique(pa.concat_arrays([pa.array([], pa.binary())] + [
+            pc.unique(words.filter(pa.array(~ends))) for _, chunk in _chunks(items) for words, ends, _ in [_words(chunk)]]))
         lengths, found = {n}, []
-        for _, words, line_of in _chunks(_normal_lines(pa.array(list(items), pa.string()))):
-            count = np.bincount(line_of)
+        for _, chunk in _chunks(items):
+            words, ends, text_of = _words(chunk)
+            numbers = self._numbers(words)
+            count = np.bincount(text_of[~ends], minlength=len(chunk))
             shorter = {int(c) for c in count if 0 < c < n}  # an item shorter than n words counts whole
             lengths |= shorter
             for size in sorted({n} | shorter):
-                grams, of = _ngram_hashes(words, line_of, size)
+                grams, of = _keys_of(numbers, text_of, size)
                 found.append(grams if size == n else grams[count[of] == size])
         self.lengths = sorted(lengths)
         self._keys = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
@@ -306,6 +317,10 @@ class NgramIndex:
         # pairing wants several answers to one, and a prompt met again is not searched again: at a
         # million bench traces, half of them are not.
         self._verdicts = Recent(remembered, bool)
+
+    def _numbers(self, words: pa.Array) -> np.ndarray:
+        """Each word's number in the items' vocabulary; -1 for one no item holds, and for a text's end."""
+        return pc.fill_null(pc.index_in(words, value_set=self._vocabulary), -1).to_numpy().astype(np.int64)
 
     def overlaps(self, text: str) -> bool:
         return self.overlaps_many([text])[0]
@@ -331,9 +346,11 @@ class NgramIndex:
         out = np.zeros(len(texts), bool)
         if not len(self._keys) or not len(texts):
             return out
-        for first, words, line_of in _chunks(_normal_lines(texts)):
+        for first, chunk in _chunks(texts):
+            words, _, text_of = _words(chunk)
+            numbers = self._numbers(words)
             for size in self.lengths:
-                grams, of = _ngram_hashes(words, line_of, size)
+                grams, of = _keys_of(numbers, text_of, size)
                 maybe = self._bitmap[(grams >> self._shift).astype(np.intp)]
                 grams, of = grams[maybe], of[maybe]
                 at = np.minimum(np.searchsorted(self._keys, grams), len(self._keys) - 1)
