@@ -20,8 +20,10 @@ import pyarrow.compute as pc
 # A local part may hold letters of any script (josé@), and so may a domain (bücher.de); "@" may be
 # written %40 (in a URL) or \u0040 (in a quarantined record's raw JSON). Not after a backslash: in raw
 # JSON, "\njane@x.org" is a new line and then the address. Not a method call (q@k.transpose(...)).
-_AT = r"(?:@|%40|\\u0040)"
-_EMAIL = re.compile(r"(?<!\\)[\w.%+-]+" + _AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
+_ATS = ("@", "%40", "\\u0040")
+_AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
+_LOCAL_AT = r"(?<!\\)[\w.%+-]+" + _AT  # a local part and its "@"
+_EMAIL = re.compile(_LOCAL_AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare.
 _CARD = re.compile(r"(?<![\d-])(?:\d{4}(?:[ -]?\d{4}){2}[ -]?\d{1,4}(?:[ -]?\d{1,3})?|\d{4}[ -]?\d{6}[ -]?\d{4,5})(?![\d-])")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
@@ -57,13 +59,13 @@ _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "g
 _MANY_DIGITS = re.compile(rf"\d(?:[ ().+{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many). RE2's \d
 # is ASCII only, Python's any script's digits (full-width ones, say): the pre-check takes those too.
-PRECHECK = "|".join([re.escape(h) for h in ("@", "%40", "\\u0040", *_SECRET_HINTS)]
+PRECHECK = "|".join([re.escape(h) for h in (*_ATS, *_SECRET_HINTS)]
                     + [_MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
 
 
 # What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
 # address or a number: the full patterns need the whole of one, and let "jane.smith@gm" through.
-_CUT_EMAIL = re.compile(r"(?<!\\)[\w.%+-]+" + _AT + r"[\w.-]*\Z")
+_CUT_EMAIL = re.compile(_LOCAL_AT + r"[\w.-]*\Z")
 _CUT_NUMBER = re.compile(rf"\+?\d(?:[ (){_DASH}-]{{0,2}}\d){{5,}}\Z")
 # Either, in RE2, for a column at once, over each text's last characters only: it asks what a text
 # ends in, and the scan of whole raw lines for it cost more than the rest of their scrubbing.
@@ -123,7 +125,7 @@ def scrub(text: str, found: Counter | None = None) -> str:
     counts = found if found is not None else Counter()
     if any(h in text for h in _SECRET_HINTS):
         text = _SECRET.sub(lambda m: (m["keep"] or "") + _counted(counts, "secret", "<SECRET>"), text)
-    if "@" in text or "%40" in text or "\\u0040" in text:
+    if any(at in text for at in _ATS):
         text, n = _EMAIL.subn("<EMAIL>", text)
         if n:
             counts["email"] += n
