@@ -293,15 +293,18 @@ class NgramIndex:
 
     def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):
         self.n = n
-        items = pa.array(list(items), pa.string())
-        # Two passes of a few MB at a time: the vocabulary, then the keys by it.
-        self._vocabulary = pc.unique(pa.concat_arrays([pa.array([], pa.binary())] + [
-            pc.unique(words.filter(pa.array(~ends))) for _, chunk in _chunks(items) for words, ends, _ in [_words(chunk)]]))
-        lengths, found = {n}, []
-        for _, chunk in _chunks(items):
+        # The items split a few MB at a time, each run's words kept as its distinct words and their
+        # places: the vocabulary is all runs' distinct words, and a word's number its distinct word's.
+        runs = []
+        for _, chunk in _chunks(pa.array(list(items), pa.string())):
             words, ends, text_of = _words(chunk)
-            numbers = self._numbers(words)
-            count = np.bincount(text_of[~ends], minlength=len(chunk))
+            runs.append((pc.dictionary_encode(words), ends, text_of, len(chunk)))
+        every = pa.concat_arrays([pa.array([], pa.binary()), *(coded.dictionary for coded, *_ in runs)])
+        self._vocabulary = pc.unique(every.filter(pc.not_equal(every, b"\0 ")))  # a text's end is no word
+        lengths, found = {n}, []
+        for coded, ends, text_of, texts in runs:
+            numbers = self._numbers(coded.dictionary)[coded.indices.to_numpy()]
+            count = np.bincount(text_of[~ends], minlength=texts)
             shorter = {int(c) for c in count if 0 < c < n}  # an item shorter than n words counts whole
             lengths |= shorter
             for size in sorted({n} | shorter):
