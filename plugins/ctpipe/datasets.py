@@ -112,23 +112,23 @@ def dpo_pairs(group: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
     identical texts never pair, so ties and single-answer groups give none.
     """
     ranked = sorted((r for r in group if r["final_reward"] is not None), key=lambda r: (-r["final_reward"], r["trace_id"]))
-
-    def gap(a: dict, b: dict) -> float:
-        return reward_gap(a["final_reward"], b["final_reward"])
-
     if cfg.dpo_strategy == "all_pairs":
-        return _widest(ranked, gap, cfg)
+        return _widest(ranked, cfg)
     pairs = []
     for i in range(min(cfg.dpo_max_pairs_per_prompt, len(ranked) // 2)):
         best, worst = ranked[i], ranked[-1 - i]
-        if gap(best, worst) < cfg.dpo_min_margin:
+        if _gap(best, worst) < cfg.dpo_min_margin:
             break
         if best["completion"].strip() != worst["completion"].strip():
             pairs.append((best, worst))
     return pairs
 
 
-def _widest(ranked: list[dict], gap, cfg: DatasetConfig) -> list[tuple[dict, dict]]:
+def _gap(a: dict, b: dict) -> float:
+    return reward_gap(a["final_reward"], b["final_reward"])
+
+
+def _widest(ranked: list[dict], cfg: DatasetConfig) -> list[tuple[dict, dict]]:
     """``all_pairs``: of the pairs (a ranked above b) at least the margin apart, of different texts, the
     ``dpo_max_pairs_per_prompt`` first by (widest, a's trace id, b's trace id), without making all n²
     of them: a prompt a million users sent may bring thousands of answers. Each chosen answer's
@@ -141,10 +141,11 @@ def _widest(ranked: list[dict], gap, cfg: DatasetConfig) -> list[tuple[dict, dic
         """Chosen ``ranked[i]``'s first pair from ``low[p]`` on, as a heap entry; None when it has no more."""
         a = ranked[i]
         for p in range(p, len(low)):
-            if gap(a, low[p]) < cfg.dpo_min_margin:
+            gap = _gap(a, low[p])
+            if gap < cfg.dpo_min_margin:
                 return None  # so are all the rest
             if a["completion"].strip() != low[p]["completion"].strip():
-                return -gap(a, low[p]), a["trace_id"], low[p]["trace_id"], i, p
+                return -gap, a["trace_id"], low[p]["trace_id"], i, p
         return None
 
     heap = [e for i in range(len(ranked)) if (e := next_pair(i, 0)) is not None]
