@@ -658,6 +658,39 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
         assert table(finer, name) == table(many, name)
 
 
+def test_many_choices_sharing_a_long_prompt_are_made_into_rows_in_pieces_held_on_disk(tmp_path, monkeypatch):
+    """OpenAI logs of ``n`` choices (each choice a trace carrying the whole prompt), between logs the
+    fast path takes and broken lines, with duplicate answers: made into rows a few records at a time
+    and held on disk until they are written, they give the tables made in one piece, in memory."""
+    src = tmp_path / "src"
+    src.mkdir()
+    logs = []
+    for i in range(60):
+        n = (1, 6, 1, 17)[i % 4]
+        prompt = f"Context {i}: " + "lorem ipsum dolor " * (200 if n > 1 else 2) + f"What is {i % 9} plus 1?"
+        answers = [f"#### {i % 9 + 1 + k % 2}" if k % 5 else f"It is {i % 9 + 1}." for k in range(n)]
+        logs.append({**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": prompt}], "n": n},
+                     "response": {**OPENAI["response"], "id": f"chatcmpl-{i}", "created": int(T0.timestamp()) + i,
+                                  "choices": [{"index": k, "message": {"role": "assistant", "content": a},
+                                               "finish_reason": "stop"} for k, a in enumerate(answers)]}})
+    (src / "a.jsonl").write_bytes(lines(*logs[:30], b"{broken", *logs[30:], logs[3]))
+    (src / "b.jsonl.gz").write_bytes(gzip.compress(lines(*logs[::7])))
+    one = run(src, tmp_path / "one")
+    on_disk = []
+    pieces = mat._Held.pieces
+    monkeypatch.setattr(mat._Held, "pieces", lambda self: on_disk.append(self.writer is not None) or pieces(self))
+    monkeypatch.setattr(mat, "_PIECE_BYTES", 8000)  # a few records a piece
+    monkeypatch.setattr(mat, "_HELD_BYTES", 20_000)
+    cut = run(src, tmp_path / "cut")
+    assert any(on_disk) and not list(tmp_path.glob("**/held-*"))
+    choices = sum(len(log["response"]["choices"]) for log in logs + [logs[3]] + logs[::7])
+    assert cut.counts == one.counts and cut.counts["traces_in"] == choices + 1  # and the broken line
+    assert cut.quarantine_reasons == one.quarantine_reasons and one.quarantine_reasons["duplicate"] > 100
+    assert max(pq.ParquetFile(f).num_row_groups for f in (tmp_path / "cut").glob("*/traces/*.parquet")) > 1
+    for name in ("traces", "quarantine", "grpo", "dpo"):
+        assert table(cut, name) == table(one, name)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_small_files_gathered_into_blocks_give_what_each_file_alone_gives(tmp_path, monkeypatch, workers, partitioned):
@@ -1205,6 +1238,37 @@ print(json.dumps(m.counts))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1])["traces"] == 40
+
+
+def test_generations_with_many_scores_are_joined_a_few_at_a_time_as_all_at_once(tmp_path, monkeypatch):
+    """Trace-level scores attach to every generation of their trace, and one generation has many scores
+    of its own: joined a few generations at a time, with only what attaches to them, they give the
+    tables joined all at once."""
+    src = tmp_path / "src"
+    src.mkdir()
+    scores = [{"id": f"s{t}-{k}", "traceId": f"t{t}", "name": f"judge{k % 3}", "value": (t + k) % 10 / 10,
+               "dataType": "NUMERIC", "source": "EVAL"} for t in range(3) for k in range(40)]
+    scores += [{"id": f"own{k}", "traceId": "t1", "observationId": "g1-5", "name": "judge", "value": k % 2,
+                "dataType": "NUMERIC", "source": "ANNOTATION"} for k in range(300)]
+    (src / "scores.jsonl").write_bytes(lines(*scores))
+    (src / "observations.jsonl").write_bytes(lines(*(
+        {"id": f"g{t}-{i}", "traceId": f"t{t}", "type": "GENERATION", "model": "m",
+         "startTime": (T0 + timedelta(minutes=i)).isoformat(),
+         "input": [{"role": "user", "content": f"What is {i} plus {t}?"}],
+         "output": f"{i + t}" if i % 3 else {"role": "assistant", "content": f"{i + t + 1}"}}
+        for t in range(3) for i in range(20))))
+    reward = RewardConfig(judge_score="judge1", judge_weight=1.0, verifiable_weight=0.0, feedback_weight=0.0)
+    whole = run(src, tmp_path / "whole", reward=reward)
+    joins = []
+    join = mat.formats.join
+    monkeypatch.setattr(mat.formats, "join", lambda entries: joins.append(got := join(entries)) or got)
+    monkeypatch.setattr(mat, "_PIECE_BYTES", 20_000)
+    cut = run(src, tmp_path / "cut", reward=reward)
+    assert len(joins) > 5 and max(map(len, joins)) < 20 and sum(map(len, joins)) == 60
+    assert cut.counts == whole.counts and whole.counts["traces"] == 60 and accounted(cut)
+    assert max(len(r["scores"]) for r in table(whole, "traces")) == 340
+    for name in ("traces", "quarantine", "grpo", "dpo"):
+        assert table(cut, name) == table(whole, name)
 
 
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):

@@ -258,6 +258,15 @@ class _HashingFile:
         return getattr(self.f, name)
 
 
+class _PartWriter:
+    def __init__(self, writer: pq.ParquetWriter, path: str):
+        self.writer, self.written = writer, {"path": path, "rows": 0}
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(table)
+        self.written["rows"] += table.num_rows
+
+
 class Staging:
     """A version being written: hidden until :meth:`publish`."""
 
@@ -270,13 +279,22 @@ class Staging:
 
     def write_part(self, name: str, index: int, table: pa.Table) -> dict:
         """Part ``index`` of the version's ``name`` table, from any process; what the manifest says of it."""
+        with self.part_writer(name, index, table.schema) as part:
+            part.write(table)
+        return part.written
+
+    @contextmanager
+    def part_writer(self, name: str, index: int, schema: pa.Schema) -> Iterator[_PartWriter]:
+        """:meth:`write_part` of a table given in pieces (``.write`` each; ``.written`` once closed)."""
         path = f"{name}/part-{index:05d}.parquet"
         self.output.fs.makedirs(f"{self.dir}/{name}", exist_ok=True)
         with self.output.fs.open(f"{self.dir}/{path}", "wb") as raw:
             f = _HashingFile(raw)
-            pq.write_table(table, f, compression="zstd", use_dictionary=_low_cardinality(table.schema),
-                           write_statistics=_with_statistics(table.schema))
-        return {"path": path, "rows": table.num_rows, "digest": f.hash.hexdigest()}
+            with pq.ParquetWriter(f, schema, compression="zstd", use_dictionary=_low_cardinality(schema),
+                                  write_statistics=_with_statistics(schema)) as writer:
+                part = _PartWriter(writer, path)
+                yield part
+        part.written["digest"] = f.hash.hexdigest()
 
     def add_table(self, name: str, schema: pa.Schema, parts: list[dict]) -> None:
         """List a table's parts (from :meth:`write_part`) in the manifest, in row order. A table with no

@@ -26,10 +26,12 @@ anything is published. The layout and publication rules are in :mod:`ctpipe.data
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import errno
 import functools
 import hashlib
+import heapq
 import itertools
 import json
 import logging
@@ -47,7 +49,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
@@ -81,6 +83,11 @@ _BUCKET_BYTES = 24 * 1024 * 1024
 # block (6 MB) made 300,000 of them at three million traces, and the pairing step grew five times
 # for three times the input.
 _SPILL_BYTES = 24 * 1024 * 1024
+# A block's records are made into rows in pieces of about this much text (see _in_order), and a
+# part's rows past _HELD_BYTES wait for finish() on disk: a block's rows are about its size, unless
+# its records share one text (an OpenAI log's choices its prompt).
+_PIECE_BYTES = 8 * 1024 * 1024
+_HELD_BYTES = 48 * 1024 * 1024
 # Buckets a spill writes to, at most (sources up to 24 GB); a larger source's buckets are split
 # again when they are paired (see _sub_buckets). With as many buckets as the source needs, a spill's
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
@@ -462,15 +469,46 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 part.quarantine.append(q)
 
     slow_inside = [r for r, kept in zip(slow, inside_slow) if kept]
-    tables = [columns.from_records(slow_inside)] if slow_inside or not inside_fast.any() else []  # 0.25 ms for none
+    fast, lines_at = None, np.zeros(0, np.int64)
     if inside_fast.any():
         keep = np.flatnonzero(inside_fast)
         rows = parsed if len(keep) == len(parsed) else parsed.take(keep)
-        tables.append(_placed(rows, pa.array([block.file] * len(keep), pa.string()), block.numbers(fast_at[keep])))
-    table = pa.concat_tables(tables)
-    if slow_inside and len(tables) > 1:  # a stable sort: the records of one line keep their order
-        table = table.take(pc.sort_indices(table["source_line"]))
-    return table
+        lines_at = np.asarray(block.numbers(fast_at[keep]), np.int64)
+        fast = _placed(rows, pa.array([block.file] * len(keep), pa.string()), lines_at)
+    return _in_order(slow_inside, np.array([n for _, n, _ in slow_inside], np.int64), fast, lines_at)
+
+
+def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.ndarray, fast: pa.Table | None,
+              fast_at: np.ndarray) -> Iterator[pa.Table]:
+    """The records ``found`` (file, line, record) and a fast path's rows ``fast`` as
+    :data:`columns.RAW_SCHEMA` tables, in the order of their places ``found_at`` and ``fast_at`` (the
+    records of one place in their order), built one after another in pieces of about
+    :data:`_PIECE_BYTES`: an OpenAI log of ``n`` choices makes ``n`` traces that each carry its prompt,
+    and 300 logs of a 0.1 MB prompt with ``n=64`` (a 34 MB file) made a block's rows 64 times its size
+    and peaked at 2.4 GB. A fast path's rows are no larger than their lines: they go with the piece
+    of the records around them."""
+    # Each piece starts with a record that would take the piece before it past the size.
+    starts, held = [0], 0
+    for i, (_, _, r) in enumerate(found):
+        size = sum(len(m.content) for m in r.messages) + len(r.completion)
+        if held and held + size > _PIECE_BYTES:
+            starts.append(i)
+            held = 0
+        held += size
+    if fast is not None and len(fast_at) > 1 and (np.diff(fast_at) < 0).any():
+        order = np.argsort(fast_at, kind="stable")
+        fast, fast_at = fast.take(order), fast_at[order]
+    of_fast = np.searchsorted(found_at[starts[1:]], fast_at, side="right")  # the piece of each fast row
+    for piece, (lo, hi) in enumerate(zip(starts, starts[1:] + [len(found)])):
+        i, j = np.searchsorted(of_fast, [piece, piece + 1]).tolist()
+        tables = [columns.from_records(found[lo:hi])] if hi > lo or j == i else []  # 0.25 ms for none
+        if j > i:
+            tables.append(fast.slice(i, j - i))
+        if len(tables) == 1:
+            yield tables[0]
+            continue
+        table = pa.concat_tables(tables)  # a stable sort: the records of one place keep their order
+        yield table.take(np.argsort(np.concatenate([found_at[lo:hi], fast_at[i:j]]), kind="stable"))
 
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
@@ -750,22 +788,75 @@ def process(item: tuple[int, sources.Block]) -> Part:
     fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
     for quick, run in itertools.groupby(zip(members, fast), key=lambda m: _all_fast(*m)):
         if quick:  # files whose every item the fast paths took: all at once
-            raws.append(_read_fast(*zip(*run), _JOB, part))
+            raws.append([_read_fast(*zip(*run), _JOB, part)])
             continue
         for member, got in run:
             before = part.read, part.unformatted, part.formats.total()
             raws.append(_read(member, _JOB, part, got))
             part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                                 known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
-    # One chunk a column, not one a file: filtering and taking run per chunk, and with a chunk per
-    # file of ten rows, cost more than all the rest of a part.
-    return _keyed(part, _rows(raws[0] if len(raws) == 1 else pa.concat_tables(raws).combine_chunks(), part))
+    return _keyed(part, (_rows(raw, part) for raw in _gathered(itertools.chain.from_iterable(raws))))
 
 
-def _keyed(part: Part, rows: pa.Table) -> Part:
-    """``part`` with the keys of ``rows``; the rows, quarantined items and entries of a join stay in this
-    process for :func:`finish`."""
-    part.keys = {name: rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")}
+def _gathered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """Consecutive ``tables`` joined into pieces of up to about :data:`_PIECE_BYTES`, one chunk a
+    column, not one a file: filtering and taking run per chunk, and with a chunk per file of ten rows,
+    cost more than all the rest of a part."""
+    held, size = [], 0
+    for table in tables:
+        if held and size + table.nbytes > _PIECE_BYTES:
+            yield held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
+            held, size = [], 0
+        held.append(table)
+        size += table.nbytes
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
+
+
+class _Held:
+    """A part's rows from :func:`process` to :func:`finish`, in the pieces they were made in: in
+    memory, or past :data:`_HELD_BYTES` in a file of the spill folder (the rows of an OpenAI log of
+    many choices with a long prompt are many times its size, see :func:`_in_order`)."""
+
+    def __init__(self, index: int):
+        self.tables: list[pa.Table] = []
+        self.size, self.path, self.writer = 0, f"{_JOB.spill_dir}/held-{index}.arrow", None
+
+    def add(self, rows: pa.Table) -> None:
+        self.tables.append(rows)
+        self.size += rows.nbytes
+        if self.writer is None and self.size <= _HELD_BYTES:
+            return
+        if self.writer is None:
+            self.writer = pa.ipc.new_file(self.path, _ROWS_SCHEMA)
+        for table in self.tables:
+            self.writer.write_table(table)
+        self.tables = []
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def pieces(self) -> Iterator[pa.Table]:
+        """The rows, piece by piece: those in the file read one piece at a time, and the file removed."""
+        yield from self.tables
+        if self.writer is not None:
+            with pa.OSFile(self.path) as f:
+                reader = pa.ipc.open_file(f)
+                for i in range(reader.num_record_batches):
+                    yield pa.Table.from_batches([reader.get_batch(i)])
+            os.remove(self.path)
+
+
+def _keyed(part: Part, pieces: Iterable[pa.Table]) -> Part:
+    """``part`` with the keys of its rows (given in ``pieces``); the rows, quarantined items and
+    entries of a join stay in this process for :func:`finish`."""
+    held, keys = _Held(part.index), []
+    for rows in pieces:
+        keys.append([rows[name].to_numpy() for name in ("id_key", "exact_key", "norm_key")])
+        held.add(rows)
+    held.close()
+    part.keys = {name: np.concatenate(of) for name, of in zip(("id_key", "exact_key", "norm_key"), zip(*keys))}
     # Published with the version, as the traces are: scrubbed, then cut. A detail may quote a value
     # (a content neither chat nor text).
     for field in ("raw", "detail") if part.quarantine else ():
@@ -775,7 +866,7 @@ def _keyed(part: Part, rows: pa.Table) -> Part:
             texts = pii.scrub_cut_short(texts, part.pii) if field == "raw" else texts
         for q, text in zip(part.quarantine, pc.utf8_slice_codeunits(texts, 0, RAW_CHARS).to_pylist()):
             q[field] = text
-    _ROWS[part.index] = rows, part.quarantine, part.joined
+    _ROWS[part.index] = held, part.quarantine, part.joined
     part.joined = []
     part.quarantine = []
     return part
@@ -801,38 +892,89 @@ class Written:
 
 def finish(item: Finish) -> Written:
     """Write a deduplicated part: its kept rows as a part of the traces table and its quarantined
-    items; keep its rows for pairing (see :func:`spill`) and its entries of a join (see :func:`joined_part`)."""
-    rows, quarantine, joined = _ROWS.pop(item.index)
+    items; keep its rows for pairing (see :func:`spill`) and its entries of a join (see :func:`joined_part`).
+
+    Its rows come piece by piece (see :class:`_Held`), and so do its duplicates, each quarantined with
+    its whole row: they are written as they come, merged in line order with the part's other items."""
+    held, quarantine, joined = _ROWS.pop(item.index)
     if joined:
         _hold_joined(item.index, joined, item.lines_before)
-    if item.lines_before:
-        at = rows.schema.get_field_index("source_line")
-        rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
-        for q in quarantine:
-            q["source_line"] += item.lines_before
-    if item.duplicates:
-        positions = sorted(item.duplicates)
-        for i, row in zip(positions, rows.select(TRACES_SCHEMA.names).take(positions).to_pylist()):
-            reason = item.duplicates[i]
-            quarantine.append(_quarantined(row["source_file"], row["source_line"], reason, _DEDUP_DETAIL[reason],
-                                           msgspec.json.encode(row).decode()))
-        kept = np.ones(rows.num_rows, bool)
-        kept[positions] = False
-        rows = rows.filter(kept)
-    quarantine.sort(key=lambda q: (q["source_file"], q["source_line"]))
-    staging = _JOB.staging
-    written = Written(None, None, Counter(q["reason"] for q in quarantine),
-                      (*_reward_stats(rows["final_reward"]), _outside_judge_range(rows["scores"])))
-    if quarantine:
-        written.quarantine = staging.write_part("quarantine", item.index,
-                                                pa.Table.from_pylist(quarantine, schema=QUARANTINE_SCHEMA))
-    if rows.num_rows:
-        written.traces = staging.write_part("traces", item.index, rows.select(TRACES_SCHEMA.names))
-        spilling = _for_pairing(rows, item.first)
-        _SPILLING.append((spilling, spilling.get_total_buffer_size()))
-        if sum(size for _, size in _SPILLING) >= _SPILL_BYTES:
-            spill()
-    return written
+    for q in quarantine if item.lines_before else ():
+        q["source_line"] += item.lines_before
+    own = sorted(quarantine, key=_line_order)  # their texts cut (see _keyed): they wait in memory
+    own_at, taken = [_line_order(q) for q in own], 0
+    reasons = Counter(q["reason"] for q in own)
+    duplicates = np.array(sorted(item.duplicates), np.int64)
+    stats, outside, start, first = [(0, 0.0, math.inf, -math.inf)], 0, 0, item.first
+    with ExitStack() as stack:
+        out = _PartOut(stack, "traces", item.index, TRACES_SCHEMA)
+        quarantined = _PartOut(stack, "quarantine", item.index, QUARANTINE_SCHEMA)
+        for rows in held.pieces():
+            if item.lines_before:
+                at = rows.schema.get_field_index("source_line")
+                rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
+            lo, hi = np.searchsorted(duplicates, [start, start + rows.num_rows]).tolist()
+            positions, start = duplicates[lo:hi] - start, start + rows.num_rows
+            if len(positions):
+                found = sorted((_quarantined(row["source_file"], row["source_line"], item.duplicates[i],
+                                             _DEDUP_DETAIL[item.duplicates[i]], msgspec.json.encode(row).decode())
+                                for i, row in zip(duplicates[lo:hi].tolist(),
+                                                  rows.select(TRACES_SCHEMA.names).take(positions).to_pylist())),
+                               key=_line_order)
+                upto = bisect.bisect_right(own_at, _line_order(found[-1]), lo=taken)
+                quarantined.add(list(heapq.merge(own[taken:upto], found, key=_line_order)))
+                taken = upto
+                reasons.update(q["reason"] for q in found)
+                kept = np.ones(rows.num_rows, bool)
+                kept[positions] = False
+                rows = rows.filter(kept)
+            stats.append(_reward_stats(rows["final_reward"]))
+            outside += _outside_judge_range(rows["scores"])
+            if not rows.num_rows:
+                continue
+            out.write(rows.select(TRACES_SCHEMA.names))
+            spilling, first = _for_pairing(rows, first), first + rows.num_rows
+            _SPILLING.append((spilling, spilling.get_total_buffer_size()))
+            if sum(size for _, size in _SPILLING) >= _SPILL_BYTES:
+                spill()
+        quarantined.add(own[taken:])
+        quarantined.flush()
+    labeled, total, low, high = zip(*stats)
+    return Written(out.written, quarantined.written, reasons, (sum(labeled), sum(total), min(low), max(high), outside))
+
+
+def _line_order(q: dict) -> tuple[str, int]:
+    return q["source_file"], q["source_line"]
+
+
+class _PartOut:
+    """A part's file of one table (see :meth:`Staging.part_writer`), opened at its first row. Rows
+    added as dicts wait until they hold about :data:`_PIECE_BYTES` of text, so that a part's file is
+    one row group unless it is large."""
+
+    def __init__(self, stack: ExitStack, name: str, index: int, schema: pa.Schema):
+        self.stack, self.name, self.index, self.schema = stack, name, index, schema
+        self.writer, self.waiting, self.size = None, [], 0
+
+    @property
+    def written(self) -> dict | None:
+        return self.writer and self.writer.written
+
+    def write(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = self.stack.enter_context(_JOB.staging.part_writer(self.name, self.index, self.schema))
+        self.writer.write(table)
+
+    def add(self, rows: list[dict]) -> None:
+        self.waiting += rows
+        self.size += sum(len(q["raw"]) for q in rows)
+        if self.size > _PIECE_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.waiting:
+            self.write(pa.Table.from_pylist(self.waiting, schema=self.schema))
+        self.waiting, self.size = [], 0
 
 
 def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
@@ -1075,9 +1217,10 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     part, as :func:`process` makes a block's.
 
     The bucket's files are mapped, not read: only the rows of this part are copied (see
-    :func:`_take_rows`), so a part holds no more memory than a block's, whatever the bucket, unless
-    its records carry many times their size in what attaches to them (a generation with a million
-    scores: the README's limits)."""
+    :func:`_take_rows`), and those of what attaches to its records a few records at a time, about
+    :data:`_PIECE_BYTES` of it (see :func:`_joined_rows`), so a part holds no more memory than a
+    block's, whatever the bucket, unless one record carries many times that (a generation with a
+    hundred thousand scores: the README's limits)."""
     index, (bucket, writers, first, size) = item
     batches = [b for path in _bucket_files(bucket, writers) for b in pa.ipc.open_stream(pa.memory_map(path))]
     rows = pa.Table.from_batches(batches, schema=_JOIN_SCHEMA)
@@ -1086,14 +1229,57 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
     ours = _take_rows(batches, order[record[order]][first:first + size], _JOIN_SCHEMA)
     ids = pa.concat_arrays([ours[name].combine_chunks() for name in ("key", "trace")])
     theirs = ~record & pc.is_in(rows["key"], value_set=ids).to_numpy()  # their scores, versions and log records
-    theirs = _take_rows(batches, order[theirs[order]], _JOIN_SCHEMA)
-    entries = [*zip(*(theirs[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
-               *zip(*(ours[name].to_pylist() for name in ("kind", "trace", "key", "value")),
-                    zip(ours["file"].to_pylist(), ours["line"].to_pylist()))]
+    theirs = order[theirs[order]]
     part = Part(index, [])
     if first == 0:  # one part of the bucket counts what attached to none of its records
         part.unjoined = _unjoined(rows, record)
-    records = formats.join(entries)
+    part = _keyed(part, (_rows(table, part) for table in _joined_rows(batches, rows, ours, theirs, part)))
+    # A join part's Python rows and Arrow buffers churn through memory fast enough that a second's
+    # worth of freed pages added some 100 MB to each worker, and took a million generations to
+    # 875-902 MB. Given back after each part: 814-832 MB, in the same time (52.5-56.5 s against
+    # 56.4-58.7).
+    _release_arrow_memory()
+    return part
+
+
+def _joined_rows(batches: list[pa.RecordBatch], rows: pa.Table, ours: pa.Table, theirs: np.ndarray,
+                 part: Part) -> Iterator[pa.Table]:
+    """The traces of a join part's records ``ours`` (a :func:`formats.join` of them with the entries
+    at ``theirs`` in the bucket's ``rows``), as :data:`columns.RAW_SCHEMA` tables, counted into ``part``.
+
+    Joined a few records at a time, each time with about :data:`_PIECE_BYTES` of what attaches to
+    them: a trace-level score attaches to every generation of its trace, and ten generations with two
+    million scores peaked at 1.8 GB, one trace of 4,000 generations with 1,000 trace-level scores at
+    1.6 GB, when a part's 2,000 records were joined at once."""
+    keys = rows["key"].take(theirs)
+    grouped = pa.table({"key": keys, "size": pc.binary_length(rows["value"]).take(theirs)}).group_by("key")
+    sizes = grouped.aggregate([("size", "sum")])
+    attached = sum(pc.fill_null(sizes["size_sum"].take(pc.index_in(ours[name], value_set=sizes["key"])), 0).to_numpy()
+                   for name in ("key", "trace"))
+    starts, held = [0], 0
+    for i, n in enumerate(attached.tolist()):
+        if held and held + n > _PIECE_BYTES:
+            starts.append(i)
+            held = 0
+        held += n
+    for lo, hi in zip(starts, starts[1:] + [ours.num_rows]):
+        mine = ours.slice(lo, hi - lo)
+        if len(starts) > 1:  # only what attaches to these
+            ids = pa.concat_arrays([mine[name].combine_chunks() for name in ("key", "trace")])
+            at = theirs[pc.is_in(keys, value_set=ids).to_numpy(zero_copy_only=False)]
+        else:
+            at = theirs
+        attaching = _take_rows(batches, at, _JOIN_SCHEMA)
+        entries = [*zip(*(attaching[name].to_pylist() for name in ("kind", "trace", "key", "value")), itertools.repeat(None)),
+                   *zip(*(mine[name].to_pylist() for name in ("kind", "trace", "key", "value")),
+                        zip(mine["file"].to_pylist(), mine["line"].to_pylist()))]
+        del attaching
+        yield from _in_order(*_joined_records(formats.join(entries), part))
+
+
+def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray, pa.Table | None, np.ndarray]:
+    """The traces of records of :func:`formats.join` in the interval, counted into ``part``: as
+    :func:`_in_order` takes them, those of the fast paths as rows."""
     fast, taken, fast_at = _fast_joined(records, part)
     found, found_at, outside = [], [], []
     for i in np.setdiff1d(np.arange(len(records)), taken, assume_unique=True).tolist():
@@ -1116,17 +1302,7 @@ def joined_part(item: tuple[int, tuple[int, list[str], int, int]]) -> Part:
             else:
                 outside.append(columns.micros(rec.start_time))
     _outside(part, np.array(outside, np.int64))
-    table = columns.from_records(found)
-    if fast is not None:  # in the order the records were read
-        table = pa.concat_tables([table, fast])
-        table = table.take(np.argsort(np.concatenate([np.array(found_at, np.int64), fast_at]), kind="stable"))
-    part = _keyed(part, _rows(table, part))
-    # A join part's Python rows and Arrow buffers churn through memory fast enough that a second's
-    # worth of freed pages added some 100 MB to each worker, and took a million generations to
-    # 875-902 MB. Given back after each part: 814-832 MB, in the same time (52.5-56.5 s against
-    # 56.4-58.7).
-    _release_arrow_memory()
-    return part
+    return found, np.array(found_at, np.int64), fast, fast_at
 
 
 def _unjoined(rows: pa.Table, record: np.ndarray) -> Counter:
