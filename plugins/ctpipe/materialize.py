@@ -820,7 +820,7 @@ class _Held:
 
     def __init__(self, index: int):
         self.tables: list[pa.Table] = []
-        self.size, self.path, self.writer = 0, f"{_JOB.spill_dir}/held-{index}.arrow", None
+        self.size, self.path, self.file, self.writer = 0, f"{_JOB.spill_dir}/held-{index}.arrow", None, None
 
     def add(self, rows: pa.Table) -> None:
         self.tables.append(rows)
@@ -828,7 +828,8 @@ class _Held:
         if self.writer is None and self.size <= _HELD_BYTES:
             return
         if self.writer is None:
-            self.writer = pa.ipc.new_file(self.path, _ROWS_SCHEMA)
+            self.file = pa.OSFile(self.path, "wb")
+            self.writer = pa.ipc.new_file(self.file, _ROWS_SCHEMA)
         for table in self.tables:
             self.writer.write_table(table)
         self.tables = []
@@ -836,10 +837,14 @@ class _Held:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.file.close()
 
     def pieces(self) -> Iterator[pa.Table]:
-        """The rows, piece by piece: those in the file read one piece at a time, and the file removed."""
-        yield from self.tables
+        """The rows: those held in memory as one table, one chunk a column (a part's files are then
+        written as they were before rows came in pieces), those in the file a piece at a time, and
+        the file removed."""
+        if self.tables:
+            yield self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables).combine_chunks()
         if self.writer is not None:
             with pa.OSFile(self.path) as f:
                 reader = pa.ipc.open_file(f)
@@ -910,6 +915,7 @@ def finish(item: Finish) -> Written:
         out = _PartOut(stack, "traces", item.index, TRACES_SCHEMA)
         quarantined = _PartOut(stack, "quarantine", item.index, QUARANTINE_SCHEMA)
         for rows in held.pieces():
+            quarantined.flush(_PIECE_BYTES)  # what earlier pieces left waiting, past its size
             if item.lines_before:
                 at = rows.schema.get_field_index("source_line")
                 rows = rows.set_column(at, "source_line", pc.add(rows["source_line"], item.lines_before))
@@ -949,8 +955,7 @@ def _line_order(q: dict) -> tuple[str, int]:
 
 class _PartOut:
     """A part's file of one table (see :meth:`Staging.part_writer`), opened at its first row. Rows
-    added as dicts wait until they hold about :data:`_PIECE_BYTES` of text, so that a part's file is
-    one row group unless it is large."""
+    added as dicts wait for :meth:`flush`, so that a part's file is one row group unless it is large."""
 
     def __init__(self, stack: ExitStack, name: str, index: int, schema: pa.Schema):
         self.stack, self.name, self.index, self.schema = stack, name, index, schema
@@ -968,13 +973,12 @@ class _PartOut:
     def add(self, rows: list[dict]) -> None:
         self.waiting += rows
         self.size += sum(len(q["raw"]) for q in rows)
-        if self.size > _PIECE_BYTES:
-            self.flush()
 
-    def flush(self) -> None:
-        if self.waiting:
+    def flush(self, past: int = -1) -> None:
+        """Write the rows waiting, if their raw texts hold more than ``past`` characters."""
+        if self.waiting and self.size > past:
             self.write(pa.Table.from_pylist(self.waiting, schema=self.schema))
-        self.waiting, self.size = [], 0
+            self.waiting, self.size = [], 0
 
 
 def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
