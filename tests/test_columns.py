@@ -233,6 +233,26 @@ OPENAI_LINES = {
     "created before the epoch": openai_line(("response.created", -86400)),
     "created in the year 3000": openai_line(("response.created", 32503680000)),
     "two choices": openai_line(("response.choices", [OPENAI["response"]["choices"][0]] * 2)),
+    "three choices, indexed": openai_line(("response.choices", [
+        {**OPENAI["response"]["choices"][0], "index": i, "message": {"role": "assistant", "content": str(5 + i)}}
+        for i in (2, 0, 1)])),
+    "two choices, unindexed": openai_line(("response.choices", [
+        {"message": {"role": "assistant", "content": a}, "finish_reason": "stop"} for a in ("5", "five")])),
+    "two choices, one indexed": openai_line(("response.choices", [
+        {"message": {"role": "assistant", "content": "5"}, "finish_reason": "stop"},
+        {"index": 7, "message": {"role": "assistant", "content": "6"}, "finish_reason": "length"}])),
+    "two choices, no usage": openai_line(("response.choices", [OPENAI["response"]["choices"][0]] * 2), ("response.usage", ...)),
+    "two choices, a count negative": openai_line(("response.choices", [OPENAI["response"]["choices"][0]] * 2),
+                                                 ("response.usage.completion_tokens", -1)),
+    "two choices, index null": openai_line(("response.choices", [{**OPENAI["response"]["choices"][0], "index": None}] * 2)),
+    "two choices, index as text": openai_line(("response.choices", [{**OPENAI["response"]["choices"][0], "index": "a"}] * 2)),
+    "two choices, one filtered": openai_line(("response.choices", [
+        OPENAI["response"]["choices"][0], {**OPENAI["response"]["choices"][0], "finish_reason": "content_filter"}])),
+    "two choices, one blank": openai_line(("response.choices", [
+        OPENAI["response"]["choices"][0], {**OPENAI["response"]["choices"][0], "message": {"role": "assistant", "content": " "}}])),
+    "two choices, one a tool call": openai_line(("response.choices", [
+        OPENAI["response"]["choices"][0], {"index": 1, "message": {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}, "finish_reason": "tool_calls"}])),
     "no choices": openai_line(("response.choices", [])),
     "choices null": openai_line(("response.choices", None)),
     "choice null": openai_line(("response.choices", [None])),
@@ -292,13 +312,14 @@ OPENAI_REFUSED = {
 }
 
 
-def openai_exact(raw: bytes) -> dict | None:
+def openai_exact(raw: bytes) -> list[dict] | None:
+    """The rows the reader makes of a log, a choice each; None where it refuses any of its choices."""
     try:
-        recs = [traces.convert(d) for d in formats.normalize(traces.loads(raw), "auto")]
+        docs = list(formats.normalize(traces.loads(raw), "auto"))
+        recs = [traces.convert(d) for d in docs if not isinstance(d, formats.FormatError)]
     except (traces.InvalidTrace, formats.FormatError):
         return None
-    assert len(recs) == 1
-    return row_of(recs[0])
+    return [row_of(r) for r in recs] if len(recs) == len(docs) else None
 
 
 @pytest.mark.parametrize("name", OPENAI_LINES)
@@ -306,17 +327,20 @@ def test_an_openai_log_the_fast_path_takes_is_the_row_the_reader_makes(name):
     raw = OPENAI_LINES[name]
     got = columns.parse_openai_lines([raw])
     fast = got[0].to_pylist() if got is not None else []
-    assert len(fast) <= 1
     if fast:
-        assert fast == [openai_exact(raw)], name
+        assert fast == openai_exact(raw), name
 
 
 def taken_together(named: dict[str, bytes], parse, exact) -> set[str]:
-    """The names of the lines that ``parse`` takes, given all at once; each row taken is ``exact``'s."""
+    """The names of the lines that ``parse`` takes, given all at once; the rows taken of each line are
+    ``exact``'s (a row, or a list of them)."""
     names, lines = list(named), list(named.values())
     table, index = parse(lines)
-    for row, i in zip(table.to_pylist(), index.tolist()):
-        assert row == exact(lines[i]), names[i]
+    rows = table.to_pylist()
+    for i in dict.fromkeys(index.tolist()):
+        expected = exact(lines[i])
+        assert [row for row, at in zip(rows, index.tolist()) if at == i] == (
+            expected if isinstance(expected, list) else [expected]), names[i]
     return {names[i] for i in index.tolist()}
 
 
@@ -324,14 +348,36 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
     taken = taken_together(OPENAI_LINES, columns.parse_openai_lines, openai_exact)
     assert {"plain", "no metadata", "metadata null", "version empty, fingerprint", "rating", "no usage", "usage null",
             "no latency", "whole latency", "half a microsecond", "created at the epoch", "answer without role",
-            "system content null", "also ours", "unicode", "finish reason null"} <= taken
-    assert not taken & {"two choices", "a message null", "request null", "flat", "also OTLP", "usage count null",
+            "system content null", "also ours", "unicode", "finish reason null", "two choices",
+            "three choices, indexed", "two choices, unindexed", "two choices, one indexed", "two choices, no usage"} <= taken
+    assert not taken & {"two choices, a count negative", "two choices, index null", "two choices, index as text",
+                        "two choices, one filtered", "two choices, one blank", "two choices, one a tool call",
+                        "a message null", "request null", "flat", "also OTLP", "usage count null",
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
                         "answer text and a tool call",
                         "a function call in the prompt", "Helicone's", "Portkey's",
                         "Portkey's, failed, provider null", "the Responses API's"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
+
+
+def test_logs_of_several_choices_take_the_fast_path_up_to_a_blocks_worth_of_their_prompts_copies(monkeypatch):
+    """Each choice's row carries its log's prompt: past _COPIES_BYTES of such copies, the logs of
+    several choices are left to the exact path (which makes rows a piece at a time); logs of one
+    choice are taken all the same, and no log of none makes a row."""
+    prompt = [{"role": "system", "content": "rules " * 100}, *OPENAI["request"]["messages"]]
+    many = [openai_line(("request.messages", prompt), ("response.id", f"c{i}"),
+                        ("response.choices", [{**OPENAI["response"]["choices"][0], "index": k} for k in range(4)]))
+            for i in range(6)]
+    lines = [many[0], OPENAI_LINES["plain"], many[1], OPENAI_LINES["no choices"], many[2], many[3],
+             OPENAI_LINES["rating"], many[4], many[5]]
+    copies = 3 * sum(len(m["content"].encode()) for m in prompt)  # of a log's prompt, beside the first choice's
+    monkeypatch.setattr(columns, "_COPIES_BYTES", 3 * copies)  # three logs
+    table, index = columns.parse_openai_lines(lines)
+    assert index.tolist() == [0] * 4 + [1] + [2] * 4 + [4] * 4 + [6]
+    assert table.column("trace_id").to_pylist()[:5] == ["c0:0", "c0:1", "c0:2", "c0:3", "chatcmpl-1"]
+    for i in dict.fromkeys(index.tolist()):
+        assert table.filter(pa.array(index == i)).to_pylist() == openai_exact(lines[i])
 
 
 def test_an_openai_log_ends_where_fromtimestamp_puts_it():
@@ -342,7 +388,7 @@ def test_an_openai_log_ends_where_fromtimestamp_puts_it():
         created, latency = rng.randrange(0, 2**32), rng.choice([rng.uniform(0, 1e7), rng.randrange(10**6) / 8, 0.0005])
         raw = openai_line(("response.created", created), ("latency_ms", latency))
         (row,) = columns.parse_openai_lines([raw])[0].to_pylist()
-        assert row == openai_exact(raw), (created, latency)
+        assert [row] == openai_exact(raw), (created, latency)
 
 
 @pytest.mark.parametrize("fast, exact_row, base", [(columns.parse_lines, exact, BASE),
@@ -356,7 +402,8 @@ def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, e
         got = fast([raw])
         rows = got[0].to_pylist() if got is not None else []
         if rows:
-            assert rows == [exact_row(raw)], raw
+            expected = exact_row(raw)
+            assert rows == (expected if isinstance(expected, list) else [expected]), raw
             taken += 1
     assert taken >= 40  # the fast path is exercised: about 50 of ours and 110 OpenAI logs are taken
 
@@ -1157,12 +1204,14 @@ def test_every_batch_output_gets_the_joins_rows_together_or_alone_and_plain_ones
     names = list(OPENAI_BATCHES)
     for lines in ([OPENAI_BATCHES[name] for name in names], *([OPENAI_BATCHES[name]] for name in names)):
         got = columns.parse_batch_lines([output for output, _ in lines], [asked for _, asked in lines])
-        if got is not None:
-            for row, i in zip(got[0].to_pylist(), got[1].tolist()):
-                assert [row] == openai_batch_exact(*lines[i]), names[i] if len(lines) > 1 else lines
+        if got is not None:  # a choice a row
+            rows, index = got[0].to_pylist(), got[1].tolist()
+            for i in dict.fromkeys(index):
+                assert [row for row, at in zip(rows, index) if at == i] == openai_batch_exact(*lines[i]), (
+                    names[i] if len(lines) > 1 else lines)
     table, index = columns.parse_batch_lines([output for output, _ in OPENAI_BATCHES.values()], [a for _, a in OPENAI_BATCHES.values()])
     taken = {names[i] for i in index.tolist()}
-    assert taken == {"plain", "no error key", "the request twice", "url with a slash", "unicode"}, taken
+    assert taken == {"plain", "no error key", "the request twice", "url with a slash", "unicode", "two choices"}, taken
     assert openai_batch_exact(*OPENAI_BATCHES["an empty error"]) and openai_batch_exact(*OPENAI_BATCHES["the request twice, spaced otherwise"])
     # A line pyarrow refuses leaves the others read with it to the exact path.
     refused = line_of(OPENAI_BATCH_OUTPUT, (("response.body.created", 1795340000.5),))
@@ -1238,7 +1287,7 @@ def taken_alone(raw: bytes, parse) -> None:
     """A line ``parse`` takes on its own is the row the reader and the trace's validation make of it."""
     got = parse([raw])
     if got is not None:
-        assert got[0].to_pylist() == [openai_exact(raw)], raw
+        assert got[0].to_pylist() == openai_exact(raw), raw
 
 
 @pytest.mark.parametrize("name", BEDROCK_LINES)

@@ -91,6 +91,7 @@ class _OpenAIRequest(msgspec.Struct):
 
 class _OpenAIChoice(msgspec.Struct):
     message: _PlainMessage | None = None
+    index: int | msgspec.UnsetType = msgspec.UNSET  # of several, in its trace's id: null or text the reader's
 
 
 class _OpenAIResponse(msgspec.Struct):
@@ -111,7 +112,8 @@ _OPENAI_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_sch
     ("request", pa.struct([("messages", MESSAGES)])),
     ("response", pa.struct([("id", pa.string()), ("created", pa.int64()), ("model", pa.string()),
                             ("system_fingerprint", pa.string()),
-                            ("choices", pa.list_(pa.struct([("message", MESSAGES.value_type), ("finish_reason", pa.string())]))),
+                            ("choices", pa.list_(pa.struct([("message", MESSAGES.value_type), ("finish_reason", pa.string()),
+                                                            ("index", pa.int64())]))),
                             ("usage", _USAGE)])),
     ("metadata", pa.struct([("model_version", pa.string()), ("thumb", pa.string()), ("rating", pa.float64())])),
     ("latency_ms", pa.float64()),
@@ -340,11 +342,13 @@ def _read_json(lines: list[bytes], options: pj.ParseOptions) -> pa.Table | None:
 
 
 def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
-    """:func:`parse_lines` for OpenAI chat-completion logs of one choice, request beside response:
-    the rows :func:`ctpipe.formats.from_openai` and the trace's validation make of them, with the
-    same values, column by column. Anything else (several choices, a flat log, content as parts,
-    a tool call, a field null where the reader would tell null from missing, a time beyond 2242)
-    is left to the exact path, as is a block pyarrow refuses.
+    """:func:`parse_lines` for OpenAI chat-completion logs, request beside response: the rows
+    :func:`ctpipe.formats.from_openai` and the trace's validation make of them, with the same values,
+    column by column, a row a choice. Anything else (a flat log, content as parts, a tool call, a field
+    null where the reader would tell null from missing, a time beyond 2242, a choice the reader
+    refuses beside others it reads) is left to the exact path, as is a block pyarrow refuses. So are
+    the logs of several choices past :data:`_COPIES_BYTES` of their prompts' copies in a block (each
+    choice's row carries the whole prompt): the exact path makes their rows a piece at a time.
     """
     shaped = [i for i in _shaped(lines, _OPENAI_SHAPE) if b'"resourceSpans"' not in lines[i]]  # that is OTLP
     chosen = [lines[i] for i in shaped]
@@ -355,13 +359,20 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     # Children with their parents' nulls (a null request has null messages), by name.
     request, response, metadata = (_fields(table[name].combine_chunks()) for name in ("request", "response", "metadata"))
     messages, choices, usage = request["messages"], response["choices"], response["usage"]
+    answers = pc.fill_null(pc.list_value_length(choices), 0).to_numpy(zero_copy_only=False)
+    line = np.repeat(np.arange(n), answers)  # the log of each choice
+    if not len(line):
+        return None
+    choice = _fields(pc.list_flatten(choices))
+    completions = pc.fill_null(_fields(choice["message"])["content"], "")  # a null message: a blank completion
+    # A log's choices are taken together or left together, as the reader reads it whole: one it
+    # refuses (a finish reason of no answer, a blank answer) leaves the log to it.
+    single = bool((answers == 1).all())  # a choice a log: the checks of the traces below check its answer
+    good = ~_not_answers(choice["finish_reason"])
+    if not single:
+        good &= _ok(pc.match_substring_regex(completions, _NOT_SPACE))
     # A null id, model or chat fails the trace's own checks below; a null created would read as 1970.
-    one = _ok(pc.equal(pc.list_value_length(choices), 1))
-    sure = one & _ok(response["created"].is_valid())
-    first = np.asarray(choices.offsets)[:-1]
-    choice = _fields(choices.values.take(pa.array(first, mask=~one)))
-    answer = _fields(choice["message"])  # null: a blank completion
-    sure &= ~_not_answers(choice["finish_reason"])  # the reader's to refuse
+    sure = (answers > 0) & (np.bincount(line[~good], minlength=n) == 0) & _ok(response["created"].is_valid())
     counts = [_fields(usage)[name] for name in ("prompt_tokens", "completion_tokens", "total_tokens")]
     for c in counts:  # usage absent or null: no tokens; a count of it null: left to the reader
         sure &= _ok(pc.or_kleene(pc.invert(usage.is_valid()), c.is_valid()))
@@ -372,6 +383,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     version = pc.coalesce(_empty_as_null(metadata["model_version"]), _empty_as_null(response["system_fingerprint"]),
                           response["model"])
     message = _fields(messages.values)  # a null one (skipped by the reader) has no role: the exact path decides
+    first = np.minimum(np.cumsum(answers) - answers, len(line) - 1)  # a log's first choice (any, for one of none)
     canonical = {
         "trace_id": response["id"],
         "start_time": start,
@@ -379,7 +391,7 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "model": pa.StructArray.from_arrays([response["model"], version], fields=list(_MODEL)),
         "messages": chats(messages.offsets, message["role"], pc.fill_null(message["content"], ""),
                           mask=pc.invert(messages.is_valid())),
-        "completion": pc.fill_null(answer["content"], ""),
+        "completion": completions if single else completions.take(pa.array(first)),  # the others' checked above
         "usage": pa.StructArray.from_arrays([pc.fill_null(c, 0) for c in counts], fields=list(_USAGE)),
         "latency_ms": latency,
         "feedback": pa.StructArray.from_arrays([metadata["thumb"], metadata["rating"]], fields=list(_FEEDBACK)),
@@ -387,7 +399,48 @@ def parse_openai_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "scores": _no_scores(n),
     }
     sure &= _canonical(canonical, n)  # latency >= 0 among its rules: the end is never before the start
-    return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+    if single:
+        return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+    return _choices(canonical, sure, answers, line, choice["index"], completions, np.asarray(shaped))
+
+
+# Of a block's OpenAI logs of several choices, the fast path takes those whose prompts' copies (a
+# choice's row carries its log's prompt) come to this much; the exact path makes the others' rows a
+# piece at a time (see materialize._in_order).
+_COPIES_BYTES = 32 * 1024 * 1024
+
+
+def _choices(canonical: dict[str, pa.Array], sure: np.ndarray, answers: np.ndarray, line: np.ndarray, index: pa.Array,
+             completions: pa.Array, shaped: np.ndarray) -> tuple[pa.Table, np.ndarray] | None:
+    """:func:`parse_openai_lines`' rows of the logs it is ``sure`` of, a row a choice (``line``: the
+    log of each), as :func:`ctpipe.formats.from_openai` makes them: with several choices, the log's id
+    and the choice's ``index`` (its place, where it has none) as its trace's id, and the call's counts
+    split as :func:`ctpipe.formats._usage` splits them (any negative: the reader's)."""
+    many = answers > 1
+    usage = canonical["usage"]
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        sure &= ~many | (usage.field(name).to_numpy(zero_copy_only=False) >= 0)
+    messages = canonical["messages"]
+    sizes = np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False),
+                        pc.fill_null(pc.binary_length(messages.flatten().field("content")), 0).to_numpy(zero_copy_only=False),
+                        len(answers))
+    sure &= ~many | (np.cumsum(np.where(many & sure, sizes * (answers - 1), 0)) <= _COPIES_BYTES)
+    keep = np.flatnonzero(sure[line])  # the choices taken
+    if not len(keep):
+        return None
+    of = pa.array(line[keep])
+    out = {name: column.take(of) for name, column in canonical.items()}
+    out["completion"] = completions.take(pa.array(keep))
+    several = pa.array(many[line[keep]])
+    position = (np.arange(len(line)) - np.repeat(np.cumsum(answers) - answers, answers))[keep]
+    named = pc.binary_join_element_wise(out["trace_id"], pc.cast(pc.coalesce(index.take(pa.array(keep)), pa.array(position)),
+                                                                 pa.string()), ":")
+    out["trace_id"] = pc.if_else(several, named, out["trace_id"])
+    prompt = out["usage"].field("prompt_tokens")
+    out["usage"] = pa.StructArray.from_arrays([prompt, pc.if_else(several, 0, out["usage"].field("completion_tokens")),
+                                               pc.if_else(several, prompt, out["usage"].field("total_tokens"))],
+                                              fields=list(_USAGE))
+    return _taken(out, np.arange(len(keep)), shaped[line[keep]])
 
 
 _CACHED = formats.CONVERSE_CACHED

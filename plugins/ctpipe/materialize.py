@@ -482,33 +482,39 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
               fast_at: np.ndarray) -> Iterator[pa.Table]:
     """The records ``found`` (file, line, record) and a fast path's rows ``fast`` as
     :data:`columns.RAW_SCHEMA` tables, in the order of their places ``found_at`` and ``fast_at`` (the
-    records of one place in their order), built one after another in pieces of about
-    :data:`_PIECE_BYTES`: an OpenAI log of ``n`` choices makes ``n`` traces that each carry its prompt,
-    and 300 logs of a 0.1 MB prompt with ``n=64`` (a 34 MB file) made a block's rows 64 times its size
-    and peaked at 2.4 GB. A fast path's rows are no larger than their lines: they go with the piece
-    of the records around them."""
-    # Each piece starts with a record that would take the piece before it past the size.
-    starts, held = [0], 0
-    for i, (_, _, r) in enumerate(found):
-        size = sum(len(m.content) for m in r.messages) + len(r.completion)
-        if held and held + size > _PIECE_BYTES:
-            starts.append(i)
-            held = 0
-        held += size
+    records of one place before its rows, each in its order), built one after another in pieces of
+    about :data:`_PIECE_BYTES`: an OpenAI log of ``n`` choices makes ``n`` traces that each carry its
+    prompt, and 300 logs of a 0.1 MB prompt with ``n=64`` (a 34 MB file) made a block's rows 64 times
+    its size and peaked at 2.4 GB."""
     if fast is not None and len(fast_at) > 1 and (np.diff(fast_at) < 0).any():
         order = np.argsort(fast_at, kind="stable")
         fast, fast_at = fast.take(order), fast_at[order]
-    of_fast = np.searchsorted(found_at[starts[1:]], fast_at, side="right")  # the piece of each fast row
-    for piece, (lo, hi) in enumerate(zip(starts, starts[1:] + [len(found)])):
-        i, j = np.searchsorted(of_fast, [piece, piece + 1]).tolist()
-        tables = [columns.from_records(found[lo:hi])] if hi > lo or j == i else []  # 0.25 ms for none
+    if fast is None:
+        fast, fast_at = None, np.zeros(0, np.int64)
+    sizes = [sum(len(m.content) for m in r.messages) + len(r.completion) for _, _, r in found]
+    order = np.argsort(np.concatenate([found_at, fast_at]), kind="stable")
+    ends = []  # each piece but the first starts with an item that would take the piece before it past the size
+    if sum(sizes) + (fast.nbytes if len(fast_at) else 0) > _PIECE_BYTES:
+        sizes += [fast.nbytes / len(fast_at)] * len(fast_at) if len(fast_at) else []  # fast rows are much alike
+        held = 0
+        for i, size in enumerate(np.asarray(sizes, np.float64)[order].tolist()):
+            if held and held + size > _PIECE_BYTES:
+                ends.append(i)
+                held = 0
+            held += size
+    slow = np.concatenate([[0], np.cumsum(order < len(found))])  # records among the first items
+    bounds = [0, *ends, len(order)]
+    for lo, hi in zip(bounds, bounds[1:]):
+        a, b = int(slow[lo]), int(slow[hi])  # its records, then its rows of a fast path
+        i, j = lo - a, hi - b
+        tables = [columns.from_records(found[a:b])] if b > a or j == i else []  # 0.25 ms for none
         if j > i:
             tables.append(fast.slice(i, j - i))
         if len(tables) == 1:
             yield tables[0]
             continue
         table = pa.concat_tables(tables)  # a stable sort: the records of one place keep their order
-        yield table.take(np.argsort(np.concatenate([found_at[lo:hi], fast_at[i:j]]), kind="stable"))
+        yield table.take(np.argsort(np.concatenate([found_at[a:b], fast_at[i:j]]), kind="stable"))
 
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
@@ -795,7 +801,9 @@ def process(item: tuple[int, sources.Block]) -> Part:
             raws.append(_read(member, _JOB, part, got))
             part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                                 known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
-    return _keyed(part, (_rows(raw, part) for raw in _gathered(itertools.chain.from_iterable(raws))))
+    part = _keyed(part, (_rows(raw, part) for raw in _gathered(itertools.chain.from_iterable(raws))))
+    _release_arrow_memory()
+    return part
 
 
 def _gathered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
