@@ -659,9 +659,10 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
 
 
 def test_many_choices_sharing_a_long_prompt_are_made_into_rows_in_pieces_held_on_disk(tmp_path, monkeypatch):
-    """OpenAI logs of ``n`` choices (each choice a trace carrying the whole prompt), between logs the
-    fast path takes and broken lines, with duplicate answers: made into rows a few records at a time
-    and held on disk until they are written, they give the tables made in one piece, in memory."""
+    """OpenAI logs of ``n`` choices (each choice a trace carrying the whole prompt), broken lines
+    between them, with duplicate answers: made into rows a few records at a time, some by the fast
+    path and most by the exact one, and held on disk until they are written, they give the tables
+    made in one piece, in memory, all by the fast path."""
     src = tmp_path / "src"
     src.mkdir()
     logs = []
@@ -681,7 +682,18 @@ def test_many_choices_sharing_a_long_prompt_are_made_into_rows_in_pieces_held_on
     monkeypatch.setattr(mat._Held, "pieces", lambda self: on_disk.append(self.writer is not None) or pieces(self))
     monkeypatch.setattr(mat, "_PIECE_BYTES", 8000)  # a few records a piece
     monkeypatch.setattr(mat, "_HELD_BYTES", 20_000)
+    monkeypatch.setattr(columns, "_COPIES_BYTES", 20_000)  # most logs of several choices left to the exact path
+    rows = []
+
+    def fast(lines):
+        rows.append(got := columns.parse_openai_lines(lines))
+        return got
+
+    monkeypatch.setattr(mat, "_FAST", tuple((name, key, fast if name == "openai" else parse) for name, key, parse in mat._FAST))
     cut = run(src, tmp_path / "cut")
+    taken = [row["trace_id"] for got in rows if got is not None for row in got[0].select(["trace_id"]).to_pylist()]
+    several = [t for t in taken if ":" in t]  # choices of logs of several
+    assert several and len(taken) < cut.counts["traces_in"] / 2  # some logs of several choices, not most
     assert any(on_disk) and not list(tmp_path.glob("**/held-*"))
     choices = sum(len(log["response"]["choices"]) for log in logs + [logs[3]] + logs[::7])
     assert cut.counts == one.counts and cut.counts["traces_in"] == choices + 1  # and the broken line
