@@ -391,8 +391,17 @@ def test_an_openai_log_ends_where_fromtimestamp_puts_it():
         assert [row] == openai_exact(raw), (created, latency)
 
 
+# A log of three choices, the second without its index.
+OPENAI_CHOICES = {**OPENAI, "response": {**OPENAI["response"], "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "5"}, "finish_reason": "stop"},
+    {"message": {"role": "assistant", "content": "It is 5."}, "finish_reason": "length"},
+    {"index": 2, "message": {"role": "assistant", "content": "five"}, "finish_reason": "stop"}]}}
+
+
 @pytest.mark.parametrize("fast, exact_row, base", [(columns.parse_lines, exact, BASE),
-                                                   (columns.parse_openai_lines, openai_exact, OPENAI)], ids=["ours", "openai"])
+                                                   (columns.parse_openai_lines, openai_exact, OPENAI),
+                                                   (columns.parse_openai_lines, openai_exact, OPENAI_CHOICES)],
+                         ids=["ours", "openai", "openai of three choices"])
 def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, exact_row, base):
     """Each value of a record replaced by values of other types and ranges, or removed, one at a
     time (tests.conftest.mutated), each line alone: a row the fast path takes is the exact path's."""
