@@ -490,18 +490,13 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
         order = np.argsort(fast_at, kind="stable")
         fast, fast_at = fast.take(order), fast_at[order]
     if fast is None:
-        fast, fast_at = None, np.zeros(0, np.int64)
+        fast_at = np.zeros(0, np.int64)
     sizes = [sum(len(m.content) for m in r.messages) + len(r.completion) for _, _, r in found]
     order = np.argsort(np.concatenate([found_at, fast_at]), kind="stable")
-    ends = []  # each piece but the first starts with an item that would take the piece before it past the size
+    ends = []
     if sum(sizes) + (fast.nbytes if len(fast_at) else 0) > _PIECE_BYTES:
         sizes += [fast.nbytes / len(fast_at)] * len(fast_at) if len(fast_at) else []  # fast rows are much alike
-        held = 0
-        for i, size in enumerate(np.asarray(sizes, np.float64)[order].tolist()):
-            if held and held + size > _PIECE_BYTES:
-                ends.append(i)
-                held = 0
-            held += size
+        ends = _cut(np.asarray(sizes, np.float64)[order].tolist())
     slow = np.concatenate([[0], np.cumsum(order < len(found))])  # records among the first items
     bounds = [0, *ends, len(order)]
     for lo, hi in zip(bounds, bounds[1:]):
@@ -515,6 +510,18 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
             continue
         table = pa.concat_tables(tables)  # a stable sort: the records of one place keep their order
         yield table.take(np.argsort(np.concatenate([found_at[a:b], fast_at[i:j]]), kind="stable"))
+
+
+def _cut(sizes: list[float]) -> list[int]:
+    """Where the pieces of about :data:`_PIECE_BYTES` after the first start, in a run of items of these
+    sizes: each at an item that would take the piece before it past the size."""
+    starts, held = [], 0
+    for i, size in enumerate(sizes):
+        if held and held + size > _PIECE_BYTES:
+            starts.append(i)
+            held = 0
+        held += size
+    return starts
 
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
@@ -1268,12 +1275,7 @@ def _joined_rows(batches: list[pa.RecordBatch], rows: pa.Table, ours: pa.Table, 
     sizes = grouped.aggregate([("size", "sum")])
     attached = sum(pc.fill_null(sizes["size_sum"].take(pc.index_in(ours[name], value_set=sizes["key"])), 0).to_numpy()
                    for name in ("key", "trace"))
-    starts, held = [0], 0
-    for i, n in enumerate(attached.tolist()):
-        if held and held + n > _PIECE_BYTES:
-            starts.append(i)
-            held = 0
-        held += n
+    starts = [0, *_cut(attached.tolist())]
     for lo, hi in zip(starts, starts[1:] + [ours.num_rows]):
         mine = ours.slice(lo, hi - lo)
         if len(starts) > 1:  # only what attaches to these
