@@ -1252,6 +1252,45 @@ print(json.dumps(m.counts))
     assert json.loads(done.stdout.splitlines()[-1])["traces"] == 40
 
 
+def test_a_gathered_file_whose_lines_make_several_rows_still_has_its_other_lines_read(tmp_path, monkeypatch):
+    """A small file whose OpenAI log of two choices makes two rows, beside a line the fast path leaves
+    (a broken one, a log in the flat layout): that line is read, as when each file is a block of its
+    own, not dropped as if the file had been taken whole."""
+    def log(i: int, n: int) -> dict:
+        return {**OPENAI, "request": {"messages": [{"role": "user", "content": f"What is {i} plus 3?"}]},
+                "response": {**OPENAI["response"], "id": f"c{i}", "choices": [
+                    {"index": k, "message": {"role": "assistant", "content": f"{i + 3 + k}"}, "finish_reason": "stop"}
+                    for k in range(n)]}}
+
+    src = tmp_path / "src"
+    src.mkdir()
+    flat = {**OPENAI["response"], "id": "flat", "messages": [{"role": "user", "content": "What is 9 plus 3?"}]}
+    (src / "a.jsonl").write_bytes(lines(log(1, 2), b"{broken"))
+    (src / "b.jsonl").write_bytes(lines(log(2, 2), flat))
+    (src / "c.jsonl").write_bytes(lines(log(3, 1)))
+    start = datetime.fromtimestamp(OPENAI["response"]["created"], timezone.utc).replace(minute=0, second=0)
+    gathered = run(src, tmp_path / "gathered", start, start + HOUR)
+    monkeypatch.setattr(sources, "gathered", lambda blocks: blocks)
+    alone = run(src, tmp_path / "alone", start, start + HOUR)
+    assert gathered.counts == alone.counts and gathered.counts["traces_in"] == 2 + 1 + 2 + 1 + 1
+    assert gathered.quarantine_reasons == alone.quarantine_reasons == {"invalid_json": 1}
+    assert [r["trace_id"] for r in table(gathered, "traces")] == ["c1:0", "c1:1", "c2:0", "c2:1", "flat", "c3"]
+
+
+def test_bytes_not_utf8_in_a_text_the_fast_paths_read_are_quarantined_as_such(tmp_path):
+    """pyarrow's JSON reader keeps bytes that are not UTF-8 in a text without escapes; the shape
+    checks skip the texts: such a line is the exact path's, which names it, and the run goes on."""
+    src = tmp_path / "src"
+    src.mkdir()
+    two = {**OPENAI, "response": {**OPENAI["response"], "choices": [
+        {"index": k, "message": {"role": "assistant", "content": f"fiveXFF{k}"}, "finish_reason": "stop"} for k in range(2)]}}
+    ours = trace(1, "What is 2 plus 3?", "fiveXFF")
+    (src / "a.jsonl").write_bytes(lines(two, ours, trace(2, "What is 4 plus 4?", "8")).replace(b"XFF", b"\xff"))
+    start = datetime.fromtimestamp(OPENAI["response"]["created"], timezone.utc).replace(minute=0, second=0)
+    m = run(src, tmp_path / "out", min(start, T0), max(start, T0) + HOUR)
+    assert m.quarantine_reasons == {"invalid_utf8": 2} and m.counts["traces"] == 1 and accounted(m)
+
+
 def test_generations_with_many_scores_are_joined_a_few_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     """Trace-level scores attach to every generation of their trace, and one generation has many scores
     of its own: joined a few generations at a time, with only what attaches to them, they give the

@@ -333,9 +333,12 @@ def _read_json(lines: list[bytes], options: pj.ParseOptions) -> pa.Table | None:
     schema's, a duplicated key, bad UTF-8) or reads them as another number of rows."""
     if not lines:
         return None
+    data = b"\n".join(lines)
     try:
-        table = pj.read_json(io.BytesIO(b"\n".join(lines)),
-                             read_options=pj.ReadOptions(use_threads=False, block_size=1 << 30), parse_options=options)
+        table = pj.read_json(io.BytesIO(data), read_options=pj.ReadOptions(use_threads=False, block_size=1 << 30),
+                             parse_options=options)
+        if not data.isascii():  # the reader leaves bad UTF-8 in a string without escapes: the exact path names it
+            table.validate(full=True)
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None
     return table if table.num_rows == len(lines) else None

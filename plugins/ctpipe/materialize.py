@@ -609,6 +609,7 @@ def _all_fast(member: sources.Block, got: tuple | None) -> bool:
     if got is None or got[1] is None or not len(got[2]) or member.damage is not None:
         return False
     lines, _, at = got
+    at = np.unique(at)  # a line of several records (an OpenAI log's choices, an OTLP export's spans) has a row each
     if lines is None:
         return len(at) == member.batch.num_rows
     return len(at) == len(lines) or all(sources.blank(lines[i]) for i in np.setdiff1d(np.arange(len(lines)), at))
@@ -1296,7 +1297,7 @@ def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray,
     :func:`_in_order` takes them, those of the fast paths as rows."""
     fast, taken, fast_at = _fast_joined(records, part)
     found, found_at, outside = [], [], []
-    for i in np.setdiff1d(np.arange(len(records)), taken, assume_unique=True).tolist():
+    for i in np.setdiff1d(np.arange(len(records)), taken).tolist():  # taken: a record a row, or several
         (file, n), value = records[i][2], records[i][1]
         for doc in formats.joined(records[i]):  # a span's choices each a trace
             try:
