@@ -1289,7 +1289,11 @@ def _joined_rows(batches: list[pa.RecordBatch], rows: pa.Table, ours: pa.Table, 
                    *zip(*(mine[name].to_pylist() for name in ("kind", "trace", "key", "value")),
                         zip(mine["file"].to_pylist(), mine["line"].to_pylist()))]
         del attaching
-        yield from _in_order(*_joined_records(formats.join(entries), part))
+        records = formats.join(entries)
+        del entries  # while its traces are made: their kinds, ids and places, a Python object each
+        found = _joined_records(records, part)
+        del records  # what attaches to them (a generation's scores), as the traces now hold it
+        yield from _in_order(*found)
 
 
 def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray, pa.Table | None, np.ndarray]:
