@@ -493,12 +493,12 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
         fast_at = np.zeros(0, np.int64)
     sizes = [sum(len(m.content) for m in r.messages) + len(r.completion) for _, _, r in found]
     order = np.argsort(np.concatenate([found_at, fast_at]), kind="stable")
-    ends = []
+    bounds = [0, len(order)]
     if sum(sizes) + (fast.nbytes if len(fast_at) else 0) > _PIECE_BYTES:
         sizes += [fast.nbytes / len(fast_at)] * len(fast_at) if len(fast_at) else []  # fast rows are much alike
-        ends = _cut(np.asarray(sizes, np.float64)[order].tolist())
+        placed = np.asarray(sizes, np.float64)[order].tolist()
+        bounds = [run[0] for run in _runs(range(len(order)), placed.__getitem__)] + [len(order)]
     slow = np.concatenate([[0], np.cumsum(order < len(found))])  # records among the first items
-    bounds = [0, *ends, len(order)]
     for lo, hi in zip(bounds, bounds[1:]):
         a, b = int(slow[lo]), int(slow[hi])  # its records, then its rows of a fast path
         i, j = lo - a, hi - b
@@ -512,16 +512,19 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
         yield table.take(np.argsort(np.concatenate([found_at[a:b], fast_at[i:j]]), kind="stable"))
 
 
-def _cut(sizes: list[float]) -> list[int]:
-    """Where the pieces of about :data:`_PIECE_BYTES` after the first start, in a run of items of these
-    sizes: each at an item that would take the piece before it past the size."""
-    starts, held = [], 0
-    for i, size in enumerate(sizes):
-        if held and held + size > _PIECE_BYTES:
-            starts.append(i)
-            held = 0
-        held += size
-    return starts
+def _runs(items: Iterable, size: Callable[[Any], float]) -> Iterator[list]:
+    """Consecutive ``items`` in runs of about :data:`_PIECE_BYTES` (by ``size``), as they come: each run
+    after the first starts at an item that would take the one before it past the size."""
+    run, held = [], 0
+    for item in items:
+        n = size(item)
+        if run and held + n > _PIECE_BYTES:
+            yield run
+            run, held = [], 0
+        run.append(item)
+        held += n
+    if run:
+        yield run
 
 
 # The fast paths, each for lines of one format (:mod:`ctpipe.columns`), and a key that its lines hold
@@ -818,15 +821,8 @@ def _gathered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
     """Consecutive ``tables`` joined into pieces of up to about :data:`_PIECE_BYTES`, one chunk a
     column, not one a file: filtering and taking run per chunk, and with a chunk per file of ten rows,
     cost more than all the rest of a part."""
-    held, size = [], 0
-    for table in tables:
-        if held and size + table.nbytes > _PIECE_BYTES:
-            yield held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
-            held, size = [], 0
-        held.append(table)
-        size += table.nbytes
-    if held:
-        yield held[0] if len(held) == 1 else pa.concat_tables(held).combine_chunks()
+    for run in _runs(tables, lambda table: table.nbytes):
+        yield run[0] if len(run) == 1 else pa.concat_tables(run).combine_chunks()
 
 
 class _Held:
@@ -1275,8 +1271,9 @@ def _joined_rows(batches: list[pa.RecordBatch], rows: pa.Table, ours: pa.Table, 
     grouped = pa.table({"key": keys, "size": pc.binary_length(rows["value"]).take(theirs)}).group_by("key")
     sizes = grouped.aggregate([("size", "sum")])
     attached = sum(pc.fill_null(sizes["size_sum"].take(pc.index_in(ours[name], value_set=sizes["key"])), 0).to_numpy()
-                   for name in ("key", "trace"))
-    starts = [0, *_cut(attached.tolist())]
+                   for name in ("key", "trace")).tolist()
+    # A part of no records (a bucket of what attaches to none) is one group all the same: its rows, none.
+    starts = [run[0] for run in _runs(range(len(attached)), attached.__getitem__)] or [0]
     for lo, hi in zip(starts, starts[1:] + [ours.num_rows]):
         mine = ours.slice(lo, hi - lo)
         if len(starts) > 1:  # only what attaches to these
