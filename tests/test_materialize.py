@@ -1291,6 +1291,31 @@ def test_bytes_not_utf8_in_a_text_the_fast_paths_read_are_quarantined_as_such(tm
     assert m.quarantine_reasons == {"invalid_utf8": 2} and m.counts["traces"] == 1 and accounted(m)
 
 
+def test_a_join_part_of_generations_and_batch_outputs_keeps_them_in_the_order_read(tmp_path):
+    """Langfuse generations between two files of a batch's outputs, all taken by their fast paths (one
+    path after the other): the part's rows come in the order the files were read."""
+    created = int(T0.timestamp())
+    requests = [{"custom_id": f"q-{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": "m", "messages": [{"role": "user", "content": f"What is {i} plus 1?"}]}} for i in range(4)]
+    outputs = [{"id": f"b{i}", "custom_id": f"q-{i}", "error": None, "response": {"status_code": 200, "body": {
+        "id": f"chatcmpl-{i}", "object": "chat.completion", "created": created + i, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": str(i + 1)}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10}}}} for i in range(4)]
+    generations = [{"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
+                    "startTime": (T0 + timedelta(minutes=i)).isoformat(),
+                    "input": [{"role": "user", "content": f"What is {i} times 2?"}],
+                    "output": {"role": "assistant", "content": str(2 * i)}} for i in range(3)]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a_batch_output.jsonl").write_bytes(lines(*outputs[:2]))
+    (src / "b_observations.jsonl").write_bytes(lines(*generations))
+    (src / "c_batch_output.jsonl").write_bytes(lines(*outputs[2:]))
+    (src / "batch_input.jsonl").write_bytes(lines(*requests))
+    m = run(src, tmp_path / "out")
+    assert [r["trace_id"] for r in table(m, "traces")] == [
+        "chatcmpl-0", "chatcmpl-1", "t0:g0", "t1:g1", "t2:g2", "chatcmpl-2", "chatcmpl-3"]
+
+
 def test_generations_with_many_scores_are_joined_a_few_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     """Trace-level scores attach to every generation of their trace, and one generation has many scores
     of its own: joined a few generations at a time, with only what attaches to them, they give the

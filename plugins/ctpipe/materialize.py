@@ -482,15 +482,10 @@ def _in_order(found: list[tuple[str, int, traces.TraceRecord]], found_at: np.nda
               fast_at: np.ndarray) -> Iterator[pa.Table]:
     """The records ``found`` (file, line, record) and a fast path's rows ``fast`` as
     :data:`columns.RAW_SCHEMA` tables, in the order of their places ``found_at`` and ``fast_at`` (the
-    records of one place before its rows, each in its order), built one after another in pieces of
-    about :data:`_PIECE_BYTES`: an OpenAI log of ``n`` choices makes ``n`` traces that each carry its
-    prompt, and 300 logs of a 0.1 MB prompt with ``n=64`` (a 34 MB file) made a block's rows 64 times
-    its size and peaked at 2.4 GB."""
-    if fast is not None and len(fast_at) > 1 and (np.diff(fast_at) < 0).any():
-        order = np.argsort(fast_at, kind="stable")
-        fast, fast_at = fast.take(order), fast_at[order]
-    if fast is None:
-        fast_at = np.zeros(0, np.int64)
+    records of one place before its rows, each in its order; both given in that order), built one
+    after another in pieces of about :data:`_PIECE_BYTES`: an OpenAI log of ``n`` choices makes ``n``
+    traces that each carry its prompt, and 300 logs of a 0.1 MB prompt with ``n=64`` (a 34 MB file)
+    made a block's rows 64 times its size and peaked at 2.4 GB."""
     sizes = [sum(len(m.content) for m in r.messages) + len(r.completion) for _, _, r in found]
     order = np.argsort(np.concatenate([found_at, fast_at]), kind="stable")
     bounds = [0, len(order)]
@@ -1350,7 +1345,7 @@ def _fast_joined(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.
     """The records of :func:`formats.join` read from JSON lines that a fast path takes, Langfuse
     generations (:func:`columns.parse_langfuse_lines`) and a batch's outputs
     (:func:`columns.parse_batch_lines`), counted into ``part``: (those in the interval, as
-    :data:`columns.RAW_SCHEMA` rows; the index of each taken; the index of each row)."""
+    :data:`columns.RAW_SCHEMA` rows in the records' order; the index of each taken; the index of each row)."""
     def lines(kind: str) -> np.ndarray:
         return np.array([i for i, (k, value, *_) in enumerate(records) if k == kind and formats.is_line(value)], np.int64)
 
@@ -1362,6 +1357,9 @@ def _fast_joined(records: list[tuple], part: Part) -> tuple[pa.Table | None, np.
     if not got:
         return None, np.zeros(0, np.int64), np.zeros(0, np.int64)
     rows, at = pa.concat_tables([rows for rows, _ in got]), np.concatenate([at for _, at in got])
+    if len(got) > 1:  # in the order of the records, as _fast gives its rows
+        order = np.argsort(at, kind="stable")
+        rows, at = rows.take(order), at[order]
     start = pc.cast(rows["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
     inside = (start >= columns.micros(_JOB.start)) & (start < columns.micros(_JOB.end))
     part.read += int(inside.sum())
