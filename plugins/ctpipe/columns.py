@@ -418,11 +418,9 @@ def _choices(canonical: dict[str, pa.Array], sure: np.ndarray, answers: np.ndarr
     """:func:`parse_openai_lines`' rows of the logs it is ``sure`` of, a row a choice (``line``: the
     log of each), as :func:`ctpipe.formats.from_openai` makes them: with several choices, the log's id
     and the choice's ``index`` (its place, where it has none) as its trace's id, and the call's counts
-    split as :func:`ctpipe.formats._usage` splits them (any negative: the reader's)."""
+    split as :func:`ctpipe.formats._usage` splits them (a log with a negative one is not ``sure``: the
+    trace's checks refuse it, where the reader keeps them as given for its validation to name)."""
     many = answers > 1
-    usage = canonical["usage"]
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        sure &= ~many | (usage.field(name).to_numpy(zero_copy_only=False) >= 0)
     messages = canonical["messages"]
     sizes = np.bincount(pc.list_parent_indices(messages).to_numpy(zero_copy_only=False),
                         pc.fill_null(pc.binary_length(messages.flatten().field("content")), 0).to_numpy(zero_copy_only=False),
