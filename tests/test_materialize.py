@@ -62,6 +62,16 @@ def at(epoch_s: float) -> datetime:
     return datetime.fromtimestamp(epoch_s, timezone.utc)
 
 
+def choices_log(answers: list[str], prompt: str | None = None, **response) -> dict:
+    """OPENAI asked for ``len(answers)`` choices (``prompt`` its user message), a choice of each answer,
+    ``response``'s fields set."""
+    request = {**OPENAI["request"], "n": len(answers)}
+    if prompt is not None:
+        request["messages"] = [{"role": "user", "content": prompt}]
+    return {**OPENAI, "request": request, "response": {**OPENAI["response"], **response, "choices": [
+        {"index": k, "message": {"role": "assistant", "content": a}, "finish_reason": "stop"} for k, a in enumerate(answers)]}}
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_files_in_no_known_format_and_files_not_read_are_named(tmp_path, monkeypatch, capsys, workers):
     if workers > 1:
@@ -670,10 +680,7 @@ def test_many_choices_sharing_a_long_prompt_are_made_into_rows_in_pieces_held_on
         n = (1, 6, 1, 17)[i % 4]
         prompt = f"Context {i}: " + "lorem ipsum dolor " * (200 if n > 1 else 2) + f"What is {i % 9} plus 1?"
         answers = [f"#### {i % 9 + 1 + k % 2}" if k % 5 else f"It is {i % 9 + 1}." for k in range(n)]
-        logs.append({**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": prompt}], "n": n},
-                     "response": {**OPENAI["response"], "id": f"chatcmpl-{i}", "created": int(T0.timestamp()) + i,
-                                  "choices": [{"index": k, "message": {"role": "assistant", "content": a},
-                                               "finish_reason": "stop"} for k, a in enumerate(answers)]}})
+        logs.append(choices_log(answers, prompt, id=f"chatcmpl-{i}", created=int(T0.timestamp()) + i))
     (src / "a.jsonl").write_bytes(lines(*logs[:30], b"{broken", *logs[30:], logs[3]))
     (src / "b.jsonl.gz").write_bytes(gzip.compress(lines(*logs[::7])))
     one = run(src, tmp_path / "one")
@@ -1257,10 +1264,7 @@ def test_a_gathered_file_whose_lines_make_several_rows_still_has_its_other_lines
     (a broken one, a log in the flat layout): that line is read, as when each file is a block of its
     own, not dropped as if the file had been taken whole."""
     def log(i: int, n: int) -> dict:
-        return {**OPENAI, "request": {"messages": [{"role": "user", "content": f"What is {i} plus 3?"}]},
-                "response": {**OPENAI["response"], "id": f"c{i}", "choices": [
-                    {"index": k, "message": {"role": "assistant", "content": f"{i + 3 + k}"}, "finish_reason": "stop"}
-                    for k in range(n)]}}
+        return choices_log([f"{i + 3 + k}" for k in range(n)], f"What is {i} plus 3?", id=f"c{i}")
 
     src = tmp_path / "src"
     src.mkdir()
@@ -1282,8 +1286,7 @@ def test_bytes_not_utf8_in_a_text_the_fast_paths_read_are_quarantined_as_such(tm
     checks skip the texts: such a line is the exact path's, which names it, and the run goes on."""
     src = tmp_path / "src"
     src.mkdir()
-    two = {**OPENAI, "response": {**OPENAI["response"], "choices": [
-        {"index": k, "message": {"role": "assistant", "content": f"fiveXFF{k}"}, "finish_reason": "stop"} for k in range(2)]}}
+    two = choices_log(["fiveXFF0", "fiveXFF1"])
     ours = trace(1, "What is 2 plus 3?", "fiveXFF")
     (src / "a.jsonl").write_bytes(lines(two, ours, trace(2, "What is 4 plus 4?", "8")).replace(b"XFF", b"\xff"))
     start = datetime.fromtimestamp(OPENAI["response"]["created"], timezone.utc).replace(minute=0, second=0)
