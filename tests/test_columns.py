@@ -334,17 +334,27 @@ def test_an_openai_log_the_fast_path_takes_is_the_row_the_reader_makes(name):
         assert fast == openai_exact(raw), name
 
 
+def by_line(got: tuple[pa.Table, np.ndarray]) -> dict[int, list[dict]]:
+    """A fast path's rows by the line each came from, in order (a log of several choices makes several)."""
+    rows: dict[int, list[dict]] = {}
+    for row, i in zip(got[0].to_pylist(), got[1].tolist()):
+        rows.setdefault(i, []).append(row)
+    return rows
+
+
+def as_rows(exact: dict | list[dict] | None) -> list:
+    """What an exact path makes of a line (a row, or a list of them), as a list."""
+    return exact if isinstance(exact, list) else [exact]
+
+
 def taken_together(named: dict[str, bytes], parse, exact) -> set[str]:
     """The names of the lines that ``parse`` takes, given all at once; the rows taken of each line are
     ``exact``'s (a row, or a list of them)."""
     names, lines = list(named), list(named.values())
-    table, index = parse(lines)
-    rows = table.to_pylist()
-    for i in dict.fromkeys(index.tolist()):
-        expected = exact(lines[i])
-        assert [row for row, at in zip(rows, index.tolist()) if at == i] == (
-            expected if isinstance(expected, list) else [expected]), names[i]
-    return {names[i] for i in index.tolist()}
+    taken = by_line(parse(lines))
+    for i, rows in taken.items():
+        assert rows == as_rows(exact(lines[i])), names[i]
+    return {names[i] for i in taken}
 
 
 def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_ones_take_the_fast_path():
@@ -379,8 +389,8 @@ def test_logs_of_several_choices_take_the_fast_path_up_to_a_blocks_worth_of_thei
     table, index = columns.parse_openai_lines(lines)
     assert index.tolist() == [0] * 4 + [1] + [2] * 4 + [4] * 4 + [6]
     assert table.column("trace_id").to_pylist()[:5] == ["c0:0", "c0:1", "c0:2", "c0:3", "chatcmpl-1"]
-    for i in dict.fromkeys(index.tolist()):
-        assert table.filter(pa.array(index == i)).to_pylist() == openai_exact(lines[i])
+    for i, rows in by_line((table, index)).items():
+        assert rows == openai_exact(lines[i])
 
 
 def test_an_openai_log_ends_where_fromtimestamp_puts_it():
@@ -414,8 +424,7 @@ def test_a_line_with_any_value_anywhere_gets_the_exact_paths_row_or_none(fast, e
         got = fast([raw])
         rows = got[0].to_pylist() if got is not None else []
         if rows:
-            expected = exact_row(raw)
-            assert rows == (expected if isinstance(expected, list) else [expected]), raw
+            assert rows == as_rows(exact_row(raw)), raw
             taken += 1
     assert taken >= 40  # the fast path is exercised: about 50 of ours and 110 OpenAI logs are taken
 
@@ -1217,10 +1226,8 @@ def test_every_batch_output_gets_the_joins_rows_together_or_alone_and_plain_ones
     for lines in ([OPENAI_BATCHES[name] for name in names], *([OPENAI_BATCHES[name]] for name in names)):
         got = columns.parse_batch_lines([output for output, _ in lines], [asked for _, asked in lines])
         if got is not None:  # a choice a row
-            rows, index = got[0].to_pylist(), got[1].tolist()
-            for i in dict.fromkeys(index):
-                assert [row for row, at in zip(rows, index) if at == i] == openai_batch_exact(*lines[i]), (
-                    names[i] if len(lines) > 1 else lines)
+            for i, rows in by_line(got).items():
+                assert rows == openai_batch_exact(*lines[i]), names[i] if len(lines) > 1 else lines
     table, index = columns.parse_batch_lines([output for output, _ in OPENAI_BATCHES.values()], [a for _, a in OPENAI_BATCHES.values()])
     taken = {names[i] for i in index.tolist()}
     assert taken == {"plain", "no error key", "the request twice", "url with a slash", "unicode", "two choices"}, taken
