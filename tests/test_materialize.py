@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -801,13 +802,39 @@ def test_a_worker_failing_mid_run_leaves_no_staged_parts_and_its_error_is_the_on
     monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(400))))
-    fixed = uuid.UUID(int=7)
-    monkeypatch.setattr(datasets.uuid, "uuid4", lambda: fixed)
+    monkeypatch.setattr(datasets, "_staged_name", lambda now: ".tmp-fixed")
     # Part 5's file cannot be written (a folder is in its place), by the second worker, while the first goes on.
-    (tmp_path / "out" / f".tmp-{fixed.hex}" / "traces" / "part-00005.parquet").mkdir(parents=True)
+    (tmp_path / "out" / ".tmp-fixed" / "traces" / "part-00005.parquet").mkdir(parents=True)
     with pytest.raises(IsADirectoryError, match="part-00005"):
         run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(workers=2))
     assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_versions_staged_by_runs_killed_long_ago_are_removed_by_the_next_run(tmp_path, store, caplog):
+    """A run killed outright (SIGKILL, a node lost) cannot remove what it staged. The next run into the
+    store removes what was staged more than STALE_STAGING ago, by the time its name holds, and
+    nothing else: not a run's staging begun since (it may be writing now), nor a hidden folder of
+    another name."""
+    import fsspec
+
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 101 plus 1?", "102")))
+    out = str(tmp_path / "out") if store == "local" else f"memory://{tmp_path.name}/out"
+    fs, root = fsspec.core.url_to_fs(out)
+    now = datetime.now(timezone.utc)
+    old, recent = (datasets._staged_name(now - age) for age in (datasets.STALE_STAGING + HOUR, datasets.STALE_STAGING - HOUR))
+    others = [".tmp-" + uuid.uuid4().hex, ".tmp-19990101T000000Z-mine"]  # no time, or no staging's name
+    for name in (old, recent, *others):
+        fs.makedirs(f"{root}/{name}/traces", exist_ok=True)
+        fs.pipe(f"{root}/{name}/traces/part-00000.parquet", b"PAR1")
+    with caplog.at_level(logging.INFO, logger="ctpipe.datasets"):
+        m = run(tmp_path / "a.jsonl", out)
+    assert m.counts["traces"] == 1
+    left = sorted(p.rstrip("/").rpartition("/")[2] for p in fs.ls(root, detail=False) if ".tmp-" in p)
+    assert left == sorted([recent, *others])
+    assert [r.getMessage() for r in caplog.records if "staged by a run" in r.getMessage()] == [
+        f"removed {out}/{old}, staged by a run that stopped before publishing it"]
+    assert run(tmp_path / "a.jsonl", out).version == m.version and fs.exists(f"{root}/LATEST")
 
 
 def test_a_full_disk_is_named_with_the_room_each_folder_has_and_leaves_nothing(tmp_path, monkeypatch, caplog, capsys):

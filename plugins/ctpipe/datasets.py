@@ -28,12 +28,14 @@ import fcntl
 import hashlib
 import heapq
 import json
+import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,14 @@ from ctpipe.config import DatasetConfig
 from ctpipe.rewards import reward_gap
 from ctpipe.sources import filesystem, reachable
 
+log = logging.getLogger(__name__)
+
 CODE_VERSION = "22"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
+# A staged version this old is of a run that will never publish it (killed by SIGKILL, its node lost
+# to a spot reclaim): the next run removes it. Far past any run's length, so none is removed under it.
+STALE_STAGING = timedelta(days=2)
+_STAGED = re.compile(r"\.tmp-(\d{8}T\d{6}Z)-[0-9a-f]{32}")  # a staged version's name: when it began
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 SCORES = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64()), ("label", pa.string()), ("source", pa.string())]))
@@ -267,12 +275,16 @@ class _PartWriter:
         self.written["rows"] += table.num_rows
 
 
+def _staged_name(now: datetime) -> str:
+    return f".tmp-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex}"
+
+
 class Staging:
     """A version being written: hidden until :meth:`publish`."""
 
     def __init__(self, output: Output):
         self.output = output
-        self.dir = f"{output.root}/.tmp-{uuid.uuid4().hex}"
+        self.dir = f"{output.root}/{_staged_name(datetime.now(timezone.utc))}"
         self.files: dict[str, dict] = {}
         self.schemas: dict[str, str] = {}
         output.fs.makedirs(self.dir, exist_ok=True)
@@ -410,7 +422,28 @@ class Output:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def staging(self) -> Staging:
+        self._remove_stale(datetime.now(timezone.utc))
         return Staging(self)
+
+    def _remove_stale(self, now: datetime) -> None:
+        """Remove the versions staged more than :data:`STALE_STAGING` before ``now``. A run stopped by a
+        signal removes its own; one killed outright cannot, and on an object store its parts would be
+        kept, and paid for, forever."""
+        try:
+            names = [path.rstrip("/").rpartition("/")[2] for path in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:  # a store's first version
+            return
+        finally:
+            self.fs.invalidate_cache(self.root)  # s3fs would answer from this listing, for LATEST say, hours on
+        for name in names:
+            began = _STAGED.fullmatch(name)
+            if began and now - datetime.strptime(began[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc) > STALE_STAGING:
+                try:
+                    self.fs.rm(f"{self.root}/{name}", recursive=True)
+                    log.info("removed %s/%s, staged by a run that stopped before publishing it", self.uri, name)
+                except Exception as e:  # noqa: BLE001 - another run removing it too, or a store that refuses: not this run's
+                    log.warning("could not remove %s/%s, staged by a run that stopped before publishing it: %s",
+                                self.uri, name, e)
 
     @staticmethod
     def _source_key(start, end, config: dict, files_digest: str) -> str:
