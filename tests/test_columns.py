@@ -1088,6 +1088,18 @@ LANGFUSE_LINES = {
     "input count zero": langfuse_line(("usageDetails.input", 0), ("promptTokens", 7)),
     "negative count": langfuse_line(("usageDetails.output", -1)),
     "huge counts": langfuse_line(("usageDetails", {"input": 2**62, "output": 2**62})),
+    # Usage types Langfuse counts as input or output (see formats._langfuse_tokens), and others.
+    "cached and reasoning tokens": langfuse_line(("usageDetails", {"input": 10, "input_cached_tokens": 1024, "output": 1,
+                                                                   "output_reasoning_tokens": 40, "total": 1075})),
+    "cached tokens, no total": langfuse_line(("usageDetails", {"input": 10, "cache_read_input_tokens": 5,
+                                                               "cache_creation_input_tokens": 3, "output": 1})),
+    "a usage type of neither": langfuse_line(("usageDetails", {"input": 10, "output": 1, "reasoning": 3})),
+    "cached tokens null": langfuse_line(("usageDetails", {"input": 10, "input_cached_tokens": None, "output": 1})),
+    "cached tokens, input null": langfuse_line(("usageDetails", {"input": None, "input_cached_tokens": 4, "output": 1})),
+    "cached tokens, no input": langfuse_line(("usageDetails", {"input_cached_tokens": 4, "output": 1}), ("promptTokens", 7)),
+    "cached tokens past int64 together": langfuse_line(("usageDetails", {"input": 2**61, "input_cached_tokens": 2**62,
+                                                                         "input_audio_tokens": 2**62, "output": 1})),
+    "only other usage types": langfuse_line(("usageDetails", {"cached": 3})),
     "input as text": langfuse_line(("input", "What is 2 plus 3?")),
     "input as an object": langfuse_line(("input", {"messages": LANGFUSE["input"]})),
     "no input": langfuse_line(("input", ...)),
@@ -1100,6 +1112,20 @@ LANGFUSE_LINES = {
                                                          {"role": "tool", "content": "5"}])),
     "no tool calls in the input": langfuse_line(("input", [*LANGFUSE["input"], {"role": "assistant", "content": "5",
                                                                                  "tool_calls": None}])),
+    # LangChain's messages, as Langfuse's callback handler logs them.
+    "a LangChain tool call in the input": langfuse_line(("input", [*LANGFUSE["input"], {
+        "role": "assistant", "content": "", "additional_kwargs": {"tool_calls": [TOOL_CALL]}}, {"role": "tool", "content": "5"}])),
+    "LangChain's arguments in the input": langfuse_line(("input", [*LANGFUSE["input"], {
+        "role": "assistant", "content": "5", "additional_kwargs": {}}])),
+    "LangChain's arguments in the output": langfuse_line(("output.additional_kwargs", {"refusal": None})),
+    "output a LangChain tool call": langfuse_line(("output.additional_kwargs", {"tool_calls": [TOOL_CALL]})),
+    "output an invalid tool call": langfuse_line(("output.invalid_tool_calls", [{"name": "add", "args": "{"}])),
+    "output no invalid tool calls": langfuse_line(("output.invalid_tool_calls", [])),
+    "LangChain's answer without calls": langfuse_line(("output", {"role": "assistant", "content": "5", "tool_calls": [],
+                                                                  "invalid_tool_calls": [],
+                                                                  "additional_kwargs": {"tool_calls": []}})),
+    "LangChain's prompt without calls": langfuse_line(("input", [*LANGFUSE["input"], {
+        "role": "assistant", "content": "5", "tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": {}}])),
     "no user": langfuse_line(("input.1.role", "assistant")),
     "output as text": langfuse_line(("output", "5")),
     "output without content": langfuse_line(("output", {"role": "assistant"})),
@@ -1143,12 +1169,17 @@ def test_every_langfuse_generation_of_a_part_gets_the_same_answer_together_and_p
             "unicode", "start naive", "both naive", "no tool calls in the input", "no total", "total null",
             "output stopped as usual", "provided model name", "model and provided model name",
             "model null, provided model name", "release", "release, own version", "release, own version empty",
-            "release empty"} <= taken
+            "release empty", "cached and reasoning tokens", "cached tokens, no total", "a usage type of neither",
+            "LangChain's arguments in the input", "LangChain's arguments in the output", "output no invalid tool calls",
+            "LangChain's answer without calls", "LangChain's prompt without calls"} <= taken
     assert not taken & {"usage details empty", "usage details of other counts", "output stopped by the content filter",
                         "input count null", "huge counts", "input as text", "input as an object", "a message null",
                         "content as parts", "output as text", "start in 2300", "February 30th",
                         "count as a float", "model as a number", "usage as text", "role as a number", "count past int64",
-                        "snake case", "a tool call in the input", "output text and a tool call"}
+                        "snake case", "a tool call in the input", "output text and a tool call", "cached tokens null",
+                        "cached tokens, input null", "cached tokens, no input", "cached tokens past int64 together",
+                        "only other usage types", "a LangChain tool call in the input", "output a LangChain tool call",
+                        "output an invalid tool call"}
     for name, raw in LANGFUSE_REFUSED.items():
         assert langfuse_fast([LANGFUSE_LINES["plain"], raw]) is None, name
     odd_score = [{"name": 7, "value": 1.0, "label": None, "source": "api"}]

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 
 from ctpipe.formats import FormatError, detect, normalize
+from ctpipe import traces
 from ctpipe.traces import InvalidTrace, decode
 
 OPENAI = {
@@ -426,6 +427,23 @@ def test_a_prompt_holding_the_models_tool_calls_is_refused_in_every_format_namin
                    event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": "Yes."}}))
     (joined,) = _with_logs(otlp(CONTENTLESS), records)
     assert joined.reason == "tool_call_in_prompt" and "gen_ai.assistant.message holds tool_calls" in str(joined)
+    # LangChain's messages, as Langfuse's callback handler logs them: calls under additional_kwargs (before
+    # its v3.3.4, only there), or calls that did not parse; in the prompt, and as the answer.
+    langchain = {"role": "assistant", "content": "", "additional_kwargs": {"tool_calls": [CALL]}}
+    for message, field in ((langchain, "additional_kwargs.tool_calls"),
+                           ({**langchain, "additional_kwargs": {"function_call": CALL["function"]}}, "additional_kwargs.function_call"),
+                           ({**langchain, "additional_kwargs": {}, "invalid_tool_calls": [{"name": "weather", "args": "{"}]},
+                            "invalid_tool_calls")):
+        (generation,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                                  "model": "m", "input": [history[0], message, history[2]], "output": "Yes."}])
+        assert generation.reason == "tool_call_in_prompt" and f"input[1] holds {field}," in str(generation)
+        (answer,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                              "model": "m", "input": history[:1], "output": {**message, "content": "Let me look."}}])
+        assert answer.reason == "no_text_answer" and "the answer is a tool call" in str(answer)
+    (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+                     "input": history[:1], "output": {**langchain, "content": "4 C", "additional_kwargs": {"refusal": None},
+                                                      "tool_calls": [], "invalid_tool_calls": []}}])
+    assert t["completion"] == "4 C"
     # No call, no refusal: an empty list, as some clients log every assistant turn, or a call in the answer.
     doc = json.loads(json.dumps(OPENAI))
     doc["request"]["messages"] = [history[0], {"role": "assistant", "content": "Which day?", "tool_calls": []}, history[3]]
@@ -1043,6 +1061,30 @@ def test_a_langfuse_count_null_is_not_counted_as_one_missing_is():
                               "total_tokens": 7 + (usage["output"] or 0)}
 
 
+def test_langfuse_usage_types_count_as_langfuse_counts_them():
+    """Langfuse keeps cached and reasoning tokens apart from ``input`` and ``output``, as usage types of
+    their own, and counts every type whose name holds "input" as input, "output" as output: so does
+    the reader, as it counts OpenAI's prompt_tokens with their cached ones. The legacy usage object
+    names only the two (and costs beside them)."""
+    row = {"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
+           "input": "Prove it.", "output": "Done."}
+    for usage, counts in [
+        ({"input": "224", "input_cached_tokens": "1024", "output": "180", "output_reasoning_tokens": "1472", "total": "2900"},
+         (1248, 1652, 2900)),  # as the blob-storage export quotes them
+        ({"input": 10, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20, "output": 1, "reasoning": 3},
+         (130, 1, 131)),  # Anthropic's names; a type of neither counts in neither
+        ({"input_cached_tokens": 5, "output": 1}, (5, 1, 6)),  # no input beside it: the cached ones all the same
+        ({"input": 7, "input_audio_tokens": None, "output": 2}, (7, 2, 9)),
+    ]:
+        (t,) = _joined([{**row, "usageDetails": usage}])
+        assert tuple(t["usage"].values()) == counts, usage
+    (t,) = _joined([{**row, "usage": {"input": 7, "output": 2, "inputCost": 0.5, "unit": "TOKENS"}}])
+    assert tuple(t["usage"].values()) == (7, 2, 9)
+    (t,) = _joined([{**row, "usageDetails": {"input": 7, "input_cached_tokens": "many", "output": 2}}])
+    with pytest.raises(InvalidTrace, match="usage.prompt_tokens"):
+        traces.convert(t)
+
+
 def test_an_earlier_refusal_is_what_the_assistant_said_and_audio_is_no_text():
     said = [{"role": "user", "content": "How do I pick a lock?"},
             {"role": "assistant", "content": None, "refusal": "I can't help with that."},
@@ -1132,7 +1174,8 @@ def test_a_batchs_output_joins_its_request_by_custom_id_whichever_file_comes_fir
     ([BATCH_REQUEST, {**BATCH_OUTPUT, "response": {"status_code": 400, "request_id": "r", "body": {
         "error": {"message": "Invalid 'messages'", "type": "invalid_request_error"}}}}],
      "failed_request", "batch request q-1 failed (status 400): Invalid 'messages'"),
-    ([{**BATCH_REQUEST, "url": "/v1/embeddings"}, BATCH_OUTPUT], "invalid_field", "url='/v1/embeddings' is no chat completion"),
+    ([{**BATCH_REQUEST, "url": "/v1/embeddings"}, BATCH_OUTPUT], "invalid_field",
+     "url='/v1/embeddings' is neither a chat completion nor a response"),
     ([{**BATCH_REQUEST, "body": "hi"}, BATCH_OUTPUT], "invalid_field", "batch request q-1: body='hi' is not a dict"),
 ], ids=["no request", "ambiguous", "error", "status 400", "not a chat", "body not an object"])
 def test_a_batch_output_that_cannot_be_a_trace_says_why(lines, reason, detail):
@@ -1394,6 +1437,15 @@ VERTEX = {"endpoint": None, "deployed_model_id": None, "logging_time": "2026-11-
           "model": "publishers/google/models/gemini-2.5-flash", "model_version": "default", "api_method": "GenerateContent",
           "full_request": {**GEMINI_REQUEST, "model": "projects/p/locations/us-central1/publishers/google/models/gemini-2.5-flash"},
           "full_response": GEMINI_RESPONSE, "metadata": {"request_latency": 1250.0}, "otel_log": None}
+
+
+def test_a_batch_of_the_responses_api_is_read_as_its_calls_are():
+    """The Batch API takes /v1/responses as well: its output's body is the Response, read as a logged
+    Responses API call is."""
+    request = {**BATCH_REQUEST, "url": "/v1/responses", "body": RESPONSES_REQUEST}
+    output = {**BATCH_OUTPUT, "response": {**BATCH_OUTPUT["response"], "body": RESPONSES_RESPONSE}}
+    (logged,) = normalize({"request": RESPONSES_REQUEST, "response": RESPONSES_RESPONSE}, "auto")
+    assert _batch(request, output) == [logged] and logged["completion"] == "5"
 
 
 def _gemini_chunks(texts, finish="STOP"):

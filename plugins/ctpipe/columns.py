@@ -28,6 +28,7 @@ from __future__ import annotations
 import calendar
 import io
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -58,17 +59,27 @@ _NAIVE = _RFC3339[:_RFC3339.index("(Z|")] + "$"  # the same, without a zone
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
-class _PlainMessage(msgspec.Struct):
-    """What the fast paths ask of a message: no tool calls (formats.TOOL_FIELDS), no refusal, no audio,
-    no semconv parts. Any value but null fails the decoding, leaving the line to the reader, which
-    refuses a call in a prompt or as an answer, and reads the others. Alone, it skips a message's
-    other fields unread."""
+_NO_CALLS = Annotated[list[Any], msgspec.Meta(max_length=0)] | None  # LangChain writes [] where it has none
 
-    tool_calls: None = None
+
+class _PlainKwargs(msgspec.Struct):
+    tool_calls: _NO_CALLS = None
+    function_call: None = None
+
+
+class _PlainMessage(msgspec.Struct):
+    """What the fast paths ask of a message: no tool calls (formats.tool_calls_in), no refusal, no
+    audio, no semconv parts. Any value but null (an empty list of calls, and LangChain's other
+    keyword arguments) fails the decoding, leaving the line to the reader, which refuses a call in a
+    prompt or as an answer, and reads the others. Alone, it skips a message's other fields unread."""
+
+    tool_calls: _NO_CALLS = None
     function_call: None = None
     refusal: None = None
     audio: None = None
     parts: None = None
+    additional_kwargs: _PlainKwargs | None = None
+    invalid_tool_calls: _NO_CALLS = None
 
 
 # Its fields that hold what a message's text does not: a batch of rows where one is there is the exact path's.
@@ -318,14 +329,16 @@ def _rfc3339(text: pa.Array, checked: np.ndarray) -> pa.Array | None:
 
 def _shaped(lines: list[bytes], shape: msgspec.json.Decoder) -> list[int]:
     """The index of each line that ``shape`` decodes (skipping, at memory speed, what it does not name)."""
-    shaped = []
+    return [i for i, _ in _decoded(lines, shape)]
+
+
+def _decoded(lines: list[bytes], shape: msgspec.json.Decoder) -> Iterator[tuple[int, Any]]:
+    """(index, what ``shape`` makes of it) of each line that it decodes."""
     for i, line in enumerate(lines):
         try:
-            shape.decode(line)
-            shaped.append(i)
+            yield i, shape.decode(line)
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
-    return shaped
 
 
 def _read_json(lines: list[bytes], options: pj.ParseOptions) -> pa.Table | None:
@@ -808,7 +821,7 @@ class _LangfuseShape(msgspec.Struct):
     providedModelName: str | None = None
     version: str | None = None
     release: str | None = None
-    usageDetails: _LangfuseUsage | None = None
+    usageDetails: dict[str, traces.Count | None] | None = None  # usage types: see _other_usage_types
     usage: _LangfuseUsage | None = None
     promptTokens: traces.Count | None = None
     completionTokens: traces.Count | None = None
@@ -827,6 +840,30 @@ _LANGFUSE_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_s
 _MOST_TOKENS = 1 << 62  # token counts the fast path adds up: two of them stay within int64
 
 
+_READ_TYPES = frozenset({"input", "output", "total"})  # the usage types the fast path reads with pyarrow
+_NONE_ADDED = (0, 0)
+
+
+def _other_usage_types(details: dict[str, int | None] | None) -> tuple[int, int] | None:
+    """What a generation's usage details add to its ``input`` and ``output`` counts: the other usage
+    types whose names hold those (``input_cached_tokens``, ``output_reasoning_tokens``), which the
+    reader adds as Langfuse does. None where the reader's sum is not that: a null among them, or
+    ``input`` or ``output`` not given beside them, or none of the three counts the fast path reads."""
+    if not details:
+        return _NONE_ADDED
+    if all(details.get(k) is None for k in _READ_TYPES):
+        return None
+    if details.keys() <= _READ_TYPES:  # nearly all
+        return _NONE_ADDED
+    sums = []
+    for side in ("input", "output"):
+        other = [v for k, v in details.items() if side in k and k != side]
+        if other and (details.get(side) is None or None in other or sum(other) >= _MOST_TOKENS):
+            return None
+        sums.append(sum(other))
+    return sums[0], sums[1]
+
+
 def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
                          scores: list[list[dict]]) -> tuple[pa.Table, np.ndarray] | None:
     """:func:`parse_lines` for Langfuse generations (JSON lines), each with its trace's version and its
@@ -835,7 +872,10 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
     for the output, a usage object without the counts, a count that may be null rather than missing,
     a time beyond 2242) is left to the exact path, as is a block pyarrow refuses.
     """
-    shaped = _shaped(lines, _LANGFUSE_SHAPE)
+    shaped, others = [], []
+    for i, doc in _decoded(lines, _LANGFUSE_SHAPE):
+        shaped.append(i)
+        others.append(_other_usage_types(doc.usageDetails))
     chosen = [lines[i] for i in shaped]
     table = _read_json(chosen, _LANGFUSE_PARSE)
     if table is None:
@@ -873,6 +913,13 @@ def parse_langfuse_lines(lines: list[bytes], versions: list[str | None],
         other = pc.fill_null(col[fallback], 0)
         unsure |= usage_given & ~_ok(given) & _ok(pc.not_equal(other, 0))  # missing: the fallback; null: 0
         tokens.append(pc.fill_null(pc.if_else(given, counts[name], other), 0).to_numpy(zero_copy_only=False))
+    sure &= (tokens[0] < _MOST_TOKENS) & (tokens[1] < _MOST_TOKENS) & np.fromiter(
+        (o is not None for o in others), bool, len(others))
+    added = np.zeros((len(others), 2), np.int64)  # each below _MOST_TOKENS too
+    for i, more in enumerate(others):
+        if more is not _NONE_ADDED and more is not None:
+            added[i] = more
+    tokens = [np.where(sure, count + more, 0) for count, more in zip(tokens, added.T)]  # the others' sums wrapped
     sure &= (tokens[0] < _MOST_TOKENS) & (tokens[1] < _MOST_TOKENS)
     for i in np.flatnonzero(unsure & sure):
         unsure[i] = _JSON_NULL.search(chosen[i]) is not None

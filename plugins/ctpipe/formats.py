@@ -64,7 +64,7 @@ A message of typed parts is the text of its text parts, joined on a new line as 
 for a chat template. One holding an image, audio or a file (:data:`MEDIA_PARTS`) is
 ``non_text_content``: in a prompt, its record is refused (the question without its image is
 another one); in an answer, its choice.
-A prompt holding the model's tool calls (:data:`TOOL_FIELDS`, :data:`TOOL_PARTS`) is
+A prompt holding the model's tool calls (:func:`tool_calls_in`, :data:`TOOL_PARTS`) is
 ``tool_call_in_prompt``: the messages are text, and the chat without its calls is another one.
 
 :func:`detect` tells the format of a document from its keys; a document that matches none is
@@ -164,6 +164,12 @@ def detect(doc: Any) -> Format | None:
 def chat_completion_url(url: Any) -> bool:
     """Whether a batch's request goes to the chat completions endpoint (``/v1/chat/completions``)."""
     return isinstance(url, str) and url.rstrip("/").endswith("/chat/completions")
+
+
+def _answering_url(url: Any) -> bool:
+    """Whether a batch's request asks for a model's answer: of the chat completions endpoint, or of the
+    Responses API's (``/v1/responses``), which the Batch API takes as well."""
+    return chat_completion_url(url) or isinstance(url, str) and url.rstrip("/").endswith("/responses")
 
 
 def _batch_kind(doc: dict) -> Literal["request", "response"] | None:
@@ -319,6 +325,10 @@ MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "ima
 # assistant turn, then a tool's answer to nothing) is not the one the model was served.
 TOOL_PARTS = frozenset({"tool_call", "tool_call_response"})
 TOOL_FIELDS = ("tool_calls", "function_call")
+# LangChain's messages, as Langfuse's callback handler logs them, hold their tool calls apart as well:
+# before its v3.3.4, only under additional_kwargs, in OpenAI's shape; calls that did not parse, always
+# under invalid_tool_calls.
+LANGCHAIN_KWARGS, LANGCHAIN_INVALID = "additional_kwargs", "invalid_tool_calls"
 # Other vendors' content parts that are a tool's call or result, by the end of their type: Anthropic's
 # blocks (tool_use, tool_result, and its server tools' own, such as web_search_tool_result) and the
 # Responses API's items (function_call, function_call_output, web_search_call, ...), as Langfuse and
@@ -341,6 +351,16 @@ def tool_part(kind: Any) -> bool:
     return isinstance(kind, str) and (kind in TOOL_PARTS or kind.endswith(TOOL_TYPE_ENDINGS))
 
 
+def tool_calls_in(m: dict) -> str | None:
+    """The field of a message shaped as OpenAI's that holds the model's tool calls, if one does:
+    OpenAI's own (:data:`TOOL_FIELDS`) or LangChain's (:data:`LANGCHAIN_KWARGS`, :data:`LANGCHAIN_INVALID`)."""
+    kwargs = m.get(LANGCHAIN_KWARGS)
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
+    return (next((f for f in TOOL_FIELDS if m.get(f)), None)
+            or next((f"{LANGCHAIN_KWARGS}.{f}" for f in TOOL_FIELDS if kwargs.get(f)), None)
+            or (LANGCHAIN_INVALID if m.get(LANGCHAIN_INVALID) else None))
+
+
 def _no_tool_call(found: Any, where: str) -> None:
     """FormatError ``tool_call_in_prompt`` where a prompt's message at ``where`` holds what ``found`` names."""
     if found:
@@ -352,7 +372,7 @@ def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     """A prompt's message as OpenAI shapes them (its content a text or typed parts; ``role`` when it
     names none); FormatError ``tool_call_in_prompt`` for one holding tool calls. An assistant's
     earlier refusal (``refusal`` beside a null content) is its text: what the model said then."""
-    _no_tool_call(next((f for f in TOOL_FIELDS if m.get(f)), None), where)
+    _no_tool_call(tool_calls_in(m), where)
     if m.get("audio"):  # an assistant's spoken answer, referred to by id
         raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
     refusal = m.get("refusal")
@@ -449,7 +469,7 @@ def _answer(message: dict, where: str, finish_reason: Any) -> str | FormatError:
     refused = isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "refusal" for p in content)
     try:
         return _text_answer(_text(content, f"{where}: content"), where,
-                            tool_call=bool(message.get("tool_calls") or message.get("function_call")),
+                            tool_call=tool_calls_in(message) is not None,
                             refusal=bool(message.get("refusal")) or refused, finish=finish_reason,
                             audio=bool(message.get("audio")))
     except FormatError as e:
@@ -1821,8 +1841,9 @@ def _batch_traces(line: dict, requests: Iterable[dict]) -> list[dict | FormatErr
         raise FormatError("no_request", f"{where}: no line of the batch's input file has its custom_id among the "
                                         "interval's files")
     (request,) = distinct.values()
-    if not chat_completion_url(request.get("url")):
-        raise FormatError("invalid_field", f"{where}: url={str(request.get('url'))[:80]!r} is no chat completion")
+    if not _answering_url(request.get("url")):
+        raise FormatError("invalid_field", f"{where}: url={str(request.get('url'))[:80]!r} is neither a chat "
+                                           "completion nor a response")
     return list(from_openai({"request": _need(request, "body", dict, f"{where}: "),
                              "response": _need(response, "body", dict, f"{where}: response.")}))
 
@@ -1913,6 +1934,20 @@ def _recorded(messages: list[tuple[str, dict]], choices: list[dict]) -> bool:
             or any(k in m for m in answers for k in ("content", "refusal", *TOOL_FIELDS)))
 
 
+def _langfuse_tokens(usage: dict, side: str, types: bool, fallback: Any) -> Any:
+    """A generation's ``side`` ("input" or "output") tokens: of its usage details (``types``), the sum of
+    every usage type whose name holds ``side``, as Langfuse sums them (it keeps cached and reasoning
+    tokens apart from ``input`` and ``output``: ``input_cached_tokens``, ``cache_read_input_tokens``,
+    ``output_reasoning_tokens``); of the legacy usage object, ``side`` alone; ``fallback`` where none is
+    given. A null (or zero) counts 0; a value that is no count is given back, for the trace's
+    validation to name."""
+    named = [k for k in usage if side in k] if types else [side] if side in usage else []
+    if not named:
+        return fallback or 0
+    counts = [usage[k] for k in named if usage[k]]
+    return next((c for c in counts if type(c) is not int), None) or sum(counts)
+
+
 def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     """A Langfuse generation as a canonical trace, given its scores (its own, then its trace's) and
     its trace's version."""
@@ -1920,10 +1955,10 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     start = _epoch(g.get("startTime"), f"observation {gid}: startTime")
     end = _epoch(g.get("endTime") or g.get("startTime"), f"observation {gid}: endTime")
     given = {key: _stored_json(g.get(key)) for key in ("usageDetails", "usage")}  # JSON text in a CSV export
-    usage = _object(given, "usageDetails", f"observation {gid}: ") or _object(given, "usage", f"observation {gid}: ")
-    usage = {k: _quoted_count(v) for k, v in usage.items()}
-    prompt_tokens = usage.get("input", g.get("promptTokens", 0)) or 0
-    completion_tokens = usage.get("output", g.get("completionTokens", 0)) or 0
+    details = _object(given, "usageDetails", f"observation {gid}: ")
+    usage = {k: _quoted_count(v) for k, v in (details or _object(given, "usage", f"observation {gid}: ")).items()}
+    prompt_tokens = _langfuse_tokens(usage, "input", bool(details), g.get("promptTokens", 0))
+    completion_tokens = _langfuse_tokens(usage, "output", bool(details), g.get("completionTokens", 0))
     completion = _langfuse_answer(_stored_json(g.get("output")))
     if isinstance(completion, str) and _stored_json(g.get("tool_calls")):  # enriched exports list the calls apart
         completion = _text_answer(completion, f"observation {gid}: output", tool_call=True)
