@@ -931,7 +931,8 @@ def test_langfuse_enriched_observations_take_their_release_and_refuse_the_calls_
 def test_langfuse_scores_on_an_export_window_s_bound_count_once_and_text_scores_are_not_carried():
     """The windows of Langfuse's scheduled exports share their bounds: a score stamped on one is in
     both files, and counts once (the one read last, where an annotation was edited in between). A
-    TEXT score is a comment (its value always 0), and is no more carried than a comment is."""
+    TEXT score is a comment (its value always 0), and is no more carried than a comment is, nor is a
+    CORRECTION (an output as a person corrected it)."""
     rows = [ENRICHED_OBSERVATION, _blob_score("s1", "NUMERIC", 0.5), _blob_score("s2", "NUMERIC", 0.25),
             _blob_score("s3", "TEXT", 0, "Correct, but terse."), _blob_score("s1", "NUMERIC", 1.0),
             {**_blob_score(None, "NUMERIC", 0.75)}, {**_blob_score(None, "NUMERIC", 0.75)}]
@@ -940,6 +941,7 @@ def test_langfuse_scores_on_an_export_window_s_bound_count_once_and_text_scores_
     from ctpipe.formats import langfuse_entry
 
     assert langfuse_entry(_blob_score("s3", "TEXT", 0, "Correct, but terse.")) is None
+    assert langfuse_entry({**_blob_score("s5", "CORRECTION", 0, "The answer is 5."), "name": "output"}) is None
     with pytest.raises(FormatError, match="dataType='RANKING' is not NUMERIC, BOOLEAN or CATEGORICAL"):
         langfuse_entry(_blob_score("s4", "RANKING", 1))
 

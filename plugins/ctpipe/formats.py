@@ -1738,7 +1738,10 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
             value = line if line is not None else _pickled(row)
             return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), value, where
         if kind == "score":  # by observation id, or by trace id for trace-level scores
-            if row.get("dataType") == "TEXT":  # a free-text comment, its value always 0: no more carried than a comment
+            # A free-text comment (TEXT, its value always 0), or an output as a person corrected it
+            # (CORRECTION, named "output", which Langfuse's blob export leaves out): no score, no more
+            # carried than a comment.
+            if row.get("dataType") in ("TEXT", "CORRECTION"):
                 return None
             score = _pickled((row.get("id"), _score(row)))
             return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
