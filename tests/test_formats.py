@@ -996,6 +996,39 @@ def test_litellms_logs_of_calls_take_their_times_and_a_failed_call_is_a_failed_r
     with pytest.raises(FormatError, match="the call failed: RateLimitError: slow down") as e:
         normalize(failed, "auto")
     assert e.value.reason == "failed_request"
+    # A cache hit: its id LiteLLM's own, its response the stored answer of the call it repeats.
+    hit = {**payload, "id": "chatcmpl-1_cache_hit1795340470.5", "cache_hit": True}
+    with pytest.raises(FormatError, match=re.escape("call chatcmpl-1_cache_hit1795340470.5 is a cache hit: LiteLLM "
+                                                    "answered with the stored answer of another call (chatcmpl-1)")) as e:
+        normalize(hit, "auto")
+    assert e.value.reason == "duplicate"
+
+
+def test_litellms_logs_of_other_apis_are_read_as_their_bodies_are():
+    """LiteLLM logs the answer of the API it served: Anthropic's messages API (its /v1/messages, as
+    Claude Code calls it), the Responses API (the input logged as its messages); read as Helicone's
+    bodies are, the prompt's count with its cached tokens, the call's times LiteLLM's."""
+    payload = {"id": "chatcmpl-2", "call_type": "anthropic_messages", "status": "success", "model": "claude-sonnet-4-5",
+               "startTime": 1795340460.0, "endTime": 1795340461.5, "cache_hit": None,
+               "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 plus 3?"}]}],
+               "response": {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+                            "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn",
+                            "usage": {"input_tokens": 12, "output_tokens": 3, "cache_read_input_tokens": 2048}}}
+    assert detect(payload) == "openai"
+    (t,) = normalize(payload, "auto")
+    assert (t["trace_id"], t["completion"], t["start_time"], t["latency_ms"]) == (
+        "msg_2", "5", "2026-11-22T09:41:00+00:00", 1500.0)
+    assert t["messages"] == [{"role": "user", "content": "What is 2 plus 3?"}]
+    assert t["usage"] == {"prompt_tokens": 2060, "completion_tokens": 3, "total_tokens": 2063}
+    responses = {**payload, "call_type": "aresponses", "messages": [{"role": "user", "content": "What is 2 plus 3?"}],
+                 "response": RESPONSES_RESPONSE}
+    (r,) = normalize(responses, "auto")
+    assert (r["trace_id"], r["completion"], r["messages"], r["latency_ms"]) == ("resp_1", "5", t["messages"], 1500.0)
+    call = {**payload, "response": {**payload["response"], "content": [
+        {"type": "tool_use", "id": "t1", "name": "add", "input": {}}], "stop_reason": "tool_use"}}
+    with pytest.raises(FormatError, match="the answer is a tool call") as e:
+        normalize(call, "auto")
+    assert e.value.reason == "no_text_answer"
 
 
 def test_a_rating_kept_as_text_is_a_number():
@@ -1325,6 +1358,17 @@ def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_s
     assert (t["trace_id"], t["start_time"], t["end_time"], t["latency_ms"]) == (
         "chatcmpl-1", "2026-11-22T10:04:11.482000+00:00", "2026-11-22T10:04:12.394000+00:00", 912.0)
     assert decode(json.dumps(t)).completion == "5"
+    # A call of Anthropic's messages API (Claude Code pointed at Portkey): its bodies read as Helicone's are.
+    anthropic = {**PORTKEY, "ai_org": "anthropic", "request_url": "https://api.anthropic.com/v1/messages",
+                 "request": {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
+                             "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
+                 "response": {"id": "msg_5", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+                              "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn",
+                              "usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 3}}}
+    (a,) = normalize(anthropic, "auto")
+    assert (a["trace_id"], a["completion"], a["start_time"], a["latency_ms"]) == ("msg_5", "5", t["start_time"], 912.0)
+    assert a["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    assert a["usage"] == {"prompt_tokens": 105, "completion_tokens": 3, "total_tokens": 108}
     nested = {**PORTKEY, "request": {"body": OPENAI["request"]}, "response": {"body": OPENAI["response"], "status": 200}}
     assert normalize(nested, "auto") == [t]  # as its older export docs name the columns (request.body)
     for change, reason, says in [

@@ -142,7 +142,7 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
-    if _batch_kind(doc) or _failed_call(doc) or _portkey(doc):
+    if _batch_kind(doc) or _failed_call(doc) or _portkey(doc) or _litellm(doc):
         return "openai"
     if isinstance(request, dict) and "input" in request and isinstance(response, dict) and response.get("object") == "response":
         return "openai"  # a call of the Responses API
@@ -196,6 +196,12 @@ def _redacted(doc: dict) -> bool:
     messages = doc.get("messages")
     return "request" not in doc and isinstance(messages, list) and any(
         isinstance(m, dict) and m.get("content") == _LITELLM_REDACTED for m in messages)
+
+
+def _litellm(doc: dict) -> bool:
+    """Whether ``doc`` is LiteLLM's log of a call (its ``StandardLoggingPayload``): the request's
+    ``messages`` beside the call's type and the response, whichever API answered it."""
+    return "call_type" in doc and "messages" in doc and "response" in doc
 
 
 def _failed_call(doc: dict) -> bool:
@@ -568,18 +574,20 @@ def _error_said(body: Any) -> str:
     return f": {str(error)[:300]}" if error else ""
 
 
-def _call_times(doc: dict, created: int | float) -> tuple[float, float]:
+def _call_times(doc: dict, response: dict) -> tuple[float, float]:
     """(start, in seconds since 1970; latency in ms) of a logged call: LiteLLM's ``startTime`` and
     ``endTime``, Portkey's ``created_at`` and ``response_time``, else the response's ``created`` and
-    a ``latency_ms`` beside it (or none)."""
+    a ``latency_ms`` beside it (or none). Only the last needs ``created``, which Anthropic's answers,
+    say, do not have."""
     if all(type(doc.get(k)) in (int, float) for k in ("startTime", "endTime")):
         return doc["startTime"], _ms_between(doc["startTime"], doc["endTime"])
     if _portkey(doc):
         latency = _ms(doc.get("response_time"), f"Portkey log {doc.get('id')}: response_time") or 0.0
         if doc.get("created_at") is None:
-            return created, latency
+            return _need(response, "created", (int, float), "response."), latency
         return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
-    return created, float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+    latency = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+    return _need(response, "created", (int, float), "response."), latency
 
 
 # Where a converter of another API's answer (Gemini's) puts its refusal of one choice, for from_openai
@@ -597,6 +605,9 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         return
     if _failed_call(doc):
         raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
+    if doc.get("cache_hit") is True and _litellm(doc):
+        raise FormatError("duplicate", f"call {doc.get('id')} is a cache hit: LiteLLM answered with the stored answer "
+                                       f"of another call ({_need(doc, 'response', dict, '').get('id')})")
     if _portkey(doc):
         doc = _portkey_log(doc)
     if _redacted(doc):
@@ -604,15 +615,16 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
                                         "turn_off_message_logging, or a request's redaction): no prompt or answer to read")
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
-    if response.get("object") == "response":
-        request, response = _from_responses_api(request, response, "")
+    if "choices" not in response:  # another API's bodies, as gateways log them: Anthropic's, the Responses API's, ...
+        if response.get("object") == "response" and "input" not in request:  # LiteLLM logs the input as its messages
+            request = {**request, "input": request.get("messages")}
+        request, response = _chat_bodies(request, response, f"call {response.get('id')}", "request") or (request, response)
     messages = _need(request, "messages", list, "request.")
     rid = _need(response, "id", str, "response.")
-    created = _need(response, "created", (int, float), "response.")
     model = _need(response, "model", str, "response.")
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     usage = _object(response, "usage", "response.")
-    start, latency_ms = _call_times(doc, created)
+    start, latency_ms = _call_times(doc, response)
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
