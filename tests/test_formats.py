@@ -1371,6 +1371,8 @@ def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_s
     assert a["usage"] == {"prompt_tokens": 105, "completion_tokens": 3, "total_tokens": 108}
     nested = {**PORTKEY, "request": {"body": OPENAI["request"]}, "response": {"body": OPENAI["response"], "status": 200}}
     assert normalize(nested, "auto") == [t]  # as its older export docs name the columns (request.body)
+    as_text = {**PORTKEY, "request": json.dumps(OPENAI["request"]), "response": {"body": json.dumps(OPENAI["response"])}}
+    assert normalize(as_text, "auto") == [t]  # bodies kept as JSON text
     for change, reason, says in [
         ({"response_status_code": 429, "is_success": 0, "response": {"error": {"message": "Rate limit reached"}}},
          "failed_request", "failed (status 429): Rate limit reached"),

@@ -220,7 +220,8 @@ def _portkey_log(doc: dict) -> dict:
     """A Portkey log as the side-by-side log :func:`from_openai` reads (its time and latency its own,
     see :func:`_call_times`); FormatError for a request that failed, or a log exported without its bodies."""
     status, bodies = doc.get("response_status_code"), [doc.get(k) for k in ("request", "response")]
-    bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), dict) else b for b in bodies]
+    bodies = [b.get("body") if isinstance(b, dict) and isinstance(b.get("body"), (dict, str)) else b for b in bodies]
+    bodies = [_stored_json(b) for b in bodies]  # JSON text, as a CSV export or a warehouse keeps a body
     if type(status) is int and not 200 <= status < 300 or doc.get("is_success") == 0:  # 0, or false
         said = f"status {status}" if status is not None else "is_success 0"
         raise FormatError("failed_request", f"Portkey log {doc.get('id')} failed ({said}){_error_said(bodies[1])}")
