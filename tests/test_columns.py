@@ -77,6 +77,12 @@ LINES = {
                                          {"role": "user", "content": "Please?"}]),
     "audio": line(messages=[*BASE["messages"], {"role": "assistant", "content": "", "audio": {"id": "a1"}},
                             {"role": "user", "content": "Please?"}]),
+    "a LangChain tool call": line(messages=[{"role": "assistant", "content": "", "additional_kwargs": {"tool_calls": [{"id": "c"}]}},
+                                            {"role": "user", "content": "So?"}]),
+    "a LangChain call that did not parse": line(messages=[{"role": "assistant", "content": "", "invalid_tool_calls": [{"id": "c"}]},
+                                                          {"role": "user", "content": "So?"}]),
+    "LangChain without calls": line(messages=[{"role": "assistant", "content": "", "additional_kwargs": {"tool_calls": []},
+                                               "invalid_tool_calls": []}, {"role": "user", "content": "So?"}]),
     "tool calls null or empty": line(messages=[{"role": "assistant", "content": "", "tool_calls": None},
                                                {"role": "assistant", "content": "", "tool_calls": [], "function_call": {}},
                                                {"role": "user", "content": "So?"}]),
@@ -142,7 +148,8 @@ def test_a_message_holding_tool_calls_audio_or_a_refusal_is_read_as_every_other_
     refused (a chat read without them, an empty assistant turn, then a tool's answer to nothing, is
     not the one the model was served), audio refused, a refusal the text of its empty turn."""
     for name, reason in (("a tool call", "tool_call_in_prompt"), ("a function call", "tool_call_in_prompt"),
-                         ("audio", "non_text_content")):
+                         ("a LangChain tool call", "tool_call_in_prompt"),
+                         ("a LangChain call that did not parse", "tool_call_in_prompt"), ("audio", "non_text_content")):
         assert columns.parse_lines([LINES[name]]) is None
         with pytest.raises(traces.InvalidTrace) as e:
             traces.decode(LINES[name])
@@ -152,6 +159,7 @@ def test_a_message_holding_tool_calls_audio_or_a_refusal_is_read_as_every_other_
     assert batch_exact(BATCHES["an earlier refusal"])[0]["messages"][2] == {"role": "assistant", "content": "No."}
     assert columns.parse_batch(BATCHES["an earlier refusal"])[1].tolist() == [1]
     assert exact(LINES["tool calls null or empty"])["messages"][-1] == {"role": "user", "content": "So?"}
+    assert exact(LINES["LangChain without calls"])["messages"][0] == {"role": "assistant", "content": ""}
     (row,) = batch_exact(BATCHES["a tool call"])[:1]
     assert row is None and columns.parse_batch(BATCHES["a tool call"])[1].tolist() == [1]
     assert columns.parse_batch(BATCHES["tool calls null"])[1].tolist() == [0, 1]

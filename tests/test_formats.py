@@ -1006,10 +1006,14 @@ def test_litellms_logs_of_calls_take_their_times_and_a_failed_call_is_a_failed_r
 
 def test_litellms_logs_of_other_apis_are_read_as_their_bodies_are():
     """LiteLLM logs the answer of the API it served: Anthropic's messages API (its /v1/messages, as
-    Claude Code calls it), the Responses API (the input logged as its messages); read as Helicone's
-    bodies are, the prompt's count with its cached tokens, the call's times LiteLLM's."""
+    Claude Code calls it), the Responses API (the input logged as its messages, its parameters under
+    model_parameters); read as Helicone's bodies are, the prompt's count with its cached tokens, the
+    call's times LiteLLM's. LiteLLM leaves Anthropic's system prompt out of its logs (as prompt
+    content, with the messages), but for a system message among them: without one, the prompt served
+    cannot be told."""
     payload = {"id": "chatcmpl-2", "call_type": "anthropic_messages", "status": "success", "model": "claude-sonnet-4-5",
                "startTime": 1795340460.0, "endTime": 1795340461.5, "cache_hit": None,
+               "model_parameters": {"max_tokens": 64, "system": "Be brief."},
                "messages": [{"role": "user", "content": [{"type": "text", "text": "What is 2 plus 3?"}]}],
                "response": {"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
                             "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn",
@@ -1018,17 +1022,27 @@ def test_litellms_logs_of_other_apis_are_read_as_their_bodies_are():
     (t,) = normalize(payload, "auto")
     assert (t["trace_id"], t["completion"], t["start_time"], t["latency_ms"]) == (
         "msg_2", "5", "2026-11-22T09:41:00+00:00", 1500.0)
-    assert t["messages"] == [{"role": "user", "content": "What is 2 plus 3?"}]
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
     assert t["usage"] == {"prompt_tokens": 2060, "completion_tokens": 3, "total_tokens": 2063}
-    responses = {**payload, "call_type": "aresponses", "messages": [{"role": "user", "content": "What is 2 plus 3?"}],
-                 "response": RESPONSES_RESPONSE}
-    (r,) = normalize(responses, "auto")
-    assert (r["trace_id"], r["completion"], r["messages"], r["latency_ms"]) == ("resp_1", "5", t["messages"], 1500.0)
+    with pytest.raises(FormatError, match="holds no system prompt") as e:
+        normalize({**payload, "model_parameters": {"max_tokens": 64}}, "auto")
+    assert e.value.reason == "invalid_field"
     call = {**payload, "response": {**payload["response"], "content": [
         {"type": "tool_use", "id": "t1", "name": "add", "input": {}}], "stop_reason": "tool_use"}}
     with pytest.raises(FormatError, match="the answer is a tool call") as e:
         normalize(call, "auto")
     assert e.value.reason == "no_text_answer"
+    responses = {**payload, "call_type": "aresponses", "model_parameters": {"instructions": "Be brief."},
+                 "messages": [{"role": "user", "content": "What is 2 plus 3?"}], "response": RESPONSES_RESPONSE}
+    (r,) = normalize(responses, "auto")
+    assert (r["trace_id"], r["completion"], r["messages"], r["latency_ms"]) == ("resp_1", "5", t["messages"], 1500.0)
+    for continued in ({**responses, "model_parameters": {"previous_response_id": "resp_0"}},
+                      {**responses, "response": {**RESPONSES_RESPONSE, "previous_response_id": "resp_0"}}):
+        with pytest.raises(FormatError, match="continues a conversation the Responses API kept") as e:
+            normalize(continued, "auto")
+        assert e.value.reason == "invalid_field"
+    # Other calls of LiteLLM's (embeddings, images) are no chat: in no format, as before.
+    assert detect({**payload, "call_type": "aembedding", "response": {"data": [], "object": "list"}}) is None
 
 
 def test_a_rating_kept_as_text_is_a_number():

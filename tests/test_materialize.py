@@ -823,7 +823,8 @@ def test_versions_staged_by_runs_killed_long_ago_are_removed_by_the_next_run(tmp
     fs, root = fsspec.core.url_to_fs(out)
     now = datetime.now(timezone.utc)
     old, recent = (datasets._staged_name(now - age) for age in (datasets.STALE_STAGING + HOUR, datasets.STALE_STAGING - HOUR))
-    others = [".tmp-" + uuid.uuid4().hex, ".tmp-19990101T000000Z-mine"]  # no time, or no staging's name
+    others = [".tmp-" + uuid.uuid4().hex, ".tmp-19990101T000000Z-mine",  # no time, or no staging's name,
+              ".tmp-20261399T000000Z-" + uuid.uuid4().hex]  # or no day of the calendar
     for name in (old, recent, *others):
         fs.makedirs(f"{root}/{name}/traces", exist_ok=True)
         fs.pipe(f"{root}/{name}/traces/part-00000.parquet", b"PAR1")
@@ -835,6 +836,19 @@ def test_versions_staged_by_runs_killed_long_ago_are_removed_by_the_next_run(tmp
     assert [r.getMessage() for r in caplog.records if "staged by a run" in r.getMessage()] == [
         f"removed {out}/{old}, staged by a run that stopped before publishing it"]
     assert run(tmp_path / "a.jsonl", out).version == m.version and fs.exists(f"{root}/LATEST")
+
+
+def test_a_version_whose_staged_parts_another_run_removed_is_not_published(tmp_path):
+    """Another run takes a live run's staging for a stale one only if a clock is days off (or the run
+    lasts days): the live run then publishes nothing, rather than a manifest of parts that are gone."""
+    out = datasets.Output(tmp_path / "out")
+    staging = out.staging()
+    parts = [staging.write_part("traces", i, pa.table({"n": [i]})) for i in range(2)]
+    staging.add_table("traces", pa.schema([("n", pa.int64())]), parts)
+    os.remove(f"{staging.dir}/traces/part-00000.parquet")
+    with pytest.raises(FileNotFoundError, match=r"the staged parts \['traces/part-00000.parquet'\] of .* are gone"):
+        staging.publish("20261122T100000-20261122T110000-abc")
+    assert os.listdir(tmp_path / "out") == []
 
 
 def test_a_full_disk_is_named_with_the_room_each_folder_has_and_leaves_nothing(tmp_path, monkeypatch, caplog, capsys):

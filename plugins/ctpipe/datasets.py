@@ -279,6 +279,15 @@ def _staged_name(now: datetime) -> str:
     return f".tmp-{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex}"
 
 
+def _staged_at(name: str) -> datetime | None:
+    """When the version staged under ``name`` began (see :func:`_staged_name`); None for another name."""
+    found = _STAGED.fullmatch(name)
+    try:
+        return datetime.strptime(found[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc) if found else None
+    except ValueError:  # no day of the calendar: not a name this module gave
+        return None
+
+
 class Staging:
     """A version being written: hidden until :meth:`publish`."""
 
@@ -318,6 +327,17 @@ class Staging:
                             "parts_xxh3_128": [p["digest"] for p in parts], "sha256": digest}
         self.schemas[name] = schema.to_string(show_schema_metadata=False)
 
+    def _all_there(self) -> None:
+        """Raise, and remove what is left, when a part listed is not in the staged folder: another run
+        took it for a stale one's (see :data:`STALE_STAGING`: its clock days ahead, or this run longer
+        than that), and a manifest naming it would publish a version that cannot be read."""
+        staged = {path.rstrip("/") for path in self.output.fs.find(self.dir)}
+        missing = [part for table in self.files.values() for part in table["parts"] if f"{self.dir}/{part}" not in staged]
+        if missing:
+            self.discard()
+            raise FileNotFoundError(f"the staged parts {missing[:3]} of {self.output.uri} are gone: another run removed "
+                                    f"{self.dir} as staged more than {STALE_STAGING} before (is a machine's clock off?)")
+
     def discard(self) -> None:
         if self.output.fs.exists(self.dir):
             self.output.fs.rm(self.dir, recursive=True)
@@ -329,6 +349,7 @@ class Staging:
         if out.fs.exists(f"{final}/manifest.json"):  # the same content was published before (or concurrently)
             self.discard()
         else:
+            self._all_there()
             if out.local:
                 try:
                     os.rename(self.dir, final)
@@ -436,8 +457,8 @@ class Output:
         finally:
             self.fs.invalidate_cache(self.root)  # s3fs would answer from this listing, for LATEST say, hours on
         for name in names:
-            began = _STAGED.fullmatch(name)
-            if began and now - datetime.strptime(began[1], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc) > STALE_STAGING:
+            began = _staged_at(name)
+            if began is not None and now - began > STALE_STAGING:
                 try:
                     self.fs.rm(f"{self.root}/{name}", recursive=True)
                     log.info("removed %s/%s, staged by a run that stopped before publishing it", self.uri, name)

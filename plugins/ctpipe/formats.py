@@ -198,10 +198,34 @@ def _redacted(doc: dict) -> bool:
         isinstance(m, dict) and m.get("content") == _LITELLM_REDACTED for m in messages)
 
 
+# LiteLLM's types of calls of APIs other than chat completions that give an answer to train on
+# (Anthropic's messages API, the Responses API); its logs of chat completions are OpenAI's shape.
+_LITELLM_CALLS = ("anthropic_messages", "responses", "aresponses")
+
+
 def _litellm(doc: dict) -> bool:
-    """Whether ``doc`` is LiteLLM's log of a call (its ``StandardLoggingPayload``): the request's
-    ``messages`` beside the call's type and the response, whichever API answered it."""
-    return "call_type" in doc and "messages" in doc and "response" in doc
+    """Whether ``doc`` is LiteLLM's log (its ``StandardLoggingPayload``) of a call of an API other than
+    chat completions (:data:`_LITELLM_CALLS`): the request's ``messages`` beside the response."""
+    return doc.get("call_type") in _LITELLM_CALLS and "messages" in doc and "response" in doc
+
+
+def _litellm_request(doc: dict, response: dict) -> dict:
+    """The request of LiteLLM's log of a call of another API, as that API's: its messages, and the
+    parameters LiteLLM keeps apart (``model_parameters``: the Responses API's ``instructions`` and
+    ``previous_response_id``; not Anthropic's ``system``, which LiteLLM leaves out of its logs as
+    prompt content, so that a call whose system prompt is not there is ``invalid_field``: the
+    prompt served cannot be told)."""
+    params = doc.get("model_parameters") if isinstance(doc.get("model_parameters"), dict) else {}
+    request = {**params, "messages": doc.get("messages")}
+    if response.get("object") == "response":  # the input, which LiteLLM logs as its messages
+        return {**request, "input": request.pop("messages")}
+    messages = request["messages"] if isinstance(request["messages"], list) else []
+    if "content" in response and not request.get("system") and not any(
+            isinstance(m, dict) and m.get("role") == "system" for m in messages):
+        raise FormatError("invalid_field", f"call {doc.get('id')}: LiteLLM's log of an Anthropic messages call holds "
+                                           "no system prompt (LiteLLM leaves `system` out of its logs): the prompt "
+                                           "served cannot be told")
+    return request
 
 
 def _failed_call(doc: dict) -> bool:
@@ -508,15 +532,16 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     reasoning is dropped, as a reasoning model's is; its tools' calls and results are tool calls; a
     request continuing an earlier response server-side (``previous_response_id``, ``conversation``)
     is refused, its prompt missing the turns before."""
-    for key in ("previous_response_id", "conversation"):
-        if request.get(key):
-            raise FormatError("invalid_field", f"{where}request.{key}={str(request[key])[:80]!r}: the prompt continues "
+    for key in ("previous_response_id", "conversation"):  # the response repeats them, where a log keeps no request's
+        if found := request.get(key) or response.get(key):
+            raise FormatError("invalid_field", f"{where}request.{key}={str(found)[:80]!r}: the prompt continues "
                                                "a conversation the Responses API kept, whose turns the log does not hold")
     if response.get("status") == "failed":
         raise FormatError("failed_request", f"{where}response {response.get('id')} failed: {str(response.get('error'))[:300]}")
     items = request.get("input")
     items = [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else []
-    system = [{"role": "system", "content": request["instructions"]}] if request.get("instructions") else []
+    instructions = request.get("instructions") or response.get("instructions")
+    system = [{"role": "system", "content": instructions}] if instructions else []
     messages = []
     for i, item in enumerate(items):
         if not isinstance(item, dict) or item.get("type") == "reasoning":
@@ -606,9 +631,10 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         return
     if _failed_call(doc):
         raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
-    if doc.get("cache_hit") is True and _litellm(doc):
+    if doc.get("cache_hit") is True and "call_type" in doc:  # LiteLLM's
+        stored = doc.get("response") if isinstance(doc.get("response"), dict) else {}
         raise FormatError("duplicate", f"call {doc.get('id')} is a cache hit: LiteLLM answered with the stored answer "
-                                       f"of another call ({_need(doc, 'response', dict, '').get('id')})")
+                                       f"of another call ({stored.get('id')})")
     if _portkey(doc):
         doc = _portkey_log(doc)
     if _redacted(doc):
@@ -617,8 +643,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
     response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
     if "choices" not in response:  # another API's bodies, as gateways log them: Anthropic's, the Responses API's, ...
-        if response.get("object") == "response" and "input" not in request:  # LiteLLM logs the input as its messages
-            request = {**request, "input": request.get("messages")}
+        if _litellm(doc):
+            request = _litellm_request(doc, response)
         request, response = _chat_bodies(request, response, f"call {response.get('id')}", "request") or (request, response)
     messages = _need(request, "messages", list, "request.")
     rid = _need(response, "id", str, "response.")

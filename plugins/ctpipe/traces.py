@@ -18,7 +18,8 @@ A record (fields not listed here are ignored; other formats are mapped onto it b
                       the request's chat, with at least one user message; the last one is the prompt, not blank.
                       As OpenAI's messages, as every other format reads them: an assistant's ``refusal`` is
                       its text where its content is empty; one holding tool calls (``tool_calls`` or
-                      ``function_call``, other than null or empty) is refused as ``tool_call_in_prompt``,
+                      ``function_call``, other than null or empty, or LangChain's: the same under
+                      ``additional_kwargs``, or ``invalid_tool_calls``) is refused as ``tool_call_in_prompt``,
                       one holding ``audio`` as ``non_text_content``
     completion        str, not blank: the model's answer
     usage             {"prompt_tokens": int, "completion_tokens": int, "total_tokens": int}, 0 to 2**63 - 1
@@ -53,15 +54,26 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES = get_args(Role)
 
 
+_NO_CALLS = Annotated[list[Any], msgspec.Meta(max_length=0)] | None
+_NO_CALL = Annotated[dict[str, Any], msgspec.Meta(max_length=0)] | None
+
+
+class _LangChainKwargs(msgspec.Struct, frozen=True):  # where LangChain's messages keep OpenAI's calls
+    tool_calls: _NO_CALLS = None
+    function_call: _NO_CALL = None
+
+
 class Message(msgspec.Struct, frozen=True):
     role: Role
     content: str
     refusal: str | None = None  # what an assistant said in refusing, its content empty
     # Read only to be refused: the messages are text, and a chat read without its calls (an empty
     # assistant turn, then a tool's answer to nothing) or its audio is not the one the model was served.
-    tool_calls: Annotated[list[Any], msgspec.Meta(max_length=0)] | None = None
-    function_call: Annotated[dict[str, Any], msgspec.Meta(max_length=0)] | None = None
+    tool_calls: _NO_CALLS = None
+    function_call: _NO_CALL = None
     audio: None = None
+    additional_kwargs: _LangChainKwargs | None = None
+    invalid_tool_calls: _NO_CALLS = None
 
 
 class ModelRef(msgspec.Struct, frozen=True):
@@ -191,7 +203,7 @@ def _whole_characters(rec: TraceRecord) -> TraceRecord:
     return rec
 
 
-_NOT_TEXT = re.compile(r"`\$\.messages\[(\d+)\]\.(tool_calls|function_call|audio)`")
+_NOT_TEXT = re.compile(r"`\$\.messages\[(\d+)\]\.((?:additional_kwargs\.)?(?:tool_calls|function_call)|invalid_tool_calls|audio)`")
 
 
 def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
