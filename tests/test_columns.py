@@ -744,6 +744,10 @@ OTEL_LINES = {
     "unknown role": otel_line(inputs=[{"role": "bot", "parts": []}, GENAI_INPUT[1]]),
     "content outside parts": otel_line(inputs=[{"role": "user", "content": "hi"}]),
     "an image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "image", "url": "u"}, {"type": "text", "content": "hi"}]}]),
+    "pydantic-ai's image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": "hi"},
+                                                                           {"type": "image-url", "url": "u"}]}]),
+    "Semantic Kernel's operation": otel_line(gen_ai__operation__name="chat.completions"),
+    "an embedding's operation": otel_line(gen_ai__operation__name="embeddings"),
     "a part without content": otel_line(inputs=[{"role": "user", "parts": [{"type": "text"}]}]),
     "a tool call in the prompt": otel_line(inputs=[
         {"role": "user", "parts": [{"type": "text", "content": "2 plus 3?"}]},
@@ -962,7 +966,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
             "older names and the current", "older JSON names", "older JSON names, texts only",
             "older JSON names, a part without text", "older JSON names without a content",
             "older JSON names with a duplicate key", "older JSON names and the current",
-            "older JSON names and flattened"} <= taken
+            "older JSON names and flattened", "Semantic Kernel's operation"} <= taken
     assert not taken & {"a tool call in the prompt", "a tool's result in the prompt", "older names, a tool call in the prompt",
                         "an earlier refusal", "older names, a tool block as JSON",
                         "older names, text and a tool call", "an answer of text and a tool call",
@@ -983,6 +987,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "system instructions an object", "an agent's span", "an operation as a number", "content on events",
                         "content on events beside a GenAI span", "older names, an embedding by its request type",
                         "older names, a rerank by its request type", "a request type as a number", "an answer an error broke off",
+                        "pydantic-ai's image part", "an embedding's operation",
                         "an answer a safety check stopped", "older names, a choice refused", "a failed call's span"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():

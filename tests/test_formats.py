@@ -564,6 +564,43 @@ CONTENTLESS = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "
                kv("gen_ai.usage.output_tokens", 3)]
 
 
+def test_other_instrumentations_shapes_of_a_model_call_are_read():
+    """Semantic Kernel names its calls' operations its own way (chat.completions, ...), and its Python
+    SDK logs an event's body as JSON text; Strands Agents (semconv's latest, opted in) puts the
+    call's details on a span event rather than a log record."""
+    answer = [{"role": "assistant", "parts": _parts(["4"], "content"), "finish_reason": "stop"}]
+    ask = [{"role": "user", "parts": _parts(["2+2?"], "content")}]
+    for operation in ("chat.completions", "chat.streaming_completions", "text.completions", "text.streaming_completions"):
+        (t,) = normalize(otlp([kv("gen_ai.operation.name", operation), kv("gen_ai.request.model", "m"),
+                               kv("gen_ai.input.messages", json.dumps(ask)), kv("gen_ai.output.messages", json.dumps(answer))]),
+                         "otel")
+        assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "2+2?"}], "4"), operation
+    spoken = logs({**event("gen_ai.user.message"), "body": {"stringValue": json.dumps({"role": "user", "content": "2+2?"})}},
+                  {**event("gen_ai.choice"), "body": {"stringValue": json.dumps(
+                      {"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"})}})
+    chat = [kv("gen_ai.operation.name", "chat.completions"), *CONTENTLESS[1:]]
+    (t,) = _with_logs(otlp(chat), spoken)
+    assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "2+2?"}], "4")
+    details = {"name": "gen_ai.client.inference.operation.details", "timeUnixNano": "1795340000100000000",
+               "attributes": [kv("gen_ai.input.messages", json.dumps(ask)), kv("gen_ai.output.messages", json.dumps(answer))]}
+    (t,) = _with_logs(otlp(CONTENTLESS, [details]))
+    assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "2+2?"}], "4")
+
+
+def test_pydantic_ai_and_adk_media_parts_are_not_text():
+    """pydantic-ai (its instrumentation before version 4) and Google ADK name their media parts their
+    own way: a prompt that showed the model one is refused, not read as the question without it."""
+    for part in ({"type": "image-url", "url": "https://x/cat.png"}, {"type": "binary", "media_type": "image/png", "content": "iVBO"},
+                 {"type": "audio-url", "url": "u"}, {"type": "video-url", "url": "u"}, {"type": "document-url", "url": "u"},
+                 {"type": "file_data", "mime_type": "image/png", "uri": "gs://b/cat.png"}):
+        ask = [{"role": "user", "parts": [*_parts(["What is in this image?"], "content"), part]}]
+        span = otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps(ask)),
+                     kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["A cat."], "content")}]))])
+        with pytest.raises(FormatError, match=f"holds a part of type {part['type']}") as e:
+            normalize(span, "otel")
+        assert e.value.reason == "non_text_content"
+
+
 def test_a_model_calls_span_without_content_or_log_records_of_it_is_no_content_saying_how_to_record_it():
     """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and

@@ -346,11 +346,13 @@ def _usage(prompt_tokens: Any, completion_tokens: Any, total_tokens: Any, answer
 
 
 # Parts that a text dataset cannot hold: OpenAI's (``image_url``, ``input_audio``, ``file``; its
-# Responses API's ``input_image``, ``input_file``), semconv's (``blob``, ``uri``, ``file``) and
-# Anthropic's (``image``, ``document``), as Langfuse keeps its inputs.
+# Responses API's ``input_image``, ``input_file``), semconv's (``blob``, ``uri``, ``file``),
+# Anthropic's (``image``, ``document``), as Langfuse keeps its inputs, pydantic-ai's before its
+# instrumentation's version 4 (``image-url``, ``audio-url``, ``video-url``, ``document-url``,
+# ``binary``) and Google ADK's (``file_data``).
 # A prompt that showed the model one reads as another question without it, so its trace is refused.
 MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "image", "document", "input_image",
-                         "input_file"})
+                         "input_file", "image-url", "audio-url", "video-url", "document-url", "binary", "file_data"})
 # Tool calls in a prompt, as semconv's parts (a call, and the result that answers it) and as OpenAI's
 # message fields: the dataset's messages are text, and a chat read without its calls (an empty
 # assistant turn, then a tool's answer to nothing) is not the one the model was served.
@@ -1247,7 +1249,9 @@ def _bedrock_latency(response: dict | list) -> float:
 # The operations of a span that is a model call (or none: older instrumentations name none). An
 # agent's span (invoke_agent, create_agent) carries messages too, the whole conversation's or its
 # final answer, which the model calls under it already hold; a tool's or an embedding's is no answer.
-MODEL_CALLS = ("chat", "text_completion", "generate_content")
+MODEL_CALLS = ("chat", "text_completion", "generate_content",
+               # Semantic Kernel's own names for them (.NET and Python)
+               "chat.completions", "chat.streaming_completions", "text.completions", "text.streaming_completions")
 # What a span without an operation's name says it is, where its instrumentation predates them
 # (OpenLLMetry's ``llm.request.type``): not a model call, when an embedding's or a rerank's.
 OTHER_REQUESTS = ("embedding", "rerank")
@@ -1910,13 +1914,16 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     details, messages, choices, evaluations = {}, [], [], []
     for ev in _objects(span, "events", f"span {span_id}: "):  # as Azure AI Inference's tracing writes them
         name, e = ev.get("name"), _attrs(ev.get("attributes"))
-        if isinstance(name, str) and (name == "gen_ai.choice" or _MESSAGE_EVENT.fullmatch(name)) \
+        if name == "gen_ai.client.inference.operation.details":  # as a log record's, but on the span (Strands')
+            details.update(e)
+        elif isinstance(name, str) and (name == "gen_ai.choice" or _MESSAGE_EVENT.fullmatch(name)) \
                 and isinstance(e.get("gen_ai.event.content"), str):
             body = _event_content(e["gen_ai.event.content"], f"span {span_id}: {name}'s gen_ai.event.content")
             choices.append(body) if name == "gen_ai.choice" else messages.append((_MESSAGE_EVENT.fullmatch(name)[1], body))
     for record in _in_time_order(records):
         name = _event_name(record)
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
+        body = _stored_json(body)  # JSON text, as Semantic Kernel's Python logs an event's body
         body = body if isinstance(body, dict) else {}
         if name == "gen_ai.client.inference.operation.details":
             details.update(_attrs(record.get("attributes")))
