@@ -604,11 +604,18 @@ def test_pydantic_ai_and_adk_media_parts_are_not_text():
 def test_a_model_calls_span_without_content_or_log_records_of_it_is_no_content_saying_how_to_record_it():
     """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and
-    said nothing. A span that names no operation is another kind of span, passed over as before."""
+    said nothing. So does a span that names no operation but the model it asked (an older OpenLLMetry's,
+    or one whose instrumentation records content elsewhere: the Vercel AI SDK's, Google ADK's). A span
+    that names neither is another kind of span, passed over as before."""
     (silent,) = _with_logs(otlp(CONTENTLESS), logs(event("gen_ai.user.message", {"content": "Hi"}, span="other")))
     assert silent.reason == "no_content" and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in str(silent)
     assert str(silent).startswith(f"span {SPAN_ID}: a chat call's span holds no prompt or answer")
-    assert normalize(otlp(CONTENTLESS[1:]), "otel") == []  # no operation named: as the /health span beside it
+    vercel = otlp([*CONTENTLESS[1:], kv("ai.prompt.messages", json.dumps([{"role": "user", "content": "Hi"}])),
+                   kv("ai.response.text", "Hello")])
+    (unread,) = _with_logs(vercel)
+    assert unread.reason == "no_content" and "ai.prompt.messages" in str(unread)
+    assert str(unread).startswith(f"span {SPAN_ID}: a span of a call of gpt-4o-mini (no operation named) holds")
+    assert normalize(otlp(CONTENTLESS[3:]), "otel") == []  # neither named: as the /health span beside it
     assert normalize(logs({"body": {"stringValue": "GET /health 200"}, "severityNumber": 9}), "otel") == []  # no GenAI event
 
 

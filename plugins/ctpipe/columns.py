@@ -1308,7 +1308,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     json_named = ~current & older_json
     flattened = model_call & ~current & ~older_json & (attrs.count(_PROMPT_KEYS) > 0)
     genai = current | json_named | flattened
-    silent = model_call & (operation_at >= 0) & ~genai  # a model call without content: the reader's no_content
+    # A span that says it is a model call (formats._says_model_call), without content: the reader's no_content.
+    silent = model_call & ((operation_at >= 0) | attrs.has("gen_ai.request.model")) & ~genai
     sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & request_ok & ~silent
     sure &= attrs.count(_TEXT_PROMPT) == 0
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]

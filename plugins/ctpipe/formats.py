@@ -1257,6 +1257,14 @@ MODEL_CALLS = ("chat", "text_completion", "generate_content",
 OTHER_REQUESTS = ("embedding", "rerank")
 
 
+def _says_model_call(a: dict) -> bool:
+    """Whether a span of attributes ``a`` says it is a model call's, whether or not its content is
+    where this reader looks: it names its operation, or the model it asked (a span of the Vercel AI
+    SDK, of Google ADK's or of an older OpenLLMetry not recording content). Such a span without
+    content is ``no_content``, counted, rather than passed over as an HTTP span is."""
+    return "gen_ai.operation.name" in a or "gen_ai.request.model" in a
+
+
 def model_call(a: dict) -> bool:
     """Whether a span of attributes ``a`` is a model call's."""
     if "gen_ai.operation.name" in a:
@@ -1636,8 +1644,8 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         return []
     a = _with_content_events(span, a)
     content = content_of(a, f"span {span_id}")
-    if content is None:
-        return None if "gen_ai.operation.name" in a else []  # without one, any other span: HTTP, DB, ...
+    if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
+        return None if _says_model_call(a) else []
     messages, answers = content
     status = span.get("status") if isinstance(span.get("status"), dict) else {}
     if status.get("code") in (2, "2", "STATUS_CODE_ERROR"):  # a failed call's span: a blank answer is no answer
@@ -1947,10 +1955,15 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     span = {**span, "events": [*_objects(span, "events", f"span {span_id}: "), *evaluations]}
     found = _span_traces(span, span_id, {"service.version": version}, a, content)
     if found is None:
-        raise FormatError("no_content", f"span {span_id}: a {a['gen_ai.operation.name']} call's span "
+        operation = a.get("gen_ai.operation.name")
+        what = f"a {operation} call's span" if operation else \
+            f"a span of a call of {a.get('gen_ai.request.model')} (no operation named)"
+        raise FormatError("no_content", f"span {span_id}: {what} "
                                         "holds no prompt or answer, nor do log records of its events: instrumentations "
                                         "record them only when asked to (such as "
-                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
+                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), and some elsewhere "
+                                        "than the GenAI attributes and events read here (the Vercel AI SDK's "
+                                        "ai.prompt.messages, Google ADK's gcp.vertex.agent.llm_request)")
     return found
 
 
