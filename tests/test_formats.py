@@ -587,6 +587,39 @@ def test_other_instrumentations_shapes_of_a_model_call_are_read():
     assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "2+2?"}], "4")
 
 
+def test_the_vercel_ai_sdks_model_call_spans_are_read_from_its_own_attributes():
+    """The Vercel AI SDK's doGenerate/doStream spans name no operation and keep their content in its own
+    attributes (ai.prompt.messages, ai.response.text, ai.response.toolCalls); its outer spans
+    (ai.generateText), which hold the whole run's prompt and answer again, are passed over."""
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "2+2?"}]}]
+    inner = [kv("operation.name", "ai.generateText.doGenerate"), kv("ai.model.id", "gpt-4o-mini"),
+             kv("ai.prompt.messages", json.dumps(prompt)), kv("ai.response.text", "4"), kv("ai.response.finishReason", "stop"),
+             kv("ai.usage.promptTokens", 20), kv("ai.usage.completionTokens", 1)]
+    outer = [kv("operation.name", "ai.generateText"), kv("ai.model.id", "gpt-4o-mini"),
+             kv("ai.prompt", json.dumps({"system": "Be brief.", "prompt": "2+2?"})), kv("ai.response.text", "4")]
+    (t,) = normalize(otlp(inner), "otel")
+    assert (t["messages"], t["completion"], t["model"]["name"]) == (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4", "gpt-4o-mini")
+    assert t["usage"] == {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}
+    (g,) = normalize(otlp([*inner, kv("gen_ai.request.model", "gpt-4o-mini"), kv("gen_ai.response.model", "gpt-4o-mini-2024"),
+                           kv("gen_ai.usage.input_tokens", 21)]), "otel")
+    assert (g["model"]["name"], g["usage"]["prompt_tokens"]) == ("gpt-4o-mini-2024", 21)  # its GenAI names win
+    assert normalize(otlp(outer), "otel") == []
+    call = json.dumps([{"toolCallType": "function", "toolCallId": "c1", "toolName": "add", "args": "{}"}])
+    for change, reason, says in [
+        ([kv("ai.response.toolCalls", call), kv("ai.response.finishReason", "tool-calls"), kv("ai.response.text", "")],
+         "no_text_answer", "the answer is a tool call"),
+        ([kv("ai.response.finishReason", "content-filter")], "no_text_answer", "stopped by the content filter"),
+        ([kv("ai.prompt.messages", json.dumps([*prompt, {"role": "assistant", "content": [
+            {"type": "tool-call", "toolCallId": "c1", "toolName": "add", "args": {}}]}]))],
+         "tool_call_in_prompt", "holds a part of type tool-call"),
+    ]:
+        attributes = list({a["key"]: a for a in [*inner, *change]}.values())
+        with pytest.raises(FormatError, match=says) as e:
+            normalize(otlp(attributes), "otel")
+        assert e.value.reason == reason
+
+
 def test_pydantic_ai_and_adk_media_parts_are_not_text():
     """pydantic-ai (its instrumentation before version 4) and Google ADK name their media parts their
     own way: a prompt that showed the model one is refused, not read as the question without it."""
@@ -605,15 +638,15 @@ def test_a_model_calls_span_without_content_or_log_records_of_it_is_no_content_s
     """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and
     said nothing. So does a span that names no operation but the model it asked (an older OpenLLMetry's,
-    or one whose instrumentation records content elsewhere: the Vercel AI SDK's, Google ADK's). A span
+    or one whose instrumentation records content elsewhere: Google ADK's). A span
     that names neither is another kind of span, passed over as before."""
     (silent,) = _with_logs(otlp(CONTENTLESS), logs(event("gen_ai.user.message", {"content": "Hi"}, span="other")))
     assert silent.reason == "no_content" and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in str(silent)
     assert str(silent).startswith(f"span {SPAN_ID}: a chat call's span holds no prompt or answer")
-    vercel = otlp([*CONTENTLESS[1:], kv("ai.prompt.messages", json.dumps([{"role": "user", "content": "Hi"}])),
-                   kv("ai.response.text", "Hello")])
-    (unread,) = _with_logs(vercel)
-    assert unread.reason == "no_content" and "ai.prompt.messages" in str(unread)
+    adk = otlp([*CONTENTLESS[1:], kv("gcp.vertex.agent.llm_request", json.dumps({"contents": [{"role": "user", "parts": [
+        {"text": "Hi"}]}]})), kv("gcp.vertex.agent.llm_response", json.dumps({"content": {"parts": [{"text": "Hello"}]}}))])
+    (unread,) = _with_logs(adk)
+    assert unread.reason == "no_content" and "gcp.vertex.agent.llm_request" in str(unread)
     assert str(unread).startswith(f"span {SPAN_ID}: a span of a call of gpt-4o-mini (no operation named) holds")
     assert normalize(otlp(CONTENTLESS[3:]), "otel") == []  # neither named: as the /health span beside it
     assert normalize(logs({"body": {"stringValue": "GET /health 200"}, "severityNumber": 9}), "otel") == []  # no GenAI event

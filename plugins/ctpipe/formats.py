@@ -356,7 +356,7 @@ MEDIA_PARTS = frozenset({"image_url", "input_audio", "file", "blob", "uri", "ima
 # Tool calls in a prompt, as semconv's parts (a call, and the result that answers it) and as OpenAI's
 # message fields: the dataset's messages are text, and a chat read without its calls (an empty
 # assistant turn, then a tool's answer to nothing) is not the one the model was served.
-TOOL_PARTS = frozenset({"tool_call", "tool_call_response"})
+TOOL_PARTS = frozenset({"tool_call", "tool_call_response", "tool-call", "tool-result"})  # and the Vercel AI SDK's
 TOOL_FIELDS = ("tool_calls", "function_call")
 # LangChain's messages, as Langfuse's callback handler logs them, hold their tool calls apart as well:
 # before its v3.3.4, only under additional_kwargs, in OpenAI's shape; calls that did not parse, always
@@ -1259,8 +1259,8 @@ OTHER_REQUESTS = ("embedding", "rerank")
 
 def _says_model_call(a: dict) -> bool:
     """Whether a span of attributes ``a`` says it is a model call's, whether or not its content is
-    where this reader looks: it names its operation, or the model it asked (a span of the Vercel AI
-    SDK, of Google ADK's or of an older OpenLLMetry not recording content). Such a span without
+    where this reader looks: it names its operation, or the model it asked (a span of Google ADK's, or
+    of an older OpenLLMetry not recording content). Such a span without
     content is ``no_content``, counted, rather than passed over as an HTTP span is."""
     return "gen_ai.operation.name" in a or "gen_ai.request.model" in a
 
@@ -1457,6 +1457,29 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
 CONTENT_EVENTS = {"gen_ai.content.prompt": "gen_ai.prompt", "gen_ai.content.completion": "gen_ai.completion"}
 
 
+# The Vercel AI SDK's model-call spans (ai.generateText.doGenerate, ai.streamText.doStream, ...) keep
+# their content in attributes of its own: the prompt in OpenAI's shape, the answer's text, calls and
+# finish reason apart. Its outer spans (ai.generateText) hold the whole run's, and no messages.
+VERCEL_PROMPT = "ai.prompt.messages"
+_VERCEL_FINISH = {"content-filter": "content_filter", "tool-calls": "tool_calls"}
+
+
+def _vercel_ai(a: dict) -> dict:
+    """A span's attributes with the Vercel AI SDK's content, model and counts under the older GenAI
+    names (the span's own GenAI names win)."""
+    if VERCEL_PROMPT not in a or "gen_ai.prompt" in a or "gen_ai.input.messages" in a:
+        return a
+    calls = _stored_json(a.get("ai.response.toolCalls"))  # JSON text: any but an empty list is a call
+    finish = a.get("ai.response.finishReason")
+    answer = {"role": "assistant", "content": a.get("ai.response.text") or "", "tool_calls": calls or None,
+              "finish_reason": _VERCEL_FINISH.get(finish, finish)}
+    counts = {"gen_ai.usage.input_tokens": ("ai.usage.inputTokens", "ai.usage.promptTokens"),
+              "gen_ai.usage.output_tokens": ("ai.usage.outputTokens", "ai.usage.completionTokens")}
+    given = {name: a[k] for name, keys in counts.items() for k in keys[::-1] if k in a}  # the newer name wins
+    return {"gen_ai.request.model": a.get("ai.model.id"), **given, **a, "gen_ai.prompt": a[VERCEL_PROMPT],
+            "gen_ai.completion": [answer]}
+
+
 def _with_content_events(span: dict, a: dict) -> dict:
     """A span's attributes with those of its content events, read as if on the span (the span's own win)."""
     found = {}
@@ -1642,7 +1665,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     without them."""
     if not model_call(a):
         return []
-    a = _with_content_events(span, a)
+    a = _vercel_ai(_with_content_events(span, a))
     content = content_of(a, f"span {span_id}")
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
@@ -1962,8 +1985,8 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
                                         "holds no prompt or answer, nor do log records of its events: instrumentations "
                                         "record them only when asked to (such as "
                                         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), and some elsewhere "
-                                        "than the GenAI attributes and events read here (the Vercel AI SDK's "
-                                        "ai.prompt.messages, Google ADK's gcp.vertex.agent.llm_request)")
+                                        "than the GenAI attributes and events read here (such as Google ADK's "
+                                        "gcp.vertex.agent.llm_request)")
     return found
 
 
