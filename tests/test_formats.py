@@ -567,7 +567,8 @@ CONTENTLESS = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "
 def test_other_instrumentations_shapes_of_a_model_call_are_read():
     """Semantic Kernel names its calls' operations its own way (chat.completions, ...), and its Python
     SDK logs an event's body as JSON text; Strands Agents (semconv's latest, opted in) puts the
-    call's details on a span event rather than a log record."""
+    call's details on a span event rather than a log record, and its agent's system prompt on
+    another span."""
     answer = [{"role": "assistant", "parts": _parts(["4"], "content"), "finish_reason": "stop"}]
     ask = [{"role": "user", "parts": _parts(["2+2?"], "content")}]
     for operation in ("chat.completions", "chat.streaming_completions", "text.completions", "text.streaming_completions"):
@@ -585,6 +586,15 @@ def test_other_instrumentations_shapes_of_a_model_call_are_read():
                "attributes": [kv("gen_ai.input.messages", json.dumps(ask)), kv("gen_ai.output.messages", json.dumps(answer))]}
     (t,) = _with_logs(otlp(CONTENTLESS, [details]))
     assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "2+2?"}], "4")
+    # Strands keeps the agent's system prompt on its invoke_agent span: without one here, the prompt
+    # served cannot be told.
+    strands = [*CONTENTLESS, kv("gen_ai.provider.name", "strands-agents")]
+    (refused,) = _with_logs(otlp(strands, [details]))
+    assert refused.reason == "invalid_field" and "gen_ai.agent.system_prompt" in str(refused)
+    system = {**details, "attributes": [*details["attributes"], kv("gen_ai.system_instructions", json.dumps(
+        [{"type": "text", "content": "Be brief."}]))]}
+    (t,) = _with_logs(otlp(strands, [system]))
+    assert t["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
 
 
 def test_the_vercel_ai_sdks_model_call_spans_are_read_from_its_own_attributes():

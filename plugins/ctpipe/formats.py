@@ -1659,6 +1659,9 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
                     yield found
 
 
+_STRANDS = "strands-agents"  # Strands Agents' gen_ai.system (gen_ai.provider.name, with semconv's latest)
+
+
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
     """The traces of one span of :func:`from_otel` with attributes ``a`` (none for a span that is not
     a model call), its messages and answers as ``content_of`` finds them; None for a model call
@@ -1670,6 +1673,11 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
     messages, answers = content
+    if _STRANDS in (a.get("gen_ai.system"), a.get("gen_ai.provider.name")) and not any(
+            m.get("role") == "system" for m in messages):
+        raise FormatError("invalid_field", f"span {span_id}: Strands Agents keeps an agent's system prompt on its "
+                                           "invoke_agent span (gen_ai.agent.system_prompt), not on its model calls': "
+                                           "the prompt served cannot be told")
     status = span.get("status") if isinstance(span.get("status"), dict) else {}
     if status.get("code") in (2, "2", "STATUS_CODE_ERROR"):  # a failed call's span: a blank answer is no answer
         said = f"span {span_id}: the call failed (status ERROR: {str(status.get('message') or a.get('error.type'))[:300]})"
