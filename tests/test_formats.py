@@ -630,6 +630,35 @@ def test_the_vercel_ai_sdks_model_call_spans_are_read_from_its_own_attributes():
         assert e.value.reason == reason
 
 
+def test_google_adks_model_call_spans_are_read_from_its_own_attributes():
+    """Google ADK's call_llm spans name no operation and keep the request (a Gemini request) and the
+    answer (its LlmResponse) as JSON in attributes of its own: read as Gemini's bodies are."""
+    request = {"model": "gemini-2.0-flash", "config": {"system_instruction": "Be brief.", "temperature": 0},
+               "contents": [{"role": "user", "parts": [{"text": "2+2?"}]}]}
+    response = {"content": {"role": "model", "parts": [{"text": "4"}]}, "finish_reason": "STOP",
+                "usage_metadata": {"prompt_token_count": 20, "candidates_token_count": 1, "total_token_count": 21}}
+    span = [kv("gen_ai.system", "gcp.vertex.agent"), kv("gen_ai.request.model", "gemini-2.0-flash"),
+            kv("gcp.vertex.agent.llm_request", json.dumps(request)), kv("gcp.vertex.agent.llm_response", json.dumps(response)),
+            kv("gen_ai.usage.input_tokens", 20), kv("gen_ai.usage.output_tokens", 1)]
+    (t,) = normalize(otlp(span), "otel")
+    assert (t["messages"], t["completion"], t["model"]["name"], t["usage"]["prompt_tokens"]) == (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4", "gemini-2.0-flash", 20)
+    for changed, reason, says in [
+        ({"content": {"role": "model", "parts": [{"function_call": {"name": "add", "args": {}}}]}}, "no_text_answer",
+         "the answer is a tool call"),
+        ({"finish_reason": "SAFETY"}, "no_text_answer", "stopped by the content filter"),
+        ({"content": None, "error_code": "RESOURCE_EXHAUSTED", "error_message": "quota"}, "failed_request", "quota"),
+    ]:
+        attributes = [*span[:3], kv("gcp.vertex.agent.llm_response", json.dumps({**response, **changed}))]
+        with pytest.raises(FormatError, match=says) as e:
+            normalize(otlp(attributes), "otel")
+        assert e.value.reason == reason
+    history = {**request, "contents": [*request["contents"], {"role": "model", "parts": [{"function_call": {"name": "add"}}]}]}
+    with pytest.raises(FormatError, match="holds a part of type function_call") as e:
+        normalize(otlp([*span[:2], kv("gcp.vertex.agent.llm_request", json.dumps(history)), *span[3:]]), "otel")
+    assert e.value.reason == "tool_call_in_prompt"
+
+
 def test_pydantic_ai_and_adk_media_parts_are_not_text():
     """pydantic-ai (its instrumentation before version 4) and Google ADK name their media parts their
     own way: a prompt that showed the model one is refused, not read as the question without it."""
@@ -648,15 +677,14 @@ def test_a_model_calls_span_without_content_or_log_records_of_it_is_no_content_s
     """Instrumentations record no prompt or answer unless asked to (the OpenTelemetry ones by
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT): a source of such spans gave no trace and
     said nothing. So does a span that names no operation but the model it asked (an older OpenLLMetry's,
-    or one whose instrumentation records content elsewhere: Google ADK's). A span
+    or Google ADK's not recording content). A span
     that names neither is another kind of span, passed over as before."""
     (silent,) = _with_logs(otlp(CONTENTLESS), logs(event("gen_ai.user.message", {"content": "Hi"}, span="other")))
     assert silent.reason == "no_content" and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in str(silent)
     assert str(silent).startswith(f"span {SPAN_ID}: a chat call's span holds no prompt or answer")
-    adk = otlp([*CONTENTLESS[1:], kv("gcp.vertex.agent.llm_request", json.dumps({"contents": [{"role": "user", "parts": [
-        {"text": "Hi"}]}]})), kv("gcp.vertex.agent.llm_response", json.dumps({"content": {"parts": [{"text": "Hello"}]}}))])
-    (unread,) = _with_logs(adk)
-    assert unread.reason == "no_content" and "gcp.vertex.agent.llm_request" in str(unread)
+    adk = otlp([*CONTENTLESS[1:], kv("gcp.vertex.agent.llm_request", "{}"), kv("gcp.vertex.agent.llm_response", "{}")])
+    (unread,) = _with_logs(adk)  # Google ADK's, not asked to record content
+    assert unread.reason == "no_content" and "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in str(unread)
     assert str(unread).startswith(f"span {SPAN_ID}: a span of a call of gpt-4o-mini (no operation named) holds")
     assert normalize(otlp(CONTENTLESS[3:]), "otel") == []  # neither named: as the /health span beside it
     assert normalize(logs({"body": {"stringValue": "GET /health 200"}, "severityNumber": 9}), "otel") == []  # no GenAI event

@@ -1480,6 +1480,39 @@ def _vercel_ai(a: dict) -> dict:
             "gen_ai.completion": [answer]}
 
 
+# Google ADK's model-call spans (call_llm) keep the request and answer as JSON of its own types: the
+# request a Gemini request (config.system_instruction, contents), the answer an LlmResponse (one
+# content, its finish reason and usage metadata, or an error), in the Python SDK's snake_case.
+ADK_REQUEST, ADK_RESPONSE = "gcp.vertex.agent.llm_request", "gcp.vertex.agent.llm_response"
+
+
+def _google_adk(a: dict, span_id: str) -> dict:
+    """A span's attributes with Google ADK's request and answer under the older GenAI names (the
+    span's own GenAI names win): read as Gemini's bodies are."""
+    if ADK_REQUEST not in a or "gen_ai.prompt" in a or "gen_ai.input.messages" in a:
+        return a
+    request, response = (_stored_json(a.get(k)) for k in (ADK_REQUEST, ADK_RESPONSE))
+    if not (isinstance(request, dict) and request.get("contents") and isinstance(response, dict) and response):
+        return a  # content not recorded (ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS off): no_content, as any such span
+    where = f"span {span_id}: {ADK_REQUEST}"
+    config = request.get("config") if isinstance(request.get("config"), dict) else {}
+    system = config.get("system_instruction")
+    system = {"parts": [{"text": system}]} if isinstance(system, str) else system
+    prompt = _gemini_request({"system_instruction": system, "contents": request["contents"]}, where)["messages"]
+    if response.get("error_code") or response.get("error_message"):
+        raise FormatError("failed_request", f"span {span_id}: the call failed ({response.get('error_code')}: "
+                                            f"{str(response.get('error_message'))[:300]})")
+    usage = response.get("usage_metadata") if isinstance(response.get("usage_metadata"), dict) else {}
+    (choice,) = _gemini_response({"candidates": [{"content": response.get("content"), "finishReason": response.get(
+        "finish_reason")}], "usageMetadata": {"promptTokenCount": usage.get("prompt_token_count", 0),
+                                             "candidatesTokenCount": usage.get("candidates_token_count", 0),
+                                             "thoughtsTokenCount": usage.get("thoughts_token_count", 0)}},
+                                 f"span {span_id}: {ADK_RESPONSE}")["choices"]
+    if choice[_REFUSED]:
+        raise choice[_REFUSED]
+    return {**a, "gen_ai.prompt": prompt, "gen_ai.completion": [{**choice["message"], "finish_reason": choice["finish_reason"]}]}
+
+
 def _with_content_events(span: dict, a: dict) -> dict:
     """A span's attributes with those of its content events, read as if on the span (the span's own win)."""
     found = {}
@@ -1668,7 +1701,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     without them."""
     if not model_call(a):
         return []
-    a = _vercel_ai(_with_content_events(span, a))
+    a = _google_adk(_vercel_ai(_with_content_events(span, a)), span_id)
     content = content_of(a, f"span {span_id}")
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
