@@ -1385,6 +1385,9 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
+        if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
+            raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds texts without their roles (as Spring AI "
+                                               "1.0 writes it): which role each has cannot be told")
         messages = [_prompt_message(m, f"{where}: gen_ai.prompt[{i}]") for i, m in enumerate(prompt) if isinstance(m, dict)]
         answers = [(i, _answer(m, f"{where}: completion {i}", m.get("finish_reason")))  # a message per choice,
                    for i, m in enumerate(completion) if isinstance(m, dict)]  # as the current names have them
