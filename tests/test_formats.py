@@ -660,7 +660,7 @@ def test_google_adks_model_call_spans_are_read_from_its_own_attributes():
 
 
 def test_an_older_prompt_of_texts_without_roles_says_so():
-    """Spring AI 1.0 wrote gen_ai.prompt as the messages' texts alone: whose each is cannot be told."""
+    """Spring AI 1.0 wrote gen_ai.prompt as the messages' texts alone: which role each has cannot be told."""
     span = otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"),
                  kv("gen_ai.prompt", json.dumps(["Be brief.", "2+2?"])), kv("gen_ai.completion", json.dumps(["4"]))])
     with pytest.raises(FormatError, match="gen_ai.prompt holds texts without their roles") as e:
