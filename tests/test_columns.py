@@ -749,6 +749,8 @@ OTEL_LINES = {
     "Semantic Kernel's operation": otel_line(gen_ai__operation__name="chat.completions"),
     "an embedding's operation": otel_line(gen_ai__operation__name="embeddings"),
     "a model named, no operation, no content": otel_line(gen_ai__input__messages=None, gen_ai__output__messages=None),
+    "Strands Agents' span": otel_line(gen_ai__system="strands-agents"),
+    "Strands Agents' span, its provider named": otel_line(gen_ai__provider__name="strands-agents"),
     "Google ADK's span": otel_line(gen_ai__input__messages=None, gen_ai__output__messages=None,
                                    gcp__vertex__agent__llm_request=json.dumps({"contents": [{"role": "user", "parts": [{"text": "2+3?"}]}]}),
                                    gcp__vertex__agent__llm_response=json.dumps({"content": {"role": "model", "parts": [{"text": "5"}]}})),
@@ -997,7 +999,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "content on events beside a GenAI span", "older names, an embedding by its request type",
                         "older names, a rerank by its request type", "a request type as a number", "an answer an error broke off",
                         "pydantic-ai's image part", "an embedding's operation", "a model named, no operation, no content",
-                        "the Vercel AI SDK's span", "Google ADK's span",
+                        "the Vercel AI SDK's span", "Google ADK's span", "Strands Agents' span",
+                        "Strands Agents' span, its provider named",
                         "an answer a safety check stopped", "older names, a choice refused", "a failed call's span"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():

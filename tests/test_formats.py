@@ -615,6 +615,13 @@ def test_the_vercel_ai_sdks_model_call_spans_are_read_from_its_own_attributes():
                            kv("gen_ai.usage.input_tokens", 21)]), "otel")
     assert (g["model"]["name"], g["usage"]["prompt_tokens"]) == ("gpt-4o-mini-2024", 21)  # its GenAI names win
     assert normalize(otlp(outer), "otel") == []
+    # generateObject's answer, the object as JSON text; the SDK's 3.x names; no outputs recorded: no content.
+    (o,) = normalize(otlp([*inner[:3], kv("ai.response.object", '{"answer": 4}')]), "otel")
+    assert o["completion"] == '{"answer": 4}'
+    (old,) = normalize(otlp([*inner[:3], kv("ai.result.text", "4"), kv("ai.finishReason", "stop")]), "otel")
+    assert old["completion"] == "4"
+    (unrecorded,) = _with_logs(otlp([*inner[:3], kv("gen_ai.request.model", "gpt-4o-mini")]))
+    assert unrecorded.reason == "no_content"
     call = json.dumps([{"toolCallType": "function", "toolCallId": "c1", "toolName": "add", "args": "{}"}])
     for change, reason, says in [
         ([kv("ai.response.toolCalls", call), kv("ai.response.finishReason", "tool-calls"), kv("ai.response.text", "")],
@@ -657,6 +664,19 @@ def test_google_adks_model_call_spans_are_read_from_its_own_attributes():
     with pytest.raises(FormatError, match="holds a part of type function_call") as e:
         normalize(otlp([*span[:2], kv("gcp.vertex.agent.llm_request", json.dumps(history)), *span[3:]]), "otel")
     assert e.value.reason == "tool_call_in_prompt"
+    # ADK records no turn's images (a turn of no parts), nor a prompt's start a context cache kept.
+    for changed, reason, says in [
+        ({"contents": [{"role": "user", "parts": []}, *request["contents"]]}, "non_text_content", "a turn of no parts"),
+        ({"config": {"cached_content": "projects/p/locations/l/cachedContents/1"}}, "invalid_field", "a context cache"),
+    ]:
+        with pytest.raises(FormatError, match=says) as e:
+            normalize(otlp([*span[:2], kv("gcp.vertex.agent.llm_request", json.dumps({**request, **changed})), *span[3:]]), "otel")
+        assert e.value.reason == reason
+    # Its system instruction as texts; its counts from the answer's usage, where the span has none (ADK before mid-2025).
+    texts = {**request, "config": {"system_instruction": ["Be brief.", "Answer in French."]}}
+    (t,) = normalize(otlp([*span[:2], kv("gcp.vertex.agent.llm_request", json.dumps(texts)), span[3]]), "otel")
+    assert t["messages"][0] == {"role": "system", "content": "Be brief.\nAnswer in French."}
+    assert t["usage"] == {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}
 
 
 def test_an_older_prompt_of_texts_without_roles_says_so():

@@ -1469,12 +1469,18 @@ _VERCEL_FINISH = {"content-filter": "content_filter", "tool-calls": "tool_calls"
 
 def _vercel_ai(a: dict) -> dict:
     """A span's attributes with the Vercel AI SDK's content, model and counts under the older GenAI
-    names (the span's own GenAI names win)."""
+    names (the span's own GenAI names win). The answer is its text, or the object it generated as
+    JSON text (generateObject), under the names of the SDK's 4.x on or its 3.x (``ai.result.*``);
+    a span that records none (``recordOutputs: false``) is left without content."""
     if VERCEL_PROMPT not in a or "gen_ai.prompt" in a or "gen_ai.input.messages" in a:
         return a
-    calls = _stored_json(a.get("ai.response.toolCalls"))  # JSON text: any but an empty list is a call
-    finish = a.get("ai.response.finishReason")
-    answer = {"role": "assistant", "content": a.get("ai.response.text") or "", "tool_calls": calls or None,
+    text = next((a[k] for k in ("ai.response.text", "ai.response.object", "ai.result.text", "ai.result.object") if k in a), None)
+    calls = next((a[k] for k in ("ai.response.toolCalls", "ai.result.toolCalls") if k in a), None)
+    if text is None and calls is None:
+        return a
+    calls = _stored_json(calls)  # JSON text: any but an empty list is a call
+    finish = a.get("ai.response.finishReason", a.get("ai.finishReason"))
+    answer = {"role": "assistant", "content": text or "", "tool_calls": calls or None,
               "finish_reason": _VERCEL_FINISH.get(finish, finish)}
     counts = {"gen_ai.usage.input_tokens": ("ai.usage.inputTokens", "ai.usage.promptTokens"),
               "gen_ai.usage.output_tokens": ("ai.usage.outputTokens", "ai.usage.completionTokens")}
@@ -1499,21 +1505,33 @@ def _google_adk(a: dict, span_id: str) -> dict:
         return a  # content not recorded (ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS off): no_content, as any such span
     where = f"span {span_id}: {ADK_REQUEST}"
     config = request.get("config") if isinstance(request.get("config"), dict) else {}
-    system = config.get("system_instruction")
-    system = {"parts": [{"text": system}]} if isinstance(system, str) else system
-    prompt = _gemini_request({"system_instruction": system, "contents": request["contents"]}, where)["messages"]
+    system = config.get("system_instruction")  # a text, texts, a Part, or a Content, as google-genai takes it
+    parts = system if isinstance(system, list) else [system] if isinstance(system, str) or (
+        isinstance(system, dict) and "parts" not in system) else None
+    system = {"parts": [{"text": p} if isinstance(p, str) else p for p in parts]} if parts is not None else system
+    contents = request["contents"]
+    # ADK leaves a turn's inline media out of what it records: a turn of no parts showed the model something.
+    if isinstance(contents, list) and any(isinstance(c, dict) and not c.get("parts") for c in contents):
+        raise FormatError("non_text_content", f"{where}: a turn of no parts (ADK records a turn's images and "
+                                              "files without them): the question without them is another one")
+    prompt = _gemini_request({"system_instruction": system, "contents": contents,
+                              "cached_content": config.get("cached_content")}, where)["messages"]
     if response.get("error_code") or response.get("error_message"):
         raise FormatError("failed_request", f"span {span_id}: the call failed ({response.get('error_code')}: "
                                             f"{str(response.get('error_message'))[:300]})")
     usage = response.get("usage_metadata") if isinstance(response.get("usage_metadata"), dict) else {}
-    (choice,) = _gemini_response({"candidates": [{"content": response.get("content"), "finishReason": response.get(
+    answer = _gemini_response({"candidates": [{"content": response.get("content"), "finishReason": response.get(
         "finish_reason")}], "usageMetadata": {"promptTokenCount": usage.get("prompt_token_count", 0),
                                              "candidatesTokenCount": usage.get("candidates_token_count", 0),
                                              "thoughtsTokenCount": usage.get("thoughts_token_count", 0)}},
-                                 f"span {span_id}: {ADK_RESPONSE}")["choices"]
+                               f"span {span_id}: {ADK_RESPONSE}")
+    (choice,) = answer["choices"]
     if choice[_REFUSED]:
         raise choice[_REFUSED]
-    return {**a, "gen_ai.prompt": prompt, "gen_ai.completion": [{**choice["message"], "finish_reason": choice["finish_reason"]}]}
+    counts = {"gen_ai.usage.input_tokens": answer["usage"]["prompt_tokens"],
+              "gen_ai.usage.output_tokens": answer["usage"]["completion_tokens"]}
+    return {**counts, **a, "gen_ai.prompt": prompt,
+            "gen_ai.completion": [{**choice["message"], "finish_reason": choice["finish_reason"]}]}
 
 
 def _with_content_events(span: dict, a: dict) -> dict:
@@ -1695,7 +1713,7 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
                     yield found
 
 
-_STRANDS = "strands-agents"  # Strands Agents' gen_ai.system (gen_ai.provider.name, with semconv's latest)
+STRANDS = "strands-agents"  # Strands Agents' gen_ai.system (gen_ai.provider.name, with semconv's latest)
 
 
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
@@ -1709,7 +1727,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
     messages, answers = content
-    if _STRANDS in (a.get("gen_ai.system"), a.get("gen_ai.provider.name")) and not any(
+    if STRANDS in (a.get("gen_ai.system"), a.get("gen_ai.provider.name")) and not any(
             m.get("role") == "system" for m in messages):
         raise FormatError("invalid_field", f"span {span_id}: Strands Agents keeps an agent's system prompt on its "
                                            "invoke_agent span (gen_ai.agent.system_prompt), not on its model calls': "
