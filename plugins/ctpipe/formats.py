@@ -1258,10 +1258,10 @@ OTHER_REQUESTS = ("embedding", "rerank")
 
 
 def _says_model_call(a: dict) -> bool:
-    """Whether a span of attributes ``a`` says it is a model call's, whether or not its content is
-    where this reader looks: it names its operation, or the model it asked (a span of Google ADK's, or
-    of an older OpenLLMetry not recording content). Such a span without
-    content is ``no_content``, counted, rather than passed over as an HTTP span is."""
+    """Whether a span of attributes ``a`` says it is a model call's, whether or not it holds content:
+    it names its operation, or the model it asked (as an older OpenLLMetry's span, or Google ADK's,
+    does). Such a span without content is ``no_content``, counted, rather than passed over as an HTTP
+    span is."""
     return "gen_ai.operation.name" in a or "gen_ai.request.model" in a
 
 
@@ -2046,9 +2046,8 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
         raise FormatError("no_content", f"span {span_id}: {what} "
                                         "holds no prompt or answer, nor do log records of its events: instrumentations "
                                         "record them only when asked to (such as "
-                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), and some elsewhere "
-                                        "than the GenAI attributes and events read here (such as Google ADK's "
-                                        "gcp.vertex.agent.llm_request)")
+                                        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), and some record them "
+                                        "elsewhere than the attributes and events read here")
     return found
 
 
