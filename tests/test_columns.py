@@ -750,6 +750,11 @@ OTEL_LINES = {
     "an embedding's operation": otel_line(gen_ai__operation__name="embeddings"),
     "a model named, no operation, no content": otel_line(gen_ai__input__messages=None, gen_ai__output__messages=None),
     "Strands Agents' span": otel_line(gen_ai__system="strands-agents"),
+    "OpenInference's span": otel_line(gen_ai__input__messages=None, gen_ai__output__messages=None,
+                                      openinference__span__kind="LLM", llm__input_messages__0__message__role="user",
+                                      llm__input_messages__0__message__content="2+3?",
+                                      llm__output_messages__0__message__role="assistant",
+                                      llm__output_messages__0__message__content="5"),
     "Strands Agents' span, its provider named": otel_line(gen_ai__provider__name="strands-agents"),
     "Google ADK's span": otel_line(gen_ai__input__messages=None, gen_ai__output__messages=None,
                                    gcp__vertex__agent__llm_request=json.dumps({"contents": [{"role": "user", "parts": [{"text": "2+3?"}]}]}),
@@ -999,7 +1004,7 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "content on events beside a GenAI span", "older names, an embedding by its request type",
                         "older names, a rerank by its request type", "a request type as a number", "an answer an error broke off",
                         "pydantic-ai's image part", "an embedding's operation", "a model named, no operation, no content",
-                        "the Vercel AI SDK's span", "Google ADK's span", "Strands Agents' span",
+                        "the Vercel AI SDK's span", "Google ADK's span", "Strands Agents' span", "OpenInference's span",
                         "Strands Agents' span, its provider named",
                         "an answer a safety check stopped", "older names, a choice refused", "a failed call's span"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2

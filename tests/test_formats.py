@@ -688,6 +688,41 @@ def test_an_older_prompt_of_texts_without_roles_says_so():
     assert e.value.reason == "invalid_field"
 
 
+def test_openinference_llm_spans_are_read_from_their_flattened_messages():
+    """OpenInference's LLM spans (Arize Phoenix's, LlamaIndex's, ...) flatten their messages under
+    llm.input_messages / llm.output_messages, as OpenLLMetry does under its names; its other spans
+    (chains, agents, tools) are passed over."""
+    def message(side: str, i: int, role: str, content: str | None = None, **more) -> list[dict]:
+        at = f"llm.{side}_messages.{i}.message."
+        return [kv(at + "role", role), *([kv(at + "content", content)] if content is not None else []),
+                *(kv(at + k, v) for k, v in more.items())]
+
+    llm = [kv("openinference.span.kind", "LLM"), kv("llm.model_name", "gpt-4o-mini"), kv("llm.token_count.prompt", 20),
+           kv("llm.token_count.completion", 1), *message("input", 0, "system", "Be brief."), *message("input", 1, "user", "2+2?"),
+           *message("output", 0, "assistant", "4")]
+    (t,) = normalize(otlp(llm), "otel")
+    assert (t["messages"], t["completion"], t["model"]["name"], t["usage"]["prompt_tokens"]) == (
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}], "4", "gpt-4o-mini", 20)
+    parts = [kv("openinference.span.kind", "LLM"), *message("input", 0, "user", **{
+        "contents.0.message_content.type": "text", "contents.0.message_content.text": "Question:",
+        "contents.1.message_content.type": "text", "contents.1.message_content.text": "2+2?"}), *message("output", 0, "assistant", "4")]
+    (p,) = normalize(otlp(parts), "otel")
+    assert p["messages"] == [{"role": "user", "content": "Question:\n2+2?"}]
+    for change, reason, says in [
+        ([*message("input", 2, "assistant", **{"tool_calls.0.tool_call.function.name": "add"})], "tool_call_in_prompt", "tool_calls"),
+        ([*message("input", 2, "assistant", function_call_name="add")], "tool_call_in_prompt", "function_call"),
+        ([*message("input", 1, "user", **{"contents.0.message_content.type": "image"})], "non_text_content",
+         "llm.input_messages.1 holds a part of type image"),
+        ([*message("output", 0, "assistant", "", **{"tool_calls.0.tool_call.function.name": "add"})], "no_text_answer",
+         "the answer is a tool call"),
+    ]:
+        with pytest.raises(FormatError, match=says) as e:
+            normalize(otlp(list({a["key"]: a for a in [*llm, *change]}.values())), "otel")
+        assert e.value.reason == reason
+    chain = [kv("openinference.span.kind", "CHAIN"), kv("input.value", "2+2?"), kv("output.value", "4")]
+    assert normalize(otlp(chain), "otel") == []
+
+
 def test_pydantic_ai_and_adk_media_parts_are_not_text():
     """pydantic-ai (its instrumentation before version 4) and Google ADK name their media parts their
     own way: a prompt that showed the model one is refused, not read as the question without it."""

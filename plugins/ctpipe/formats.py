@@ -1534,6 +1534,41 @@ def _google_adk(a: dict, span_id: str) -> dict:
             "gen_ai.completion": [{**choice["message"], "finish_reason": choice["finish_reason"]}]}
 
 
+# OpenInference's LLM spans (Arize Phoenix's, and those of the instrumentations it ships: LlamaIndex,
+# DSPy, smolagents, ...) flatten their messages as OpenLLMetry does, under names of its own; a
+# message's typed parts are its contents.
+OPENINFERENCE_KIND = "openinference.span.kind"
+_OPENINFERENCE = re.compile(r"llm\.(input|output)_messages\.(0|[1-9][0-9]*)\.message\.(.+)")
+_OPENINFERENCE_PART = re.compile(r"contents\.(0|[1-9][0-9]*)\.message_content\.(type|text)")
+
+
+def _openinference(a: dict, span_id: str) -> dict:
+    """An OpenInference LLM span's attributes with its messages, model and counts under the older
+    flattened GenAI names (the span's own GenAI names win), for :func:`_flattened` to read."""
+    if a.get(OPENINFERENCE_KIND) != "LLM" or any(k.startswith(("gen_ai.prompt", "gen_ai.input.messages")) for k in a):
+        return a
+    mapped: dict[str, Any] = {}
+    parts: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}  # by (our name, its), each part's type and text
+    for key, value in a.items():
+        if m := _OPENINFERENCE.fullmatch(key):
+            name = f"gen_ai.{'prompt' if m[1] == 'input' else 'completion'}.{m[2]}"
+            if part := _OPENINFERENCE_PART.fullmatch(m[3]):
+                parts.setdefault((name, f"llm.{m[1]}_messages.{m[2]}"), {}).setdefault(int(part[1]), {})[part[2]] = value
+            elif m[3] in ("role", "content") or m[3].startswith("tool_calls."):
+                mapped[f"{name}.{m[3]}"] = value
+            elif m[3].startswith("function_call_"):  # the legacy call: function_call_name, _arguments_json
+                mapped[f"{name}.function_call.{m[3].removeprefix('function_call_')}"] = value
+    for (name, theirs), found in parts.items():
+        kinds = [found[j].get("type") for j in sorted(found)]
+        if any(kind != "text" for kind in kinds):
+            raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type "
+                                                  f"{next(k for k in kinds if k != 'text')}, which a text dataset cannot hold")
+        mapped.setdefault(f"{name}.content", PART_SEPARATOR.join(str(found[j].get("text", "")) for j in sorted(found)))
+    counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
+              "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}
+    return {**{k: v for k, v in counts.items() if v is not None}, **a, **mapped}
+
+
 def _with_content_events(span: dict, a: dict) -> dict:
     """A span's attributes with those of its content events, read as if on the span (the span's own win)."""
     found = {}
@@ -1722,7 +1757,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     without them."""
     if not model_call(a):
         return []
-    a = _google_adk(_vercel_ai(_with_content_events(span, a)), span_id)
+    a = _openinference(_google_adk(_vercel_ai(_with_content_events(span, a)), span_id), span_id)
     content = content_of(a, f"span {span_id}")
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
