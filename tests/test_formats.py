@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from ctpipe.formats import FormatError, detect, normalize
 from ctpipe import traces
+from ctpipe.formats import FormatError, detect, normalize
 from ctpipe.traces import InvalidTrace, decode
 
 OPENAI = {
