@@ -611,10 +611,10 @@ def _call_times(doc: dict, response: dict) -> tuple[float, float]:
         return doc["startTime"], _ms_between(doc["startTime"], doc["endTime"])
     if _portkey(doc):
         latency = _ms(doc.get("response_time"), f"Portkey log {doc.get('id')}: response_time") or 0.0
-        if doc.get("created_at") is None:
-            return _need(response, "created", (int, float), "response."), latency
-        return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
-    latency = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+        if doc.get("created_at") is not None:
+            return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
+    else:
+        latency = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
     return _need(response, "created", (int, float), "response."), latency
 
 
