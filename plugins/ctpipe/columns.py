@@ -1311,10 +1311,9 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     # A span that says it is a model call (formats._says_model_call), without content: the reader's no_content.
     silent = model_call & ((operation_at >= 0) | attrs.has("gen_ai.request.model")) & ~genai
     sure = attrs.sure & resource.sure[resource_of_span] & inputs[1] & outputs[1] & operation_ok & request_ok & ~silent
-    # The Vercel AI SDK's, Google ADK's and OpenInference's spans, whose content is in their own attributes, and Strands
-    # Agents' (refused without a system prompt): the reader's.
-    sure &= (attrs.count(_TEXT_PROMPT) == 0) & ~attrs.has(formats.VERCEL_PROMPT, formats.ADK_REQUEST,
-                                                           formats.OPENINFERENCE_KIND)
+    # Spans of instrumentations with names of their own for their content (the Vercel AI SDK's, Google
+    # ADK's, OpenInference's), and Strands Agents' (refused without a system prompt): the reader's.
+    sure &= (attrs.count(_TEXT_PROMPT) == 0) & ~attrs.has(*formats.OWN_NAMES)
     for key in ("gen_ai.system", "gen_ai.provider.name"):
         sure &= ~_ok(pc.equal(attrs.get(key, _STRING)[0], formats.STRANDS))
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]

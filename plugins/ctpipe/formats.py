@@ -1467,13 +1467,11 @@ VERCEL_PROMPT = "ai.prompt.messages"
 _VERCEL_FINISH = {"content-filter": "content_filter", "tool-calls": "tool_calls"}
 
 
-def _vercel_ai(a: dict) -> dict:
+def _vercel_ai(a: dict, span_id: str) -> dict:
     """A span's attributes with the Vercel AI SDK's content, model and counts under the older GenAI
-    names (the span's own GenAI names win). The answer is its text, or the object it generated as
-    JSON text (generateObject), under the names of the SDK's 4.x on or its 3.x (``ai.result.*``);
-    a span that records none (``recordOutputs: false``) is left without content."""
-    if VERCEL_PROMPT not in a or "gen_ai.prompt" in a or "gen_ai.input.messages" in a:
-        return a
+    names. The answer is its text, or the object it generated as JSON text (generateObject), under
+    the names of the SDK's 4.x on or its 3.x (``ai.result.*``); a span that records none
+    (``recordOutputs: false``) is left without content."""
     text = next((a[k] for k in ("ai.response.text", "ai.response.object", "ai.result.text", "ai.result.object") if k in a), None)
     calls = next((a[k] for k in ("ai.response.toolCalls", "ai.result.toolCalls") if k in a), None)
     if text is None and calls is None:
@@ -1496,10 +1494,8 @@ ADK_REQUEST, ADK_RESPONSE = "gcp.vertex.agent.llm_request", "gcp.vertex.agent.ll
 
 
 def _google_adk(a: dict, span_id: str) -> dict:
-    """A span's attributes with Google ADK's request and answer under the older GenAI names (the
-    span's own GenAI names win): read as Gemini's bodies are."""
-    if ADK_REQUEST not in a or "gen_ai.prompt" in a or "gen_ai.input.messages" in a:
-        return a
+    """A span's attributes with Google ADK's request and answer under the older GenAI names: read as
+    Gemini's bodies are."""
     request, response = (_stored_json(a.get(k)) for k in (ADK_REQUEST, ADK_RESPONSE))
     if not (isinstance(request, dict) and request.get("contents") and isinstance(response, dict) and response):
         return a  # content not recorded (ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS off): no_content, as any such span
@@ -1544,8 +1540,8 @@ _OPENINFERENCE_PART = re.compile(r"contents\.(0|[1-9][0-9]*)\.message_content\.(
 
 def _openinference(a: dict, span_id: str) -> dict:
     """An OpenInference LLM span's attributes with its messages, model and counts under the older
-    flattened GenAI names (the span's own GenAI names win), for :func:`_flattened` to read."""
-    if a.get(OPENINFERENCE_KIND) != "LLM" or any(k.startswith(("gen_ai.prompt", "gen_ai.input.messages")) for k in a):
+    flattened GenAI names, for :func:`_flattened` to read (its other kinds of span as they are)."""
+    if a.get(OPENINFERENCE_KIND) != "LLM":
         return a
     mapped: dict[str, Any] = {}
     parts: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}  # by (our name, its), each part's type and text
@@ -1567,6 +1563,20 @@ def _openinference(a: dict, span_id: str) -> dict:
     counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
               "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}
     return {**{k: v for k, v in counts.items() if v is not None}, **a, **mapped}
+
+
+# The instrumentations that keep a model call's content under names of their own: the attribute that
+# marks their spans, and what maps those names to the older GenAI ones.
+_OWN_NAMES = ((VERCEL_PROMPT, _vercel_ai), (ADK_REQUEST, _google_adk), (OPENINFERENCE_KIND, _openinference))
+OWN_NAMES = tuple(marker for marker, _ in _OWN_NAMES)  # spans the fast path leaves to this reader
+
+
+def _with_own_names(a: dict, span_id: str) -> dict:
+    """A span's attributes with its instrumentation's own names of its content mapped to the older
+    GenAI ones (:data:`_OWN_NAMES`), unless it holds GenAI names of content itself: those win."""
+    if any(k.startswith(("gen_ai.prompt", "gen_ai.input.messages")) for k in a):
+        return a
+    return next((mapped(a, span_id) for marker, mapped in _OWN_NAMES if marker in a), a)
 
 
 def _with_content_events(span: dict, a: dict) -> dict:
@@ -1757,7 +1767,7 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     without them."""
     if not model_call(a):
         return []
-    a = _openinference(_google_adk(_vercel_ai(_with_content_events(span, a)), span_id), span_id)
+    a = _with_own_names(_with_content_events(span, a), span_id)
     content = content_of(a, f"span {span_id}")
     if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
         return None if _says_model_call(a) else []
