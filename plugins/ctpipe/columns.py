@@ -59,27 +59,25 @@ _NAIVE = _RFC3339[:_RFC3339.index("(Z|")] + "$"  # the same, without a zone
 _NOT_SPACE = "[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 
-_NO_CALLS = Annotated[list[Any], msgspec.Meta(max_length=0)] | None  # LangChain writes [] where it has none
-
-
 class _PlainKwargs(msgspec.Struct):
-    tool_calls: _NO_CALLS = None
+    tool_calls: traces.NO_CALLS = None
     function_call: None = None
 
 
 class _PlainMessage(msgspec.Struct):
     """What the fast paths ask of a message: no tool calls (formats.tool_calls_in), no refusal, no
-    audio, no semconv parts. Any value but null (an empty list of calls, and LangChain's other
-    keyword arguments) fails the decoding, leaving the line to the reader, which refuses a call in a
-    prompt or as an answer, and reads the others. Alone, it skips a message's other fields unread."""
+    audio, no semconv parts. Any value but null fails the decoding (but an empty list of calls, and
+    LangChain's keyword arguments other than calls), leaving the line to the reader, which refuses a
+    call in a prompt or as an answer, and reads the others. Alone, it skips a message's other fields
+    unread."""
 
-    tool_calls: _NO_CALLS = None
+    tool_calls: traces.NO_CALLS = None
     function_call: None = None
     refusal: None = None
     audio: None = None
     parts: None = None
     additional_kwargs: _PlainKwargs | None = None
-    invalid_tool_calls: _NO_CALLS = None
+    invalid_tool_calls: traces.NO_CALLS = None
 
 
 # Its fields that hold what a message's text does not: a batch of rows where one is there is the exact path's.

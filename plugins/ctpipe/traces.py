@@ -54,12 +54,12 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES = get_args(Role)
 
 
-_NO_CALLS = Annotated[list[Any], msgspec.Meta(max_length=0)] | None
+NO_CALLS = Annotated[list[Any], msgspec.Meta(max_length=0)] | None  # none, or an empty list (as LangChain writes)
 _NO_CALL = Annotated[dict[str, Any], msgspec.Meta(max_length=0)] | None
 
 
 class _LangChainKwargs(msgspec.Struct, frozen=True):  # where LangChain's messages keep OpenAI's calls
-    tool_calls: _NO_CALLS = None
+    tool_calls: NO_CALLS = None
     function_call: _NO_CALL = None
 
 
@@ -69,11 +69,11 @@ class Message(msgspec.Struct, frozen=True):
     refusal: str | None = None  # what an assistant said in refusing, its content empty
     # Read only to be refused: the messages are text, and a chat read without its calls (an empty
     # assistant turn, then a tool's answer to nothing) or its audio is not the one the model was served.
-    tool_calls: _NO_CALLS = None
+    tool_calls: NO_CALLS = None
     function_call: _NO_CALL = None
     audio: None = None
     additional_kwargs: _LangChainKwargs | None = None
-    invalid_tool_calls: _NO_CALLS = None
+    invalid_tool_calls: NO_CALLS = None
 
 
 class ModelRef(msgspec.Struct, frozen=True):
