@@ -327,16 +327,19 @@ class Staging:
                             "parts_xxh3_128": [p["digest"] for p in parts], "sha256": digest}
         self.schemas[name] = schema.to_string(show_schema_metadata=False)
 
-    def _all_there(self) -> None:
-        """Raise, and remove what is left, when a part listed is not in the staged folder: another run
-        took it for a stale one's (see :data:`STALE_STAGING`: its clock days ahead, or this run longer
-        than that), and a manifest naming it would publish a version that cannot be read."""
-        staged = {path.rstrip("/") for path in self.output.fs.find(self.dir)}
-        missing = [part for table in self.files.values() for part in table["parts"] if f"{self.dir}/{part}" not in staged]
+    def _all_there(self) -> list[str]:
+        """The staged files; raise, and remove what is left, when a part listed is not among them:
+        another run took the folder for a stale one's (see :data:`STALE_STAGING`: its clock days
+        ahead, or this run longer than that), and a manifest naming it would publish a version that
+        cannot be read."""
+        staged = [path.rstrip("/") for path in self.output.fs.find(self.dir)]
+        there = set(staged)
+        missing = [part for table in self.files.values() for part in table["parts"] if f"{self.dir}/{part}" not in there]
         if missing:
             self.discard()
             raise FileNotFoundError(f"the staged parts {missing[:3]} of {self.output.uri} are gone: another run removed "
                                     f"{self.dir} as staged more than {STALE_STAGING} before (is a machine's clock off?)")
+        return staged
 
     def discard(self) -> None:
         if self.output.fs.exists(self.dir):
@@ -349,14 +352,13 @@ class Staging:
         if out.fs.exists(f"{final}/manifest.json"):  # the same content was published before (or concurrently)
             self.discard()
         else:
-            self._all_there()
+            staged = self._all_there()
             if out.local:
                 try:
                     os.rename(self.dir, final)
                 except OSError:  # a concurrent writer of the same version got there first
                     self.discard()
             else:  # an object store has no directories to rename: each file is copied, then removed
-                staged = out.fs.find(self.dir)
                 out.fs.mv(staged, [final + path[len(self.dir):] for path in staged])
                 self.discard()  # the folders left, on a filesystem that has them
             body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
