@@ -216,9 +216,9 @@ def _litellm_request(doc: dict, response: dict) -> dict:
     prompt content, so that a call whose system prompt is not there is ``invalid_field``: the
     prompt served cannot be told)."""
     params = doc.get("model_parameters") if isinstance(doc.get("model_parameters"), dict) else {}
-    request = {**params, "messages": doc.get("messages")}
     if response.get("object") == "response":  # the input, which LiteLLM logs as its messages
-        return {**request, "input": request.pop("messages")}
+        return {**params, "input": doc.get("messages")}
+    request = {**params, "messages": doc.get("messages")}
     messages = request["messages"] if isinstance(request["messages"], list) else []
     if "content" in response and not request.get("system") and not any(
             isinstance(m, dict) and m.get("role") == "system" for m in messages):
