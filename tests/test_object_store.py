@@ -202,6 +202,24 @@ def test_a_plain_object_is_cut_by_ranged_reads_and_each_block_fetched_where_it_i
         next(b for b in places if b.size).load()
 
 
+def test_an_object_named_plain_that_holds_gzip_is_read_as_gzip(store):
+    """Stored with ``Content-Encoding: gzip`` and copied as stored, an object keeps its plain name; past
+    what is fetched whole, its first bytes are asked for with the others' (not cut by ranged reads
+    as plain text), and it is read as they say."""
+    import random
+
+    scheme, fs = store
+    rng = random.Random(0)
+    lines = b"".join(b'{"n": %d, "pad": "%x"}\n' % (i, rng.getrandbits(256)) for i in range(20_000))
+    packed = gzip.compress(lines, mtime=0)
+    assert len(packed) > sources._FETCHED
+    fs.pipe("traces/big.jsonl", packed)
+    head = lines[:lines.index(b"\n", 1000) + 1]
+    fs.pipe("traces/small.jsonl", gzip.compress(head, mtime=0))
+    got = [(i.file.rsplit("/", 1)[-1], i.reason or i.doc["n"]) for i in sources.read(f"{scheme}://traces")]
+    assert got == [("big.jsonl", n) for n in range(20_000)] + [("small.jsonl", n) for n in range(head.count(b"\n"))]
+
+
 def test_the_cli_reads_and_writes_an_object_store_and_names_a_missing_source(store, capsys):
     scheme, fs = store
     fs.pipe("traces/a.jsonl", lines(*(trace(i, f"What is {i} plus 2?", str(i + 2)) for i in range(3))))

@@ -561,6 +561,40 @@ def test_a_file_named_compressed_is_read_as_its_first_bytes_say(tmp_path, caplog
         "a.jsonl.gz", "b.json.gz", "c.ndjson.gz", "d.jsonl.zst"]
 
 
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_file_named_plain_is_read_as_its_compressed_first_bytes_say(tmp_path, caplog, where):
+    """An object stored with ``Content-Encoding: gzip`` and downloaded as stored keeps its plain name:
+    read as its first bytes say (JSON Lines, a document, CSV; gzip or zstd, framed or not), with a
+    warning naming it once. Before, every line of it was quarantined as not UTF-8."""
+    import logging
+
+    lines = b"".join(b'{"n": %d}\n' % i for i in range(1, 300))
+    files = {"a.jsonl": gzip.compress(lines, mtime=0), "b.json": zstd(b'[\n  {"n": 1},\n  {"n": 2}\n]\n'),
+             "c.csv": gzip.compress(b"n\n1\n2\n", mtime=0), "d.ndjson": lines[:9] + lines[9:18],
+             "e.jsonl": gzip.compress(lines, mtime=0)[:200]}
+    if where == "local":
+        root = str(tmp_path)
+        for name, data in files.items():
+            (tmp_path / name).write_bytes(data)
+    else:
+        root = f"memory://{tmp_path.name}"
+        for name, data in files.items():
+            fsspec.filesystem("memory").pipe_file(f"{root}/{name}", data)
+    with caplog.at_level(logging.WARNING, logger="ctpipe.sources"):
+        items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason or i.doc["n"]) for i in read(root)]
+    by_file = {f: [(p, n) for g, p, n in items if g == f] for f in files}
+    assert by_file["a.jsonl"] == [(i, i) for i in range(1, 300)]
+    assert by_file["b.json"] == [(1, 1), (2, 2)] and by_file["c.csv"] == [(1, "1"), (2, "2")]
+    assert by_file["d.ndjson"] == [(1, 1), (2, 2)]
+    *good, last = by_file["e.jsonl"]  # damage is still damage, after the lines before it
+    assert [n for _, n in good] == list(range(1, len(good) + 1)) and last == (len(good) + 1, "truncated_gzip")
+    assert sorted(r.getMessage().rsplit("/", 1)[1] for r in caplog.records) == [
+        "a.jsonl is named as plain text, but its first bytes are gzip: read as they say",
+        "b.json is named as plain text, but its first bytes are zstd: read as they say",
+        "c.csv is named as plain text, but its first bytes are gzip: read as they say",
+        "e.jsonl is named as plain text, but its first bytes are gzip: read as they say"]
+
+
 def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, monkeypatch):
     """What this process read (gzip lines, damage aside) waits in a file per block; places in a plain
     file and damage come as they are. Each file is gone once its block is loaded."""

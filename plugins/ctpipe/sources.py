@@ -1671,12 +1671,24 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             if info.get("size") is not None and info["size"] <= _FETCHED:
                 data = fs.cat_file(file)
                 if len(data) == info["size"]:  # else written again since it was listed: read in its turn, which says so
-                    return file, name, info, _Fetched(data)
+                    return file, _as_compressed(file, name, data), info, _Fetched(data)
+            if _plain_name(name):
+                return file, _as_compressed(file, name, fs.cat_file(file, start=0, end=8)), info, fs
         except Exception:  # noqa: BLE001 - read again in its turn, which reports what fails
             pass
         return file, name, info, fs
 
-    read = (((file, name, {}, fs) for file, name in files.items()) if local
+    def opened(item: tuple[str, str]) -> tuple[str, str, dict, Any]:
+        file, name = item
+        if _plain_name(name):
+            try:
+                with open(file, "rb") as f:
+                    name = _as_compressed(file, name, f.read(8))
+            except OSError:  # reported where it is read
+                pass
+        return file, name, {}, fs
+
+    read = (map(opened, files.items()) if local
             else _in_turn(fetched, _listed(fs, files.items(), not ranged), fs))
     for file, name, info, src in read:
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
@@ -1696,6 +1708,22 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             yield from _ranged_blocks(fs, file, info or fs.info(file))
         else:
             yield from _jsonl_blocks(src, file, name)
+
+
+def _plain_name(name: str) -> bool:
+    """Whether ``name`` says its file is JSON or CSV text, compressed by none of :data:`_COMPRESSED`."""
+    return not name.endswith((*_COMPRESSED, ".parquet"))
+
+
+def _as_compressed(file: str, name: str, head: bytes) -> str:
+    """``name``, with the suffix of the compression the file's first bytes (``head``) say where it says
+    none, with a warning: an object stored with ``Content-Encoding: gzip`` and downloaded as it is
+    stored keeps its plain name, and read as named, every line of it was quarantined as not UTF-8."""
+    if not _plain_name(name):
+        return name
+    compression = _compressed(head)
+    _misnamed(file, name, compression)
+    return name + compression
 
 
 def _listed(fs, items: Iterable[tuple[str, str]], ask: bool) -> Iterator[tuple[str, str, dict]]:
