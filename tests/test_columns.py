@@ -12,7 +12,8 @@ import pytest
 from ctpipe import columns, formats, sources, traces
 from ctpipe.datasets import MESSAGES, SCORES
 from tests.conftest import mutated
-from tests.test_formats import BEDROCK, GEMINI_RESPONSE, HELICONE, VERTEX, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE, kv, otlp
+from tests.test_formats import (BEDROCK, GEMINI_RESPONSE, HELICONE, VERTEX, PORTKEY, RESPONSES_REQUEST, RESPONSES_RESPONSE,
+                                SPEND_LOG, kv, otlp)
 
 BASE = {
     "trace_id": "tr-1",
@@ -307,6 +308,9 @@ OPENAI_LINES = {
     "Portkey's": json.dumps(PORTKEY).encode(),  # its own time and latency: the reader's
     "Portkey's, failed, provider null": json.dumps({**PORTKEY, "ai_org": None, "response_status_code": 500}).encode(),
     "the Responses API's": json.dumps({"request": RESPONSES_REQUEST, "response": RESPONSES_RESPONSE}).encode(),
+    "LiteLLM's spend log": json.dumps(SPEND_LOG).encode(),  # bodies as JSON text, its own times: the reader's
+    "LiteLLM's spend log, bodies as objects": json.dumps({**SPEND_LOG, "proxy_server_request": OPENAI["request"],
+                                                          "response": OPENAI["response"]}).encode(),
 }
 # Lines pyarrow refuses, so that their block goes to the exact path whole.
 OPENAI_REFUSED = {
@@ -377,7 +381,8 @@ def test_every_openai_log_of_a_block_gets_the_same_answer_together_and_plain_one
                         "answer a tool call", "answer a refusal", "answer filtered", "a tool call in the prompt",
                         "answer text and a tool call",
                         "a function call in the prompt", "Helicone's", "Portkey's",
-                        "Portkey's, failed, provider null", "the Responses API's"}
+                        "Portkey's, failed, provider null", "the Responses API's", "LiteLLM's spend log",
+                        "LiteLLM's spend log, bodies as objects"}
     for name, raw in OPENAI_REFUSED.items():
         assert columns.parse_openai_lines([OPENAI_LINES["plain"], raw]) is None, name
 

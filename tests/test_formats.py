@@ -48,6 +48,22 @@ PORTKEY = {
     "metadata": {"_user": "u1", "env": "prod"},
 }
 
+# A row of LiteLLM's spend logs (its proxy's LiteLLM_SpendLogs table, exported from PostgreSQL as JSON
+# lines), the proxy told to keep prompts (store_prompts_in_spend_logs): the request body and the answer
+# as JSON text, times as PostgreSQL keeps them (UTC, no zone), cache_hit as text.
+SPEND_LOG = {
+    "request_id": "chatcmpl-1", "call_type": "acompletion", "api_key": "88dc28d0f030c55ed4ab77ed8faf0981",
+    "spend": 2.1e-05, "total_tokens": 21, "prompt_tokens": 19, "completion_tokens": 2,
+    "startTime": "2026-11-22T10:04:11.482", "endTime": "2026-11-22T10:04:12.394",
+    "completionStartTime": "2026-11-22T10:04:12.101", "model": "ctpipe-arith", "model_group": "ctpipe-arith",
+    "custom_llm_provider": "openai", "api_base": "https://api.openai.com/v1", "user": "u1", "team_id": "",
+    "metadata": json.dumps({"user_api_key_alias": "prod", "status": "success", "additional_usage_values": {}}),
+    "cache_hit": "False", "cache_key": "Cache OFF", "request_tags": "[]", "end_user": "", "requester_ip_address": "",
+    "messages": "{}", "response": json.dumps(OPENAI["response"]), "proxy_server_request": json.dumps(OPENAI["request"]),
+    "session_id": "2b1f3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "status": "success",
+}
+
+
 def kv(key, value):
     typed = {str: "stringValue", int: "intValue", float: "doubleValue"}[type(value)]
     return {"key": key, "value": {typed: str(value) if typed == "intValue" else value}}
@@ -1579,6 +1595,53 @@ def test_a_portkey_export_is_read_as_openai_logs_with_its_own_time_latency_and_s
         with pytest.raises(FormatError, match=re.escape(says)) as e:
             normalize(doc, "auto")
         assert e.value.reason == reason
+
+
+def test_litellm_spend_logs_are_read_from_the_bodies_the_proxy_kept():
+    """LiteLLM's spend logs keep the request body as the proxy got it (an Anthropic call's system
+    prompt with it, which its loggers' payload leaves out), and the answer, where told to."""
+    assert detect(SPEND_LOG) == "openai"
+    (t,) = normalize(SPEND_LOG, "auto")
+    assert (t["trace_id"], t["start_time"], t["end_time"], t["latency_ms"]) == (
+        "chatcmpl-1", "2026-11-22T10:04:11.482000+00:00", "2026-11-22T10:04:12.394000+00:00", 912.0)
+    assert (t["messages"], t["completion"], t["usage"]) == (
+        OPENAI["request"]["messages"], "5", {"prompt_tokens": 19, "completion_tokens": 2, "total_tokens": 21})
+    assert decode(json.dumps(t)).completion == "5"
+    as_objects = {**SPEND_LOG, "proxy_server_request": OPENAI["request"], "response": OPENAI["response"],
+                  "startTime": "2026-11-22 10:04:11.482+00"}  # jsonb exported as objects; a time with its zone
+    assert normalize(as_objects, "auto") == [t]
+    anthropic = {**SPEND_LOG, "call_type": "anthropic_messages", "proxy_server_request": json.dumps(
+        {"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
+         "messages": [{"role": "user", "content": "What is 2 plus 3?"}]}),
+        "response": json.dumps({"id": "msg_5", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                                "content": [{"type": "text", "text": "5"}], "stop_reason": "end_turn",
+                                "usage": {"input_tokens": 5, "output_tokens": 3}})}
+    (a,) = normalize(anthropic, "auto")
+    assert (a["trace_id"], a["completion"], a["latency_ms"]) == ("msg_5", "5", 912.0)
+    assert a["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 plus 3?"}]
+    responses = {**SPEND_LOG, "call_type": "aresponses", "proxy_server_request": json.dumps(RESPONSES_REQUEST),
+                 "response": json.dumps(RESPONSES_RESPONSE)}
+    (r,) = normalize(responses, "auto")
+    assert (r["trace_id"], r["completion"], r["messages"][0]) == ("resp_1", "5", {"role": "system", "content": "Be brief."})
+    cut = "x" * 700 + "... (litellm_truncated skipped 4000 chars) ..." + "y" * 1300
+    long = {**OPENAI["request"], "messages": [{"role": "user", "content": cut}]}
+    for change, reason, says in [
+        ({"status": "failure", "response": "{}", "metadata": json.dumps(
+            {"status": "failure", "error_information": {"error_code": "429", "error_message": "Rate limit reached"}})},
+         "failed_request", "the call failed: Rate limit reached"),
+        ({"cache_hit": "True"}, "duplicate", "is a cache hit"),
+        ({"proxy_server_request": "{}", "response": "{}"}, "no_content", "only with store_prompts_in_spend_logs"),
+        ({"proxy_server_request": json.dumps(long)}, "invalid_field", "cut a text of its proxy_server_request short"),
+        ({"call_type": "aembedding", "proxy_server_request": json.dumps({"model": "e", "input": ["hi"]}),
+          "response": json.dumps({"object": "list", "data": [{"embedding": [0.1]}], "model": "e"})},
+         "invalid_field", "its call (aembedding) is not a chat completion"),
+        ({"startTime": "soon"}, "invalid_field", "startTime='soon' is not an ISO 8601 time"),
+    ]:
+        doc = {**SPEND_LOG, **change}
+        assert detect(doc) == "openai"
+        with pytest.raises(FormatError, match=re.escape(says)) as e:
+            normalize(doc, "auto")
+        assert e.value.reason == reason, change
 
 
 def _chunk(index, delta, finish=None, **more):

@@ -7,8 +7,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
-  ``request``/``response`` or flat in one object (LiteLLM's logs and Portkey's export are such
-  logs, with times of their own); a call of the Responses API is read as one (``input``, ``output``
+  ``request``/``response`` or flat in one object (LiteLLM's logs, the rows of its spend logs and
+  Portkey's export are such logs, with times of their own); a call of the Responses API is read as one (``input``, ``output``
   items). Each choice becomes one trace; one that is no
   text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
   refused as ``no_text_answer``. A batch's files (OpenAI's Batch API, vLLM's ``run_batch``): the
@@ -142,7 +142,7 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
-    if _batch_kind(doc) or _failed_call(doc) or _portkey(doc) or _litellm(doc):
+    if _batch_kind(doc) or _failed_call(doc) or _portkey(doc) or _litellm(doc) or _spend_log(doc):
         return "openai"
     if isinstance(request, dict) and "input" in request and isinstance(response, dict) and response.get("object") == "response":
         return "openai"  # a call of the Responses API
@@ -226,6 +226,46 @@ def _litellm_request(doc: dict, response: dict) -> dict:
                                            "no system prompt (LiteLLM leaves `system` out of its logs): the prompt "
                                            "served cannot be told")
     return request
+
+
+def _spend_log(doc: dict) -> bool:
+    """Whether ``doc`` is a row of LiteLLM's spend logs (its proxy's ``LiteLLM_SpendLogs`` table, as a
+    database export writes it): the request body under ``proxy_server_request`` and the answer under
+    ``response``, each JSON text, where the proxy keeps them (``store_prompts_in_spend_logs``)."""
+    return "request_id" in doc and "proxy_server_request" in doc and "call_type" in doc and "startTime" in doc
+
+
+# What LiteLLM's spend logs put in the middle of a text longer than they keep
+# (MAX_STRING_LENGTH_PROMPT_IN_DB characters, 2,048 by default), where the rest of it was.
+_LITELLM_CUT = "(litellm_truncated skipped "
+
+
+def _spend_log_call(doc: dict) -> dict:
+    """A row of LiteLLM's spend logs as the side-by-side log :func:`from_openai` reads, its bodies in
+    OpenAI's chat completion shape (see :func:`_provider_bodies`) and its times LiteLLM's. FormatError
+    for a call that failed, a cache hit (``duplicate``), a row kept without its bodies
+    (``no_content``), or one whose texts LiteLLM cut short to keep them (``invalid_field``: what was
+    served cannot be told)."""
+    where = f"LiteLLM spend log {doc.get('request_id')}"
+    if doc.get("status") == "failure":
+        meta = _stored_json(doc.get("metadata"))
+        error = meta.get("error_information") if isinstance(meta, dict) else None
+        message = error.get("error_message") if isinstance(error, dict) else None
+        raise FormatError("failed_request", f"{where}: the call failed" + (f": {str(message)[:300]}" if message else ""))
+    if str(doc.get("cache_hit")).lower() == "true":  # kept as text: "True"
+        raise FormatError("duplicate", f"{where} is a cache hit: LiteLLM answered with the stored answer of another call")
+    request, response = (_stored_json(doc.get(k)) for k in ("proxy_server_request", "response"))
+    if not (request and isinstance(request, dict) and response and isinstance(response, dict)):
+        raise FormatError("no_content", f"{where} holds no request or answer: LiteLLM keeps them in its spend logs only "
+                                        "with store_prompts_in_spend_logs")
+    for name, body in (("proxy_server_request", request), ("response", response)):
+        if _LITELLM_CUT in json.dumps(body):
+            raise FormatError("invalid_field", f"{where}: LiteLLM cut a text of its {name} short to keep it (its "
+                                               "MAX_STRING_LENGTH_PROMPT_IN_DB): what was served cannot be told")
+    request, response = _provider_bodies(request, response, where, "proxy_server_request",
+                                         f"its call ({doc.get('call_type')}) is not a chat completion")
+    return {"request": request, "response": response, "startTime": _epoch(doc.get("startTime"), f"{where}: startTime"),
+            "endTime": _epoch(doc.get("endTime") or doc.get("startTime"), f"{where}: endTime")}
 
 
 def _failed_call(doc: dict) -> bool:
@@ -631,6 +671,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     if batch:
         yield Held(batch, _need(doc, "custom_id", str, ""), "", doc)
         return
+    if _spend_log(doc):
+        doc = _spend_log_call(doc)
     if _failed_call(doc):
         raise FormatError("failed_request", f"the call failed: {str(doc['error_str'])[:300]}")
     if doc.get("cache_hit") is True and "call_type" in doc:  # LiteLLM's
