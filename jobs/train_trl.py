@@ -19,7 +19,7 @@ the dataset version and the run directory. The job:
 * writes the final model to ``<run_dir>/checkpoint`` atomically (temporary
   directory, then rename) and a summary to ``<run_dir>/metrics.json``.
 
-GRPO rewards a right answer 1.0, else 0.0 (``correctness_reward``).
+GRPO rewards a right answer 1.0, else 0.0, by the verifier that labeled the dataset (``reward_for``).
 DPO uses the base checkpoint as its fixed reference model, so chained runs do not drift.
 SFT imitates the GRPO table's reference answers: the same prompts, for the control that
 tells a reward signal's gain from more training.
@@ -47,22 +47,35 @@ from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
 
 
-def correctness_reward(prompts, completions, answer, **_) -> list[float]:
-    """GRPO reward: 1.0 for a right answer, else 0.0. The task's own questions are verified from the
-    question (one with many right answers has no single reference); any other prompt against its reference."""
+def reward_for(reward: dict):
+    """GRPO's reward function for a dataset labeled with the reward config ``reward`` (its manifest's):
+    1.0 for a right answer, else 0.0, by the verifier that labeled it (math-verify, exact, regex)
+    against the prompt's reference answer. With the task's own verifier (or none), the task's questions
+    are verified from the question (one with many right answers has no single reference), and any
+    other prompt against its reference: its integer, or its text."""
+    from ctpipe import rewards
     from ctpipe.arith import correctness, verify
+
+    check = rewards.verifier(reward.get("verifier", "arith"), reward.get("answer_regex", ""))
 
     def text(message, role: str) -> str:
         if isinstance(message, str):
             return message
         return next((m["content"] for m in reversed(message) if m["role"] == role), "")
 
-    rewards = []
-    for prompt, completion, reference in zip(prompts, completions, answer):
-        said = text(completion, "assistant")
+    def right(prompt, said: str, reference: str) -> float | None:
+        if check is not None:
+            return check(said, reference)
         verified = verify(text(prompt, "user"), said)
-        rewards.append(correctness(said, reference) if verified is None else verified)
-    return rewards
+        if verified is not None:
+            return verified
+        return correctness(said, reference) if reference.strip().lstrip("-").isdecimal() else rewards.exact_reward(said, reference)
+
+    def correctness_reward(prompts, completions, answer, **_) -> list[float]:
+        return [right(prompt, text(completion, "assistant"), reference or "") or 0.0
+                for prompt, completion, reference in zip(prompts, completions, answer)]
+
+    return correctness_reward
 
 
 def main(spec_path: str) -> int:
@@ -183,7 +196,7 @@ def main(spec_path: str) -> int:
             **({"vllm_mode": "colocate"} if cfg.grpo_use_vllm else {}),
         )
         trainer = type("Trainer", (AtomicCheckpoints, GRPOTrainer), {})(
-            model=model, reward_funcs=correctness_reward, args=args,
+            model=model, reward_funcs=reward_for(manifest.config.get("reward", {})), args=args,
             train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
     elif spec.algorithm == "sft":

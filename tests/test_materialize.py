@@ -1171,13 +1171,16 @@ def test_a_prompts_grpo_answer_is_the_first_reference_any_of_its_traces_gives(tm
     monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # a spill per block, pruned each (see _pairable)
     monkeypatch.setattr(sources, "BLOCK_BYTES", 2048)
     unrated = {"thumb": None, "rating": None}
+    # A blank reference is none, as the verifiers take it: published as null, and no GRPO answer.
     records = [trace(i, "What is 6 times 7?", f"{i} apples", feedback=unrated,
-                     reference_answer={5: "42", 9: "forty-two"}.get(i)) for i in range(40)]  # crowded: pruned per spill
+                     reference_answer={2: "", 3: " \t", 5: "42", 9: "forty-two"}.get(i)) for i in range(40)]  # crowded: pruned per spill
     records += [trace(40, "What is 9 plus 1?", "10", feedback=unrated)]
     (tmp_path / "a.jsonl").write_bytes(lines(*records))
     m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
     assert table(m, "grpo") == [{"prompt": [{"role": "user", "content": "What is 6 times 7?"}], "answer": "42"}]
     assert m.counts["grpo_prompts"] == 1
+    given = {r["trace_id"]: r["reference_answer"] for r in table(m, "traces")}
+    assert [given[f"t{i}"] for i in range(2, 6)] == [None, None, None, "42"]
 
 
 def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_stay_out(tmp_path, monkeypatch):

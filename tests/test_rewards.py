@@ -19,6 +19,35 @@ def test_math_answers_are_compared_as_math(completion, reference, expected):
     assert math_reward(completion, reference) == expected
 
 
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("$2\\pi$", "2\\pi", 1.0), ("The answer is \\boxed{2\\pi}", "2\\pi", 1.0), ("2", "2\\pi", 0.0),
+    ("$(1,2)$", "(1, 2)", 1.0), ("2", "(1, 2)", 0.0), ("\\boxed{2,3}", "3, 2", 1.0), ("2", "3, 2", 0.0),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0), ("$x^2+2x+1$", "x^2+2x+1", 1.0),
+    ("It is 1000.", "1,000", 1.0), ("\\boxed{[0, 1)}", "[0, 1)", 1.0), ("$\\frac{1}{2}$", "$\\frac{1}{2}$", 1.0),
+])
+def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(completion, reference, expected):
+    """As MATH-style sets keep their answers: read bare, math-verify took 2\\pi for 2, (1, 2) and 3, 2
+    for 2, and \\sqrt{3}/2 for nothing, so right answers were labeled 0 and wrong ones 1."""
+    assert math_reward(completion, reference) == expected
+
+
+def test_math_answers_are_verified_off_the_main_thread():
+    """math-verify's timeouts are signal alarms, which only the main thread may set: a caller's thread
+    (materialize run from a thread of its own) verifies without them, not failing the run."""
+    import threading
+
+    got = []
+    thread = threading.Thread(target=lambda: got.append([math_reward("so 0.5", "1/2"), math_reward("$2\\pi$", "2\\pi")]))
+    thread.start()
+    thread.join()
+    assert got == [[1.0, 1.0]]
+
+
+def test_a_judge_score_outside_its_range_counts_as_its_nearer_end_before_the_mean():
+    assert judge_reward([{"name": "judge", "value": 15}, {"name": "judge", "value": 5}], "judge", 0, 10) == 0.75
+    assert judge_reward([{"name": "judge", "value": -5}, {"name": "judge", "value": 10}], "judge", 0, 10) == 0.5
+
+
 @pytest.mark.parametrize("reference", ["Paris", "B", "yes", "(A)"])
 def test_a_reference_math_verify_reads_no_answer_from_gives_no_math_signal(reference):
     """Not 0.0, which would call even the same text wrong: the policy for missing signals decides."""

@@ -180,16 +180,34 @@ def test_a_diverging_loss_is_a_genuine_failure_not_a_preemption(settings, base_m
     assert not is_preemption({"status": "FAILED", "driver_exit_code": out.returncode})
 
 
-def test_grpo_reward_verifies_from_the_question_and_falls_back_to_the_reference():
+def test_grpo_reward_verifies_as_the_dataset_was_labeled():
     import runpy
 
-    reward = runpy.run_path(str(ROOT / "jobs" / "train_trl.py"), run_name="not_main")["correctness_reward"]
+    from ctpipe.config import RewardConfig
+
+    reward_for = runpy.run_path(str(ROOT / "jobs" / "train_trl.py"), run_name="not_main")["reward_for"]
 
     def chat(text):
         return [{"role": "user", "content": text}]
 
+    def said(*texts):
+        return [[{"role": "assistant", "content": t}] for t in texts]
+
+    # The task's own verifier: its questions from the question (the between question's reference, here
+    # 11, is one right answer among three: 12 is rewarded too); another prompt against its reference.
+    reward = reward_for(RewardConfig().model_dump())
     prompts = [chat("Name a number between 10 and 14."), chat("Name a number between 10 and 14."),
-               chat("What is 2 plus 3?"), chat("Spell five as digits.")]
-    completions = [[{"role": "assistant", "content": c}] for c in ("12", "14", "5", "5")]
-    # The between question's reference (here 11) is one right answer among three: 12 is rewarded too.
-    assert reward(prompts, completions, answer=["11", "11", "5", "5"]) == [1.0, 0.0, 1.0, 1.0]
+               chat("What is 2 plus 3?"), chat("Spell five as digits."), chat("Capital of France?")]
+    assert reward(prompts, said("12", "14", "5", "5", "paris "), answer=["11", "11", "5", "5", "Paris"]) == [
+        1.0, 0.0, 1.0, 1.0, 1.0]
+    assert reward.__name__ == "correctness_reward"  # the name TRL logs its mean under
+    # Another verifier: the one the dataset was labeled with, whatever the answer's form.
+    question = [chat("Half of one?")] * 4
+    math = reward_for(RewardConfig(verifier="math").model_dump())
+    assert math(question, said("0.5", "$\\frac{1}{2}$", "0.25", "no idea"), answer=["$\\frac{1}{2}$"] * 4) == [
+        1.0, 1.0, 0.0, 0.0]
+    assert math([chat("Which set?")] * 2, said("$\\{2, 3\\}$", "2"), answer=["3, 2"] * 2) == [1.0, 0.0]
+    regex = reward_for(RewardConfig(verifier="regex").model_dump())
+    assert regex(question[:2], said("so #### 0.5", "0.5"), answer=["0.5", "0.5"]) == [1.0, 0.0]
+    exact = reward_for(RewardConfig(verifier="exact", verifiable_weight=1).model_dump())
+    assert exact([chat("Capital of France?")] * 2, said("Paris", "Lyon"), answer=["paris", "paris"]) == [1.0, 0.0]

@@ -38,7 +38,6 @@ import logging
 import math
 import os
 import pickle
-import re
 import shutil
 import socket
 import sys
@@ -174,16 +173,14 @@ class Labeler:
 
     def __init__(self, cfg: RewardConfig):
         self.cfg, self.weights = cfg, cfg.weights()
-        answer = re.compile(cfg.answer_regex)
         # The verifiable reward of a (completion, reference), picked once, not per trace; None: no such signal.
-        self.verify = {"math": rewards.math_reward, "exact": rewards.exact_reward,
-                       "regex": lambda completion, reference: rewards.extracted_reward(completion, reference, answer),
-                       }.get(cfg.verifier)
+        self.verify = rewards.verifier(cfg.verifier, cfg.answer_regex)
 
     def labels(self, prompts: pa.Array, completions: pa.Array, given: pa.Array, feedback: pa.Array,
                scores: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
-        """(each trace's reference answer; its verifiable, feedback, judge and final rewards), as columns."""
-        references = given
+        """(each trace's reference answer; its verifiable, feedback, judge and final rewards), as columns.
+        A blank reference is none, as the verifiers take it, so that no prompt's GRPO row answers with it."""
+        references = given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(given), ""), pa.scalar(None, pa.string()), given)
         if self.cfg.verifier == "arith":  # the question, not a logged reference, says which answers are right
             questions = prompts.to_pylist()
             answers = [arith.reference_answer(q) for q in questions]

@@ -15,9 +15,11 @@ materializer applies them to a million traces; the one-trace functions call them
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import numpy as np
@@ -39,13 +41,23 @@ def reward_gap(high, low):
     return np.round(np.subtract(high, low), DECIMALS)
 
 
+# A reference written as bare LaTeX (2\pi, \frac{\sqrt{3}}{2}, as MATH-style sets keep them) or as numbers
+# in brackets or a list ((1, 2), [0, 1), 3, 2): math-verify reads LaTeX only between delimiters, and read
+# bare, 2\pi is 2, (1, 2) is 2 and \sqrt{2} is nothing. Words stay bare: between delimiters "Paris" is
+# the product of five variables.
+_BARE_LATEX = re.compile(r"[\\{}^]|^[\s\d.,()\[\]+/-]*[,(\[][\s\d.,()\[\]+/-]*$")
+_DELIMITED = re.compile(r"\$|\\[(\[]|\\boxed")
+
+
 def math_reward(completion: str, reference: str) -> float | None:
     """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
     reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
-    0.0 would call even the same text wrong.
+    0.0 would call even the same text wrong. A reference of bare LaTeX is read as LaTeX.
 
     >>> math_reward("so the result is 0.5", "$\\\\frac{1}{2}$"), math_reward("I think 96", "95"), math_reward("x", "")
     (1.0, 0.0, None)
+    >>> math_reward("$2\\\\pi$", "2\\\\pi"), math_reward("2", "2\\\\pi"), math_reward("$\\\\{2, 3\\\\}$", "3, 2")
+    (1.0, 0.0, 1.0)
     >>> math_reward("Paris", "Paris") is None
     True
     """
@@ -53,11 +65,31 @@ def math_reward(completion: str, reference: str) -> float | None:
         return None
     from math_verify import parse, verify
 
-    gold = parse(reference)
+    # math-verify's timeouts are signal alarms, which only the main thread may set: elsewhere (a
+    # caller's thread) it refuses to run with them, so there it runs without, and is not let warn so.
+    main = threading.current_thread() is threading.main_thread()
+    limits = {} if main else {"parsing_timeout": None}
+    if not main:
+        for name in ("math_verify.parser", "math_verify.grader"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    gold = []
+    if _BARE_LATEX.search(reference) and not _DELIMITED.search(reference):
+        gold = parse(f"${reference}$", **limits)
+    gold = gold or parse(reference, **limits)
     if not gold:
         return None
-    answer = parse(completion)
-    return 1.0 if answer and verify(gold, answer) else 0.0
+    answer = parse(completion, **limits)
+    return 1.0 if answer and verify(gold, answer, **({} if main else {"timeout_seconds": None})) else 0.0
+
+
+def verifier(name: str, answer_regex: str) -> Callable[[str, str], float | None] | None:
+    """The verifiable reward of a (completion, reference) that :class:`~ctpipe.config.RewardConfig`'s
+    ``verifier`` names, for labeling and for GRPO's reward in training alike; None for ``arith``, which
+    verifies from the question (:mod:`ctpipe.arith`), and ``none``."""
+    if name == "regex":
+        pattern = re.compile(answer_regex)
+        return lambda completion, reference: extracted_reward(completion, reference, pattern)
+    return {"math": math_reward, "exact": exact_reward}.get(name)
 
 
 def exact_reward(completion: str, reference: str) -> float | None:
@@ -134,10 +166,11 @@ def judge_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1
     counted = pc.fill_null(pc.equal(pc.struct_field(flat, "name"), name), False).to_numpy(zero_copy_only=False)
     counted &= np.isfinite(values)
     n = len(scores)
+    scaled = np.clip((values[counted] - low) / (high - low), 0.0, 1.0)  # each score outside counts as its nearer end
     count = np.bincount(parents[counted], minlength=n)
-    total = np.bincount(parents[counted], weights=values[counted], minlength=n)  # summed in order, as sum() would
+    total = np.bincount(parents[counted], weights=scaled, minlength=n)  # summed in order, as sum() would
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.clip((total / count - low) / (high - low), 0.0, 1.0)
+        return total / count
 
 
 def judge_outside(scores: pa.Array | pa.ChunkedArray, name: str, low: float, high: float) -> int:
