@@ -928,6 +928,12 @@ def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, 
     again = run(src, src / "datasets")
     assert again.version == first.version and again.counts == first.counts == {**again.counts, "traces_in": 3, "quarantined": 0}
     assert "lies inside the source" in caplog.text
+    # However the path is spelled: its folder as it resolves, not the text.
+    (tmp_path / "link").symlink_to(src)
+    for out in (f"{src}/./datasets", f"{src}//datasets", f"{src}/../src/datasets", tmp_path / "link" / "datasets"):
+        assert run(src, out).version == first.version, out
+    linked = run(tmp_path / "link", src / "datasets")  # another version: its rows name their files by the link
+    assert linked.counts == first.counts
 
 
 def test_a_worker_whose_parent_was_killed_ends(tmp_path):

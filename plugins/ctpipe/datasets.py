@@ -387,8 +387,8 @@ class Output:
 
         self.uri = str(uri)
         self.fs, root = filesystem(self.uri)
-        self.root = root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
+        self.root = os.path.normpath(root) if self.local else root.rstrip("/")  # store/./x is store/x, in manifests too
         reachable(self.fs, self.root, f"dataset store {self.uri!r}")  # fails now, naming the store, if it refuses
         if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
             raise NotADirectoryError(f"dataset store {self.uri!r} is a file, not a folder")

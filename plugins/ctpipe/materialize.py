@@ -1756,11 +1756,13 @@ def materialize(
     lag = dataset.partition_lag()
     output = Output(out)
     # A store inside the source folder (--out under --source) would be read back as traces, each run
-    # publishing another version.
-    store = output.root + "/" if _protocol(source) == _protocol(out) else None
+    # publishing another version. Local paths as they resolve: srcf/./store, srcf//store or a link
+    # name the same folder.
+    here = os.path.realpath if output.local else str
+    store = here(output.root).rstrip("/") + "/" if _protocol(source) == _protocol(out) else None
 
     def keep(folder: str) -> bool:
-        if store and folder.startswith(store):
+        if store and (here(folder).rstrip("/") + "/").startswith(store):
             log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
             return False
         return _may_hold(folder, start, end, lag)
