@@ -91,6 +91,19 @@ def test_rerunning_an_interval_gives_the_same_version_untouched(mixed):
     assert datasets.resolve(mixed.datasets_dir, "").version == first.version
 
 
+def test_a_store_moved_elsewhere_is_read_where_it_is(mixed):
+    """A store copied to another disk or bucket, or mounted at another path: its manifests name the
+    folder they are read from, not the one they were written in."""
+    import shutil
+
+    first = run(mixed)
+    moved = mixed.datasets_dir.parent / "moved"
+    shutil.move(mixed.datasets_dir, moved)
+    found = datasets.resolve(moved, None)
+    assert (found.version, found.uri) == (first.version, f"{moved}/{first.version}")
+    assert found.read("traces").num_rows == first.counts["traces"]
+
+
 def test_a_config_change_makes_a_new_version(mixed):
     a = run(mixed)
     b = run(mixed, reward=RewardConfig(verifiable_weight=1.0, feedback_weight=0.0))

@@ -214,11 +214,12 @@ class Manifest:
 
     @classmethod
     def load(cls, version_uri: str | Path) -> Manifest:
-        """The manifest of the version at ``version_uri`` (a folder, or any fsspec URI); FileNotFoundError
-        when there is none."""
+        """The manifest of the version at ``version_uri`` (a folder, or any fsspec URI), its ``uri`` that
+        folder: a store copied, moved or mounted elsewhere is read where it is, not where it was
+        written. FileNotFoundError when there is none."""
         fs, path = filesystem(str(version_uri))
         with fs.open(f"{path.rstrip('/')}/manifest.json", "r") as f:
-            return cls(**json.load(f))
+            return cls(**{**json.load(f), "uri": str(version_uri).rstrip("/")})
 
 
 def resolve(datasets_dir: Path | str, version: str | None) -> Manifest:
