@@ -53,6 +53,19 @@ def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     assert "gate.alpha" in capsys.readouterr().err
 
 
+def test_a_backfill_that_fails_names_the_interval_and_what_is_left(settings, capsys, monkeypatch, tmp_path):
+    write_traces(settings.traces_dir, [trace(1)])
+    monkeypatch.setenv("CTPIPE_DATASET__EVAL_SETS", json.dumps([str(tmp_path / "gone.jsonl")]))
+    argv = ["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T13:00:00+00:00", "--every", "1h"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ctpipe materialize: [2026-11-22T10:00:00+00:00, 2026-11-22T11:00:00+00:00) failed: ")
+    assert "gone.jsonl" in err and "[2026-11-22T11:00:00+00:00, 2026-11-22T13:00:00+00:00) not built" in err
+    assert main([*argv, "--json"]) == 1
+    said = json.loads(capsys.readouterr().out)
+    assert (said["start"], said["end"]) == ("2026-11-22T10:00:00+00:00", "2026-11-22T11:00:00+00:00") and "gone.jsonl" in said["error"]
+
+
 def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):
     write_traces(settings.traces_dir, [trace(1)])
     (tmp_path / "afile").write_text("x")

@@ -116,7 +116,19 @@ def cmd_materialize(args) -> int:
             end = min(start + step, args.end)
         except OverflowError:  # a slice past year 9999 ends where the interval does
             end = args.end
-        m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
+        try:
+            m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
+        except Exception as e:  # noqa: BLE001 - said with the interval it stopped at, and what is left to build
+            if logging.getLogger().isEnabledFor(logging.DEBUG):
+                raise
+            said = f"{type(e).__name__}: {e}"
+            if args.json:
+                print(json.dumps({"start": start.isoformat(), "end": end.isoformat(), "error": said}))
+            left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
+            print(f"ctpipe materialize: [{start.isoformat()}, {end.isoformat()}) failed: {said}{left}. The same "
+                  "command builds what is left once the cause is mended: the versions built come back at once",
+                  file=sys.stderr)
+            return 1
         empty = isinstance(m, NoTraces)
         if args.json:  # one object per interval, for scripts
             print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
