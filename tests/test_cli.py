@@ -72,6 +72,10 @@ def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):
     assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00",
                  "--out", str(tmp_path / "afile")]) == 1
     assert f"dataset store '{tmp_path / 'afile'}' is a file, not a folder" in capsys.readouterr().err
+    # A store that cannot be written is named as given, not by the hidden folder a run stages in.
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00",
+                 "--out", "/proc/ctpipe-store"]) == 1
+    assert "dataset store '/proc/ctpipe-store' cannot be written: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

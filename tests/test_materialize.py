@@ -919,6 +919,24 @@ def test_latest_stays_on_the_newest_interval_through_a_backfill_or_a_rerun_of_an
     assert datasets.Output(tmp_path / "out").resolve(None).version == newest.version
 
 
+def test_records_of_other_intervals_alone_leave_the_version_as_it_was(tmp_path):
+    """A flat folder, or a day's: a file of the next hour's records, added or changed, makes the same
+    version of this hour, which a re-run then leaves untouched; a file with records of this hour
+    makes another."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 3?", str(i + 3)) for i in range(1, 4))))
+    first = run(src, tmp_path / "out")
+    later = [trace(i, f"What is {i} plus 3?", str(i + 3), at=T0 + HOUR + timedelta(minutes=i)) for i in range(4, 7)]
+    (src / "b.jsonl").write_bytes(lines(*later))
+    again = run(src, tmp_path / "out")
+    assert again.version == first.version and again.counts["outside_interval"] == 0  # the manifest as it was
+    (src / "0.jsonl").write_bytes(lines(*later[:1]))  # before a.jsonl: its blocks come first
+    assert run(src, tmp_path / "out").version == first.version
+    (src / "c.jsonl").write_bytes(lines(trace(9, "What is 9 plus 3?", "12")))
+    assert run(src, tmp_path / "out").version != first.version
+
+
 def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog):
     """--out under --source: each run read the versions before it as traces, and published another."""
     src = tmp_path / "src"

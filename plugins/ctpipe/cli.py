@@ -118,8 +118,8 @@ def cmd_materialize(args) -> int:
             end = args.end
         try:
             m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
-        except Exception as e:  # noqa: BLE001 - said with the interval it stopped at, and what is left to build
-            if logging.getLogger().isEnabledFor(logging.DEBUG):
+        except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
+            if not args.every or logging.getLogger().isEnabledFor(logging.DEBUG):
                 raise
             said = f"{type(e).__name__}: {e}"
             if args.json:

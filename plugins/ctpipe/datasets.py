@@ -17,8 +17,9 @@ the materializer's workers; the manifest lists them in row order (:meth:`Manifes
 written under a hidden staging name and moved into place, then the manifest (URI, content hashes,
 schemas, row counts, reward statistics, PII and dedup counts, source interval, source content
 hash, code version, config) is written; a reader never sees a partial version.
-The version name is derived from the interval, the config and the content read, so re-running an
-interval yields the same version and leaves it untouched; a small index of the source files' keys
+The version name is derived from the interval, the config and the content read of the blocks that
+give the interval its records, so re-running an interval yields the same version and leaves it
+untouched; a small index of the source files' keys
 lets such a re-run return at once. Building a version is :mod:`ctpipe.materialize`'s job.
 """
 
@@ -45,6 +46,7 @@ import xxhash
 
 from ctpipe.atomic import atomic_write_text
 from ctpipe.config import DatasetConfig
+from ctpipe.errors import PipelineError
 from ctpipe.rewards import reward_gap
 from ctpipe.sources import filesystem, reachable
 
@@ -297,7 +299,10 @@ class Staging:
         self.dir = f"{output.root}/{_staged_name(datetime.now(timezone.utc))}"
         self.files: dict[str, dict] = {}
         self.schemas: dict[str, str] = {}
-        output.fs.makedirs(self.dir, exist_ok=True)
+        try:
+            output.fs.makedirs(self.dir, exist_ok=True)
+        except OSError as e:  # named as the store the user gave, not the hidden folder it writes first
+            raise PipelineError(f"dataset store {output.uri!r} cannot be written: {e.strerror or e}") from None
 
     def write_part(self, name: str, index: int, table: pa.Table) -> dict:
         """Part ``index`` of the version's ``name`` table, from any process; what the manifest says of it."""

@@ -145,7 +145,7 @@ class Part:
     outside_span: tuple[int, int] | None = None  # the first and last start time (µs) of those records
     pii: Counter = field(default_factory=Counter)
     formats: Counter = field(default_factory=Counter)
-    digest: bytes = b""
+    digests: list[tuple[str, bytes]] = field(default_factory=list)  # of its block's files (see _digest), each
     joined: list[tuple] = field(default_factory=list)  # entries of formats.join, kept here until finish()
     file: str = ""  # the block's file, the first of those gathered into it (a join's part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
@@ -158,7 +158,8 @@ class Part:
     # Of the entries of a join that attach to records (scores, log records, batch requests), those that
     # found none, by kind.
     unjoined: Counter = field(default_factory=Counter)
-    # Entries of a join read, by kind (formats.Held.kind), and the evaluation results among the events.
+    # Entries of a join read, by kind (formats.Held.kind, a Langfuse row's), and the evaluation results
+    # among the events.
     held: Counter = field(default_factory=Counter)
     # Lines of its file the block covers, when they were not counted before it was loaded: then its
     # items are numbered from 1, until this process, taking parts in order, says where it starts.
@@ -418,6 +419,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 continue
             if entry is not None:
                 part.joined.append(entry)
+                part.held[entry[0]] += 1
             continue
         for r in recs:
             if isinstance(r, formats.Held):  # joined with what attaches to it (see joined_part), as Langfuse rows are
@@ -771,14 +773,18 @@ def _scrubbed_scores(scores: pa.Array, found: Counter) -> pa.Array:
 
 
 def _digest(block: sources.Block) -> bytes:
+    """What a block of one file holds, and where its items are numbered from: the same whether the
+    file was read alone or gathered with others (which ends its lines with a newline)."""
     import xxhash
 
-    h = xxhash.xxh3_128(f"{block.file}:{block.first}:{block.at}:{block.files}:".encode())
+    h = xxhash.xxh3_128(f"{block.file}:{block.first}:".encode())
     if block.batch is not None:
         # Its values as Arrow's IPC format writes them, not its buffers: a buffer may hold bytes past
         # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses.
         h.update(block.batch.serialize())
     h.update(block.data)
+    if block.data and not block.data.endswith(b"\n"):
+        h.update(b"\n")
     if block.damage is not None:
         h.update(f"{block.damage.reason}:{block.damage.position}".encode())
     return h.digest()
@@ -789,9 +795,10 @@ def process(item: tuple[int, sources.Block]) -> Part:
     index, block = item[0], item[1].load()
     counted = block.first is not None
     block = block if counted else block.numbered_from(1)  # see Part.lines
-    part = Part(index, [], digest=_digest(block), file=block.file, lines=None if counted else block.lines,
-                size=len(block.data) if block.batch is None else block.batch.nbytes)
     members, raws = block.members(), []
+    part = Part(index, [], digests=[(m.file, _digest(m)) for m in (members if block.files else [block])],
+                file=block.file, lines=None if counted else block.lines,
+                size=len(block.data) if block.batch is None else block.batch.nbytes)
     # Small files gathered into the block have their lines parsed together; the files the fast paths
     # take whole are then read together too, the others one by one.
     fast = _fast_members(block, members, _JOB.dataset.format, part.formats) if len(members) > 1 else [None]
@@ -1875,7 +1882,6 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         def take(part: Part, worker: int) -> None:
             nonlocal outside_span
             counts["bytes"] += part.size
-            digest.update(part.digest)
             counts["traces_in"] += part.read
             counts["outside_interval"] += part.outside
             outside_span = _widened(outside_span, part.outside_span)
@@ -1890,6 +1896,13 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
                 raise _HoldSpans
             unformatted.add(part.by_file)
             before = 0 if part.lines is None else lines_before.take(part.file, part.lines)
+            # The version is named by the blocks that make it (of small files gathered into one, the
+            # files), and where their lines are numbered from: a block of other intervals' records
+            # alone (a file of the next hour's, added to a day's folder) leaves it as it was, and a
+            # re-run of the interval publishes nothing new. What a join holds may attach anywhere.
+            for file, made in part.digests:
+                if part.held or part.by_file.get(file, {}).get("read"):
+                    digest.update(made + b"%d" % before)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, before), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
@@ -1993,7 +2006,8 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         quarantine_reasons=dict(sorted(reasons.items())),
         reward_stats=stats.summary(),
         scrubbed=dict(sorted(found_pii.items())),
-        source={"uri": source, "files": len(files), "formats": dict(sorted((+found_formats).items())),
+        source={"uri": os.path.abspath(source) if "://" not in str(source) else source,  # a local one absolute
+                "files": len(files), "formats": dict(sorted((+found_formats).items())),
                 "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
                 "unjoined": unjoined_report,
                 "content_hash": digest.hexdigest()},
