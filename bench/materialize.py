@@ -201,7 +201,7 @@ CREATE TEMP TABLE kept AS SELECT * FROM keyed WHERE NOT contaminated
 CREATE TEMP TABLE labeled AS SELECT *,
     CASE WHEN reference_answer IS NULL THEN NULL WHEN lower(trim(regexp_extract(completion, '####\\s*(\\S+)', 1))) = lower(trim(reference_answer)) THEN 1.0 ELSE 0.0 END AS verifiable_reward,
     CASE feedback.thumb WHEN 'up' THEN 1.0 WHEN 'down' THEN 0.0 ELSE (feedback.rating - 1) / 4 END AS feedback_reward,
-    least(1.0, greatest(0.0, list_avg(list_transform(list_filter(scores, lambda s: s.name = 'judge'), lambda s: s.value)) / 10)) AS judge_reward
+    list_avg(list_transform(list_filter(scores, lambda s: s.name = 'judge' AND s.value IS NOT NULL), lambda s: least(1.0, greatest(0.0, s.value / 10)))) AS judge_reward
   FROM kept;
 CREATE TEMP TABLE final AS SELECT *,
     (coalesce(0.6 * verifiable_reward, 0) + coalesce(0.2 * feedback_reward, 0) + coalesce(0.2 * judge_reward, 0))

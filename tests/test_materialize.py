@@ -1190,6 +1190,17 @@ def test_a_prompt_asked_by_many_users_pairs_as_when_nothing_is_left_out(tmp_path
         assert table(few, name) == table(every, name)
 
 
+def test_the_tasks_verifier_answers_its_questions_and_keeps_the_references_of_others(tmp_path):
+    """With the built-in task's verifier, its question's answer is the reference; a prompt not of the
+    task keeps the one its trace gives (published, and its GRPO row's), with no verifiable reward."""
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 2 plus 3?", "5", reference_answer="7"),
+                                             trace(2, "Capital of France?", "Paris", reference_answer="Paris")))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    rows = {r["trace_id"]: r for r in table(m, "traces")}
+    assert [(rows[t]["reference_answer"], rows[t]["verifiable_reward"]) for t in ("t1", "t2")] == [("5", 1.0), ("Paris", None)]
+    assert sorted(r["answer"] for r in table(m, "grpo")) == ["5", "Paris"]
+
+
 def test_a_prompts_grpo_answer_is_the_first_reference_any_of_its_traces_gives(tmp_path, monkeypatch):
     """An application that logs a reference only at times: the prompt's first trace may have none."""
     monkeypatch.setattr(mat, "_SPILL_BYTES", 1)  # a spill per block, pruned each (see _pairable)

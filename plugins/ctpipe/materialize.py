@@ -186,7 +186,7 @@ class Labeler:
             questions = prompts.to_pylist()
             answers = [arith.reference_answer(q) for q in questions]
             found = [None if r is None else arith.verify(q, c) for q, c, r in zip(questions, completions.to_pylist(), answers)]
-            references = pa.array(answers, pa.string())
+            references = pc.coalesce(pa.array(answers, pa.string()), given)  # another prompt keeps the one given
         elif self.verify is not None:
             found = [None if r is None else self.verify(c, r) for c, r in zip(completions.to_pylist(), given.to_pylist())]
         else:
