@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -45,6 +46,9 @@ from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
 # it is installed: skipping that import shortens every restart after a preemption.
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+
+
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # a reference the task's check reads as its number
 
 
 def reward_for(reward: dict):
@@ -69,7 +73,7 @@ def reward_for(reward: dict):
         verified = verify(text(prompt, "user"), said)
         if verified is not None:
             return verified
-        return correctness(said, reference) if reference.strip().lstrip("-").isdecimal() else rewards.exact_reward(said, reference)
+        return correctness(said, reference) if _INTEGER.fullmatch(reference) else rewards.exact_reward(said, reference)
 
     def correctness_reward(prompts, completions, answer, **_) -> list[float]:
         return [right(prompt, text(completion, "assistant"), reference or "") or 0.0

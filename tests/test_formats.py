@@ -1629,6 +1629,7 @@ def test_litellm_spend_logs_are_read_from_the_bodies_the_proxy_kept():
         ({"status": "failure", "response": "{}", "metadata": json.dumps(
             {"status": "failure", "error_information": {"error_code": "429", "error_message": "Rate limit reached"}})},
          "failed_request", "the call failed: Rate limit reached"),
+        ({"status": None, "metadata": json.dumps({"status": "failure"})}, "failed_request", "the call failed"),
         ({"cache_hit": "True"}, "duplicate", "is a cache hit"),
         ({"proxy_server_request": "{}", "response": "{}"}, "no_content", "only with store_prompts_in_spend_logs"),
         ({"proxy_server_request": json.dumps(long)}, "invalid_field", "cut a text of its proxy_server_request short"),

@@ -935,6 +935,16 @@ def test_records_of_other_intervals_alone_leave_the_version_as_it_was(tmp_path):
     assert run(src, tmp_path / "out").version == first.version
     (src / "c.jsonl").write_bytes(lines(trace(9, "What is 9 plus 3?", "12")))
     assert run(src, tmp_path / "out").version != first.version
+    # Parquet files alike: a file of other times' rows gathered with this hour's leaves its version.
+    parquet = tmp_path / "parquet"
+    parquet.mkdir()
+    ours = [trace(i, f"What is {i} plus 3?", str(i + 3), latency_ms=None if i == 2 else 40.0) for i in range(1, 4)]
+    pq.write_table(pa.Table.from_pylist(ours), parquet / "a.parquet")
+    first = run(parquet, tmp_path / "pout")
+    pq.write_table(pa.Table.from_pylist(later), parquet / "b.parquet")
+    assert run(parquet, tmp_path / "pout").version == first.version
+    pq.write_table(pa.Table.from_pylist(later[1:]), parquet / "b.parquet")
+    assert run(parquet, tmp_path / "pout").version == first.version
 
 
 def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog):
@@ -1199,6 +1209,22 @@ def test_the_tasks_verifier_answers_its_questions_and_keeps_the_references_of_ot
     rows = {r["trace_id"]: r for r in table(m, "traces")}
     assert [(rows[t]["reference_answer"], rows[t]["verifiable_reward"]) for t in ("t1", "t2")] == [("5", 1.0), ("Paris", None)]
     assert sorted(r["answer"] for r in table(m, "grpo")) == ["5", "Paris"]
+
+
+def test_a_run_from_a_thread_of_its_own_labels_with_math_verify(tmp_path):
+    """math-verify's time limits are signal alarms, which only the main thread may set: run from
+    another thread, a small source is labeled in a worker process, not in the caller's thread (where
+    math-verify refused to run, or would run without limits)."""
+    import threading
+
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "Half of one?", "$\\frac{1}{2}$", reference_answer="0.5"),
+                                             trace(2, "Half of one?", "0.25", reference_answer="0.5")))
+    got = []
+    reward = RewardConfig(verifier="math", verifiable_weight=1, feedback_weight=0)
+    thread = threading.Thread(target=lambda: got.append(run(tmp_path / "a.jsonl", tmp_path / "out", reward=reward)))
+    thread.start()
+    thread.join()
+    assert {r["trace_id"]: r["verifiable_reward"] for r in table(got[0], "traces")} == {"t1": 1.0, "t2": 0.0}
 
 
 def test_a_prompts_grpo_answer_is_the_first_reference_any_of_its_traces_gives(tmp_path, monkeypatch):

@@ -201,6 +201,8 @@ def test_grpo_reward_verifies_as_the_dataset_was_labeled():
     assert reward(prompts, said("12", "14", "5", "5", "paris "), answer=["11", "11", "5", "5", "Paris"]) == [
         1.0, 0.0, 1.0, 1.0, 1.0]
     assert reward.__name__ == "correctness_reward"  # the name TRL logs its mean under
+    signed = [chat("Spell five as digits.")] * 4
+    assert reward(signed, said("5", "-5", "5", "--5"), answer=["+5", "-5", "--5", "--5"]) == [1.0, 1.0, 0.0, 1.0]
     # Another verifier: the one the dataset was labeled with, whatever the answer's form.
     question = [chat("Half of one?")] * 4
     math = reward_for(RewardConfig(verifier="math").model_dump())

@@ -220,8 +220,9 @@ class Manifest:
         folder: a store copied, moved or mounted elsewhere is read where it is, not where it was
         written. FileNotFoundError when there is none."""
         fs, path = filesystem(str(version_uri))
+        where = str(version_uri).rstrip("/")
         with fs.open(f"{path.rstrip('/')}/manifest.json", "r") as f:
-            return cls(**{**json.load(f), "uri": str(version_uri).rstrip("/")})
+            return cls(**{**json.load(f), "uri": where if "://" in where else os.path.abspath(where)})
 
 
 def resolve(datasets_dir: Path | str, version: str | None) -> Manifest:

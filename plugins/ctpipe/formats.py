@@ -236,7 +236,7 @@ def _spend_log(doc: dict) -> bool:
 
 
 # What LiteLLM's spend logs put in the middle of a text longer than they keep
-# (MAX_STRING_LENGTH_PROMPT_IN_DB characters, 2,048 by default), where the rest of it was.
+# (MAX_STRING_LENGTH_PROMPT_IN_DB characters), where the rest of it was.
 _LITELLM_CUT = "(litellm_truncated skipped "
 
 
@@ -247,9 +247,10 @@ def _spend_log_call(doc: dict) -> dict:
     (``no_content``), or one whose texts LiteLLM cut short to keep them (``invalid_field``: what was
     served cannot be told)."""
     where = f"LiteLLM spend log {doc.get('request_id')}"
-    if doc.get("status") == "failure":
-        meta = _stored_json(doc.get("metadata"))
-        error = meta.get("error_information") if isinstance(meta, dict) else None
+    meta = _stored_json(doc.get("metadata"))
+    meta = meta if isinstance(meta, dict) else {}
+    if "failure" in (doc.get("status"), meta.get("status")):  # older LiteLLM keeps it in the metadata alone
+        error = meta.get("error_information")
         message = error.get("error_message") if isinstance(error, dict) else None
         raise FormatError("failed_request", f"{where}: the call failed" + (f": {str(message)[:300]}" if message else ""))
     if str(doc.get("cache_hit")).lower() == "true":  # kept as text: "True"

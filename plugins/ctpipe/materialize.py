@@ -780,8 +780,10 @@ def _digest(block: sources.Block) -> bytes:
     h = xxhash.xxh3_128(f"{block.file}:{block.first}:".encode())
     if block.batch is not None:
         # Its values as Arrow's IPC format writes them, not its buffers: a buffer may hold bytes past
-        # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses.
-        h.update(block.batch.serialize())
+        # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses, and a
+        # file's rows gathered with others' are a slice of their buffers, which IPC writes whole.
+        batch = block.batch
+        h.update(pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in batch.columns], schema=batch.schema).serialize())
     h.update(block.data)
     if block.data and not block.data.endswith(b"\n"):
         h.update(b"\n")
@@ -1440,10 +1442,14 @@ class _Pool:
         _init(job)  # this process labels small sources itself
         if workers > 1:
             _map_large_buffers()
+        # math-verify's time limits are signal alarms, which only a process's main thread may set: run
+        # from another thread, a run labels in a worker of its own, where a hard answer times out
+        # rather than hangs it.
+        alarms = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
                                          initargs=(job, os.getpid()))
-                        for _ in range(workers)] if workers > 1 else []
+                        for _ in range(workers)] if workers > 1 or not alarms else []
         with _environment(_WORKER_ALLOCATORS), _main_left_alone():
             for pool in self.workers:
                 pool.submit(int)  # starts its process now, under these settings

@@ -41,25 +41,36 @@ def reward_gap(high, low):
     return np.round(np.subtract(high, low), DECIMALS)
 
 
-# A reference written as bare LaTeX (2\pi, \frac{\sqrt{3}}{2}, as MATH-style sets keep them) or as numbers
-# in brackets or a list ((1, 2), [0, 1), 3, 2): math-verify reads LaTeX only between delimiters, and read
-# bare, 2\pi is 2, (1, 2) is 2 and \sqrt{2} is nothing. Words stay bare: between delimiters "Paris" is
-# the product of five variables.
-_BARE_LATEX = re.compile(r"[\\{}^]|^[\s\d.,()\[\]+/-]*[,(\[][\s\d.,()\[\]+/-]*$")
+# An answer written as bare LaTeX (2\pi, \frac{\sqrt{3}}{2}, as MATH-style sets keep their references) or as
+# numbers in brackets or a list ((1, 2), [0, 1), 3, 2): math-verify reads LaTeX only between delimiters,
+# and read bare, 2\pi is 2, (1, 2) is 2 and \sqrt{2} is nothing. It must hold a number or a command of
+# math (not \text): between delimiters "{Paris}" is the product of five variables. A comma without a
+# space after it is a number's (1,000; 1,5 where a comma marks the decimals).
+_LATEX_MARK = re.compile(r"[\\{}^]")
+_NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s)[\s\d.,()\[\]+-]*")
+_MATH = re.compile(r"\d|\\(?!(?:text|mathrm|textbf|mbox)\b)[A-Za-z]+")
 _DELIMITED = re.compile(r"\$|\\[(\[]|\\boxed")
+
+
+def _bare_latex(text: str) -> bool:
+    """Whether ``text`` is an answer alone, written as bare LaTeX (see above), which math-verify reads
+    only between delimiters."""
+    return (not _DELIMITED.search(text) and bool(_MATH.search(text))
+            and bool(_LATEX_MARK.search(text) or _NUMBERS_LISTED.fullmatch(text)))
 
 
 def math_reward(completion: str, reference: str) -> float | None:
     """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
     reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
-    0.0 would call even the same text wrong. A reference of bare LaTeX is read as LaTeX.
+    0.0 would call even the same text wrong. A reference, or a completion that is an answer alone, of
+    bare LaTeX is read as LaTeX.
 
     >>> math_reward("so the result is 0.5", "$\\\\frac{1}{2}$"), math_reward("I think 96", "95"), math_reward("x", "")
     (1.0, 0.0, None)
-    >>> math_reward("$2\\\\pi$", "2\\\\pi"), math_reward("2", "2\\\\pi"), math_reward("$\\\\{2, 3\\\\}$", "3, 2")
+    >>> math_reward("$2\\\\pi$", "2\\\\pi"), math_reward("2", "2\\\\pi"), math_reward("(1, 2)", "(1, 2)")
     (1.0, 0.0, 1.0)
-    >>> math_reward("Paris", "Paris") is None
-    True
+    >>> math_reward("Paris", "Paris") is None, math_reward("{Paris}", "{Paris}") is None
+    (True, True)
     """
     if not reference.strip():
         return None
@@ -72,13 +83,15 @@ def math_reward(completion: str, reference: str) -> float | None:
     if not main:
         for name in ("math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).setLevel(logging.ERROR)
-    gold = []
-    if _BARE_LATEX.search(reference) and not _DELIMITED.search(reference):
-        gold = parse(f"${reference}$", **limits)
-    gold = gold or parse(reference, **limits)
+
+    def read(text: str) -> list:
+        text = text.strip()
+        return (_bare_latex(text) and parse(f"${text}$", **limits)) or parse(text, **limits)
+
+    gold = read(reference)
     if not gold:
         return None
-    answer = parse(completion, **limits)
+    answer = read(completion)
     return 1.0 if answer and verify(gold, answer, **({} if main else {"timeout_seconds": None})) else 0.0
 
 
