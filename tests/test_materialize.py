@@ -947,6 +947,18 @@ def test_records_of_other_intervals_alone_leave_the_version_as_it_was(tmp_path):
     assert run(parquet, tmp_path / "pout").version == first.version
 
 
+def test_a_trace_at_the_last_instant_of_its_hour_in_nanoseconds_is_of_that_hour(tmp_path):
+    """10:59:59.9999999Z, in the hour=10 folder, was rounded into 11:00, which the next hour's run,
+    reading only its own folder, never read: in no version."""
+    folder = tmp_path / "src" / "date=2026-11-22" / "hour=10"
+    folder.mkdir(parents=True)
+    last = {**trace(1), "start_time": "2026-11-22T10:59:59.9999999Z", "end_time": "2026-11-22T10:59:59.9999999Z"}
+    (folder / "a.jsonl").write_bytes(lines(last))
+    m = run(tmp_path / "src", tmp_path / "out")
+    assert (m.counts["traces"], m.counts["outside_interval"]) == (1, 0) and not m.source.get("misplaced")
+    assert table(m, "traces")[0]["start_time"].isoformat() == "2026-11-22T10:59:59.999999+00:00"
+
+
 def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog):
     """--out under --source: each run read the versions before it as traces, and published another."""
     src = tmp_path / "src"

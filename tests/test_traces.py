@@ -17,6 +17,19 @@ def test_valid_record_parses():
     assert rec.prompt == "What is 2 plus 3?" and rec.feedback.thumb == "up"
 
 
+@pytest.mark.parametrize("written, kept", [
+    ("2026-11-22T10:59:59.9999999Z", "2026-11-22T10:59:59.999999+00:00"),
+    ("2026-11-22T10:59:59.123456789+00:00", "2026-11-22T10:59:59.123456+00:00"),
+    ("2026-11-22T10:59:59.5Z", "2026-11-22T10:59:59.500000+00:00"),
+])
+def test_a_time_of_more_than_six_fractional_digits_is_cut_to_the_microsecond(written, kept):
+    """As Go's RFC3339Nano and Java write them: cut as other formats' and Parquet's nanoseconds are,
+    not rounded (into the next hour, at its last half-microsecond), from a line or from a Parquet row."""
+    doc = {**trace(1), "start_time": written, "end_time": written}
+    for rec in (decode(json.dumps(doc)), decode(json.dumps(doc).encode()), convert(doc)):
+        assert (rec.start_time.isoformat(), rec.end_time.isoformat()) == (kept, kept)
+
+
 def test_unknown_fields_are_ignored():
     assert decode(json.dumps(trace(1) | {"new_field": 1})).trace_id == "t1"
 

@@ -133,6 +133,33 @@ class InvalidTrace(ValueError):
 _DECODER = msgspec.json.Decoder(TraceRecord)
 
 
+class _Times(msgspec.Struct):
+    start_time: str
+    end_time: str
+
+
+# RFC 3339 allows any number of fractional digits, as Go's RFC3339Nano and Java write nine; times are
+# kept to the microsecond, the rest cut, as other formats' times and Parquet's nanoseconds are: msgspec
+# rounds, and 10:59:59.9999999 became 11:00:00, a trace of one hour's folder read as the next's.
+_TIMES = msgspec.json.Decoder(_Times)
+_LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+_LONG_FRACTION_IN = {bytes: re.compile(rb"\.\d{7}"), str: re.compile(r"\.\d{7}")}
+
+
+def _cut(text: Any) -> Any:
+    """A time's text with its fraction cut to microseconds (anything else as it is)."""
+    return _LONG_FRACTION.sub(r"\1", text, count=1) if isinstance(text, str) else text
+
+
+def _to_the_microsecond(rec: TraceRecord, line: bytes | str) -> TraceRecord:
+    """``rec`` decoded from ``line``, its times cut to the microsecond where the line wrote more digits."""
+    if not _LONG_FRACTION_IN[type(line)].search(line):
+        return rec
+    times = _TIMES.decode(line)
+    return msgspec.structs.replace(rec, start_time=msgspec.convert(_cut(times.start_time), datetime),
+                                   end_time=msgspec.convert(_cut(times.end_time), datetime))
+
+
 def _reject_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name}")
 
@@ -245,7 +272,7 @@ def _consistent(rec: TraceRecord) -> TraceRecord:
 def decode(line: bytes | str) -> TraceRecord:
     """One JSON line in our schema, decoded and validated, or :class:`InvalidTrace` saying why."""
     try:
-        return _consistent(_DECODER.decode(line))
+        return _consistent(_to_the_microsecond(_DECODER.decode(line), line))
     except msgspec.ValidationError as e:
         if line.lstrip()[:1] not in (b"{", "{"):
             raise InvalidTrace("not_an_object", "expected a JSON object") from None
@@ -272,6 +299,9 @@ def _finite(doc: dict) -> dict:
 
 def convert(doc: dict) -> TraceRecord:
     """A canonical trace dict (from :mod:`ctpipe.formats`), validated."""
+    if cut := {k: _cut(v) for k in ("start_time", "end_time")
+               if isinstance(v := doc.get(k), str) and _LONG_FRACTION.search(v)}:
+        doc = {**doc, **cut}
     try:
         return _whole_characters(_consistent(msgspec.convert(_finite(doc), TraceRecord)))
     except msgspec.ValidationError as e:
