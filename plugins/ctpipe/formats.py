@@ -8,8 +8,8 @@ source, as ``{"name", "value", "label", "source"}``. A document a reader cannot 
 * ``openai``: chat-completions logs, one object per line: the request (``messages``) and the
   response (``id``, ``created``, ``model``, ``choices``, ``usage``), either side by side under
   ``request``/``response`` or flat in one object (LiteLLM's logs, the rows of its spend logs and
-  Portkey's export are such logs, with times of their own); a call of the Responses API is read as one (``input``, ``output``
-  items). Each choice becomes one trace; one that is no
+  Portkey's export are such logs, with times of their own); a call of the Responses API is read as
+  one (``input``, ``output`` items). Each choice becomes one trace; one that is no
   text answer (a tool call, with text or without; a refusal without text; an answer the content filter stopped) is
   refused as ``no_text_answer``. A batch's files (OpenAI's Batch API, vLLM's ``run_batch``): the
   lines of its output (or errors) join those of its input by ``custom_id`` (:class:`Held`,
@@ -254,7 +254,8 @@ def _spend_log_call(doc: dict) -> dict:
         message = error.get("error_message") if isinstance(error, dict) else None
         raise FormatError("failed_request", f"{where}: the call failed" + (f": {str(message)[:300]}" if message else ""))
     if str(doc.get("cache_hit")).lower() == "true":  # kept as text: "True"
-        raise FormatError("duplicate", f"{where} is a cache hit: LiteLLM answered with the stored answer of another call")
+        raise FormatError("duplicate", f"{where} is a cache hit: LiteLLM answered with the stored answer of "
+                                       "another call")
     request, response = (_stored_json(doc.get(k)) for k in ("proxy_server_request", "response"))
     if not (request and isinstance(request, dict) and response and isinstance(response, dict)):
         raise FormatError("no_content", f"{where} holds no request or answer: LiteLLM keeps them in its spend logs only "

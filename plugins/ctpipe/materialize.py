@@ -181,7 +181,8 @@ class Labeler:
                scores: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
         """(each trace's reference answer; its verifiable, feedback, judge and final rewards), as columns.
         A blank reference is none, as the verifiers take it, so that no prompt's GRPO row answers with it."""
-        references = given = pc.if_else(pc.equal(pc.utf8_trim_whitespace(given), ""), pa.scalar(None, pa.string()), given)
+        blank = pc.equal(pc.utf8_trim_whitespace(given), "")
+        references = given = pc.if_else(blank, pa.scalar(None, pa.string()), given)
         if self.cfg.verifier == "arith":  # the question, not a logged reference, says which answers are right
             questions = prompts.to_pylist()
             answers = [arith.reference_answer(q) for q in questions]
@@ -782,8 +783,8 @@ def _digest(block: sources.Block) -> bytes:
         # Its values as Arrow's IPC format writes them, not its buffers: a buffer may hold bytes past
         # the values (the Parquet reader's spare capacity), which a batch sent to a worker loses, and a
         # file's rows gathered with others' are a slice of their buffers, which IPC writes whole.
-        batch = block.batch
-        h.update(pa.RecordBatch.from_arrays([pa.concat_arrays([c]) for c in batch.columns], schema=batch.schema).serialize())
+        compact = [pa.concat_arrays([column]) for column in block.batch.columns]
+        h.update(pa.RecordBatch.from_arrays(compact, schema=block.batch.schema).serialize())
     h.update(block.data)
     if block.data and not block.data.endswith(b"\n"):
         h.update(b"\n")

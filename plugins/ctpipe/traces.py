@@ -143,7 +143,7 @@ class _Times(msgspec.Struct):
 # rounds, and 10:59:59.9999999 became 11:00:00, a trace of one hour's folder read as the next's.
 _TIMES = msgspec.json.Decoder(_Times)
 _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
-_LONG_FRACTION_IN = {bytes: re.compile(rb"\.\d{7}"), str: re.compile(r"\.\d{7}")}
+_LONG_FRACTION_IN = (re.compile(rb"\.\d{7}"), re.compile(r"\.\d{7}"))  # in a line of bytes, of text
 
 
 def _cut(text: Any) -> Any:
@@ -153,7 +153,7 @@ def _cut(text: Any) -> Any:
 
 def _to_the_microsecond(rec: TraceRecord, line: bytes | str) -> TraceRecord:
     """``rec`` decoded from ``line``, its times cut to the microsecond where the line wrote more digits."""
-    if not _LONG_FRACTION_IN[type(line)].search(line):
+    if not _LONG_FRACTION_IN[isinstance(line, str)].search(line):
         return rec
     times = _TIMES.decode(line)
     return msgspec.structs.replace(rec, start_time=msgspec.convert(_cut(times.start_time), datetime),
