@@ -91,7 +91,7 @@ def test_rerunning_an_interval_gives_the_same_version_untouched(mixed):
     assert datasets.resolve(mixed.datasets_dir, "").version == first.version
 
 
-def test_a_store_moved_elsewhere_is_read_where_it_is(mixed):
+def test_a_store_moved_elsewhere_is_read_where_it_is(mixed, monkeypatch):
     """A store copied to another disk or bucket, or mounted at another path: its manifests name the
     folder they are read from, not the one they were written in."""
     import shutil
@@ -102,6 +102,8 @@ def test_a_store_moved_elsewhere_is_read_where_it_is(mixed):
     found = datasets.resolve(moved, None)
     assert (found.version, found.uri) == (first.version, f"{moved}/{first.version}")
     assert found.read("traces").num_rows == first.counts["traces"]
+    monkeypatch.chdir(moved)  # a relative path, named as it resolves
+    assert datasets.Manifest.load(first.version).uri == f"{moved}/{first.version}"
 
 
 def test_a_config_change_makes_a_new_version(mixed):

@@ -959,7 +959,7 @@ def test_a_trace_at_the_last_instant_of_its_hour_in_nanoseconds_is_of_that_hour(
     assert table(m, "traces")[0]["start_time"].isoformat() == "2026-11-22T10:59:59.999999+00:00"
 
 
-def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog):
+def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, caplog, monkeypatch):
     """--out under --source: each run read the versions before it as traces, and published another."""
     src = tmp_path / "src"
     src.mkdir()
@@ -974,6 +974,8 @@ def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, 
         assert run(src, out).version == first.version, out
     linked = run(tmp_path / "link", src / "datasets")  # another version: its rows name their files by the link
     assert linked.counts == first.counts
+    monkeypatch.chdir(tmp_path)  # a relative source: named absolute in the manifest
+    assert run("src", src / "datasets").source["uri"] == str(src)
 
 
 def test_a_worker_whose_parent_was_killed_ends(tmp_path):
