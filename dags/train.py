@@ -54,10 +54,10 @@ with DAG(
 
     @task
     def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
-        from ctpipe.pipeline import prepare_training
+        from ctpipe.pipeline import prepare_training, triggering_version
 
         events = (triggering_asset_events or {}).get(TRAINING_DATASET) or []
-        triggered_by = dict(events[-1].extra) if events else None
+        triggered_by = triggering_version([dict(e.extra) for e in events])
         with fail_fast():
             return prepare_training(settings(), dict(params), triggered_by, run_id)
 

@@ -254,7 +254,7 @@ def test_best_vs_worst_of_many_prompts_pairs_as_each_prompt_alone():
 
 def _point(store: str, version: str, barrier) -> None:
     barrier.wait()
-    datasets.Output(store).point_latest(version)
+    datasets.Output(store).point_latest(datasets.Manifest(version, "", ("", ""), {"traces": 1}, {}, {}, {}, "", {}))
 
 
 def test_latest_names_the_newest_interval_whatever_order_concurrent_runs_finish_in(tmp_path):

@@ -65,6 +65,9 @@ def test_the_form_s_interval_comes_before_the_run_s():
     assert interval_to_build({"start": None, "end": ""}, *run) == run
     assert interval_to_build({"start": "2026-11-20T00:00:00Z", "end": "2026-11-21T00:00:00+01:00"}, *run) == (
         datetime(2026, 11, 20, tzinfo=timezone.utc), datetime.fromisoformat("2026-11-21T00:00:00+01:00"))
+    # RFC 3339's lower case "t" and "z", which the form's date-time check takes
+    assert interval_to_build({"start": "2026-11-20t00:00:00z", "end": "2026-11-20t01:00:00z"}, *run) == (
+        datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 20, 1, tzinfo=timezone.utc))
 
 
 def test_a_version_a_run_announced_is_not_announced_again(settings):
@@ -84,6 +87,37 @@ def test_a_version_a_run_announced_is_not_announced_again(settings):
     with pytest.raises(NothingToPublish, match=f"version {first['version']} was published and announced before, by "
                                                "run scheduled__1"):
         materialize_interval(settings, *hour, "backfill__1")
+
+
+def test_a_version_of_its_quarantine_alone_is_not_announced_nor_the_latest(settings):
+    """An hour of bad lines alone: its version is published (the quarantine is kept), but its event
+    would start a training that can only fail, and readers of the latest would find no rows."""
+    from datetime import timedelta
+
+    from ctpipe import datasets
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    first = materialize_interval(settings, T0, T0 + timedelta(hours=1), "scheduled__1")
+    write_traces(settings.traces_dir, ["garbage line one", '{"foo": 1}'], at=T0 + timedelta(hours=1))
+    with pytest.raises(NothingToPublish, match=r"holds no rows, only its quarantine \(2 items: .*published, not announced"):
+        materialize_interval(settings, T0 + timedelta(hours=1), T0 + timedelta(hours=2), "scheduled__2")
+    assert datasets.resolve(settings.datasets_uri, "").version == first["version"]
+
+
+def test_of_versions_announced_while_train_ran_the_newest_is_trained_and_the_others_named(caplog):
+    """Airflow gives one run of train every event queued while its run before went on (a backfill's
+    hours): it trains on the newest interval's version, whatever order they came in, and names the rest."""
+    from ctpipe.pipeline import triggering_version
+
+    hours = [{"version": f"v{h}", "interval": [f"2026-11-21T{h:02d}:00:00+00:00", f"2026-11-21T{h + 1:02d}:00:00+00:00"]}
+             for h in (2, 0, 1)]
+    assert triggering_version([]) is None and triggering_version(hours[:1]) == hours[0] and not caplog.records
+    assert triggering_version(hours) == hours[0]
+    assert "3 dataset versions were announced" in caplog.text and "trains on v2" in caplog.text
+    assert "not on v0, v1" in caplog.text
 
 
 def test_bad_base_checkpoint_is_named(settings):

@@ -371,8 +371,9 @@ class Staging:
             body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
                     "schemas": self.schemas, "code_version": CODE_VERSION}
             out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
-        out.point_latest(version)
-        return out.load(version)
+        manifest = out.load(version)
+        out.point_latest(manifest)
+        return manifest
 
 
 def version_name(start: datetime, end: datetime, digest: str) -> str:
@@ -425,14 +426,17 @@ class Output:
     def load(self, version: str) -> Manifest:
         return Manifest.load(self.uri_of(version))
 
-    def point_latest(self, version: str) -> None:
-        """Point LATEST at ``version``, unless it points there or at a version of a later interval: a
-        backfill, or a re-run of an earlier interval, leaves the readers of the latest on the newest.
+    def point_latest(self, manifest: Manifest) -> None:
+        """Point LATEST at ``manifest``'s version, unless it points there or at a version of a later
+        interval (a backfill, or a re-run of an earlier interval, leaves the readers of the latest on
+        the newest), or the version has no rows: of its quarantine alone, it is no one's latest data.
 
         On a local disk the read and the write hold a lock: the runs of a backfill finish together
         (Airflow runs ten at once), and one that read LATEST before another wrote it would write an
         older interval over a newer one. An object store has no lock: there the last to write wins."""
-        path = f"{self.root}/{LATEST}"
+        version, path = manifest.version, f"{self.root}/{LATEST}"
+        if not manifest.counts.get("traces"):
+            return
         with self._latest_lock():
             current = self._read(path) if self.fs.exists(path) else None
             if current == version or (current and _interval_of(current) > _interval_of(version)):
@@ -491,7 +495,7 @@ class Output:
             manifest = self.resolve(self._read(pointer))
         except DatasetNotFound:  # the version was removed since: build it again
             return None
-        self.point_latest(manifest.version)
+        self.point_latest(manifest)
         return manifest
 
     def remember(self, start, end, config: dict, files_digest: str, version: str) -> None:

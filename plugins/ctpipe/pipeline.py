@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 def aware_time(text: str) -> datetime:
     """An ISO 8601 time with its timezone, as the command line and the trigger form give an interval's
     bounds; ValueError saying what it is not."""
-    try:
-        t = datetime.fromisoformat(text)
+    try:  # RFC 3339 lets "t" and "z" be lower case, and the trigger form's date-time check takes them
+        t = datetime.fromisoformat(text.upper())
     except ValueError:
         raise ValueError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
     if t.tzinfo is None:
@@ -103,6 +103,9 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
         manifest.source.get("unrecognized_files") or "none", manifest.source.get("skipped_files") or "none",
         manifest.source.get("unjoined") or "none",
     )
+    if not c["traces"]:  # its event would start a training that can only fail
+        raise NothingToPublish(f"version {manifest.version} holds no rows, only its quarantine ({c['quarantined']} "
+                               f"items: {manifest.quarantine_reasons}): published, not announced, nothing to train on")
     if run_id:
         store.mark_announced(manifest.version, run_id)
     return manifest.asset_extra()
@@ -134,6 +137,20 @@ def _base_checkpoint(s: Settings, value: str) -> tuple[str, str]:
     if not (Path(value) / "config.json").exists():
         raise PipelineError(f"base_checkpoint={value!r} is neither a registry version nor a model directory")
     return value, "path"
+
+
+def triggering_version(extras: list[dict]) -> dict | None:
+    """Of the versions announced since ``train`` last ran (Airflow gives one run every asset event
+    queued while the run before it went on: a backfill's hours, say), the newest interval's, which
+    the run trains on; the others are named in its log, each for a run of its own from the form."""
+    if not extras:
+        return None
+    newest = max(extras, key=lambda e: tuple(reversed(e.get("interval") or ("", ""))))
+    if others := [e.get("version") for e in extras if e is not newest]:
+        log.warning("%d dataset versions were announced while train's run before this one went on: this run trains "
+                    "on %s, the newest interval's; not on %s (give one as the trigger form's dataset_version to "
+                    "train on it)", len(extras), newest.get("version"), ", ".join(map(str, others)))
+    return newest
 
 
 def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | None, dag_run_id: str) -> dict:
