@@ -799,7 +799,7 @@ def process(item: tuple[int, sources.Block]) -> Part:
     counted = block.first is not None
     block = block if counted else block.numbered_from(1)  # see Part.lines
     members, raws = block.members(), []
-    part = Part(index, [], digests=[(m.file, _digest(m)) for m in (members if block.files else [block])],
+    part = Part(index, [], digests=[(m.file, _digest(m)) for m in members],
                 file=block.file, lines=None if counted else block.lines,
                 size=len(block.data) if block.batch is None else block.batch.nbytes)
     # Small files gathered into the block have their lines parsed together; the files the fast paths
