@@ -146,9 +146,9 @@ _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
 _LONG_FRACTION_IN = (re.compile(rb"\.\d{7}"), re.compile(r"\.\d{7}"))  # in a line of bytes, of text
 
 
-def _cut(text: Any) -> Any:
-    """A time's text with its fraction cut to microseconds (anything else as it is)."""
-    return _LONG_FRACTION.sub(r"\1", text, count=1) if isinstance(text, str) else text
+def _cut(text: str) -> str:
+    """A time's text with its fraction cut to microseconds."""
+    return _LONG_FRACTION.sub(r"\1", text, count=1)
 
 
 def _to_the_microsecond(rec: TraceRecord, line: bytes | str) -> TraceRecord:
@@ -299,8 +299,7 @@ def _finite(doc: dict) -> dict:
 
 def convert(doc: dict) -> TraceRecord:
     """A canonical trace dict (from :mod:`ctpipe.formats`), validated."""
-    if cut := {k: _cut(v) for k in ("start_time", "end_time")
-               if isinstance(v := doc.get(k), str) and _LONG_FRACTION.search(v)}:
+    if cut := {k: c for k in ("start_time", "end_time") if isinstance(v := doc.get(k), str) and (c := _cut(v)) != v}:
         doc = {**doc, **cut}
     try:
         return _whole_characters(_consistent(msgspec.convert(_finite(doc), TraceRecord)))
