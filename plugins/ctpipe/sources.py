@@ -1671,22 +1671,14 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             if info.get("size") is not None and info["size"] <= _FETCHED:
                 data = fs.cat_file(file)
                 if len(data) == info["size"]:  # else written again since it was listed: read in its turn, which says so
-                    return file, _as_compressed(file, name, data), info, _Fetched(data)
-            if _plain_name(name):
-                return file, _as_compressed(file, name, fs.cat_file(file, start=0, end=8)), info, fs
+                    return file, _as_compressed(file, name, lambda: data[:8]), info, _Fetched(data)
         except Exception:  # noqa: BLE001 - read again in its turn, which reports what fails
             pass
-        return file, name, info, fs
+        return file, _as_compressed(file, name, lambda: fs.cat_file(file, start=0, end=8)), info, fs
 
     def opened(item: tuple[str, str]) -> tuple[str, str, dict, Any]:
         file, name = item
-        if _plain_name(name):
-            try:
-                with open(file, "rb") as f:
-                    name = _as_compressed(file, name, f.read(8))
-            except OSError:  # reported where it is read
-                pass
-        return file, name, {}, fs
+        return file, _as_compressed(file, name, lambda: _head(file)), {}, fs
 
     read = (map(opened, files.items()) if local
             else _in_turn(fetched, _listed(fs, files.items(), not ranged), fs))
@@ -1710,18 +1702,24 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             yield from _jsonl_blocks(src, file, name)
 
 
-def _plain_name(name: str) -> bool:
-    """Whether ``name`` says its file is JSON or CSV text, compressed by none of :data:`_COMPRESSED`."""
-    return not name.endswith((*_COMPRESSED, ".parquet"))
+def _head(file: str) -> bytes:
+    """A local file's first bytes, enough to tell its compression (see :func:`_compressed`)."""
+    with open(file, "rb") as f:
+        return f.read(8)
 
 
-def _as_compressed(file: str, name: str, head: bytes) -> str:
-    """``name``, with the suffix of the compression the file's first bytes (``head``) say where it says
-    none, with a warning: an object stored with ``Content-Encoding: gzip`` and downloaded as it is
-    stored keeps its plain name, and read as named, every line of it was quarantined as not UTF-8."""
-    if not _plain_name(name):
+def _as_compressed(file: str, name: str, head: Callable[[], bytes]) -> str:
+    """``name``, where it says its file is JSON or CSV text compressed by none of :data:`_COMPRESSED`,
+    with the suffix of the compression its first bytes (``head()``, only then asked for) say, with a
+    warning: an object stored with ``Content-Encoding: gzip`` and downloaded as it is stored keeps its
+    plain name, and read as named, every line of it was quarantined as not UTF-8. A file that cannot
+    be read keeps its name, for its reading to report."""
+    if name.endswith((*_COMPRESSED, ".parquet")):
         return name
-    compression = _compressed(head)
+    try:
+        compression = _compressed(head())
+    except Exception:  # noqa: BLE001 - OSError locally; each object store raises its own types
+        return name
     _misnamed(file, name, compression)
     return name + compression
 
