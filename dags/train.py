@@ -40,7 +40,7 @@ with DAG(
         ),
         "dataset_version": Param(
             "", type="string", title="Dataset version",
-            description="Empty: the version that triggered this run, else the latest published.",
+            description="Empty: the versions that triggered this run (a backfill's, all), else the latest published.",
         ),
         "max_steps": Param(_train.max_steps, type="integer", minimum=1, maximum=100_000, title="Max steps"),
         "learning_rate": Param(
@@ -54,12 +54,11 @@ with DAG(
 
     @task
     def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
-        from ctpipe.pipeline import prepare_training, triggering_version
+        from ctpipe.pipeline import prepare_training
 
         events = (triggering_asset_events or {}).get(TRAINING_DATASET) or []
-        triggered_by = triggering_version([dict(e.extra) for e in events])
         with fail_fast():
-            return prepare_training(settings(), dict(params), triggered_by, run_id)
+            return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
 
     @task(outlets=[CHECKPOINT])
     def publish(job: dict, outlet_events=None, run_id=None) -> dict:

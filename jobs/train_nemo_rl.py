@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ctpipe.atomic import atomic_dir
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import finish, load_job, run_entrypoint
+from ctpipe.jobspec import finish, load_job, run_entrypoint, training_data
 from ctpipe.nemo_rl import (
     build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
 )
@@ -66,14 +66,14 @@ def run_forwarding_sigterm(cmd: list[str], cwd: str) -> tuple[int, bool]:
 
 
 def main(spec_path: str) -> int:
-    spec, manifest = load_job(spec_path)
+    spec, _ = load_job(spec_path)
     if spec.algorithm != "grpo":
         raise PipelineError(f"algorithm={spec.algorithm!r}: NeMo-RL runs GRPO here; DPO runs with jobs/train_trl.py")
     nemo = spec.train.nemo_rl
     if not (Path(nemo.home) / "examples").is_dir():
         raise PipelineError(f"train.nemo_rl.home={nemo.home!r} holds no NeMo-RL examples/: run inside {nemo.image}")
     p = paths(spec)
-    prompts = write_train_data(manifest.read("grpo", ["prompt", "answer"], root=spec.dataset_uri), p["train_data"])
+    prompts = write_train_data(training_data(spec, ["prompt", "answer"]), p["train_data"])
     config = build_config(spec, prompts)
     p["config"].write_text(config_yaml(config))
     resumed = latest_step(p["checkpoints"])

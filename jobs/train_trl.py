@@ -40,7 +40,7 @@ from pathlib import Path
 from ctpipe.atomic import atomic_dir
 from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import JobSpec, finish, load_job, progress_line, run_entrypoint
+from ctpipe.jobspec import JobSpec, finish, load_job, progress_line, run_entrypoint, training_data
 from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
@@ -104,7 +104,9 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset(manifest.read(spec.table, root=spec.dataset_uri))  # a path or any fsspec URI (s3://...)
+    data = Dataset(training_data(spec))  # paths or any fsspec URIs (s3://...)
+    versions = " + ".join(d.version for d in spec.datasets)
+    print(f"{spec.table}: {len(data)} rows of dataset version {versions}", flush=True)
 
     class SaveOnSigterm(TrainerCallback):
         """Turn SIGTERM into "save at the end of this step, then stop" (the handler itself only sets a flag)."""
@@ -208,7 +210,7 @@ def main(spec_path: str) -> int:
 
         data = data.filter(lambda row: row["answer"] is not None)
         if len(data) == 0:
-            raise PipelineError(f"dataset version {spec.dataset_version!r} has no reference answers to imitate")
+            raise PipelineError(f"dataset version {versions} has no reference answers to imitate")
         data = data.map(
             lambda row: {"completion": [{"role": "assistant", "content": row["answer"]}]},
             remove_columns=[c for c in data.column_names if c != "prompt"],

@@ -220,6 +220,15 @@ def training_dataset(settings):
     return materialize_interval(settings, T0, T0 + timedelta(hours=1))
 
 
+def published_hour(settings: Settings, h: int, n: int) -> dict:
+    """The published version of the ``h``-th hour after T0, of the first ``n`` :func:`training_traces`."""
+    at = T0 + timedelta(hours=h)
+    lines = [trace(100 * h + i, t["messages"][0]["content"], t["completion"], at=at + timedelta(seconds=i),
+                   feedback=t["feedback"]) for i, t in enumerate(training_traces()[:n])]
+    write_traces(settings.traces_dir, lines, at=at)
+    return materialize_interval(settings, at, at + timedelta(hours=1), f"scheduled__{h}")
+
+
 def job_spec(
     settings: Settings, base_model, dataset, algorithm: str, run: str, steps: int,
     save_steps: int = 50, learning_rate: float = 1e-3,

@@ -32,7 +32,7 @@ def test_dataset_without_pairs_cannot_train_dpo(settings):
     write_traces(settings.traces_dir, [trace(1)])
     extra = materialize_interval(settings, T0, T0 + timedelta(hours=1))
     with pytest.raises(PipelineError, match="has no dpo rows"):
-        prepare_training(settings, PARAMS | {"algorithm": "dpo"}, extra, "manual__1")
+        prepare_training(settings, PARAMS | {"algorithm": "dpo"}, [extra], "manual__1")
 
 
 @pytest.mark.parametrize("params, start, end, said", [
@@ -107,17 +107,53 @@ def test_a_version_of_its_quarantine_alone_is_not_announced_nor_the_latest(setti
     assert datasets.resolve(settings.datasets_uri, "").version == first["version"]
 
 
-def test_of_versions_announced_while_train_ran_the_newest_is_trained_and_the_others_named(caplog):
+def test_versions_announced_while_train_ran_are_all_trained_on(settings, base_model, caplog):
     """Airflow gives one run of train every event queued while its run before went on (a backfill's
-    hours): it trains on the newest interval's version, whatever order they came in, and names the rest."""
-    from ctpipe.pipeline import triggering_version
+    hours): it trains on all of them that have rows, named after the newest interval's whatever order
+    the events came in, and names those it leaves out and why."""
+    from ctpipe.jobspec import JobSpec, training_data
+    from tests.conftest import published_hour
 
-    hours = [{"version": f"v{h}", "interval": [f"2026-11-21T{h:02d}:00:00+00:00", f"2026-11-21T{h + 1:02d}:00:00+00:00"]}
-             for h in (2, 0, 1)]
-    assert triggering_version([]) is None and triggering_version(hours[:1]) == hours[0] and not caplog.records
-    assert triggering_version(hours) == hours[0]
-    assert "3 dataset versions were announced" in caplog.text and "trains on v2" in caplog.text
-    assert "not on v0, v1" in caplog.text
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    hours = []
+    for h in range(4):  # the third hour holds one answer: no DPO pairs
+        hours.append(published_hour(settings, h, 1 if h == 2 else 48 // (h + 1)))
+    gone = {"version": "v-deleted", "interval": ["2026-11-22T09:00:00+00:00", "2026-11-22T10:00:00+00:00"]}
+    events = [hours[1], gone, hours[3], hours[0], hours[2], hours[3]]  # hour 3 twice: a cleared run's event
+
+    job = prepare_training(settings, PARAMS | {"algorithm": "dpo", "base_checkpoint": str(base_model)}, events, "r1")
+    spec = JobSpec.read(job["spec_path"])
+    assert job["dataset_version"] == spec.dataset_version == hours[3]["version"]
+    assert [d.version for d in spec.datasets] == [hours[h]["version"] for h in (0, 1, 3)]  # the earliest first
+    pairs = [hours[h]["rows"]["dpo_pairs"] for h in (0, 1, 3)]
+    assert training_data(spec).num_rows == sum(pairs) and pairs == [24, 12, 6] and hours[2]["rows"]["dpo_pairs"] == 0
+    assert "3 dataset versions were announced while train's run before this one went on: this run trains on them all" \
+        in caplog.text
+    assert "not trained on: v-deleted (dataset version 'v-deleted' does not exist" in caplog.text
+    assert f"{hours[2]['version']} (no dpo rows)" in caplog.text
+
+    # GRPO's prompts of hour 2 count; the form's version is trained on alone
+    job = prepare_training(settings, PARAMS | {"base_checkpoint": str(base_model)}, events, "r2")
+    spec = JobSpec.read(job["spec_path"])
+    assert [d.version for d in spec.datasets] == [hours[h]["version"] for h in range(4)]
+    params = PARAMS | {"base_checkpoint": str(base_model), "dataset_version": hours[1]["version"]}
+    job = prepare_training(settings, params, events, "r3")
+    assert [d.version for d in JobSpec.read(job["spec_path"]).datasets] == [hours[1]["version"]]
+
+
+def test_versions_labeled_otherwise_are_not_trained_on_together(settings, base_model, caplog):
+    """A version labeled with another reward config means other things by its rewards: it is left out,
+    named, and the newest interval's config wins."""
+    from ctpipe.jobspec import JobSpec
+    from tests.conftest import published_hour
+
+    first = published_hour(settings, 0, 48)
+    exact = settings.model_copy(update={"reward": settings.reward.model_copy(update={"verifier": "exact"})})
+    second = published_hour(exact, 1, 48)
+    params = PARAMS | {"algorithm": "dpo", "base_checkpoint": str(base_model)}
+    job = prepare_training(settings, params, [first, second], "r1")
+    assert [d.version for d in JobSpec.read(job["spec_path"]).datasets] == [second["version"]]
+    assert f"{first['version']} (labeled with another reward config than {second['version']})" in caplog.text
 
 
 def test_bad_base_checkpoint_is_named(settings):
@@ -128,7 +164,7 @@ def test_bad_base_checkpoint_is_named(settings):
     write_traces(settings.traces_dir, [trace(1)])
     extra = materialize_interval(settings, T0, T0 + timedelta(hours=1))
     with pytest.raises(PipelineError, match="base_checkpoint='/nowhere'"):
-        prepare_training(settings, PARAMS | {"base_checkpoint": "/nowhere"}, extra, "manual__1")
+        prepare_training(settings, PARAMS | {"base_checkpoint": "/nowhere"}, [extra], "manual__1")
 
 
 @pytest.mark.parametrize(
@@ -137,7 +173,8 @@ def test_bad_base_checkpoint_is_named(settings):
 )
 def test_the_configured_trainer_picks_the_job_entrypoint(settings, training_dataset, base_model, trainer, algorithm, script):
     s = settings.model_copy(update={"train": settings.train.model_copy(update={"grpo_trainer": trainer})})
-    job = prepare_training(s, PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model)}, training_dataset, "manual__1")
+    params = PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model)}
+    job = prepare_training(s, params, [training_dataset], "manual__1")
     assert job["entrypoint"].split()[1].endswith(f"jobs/{script}")
     assert job["entrypoint"].endswith(f"--spec {job['spec_path']}")
 
@@ -147,6 +184,6 @@ def test_an_empty_learning_rate_takes_the_algorithms_own(settings, training_data
 
     for algorithm in ("grpo", "dpo"):
         params = PARAMS | {"algorithm": algorithm, "base_checkpoint": str(base_model), "learning_rate": None}
-        job = prepare_training(settings, params, training_dataset, f"manual__{algorithm}")
+        job = prepare_training(settings, params, [training_dataset], f"manual__{algorithm}")
         spec = JobSpec.model_validate_json(open(job["spec_path"]).read())
         assert spec.learning_rate == settings.train.learning_rates[algorithm]

@@ -152,6 +152,26 @@ def test_bad_input_fails_fast_naming_what_is_wrong(settings, base_model, trainin
     assert out.returncode == 2 and "has no dpo rows" in out.stderr
 
 
+def test_a_run_trains_on_every_version_of_its_spec(settings, base_model, training_dataset, tmp_path):
+    """A backfill's hours, announced while train's run before went on, are trained on in one run."""
+    from ctpipe.jobspec import DatasetRef
+    from tests.conftest import published_hour
+
+    later = published_hour(settings, 1, 8)
+    spec = job_spec(settings, base_model, training_dataset, "dpo", "two", steps=1).model_copy(
+        update={"more_datasets": [DatasetRef(uri=later["uri"], version=later["version"])]})
+    spec.write()
+    out = subprocess.run(job_command(spec), capture_output=True, text=True)
+    rows = training_dataset["rows"]["dpo_pairs"] + later["rows"]["dpo_pairs"]
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"dpo: {rows} rows of dataset version {later['version']} + {training_dataset['version']}" in out.stdout
+    assert rows == 24 + 4
+
+    spec.model_copy(update={"more_datasets": [DatasetRef(uri=str(tmp_path / "gone"), version="gone")]}).write()
+    out = failing_run(spec)
+    assert out.returncode == 2 and "dataset version 'gone' does not exist" in out.stderr
+
+
 def test_a_checkpoint_of_another_model_is_refused(settings, base_model, training_dataset, tmp_path):
     spec, _ = run_job(settings, base_model, training_dataset, "dpo", "other", steps=2, save_steps=2)
     ckpt = Path(spec.run_dir) / "trainer" / "checkpoint-2"

@@ -65,6 +65,18 @@ def test_cycles_link_dataset_training_checkpoint_and_evaluation_newest_first():
     assert not promoted.involves("train", "asset_2")
 
 
+def test_a_run_that_trained_on_several_versions_is_in_each_of_their_cycles():
+    """The versions a backfill announced while train ran are trained on in one run: its checkpoint
+    event names the others under more_datasets."""
+    datasets, checkpoints, evaluations = history()
+    for e in datasets + checkpoints:
+        e["created_dagruns"] = []
+    checkpoints[1]["extra"] |= {"dataset_version": "v3", "more_datasets": [{"uri": "/h/datasets/v2", "version": "v2"}]}
+    cycles = lineage.assemble(datasets, checkpoints, evaluations)
+    assert [(c.dataset["extra"]["version"], c.train_run["run_id"]) for c in cycles] == [
+        ("v3", "asset_2"), ("v2", "asset_2"), ("v1", "asset_1")]
+
+
 def test_a_run_state_read_with_an_old_event_is_corrected_by_the_runs_active_now():
     assert lineage.assemble(*history(), active={"asset_3": "running"})[0].train_run["state"] == "running"
     assert lineage.assemble(*history(), active={})[0].train_run["state"] == "ended without a checkpoint"

@@ -17,6 +17,8 @@ from ctpipe.config import Algorithm, TrainConfig
 from ctpipe.errors import PipelineError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ctpipe.datasets import Manifest
 
 PROGRESS_PREFIX = "CTPIPE_PROGRESS "
@@ -30,6 +32,13 @@ def table_of(algorithm: str) -> str:
     return "grpo" if algorithm == "sft" else algorithm
 
 
+class DatasetRef(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str = Field(description="Dataset version folder (holds manifest.json): a path or fsspec URI.")
+    version: str
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -38,6 +47,9 @@ class JobSpec(BaseModel):
     base_version: str = Field(description="Registry version of the base checkpoint.")
     dataset_uri: str = Field(description="Dataset version folder (holds manifest.json): a path or fsspec URI.")
     dataset_version: str
+    more_datasets: list[DatasetRef] = Field(
+        default=[], description="Versions trained on with dataset_version, of earlier intervals: those announced "
+        "while train's run before went on (a backfill's hours), labeled with the same reward config.")
     run_dir: str = Field(description="Unique per DAG run; a retry of the run reuses it and resumes.")
     max_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -58,6 +70,11 @@ class JobSpec(BaseModel):
         return table_of(self.algorithm)
 
     @property
+    def datasets(self) -> list[DatasetRef]:
+        """Every version the run trains on, the earliest interval's first."""
+        return [*self.more_datasets, DatasetRef(uri=self.dataset_uri, version=self.dataset_version)]
+
+    @property
     def checkpoint_dir(self) -> Path:
         return Path(self.run_dir) / CHECKPOINT_DIR
 
@@ -74,27 +91,45 @@ class JobSpec(BaseModel):
 
 def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
     """The spec at ``path`` and its dataset's manifest; a clear error when either is unusable."""
-    from ctpipe.datasets import Manifest
-    from ctpipe.sources import filesystem, reachable
-
     try:
         spec = JobSpec.read(path)
     except FileNotFoundError:
         raise PipelineError(f"job spec {path} does not exist") from None
     except ValidationError as e:
         raise PipelineError(f"job spec {path} is invalid: {e}") from None
-    fs, root = filesystem(spec.dataset_uri)
-    if not reachable(fs, f"{root.rstrip('/')}/manifest.json", f"dataset_uri {spec.dataset_uri!r}"):
-        raise PipelineError(f"dataset version {spec.dataset_version!r} does not exist: no manifest at "
-                            f"{spec.dataset_uri.rstrip('/')}/manifest.json")
-    manifest = Manifest.load(spec.dataset_uri)
-    table = spec.table
-    if manifest.files[table]["rows"] == 0:
-        raise PipelineError(f"dataset version {spec.dataset_version!r} has no {table} rows: nothing to train on")
+    manifests = [_manifest(ref, spec.table) for ref in spec.datasets]
     for base_file in ("config.json", "model.safetensors"):
         if not (Path(spec.base_checkpoint) / base_file).is_file():
             raise PipelineError(f"base_checkpoint {spec.base_checkpoint} has no {base_file}")
-    return spec, manifest
+    return spec, manifests[-1]
+
+
+def _manifest(ref: DatasetRef, table: str) -> Manifest:
+    from ctpipe.datasets import Manifest
+    from ctpipe.sources import filesystem, reachable
+
+    fs, root = filesystem(ref.uri)
+    if not reachable(fs, f"{root.rstrip('/')}/manifest.json", f"dataset_uri {ref.uri!r}"):
+        raise PipelineError(f"dataset version {ref.version!r} does not exist: no manifest at "
+                            f"{ref.uri.rstrip('/')}/manifest.json")
+    manifest = Manifest.load(ref.uri)
+    if manifest.files[table]["rows"] == 0:
+        raise PipelineError(f"dataset version {ref.version!r} has no {table} rows: nothing to train on")
+    return manifest
+
+
+def training_data(spec: JobSpec, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the spec's table in every version it trains on, the earliest interval's first."""
+    import pyarrow as pa
+
+    from ctpipe.datasets import Manifest
+
+    tables = [Manifest.load(ref.uri).read(spec.table, columns, root=ref.uri) for ref in spec.datasets]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        versions = ", ".join(r.version for r in spec.datasets)
+        raise PipelineError(f"the {spec.table} tables of dataset versions {versions} do not combine: {e}") from None
 
 
 def finish(spec: JobSpec, metrics: dict[str, Any]) -> int:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
 from ctpipe.errors import NothingToPublish, PipelineError
-from ctpipe.jobspec import METRICS_FILE, JobSpec, table_of
+from ctpipe.jobspec import METRICS_FILE, DatasetRef, JobSpec, table_of
 
 log = logging.getLogger(__name__)
 
@@ -139,33 +139,53 @@ def _base_checkpoint(s: Settings, value: str) -> tuple[str, str]:
     return value, "path"
 
 
-def triggering_version(extras: list[dict]) -> dict | None:
-    """Of the versions announced since ``train`` last ran (Airflow gives one run every asset event
-    queued while the run before it went on: a backfill's hours, say), the newest interval's, which
-    the run trains on; the others are named in its log, each for a run of its own from the form."""
-    if not extras:
-        return None
-    newest = max(extras, key=lambda e: tuple(reversed(e.get("interval") or ("", ""))))
-    if others := [e.get("version") for e in extras if e is not newest]:
-        log.warning("%d dataset versions were announced while train's run before this one went on: this run trains "
-                    "on %s, the newest interval's; not on %s (give one as the trigger form's dataset_version to "
-                    "train on it)", len(extras), newest.get("version"), ", ".join(map(str, others)))
-    return newest
+def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] | None,
+                 algorithm: str) -> list[datasets.Manifest]:
+    """The versions a run trains on, the one it is named after first: the trigger form's
+    ``dataset_version``; else those announced by the events that started it (Airflow gives one run
+    every asset event queued while the run before it went on: a backfill's hours, say) that have rows
+    to train on and are labeled as the newest interval's of them, that one first; else the latest.
+    The announced versions left out are named in the log, each for a run of its own from the form."""
+    if params.get("dataset_version") or not triggered_by:
+        wanted = [params.get("dataset_version") or ""]
+    else:
+        newest_first = sorted(triggered_by, key=lambda e: tuple(reversed(e.get("interval") or ("", ""))), reverse=True)
+        wanted = list(dict.fromkeys(e.get("version") or "" for e in newest_first))
+    found, missing = [], []
+    for version in wanted:
+        try:
+            found.append(datasets.resolve(s.datasets_uri, version))
+        except datasets.DatasetNotFound as e:
+            missing.append((version, e))
+    if not found:
+        version, e = missing[0]
+        raise PipelineError(f"dataset_version={version!r}: {e}")
+    table = table_of(algorithm)
+    with_rows = [m for m in found if m.files[table]["rows"]]
+    if not with_rows:
+        raise PipelineError(f"dataset_version={found[0].version!r} has no {table} rows to train {algorithm} on")
+    chosen = [m for m in with_rows if m.config.get("reward") == with_rows[0].config.get("reward")]
+    left = [f"{version} ({e})" for version, e in missing]
+    left += [f"{m.version} (no {table} rows)" for m in found if m not in with_rows]
+    left += [f"{m.version} (labeled with another reward config than {chosen[0].version})"
+             for m in with_rows if m not in chosen]
+    if len(chosen) > 1:
+        log.info("%d dataset versions were announced while train's run before this one went on: this run trains "
+                 "on them all: %s", len(chosen), ", ".join(m.version for m in chosen))
+    if left:
+        log.warning("announced, not trained on: %s; give one as the trigger form's dataset_version to train on it",
+                    "; ".join(left))
+    return chosen
 
 
-def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | None, dag_run_id: str) -> dict:
-    """Resolve the run's inputs and write its job spec; returns what the Ray job needs."""
+def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dict] | None, dag_run_id: str) -> dict:
+    """Resolve the run's inputs and write its job spec; returns what the Ray job needs. ``triggered_by``:
+    the extras of the asset events that started the run (none for a manual run)."""
     algorithm = params.get("algorithm")
     if algorithm not in ALGORITHMS:
         raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
-    wanted = params.get("dataset_version") or (triggered_by or {}).get("version") or ""
-    try:
-        manifest = datasets.resolve(s.datasets_uri, wanted)
-    except datasets.DatasetNotFound as e:
-        raise PipelineError(f"dataset_version={wanted!r}: {e}") from None
-    table = table_of(algorithm)
-    if manifest.files[table]["rows"] == 0:
-        raise PipelineError(f"dataset_version={manifest.version!r} has no {table} rows to train {algorithm} on")
+    manifest, *others = _to_train_on(s, params, triggered_by, algorithm)
+    more = [DatasetRef(uri=m.uri, version=m.version) for m in reversed(others)]  # the earliest interval's first
     base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
     run_dir = run_dir_for(s, dag_run_id)
     try:
@@ -175,6 +195,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
             base_version=base_version,
             dataset_uri=manifest.uri,
             dataset_version=manifest.version,
+            more_datasets=more,
             run_dir=str(run_dir),
             max_steps=params["max_steps"],
             learning_rate=params.get("learning_rate") or s.train.rate_for(algorithm),
@@ -189,6 +210,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: dict | N
 
     Registry(s).training_run("train", dag_run_id, {
         "algorithm": algorithm, "dataset_version": manifest.version, "base_version": base_version,
+        "dataset_versions": len(spec.datasets),  # the others are in the job spec and the checkpoint's event
         "max_steps": spec.max_steps, "learning_rate": spec.learning_rate, "seed": spec.seed,
     })
     python = s.ray_python or sys.executable
@@ -243,6 +265,7 @@ def publish_checkpoint(spec_path: str) -> dict:
         "base_version": spec.base_version,
         "dataset_version": spec.dataset_version,
         "dataset_uri": spec.dataset_uri,
+        "more_datasets": [d.model_dump() for d in spec.more_datasets],
         "steps": metrics["steps"],
         "first": metrics["first"],
         "last": metrics["last"],
@@ -263,11 +286,12 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     if not (ckpt / "config.json").exists():
         raise PipelineError(f"checkpoint={str(ckpt)!r} does not exist or is not a model directory")
     test = arith.splits(s.task).test
-    manifest = datasets.Manifest.load(candidate["dataset_uri"])
-    try:
-        evaluation.check_disjoint(evaluation.training_prompts(manifest), [q.prompt for q in test])
-    except evaluation.ContaminationError as e:
-        raise PipelineError(f"dataset_version={manifest.version!r}: {e}") from None
+    for uri in [candidate["dataset_uri"], *(d["uri"] for d in candidate.get("more_datasets") or [])]:
+        manifest = datasets.Manifest.load(uri)
+        try:
+            evaluation.check_disjoint(evaluation.training_prompts(manifest), [q.prompt for q in test])
+        except evaluation.ContaminationError as e:
+            raise PipelineError(f"dataset_version={manifest.version!r}: {e}") from None
     registry = Registry(s)
     champion = registry.champion()
     if champion is None:

@@ -40,6 +40,10 @@ class Cycle:
         return (dag_id, run_id) in runs
 
 
+def _trained_on(extra: dict[str, Any]) -> list[str]:
+    return [extra.get("dataset_version"), *(d.get("version") for d in extra.get("more_datasets") or [])]
+
+
 def _train_run_id(checkpoint: dict[str, Any]) -> str | None:
     return (checkpoint.get("extra") or {}).get("train_run_id") or checkpoint.get("source_run_id")
 
@@ -64,7 +68,7 @@ def assemble(
         version = (ds.get("extra") or {}).get("version")
         runs = {r["run_id"]: r.get("state") for r in ds.get("created_dagruns") or [] if r.get("dag_id") == TRAIN_DAG}
         for run_id, c in by_run.items():
-            if (c.get("extra") or {}).get("dataset_version") == version and version:
+            if version and version in _trained_on(c.get("extra") or {}):
                 runs.setdefault(run_id, "success")
         if not runs:
             cycles.append(Cycle(dataset=ds))
