@@ -187,3 +187,32 @@ def test_an_empty_learning_rate_takes_the_algorithms_own(settings, training_data
         job = prepare_training(settings, params, [training_dataset], f"manual__{algorithm}")
         spec = JobSpec.model_validate_json(open(job["spec_path"]).read())
         assert spec.learning_rate == settings.train.learning_rates[algorithm]
+
+
+def test_the_gate_checks_every_version_a_candidate_trained_on_against_the_test_questions(settings, base_model):
+    """The materializer leaves test questions out of every version; the gate checks again, in each
+    version the candidate trained on, not only the one it is named after."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ctpipe import arith, datasets
+    from ctpipe.pipeline import evaluate_candidate
+    from tests.conftest import published_hour
+
+    clean, other = published_hour(settings, 0, 48), published_hour(settings, 1, 48)
+    leaked = f"{other['uri']}-leaked"
+    shutil.copytree(other["uri"], leaked)
+    part = datasets.Manifest.load(leaked).part_paths("traces")[0]
+    rows = pq.read_table(part)
+    question = rows.slice(0, 1).set_column(rows.schema.get_field_index("prompt"), "prompt",
+                                           pa.array([arith.splits(settings.task).test[0].prompt]))
+    pq.write_table(pa.concat_tables([rows, question]), part)
+    candidate = {"checkpoint": str(base_model), "dataset_uri": clean["uri"],
+                 "more_datasets": [{"uri": other["uri"], "version": other["version"]}, {"uri": leaked, "version": "x"}]}
+    with pytest.raises(PipelineError, match="1 evaluation questions appear in the training data"):
+        evaluate_candidate(settings, candidate, "eval r1", 0.05, 0.0)
+    candidate["more_datasets"].pop()
+    with pytest.raises(PipelineError, match="has no champion"):  # past the check
+        evaluate_candidate(settings, candidate, "eval r1", 0.05, 0.0)
