@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 
 import fsspec
 import pyarrow as pa
@@ -875,6 +876,19 @@ def test_a_parquet_row_past_the_record_limit_is_too_large_as_its_line_would_be(t
     assert [i.doc["n"] for i in items if i.reason is None] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
     (big,) = [i for i in items if i.reason]
     assert big.detail.endswith(f"bytes decoded > {sources.MAX_RECORD_BYTES}") and big.raw.startswith('{"n": 5, "text": "xxx')
+
+
+def test_a_parquet_row_past_the_record_limit_keeps_its_head_not_its_whole_values(tmp_path):
+    """Its quarantine keeps 200 characters: a text's first bytes, and of a nested value past them its
+    size, not the whole row turned into Python's objects and JSON (a 400 MB value took 2.6 GB so)."""
+    import ctpipe.sources as sources
+
+    size = sources.MAX_RECORD_BYTES + 1
+    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "y" * size}]], "n": [1], "text": ["x" * size]}),
+                   tmp_path / "a.parquet")
+    (big,) = read(str(tmp_path / "a.parquet"))
+    assert big.reason == "record_too_large"
+    assert re.fullmatch(r'\{"messages": "<\d+ bytes>", "n": 1, "text": "x{100,}', big.raw)
 
 
 @pytest.mark.parametrize("damaged", [0, 4])
