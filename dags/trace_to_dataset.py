@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
-from airflow.sdk.exceptions import AirflowSkipException
 
 from ctpipe.airflow.dag_args import common
-from ctpipe.airflow.errors import fail_fast
+from ctpipe.airflow.errors import fail_fast, skip
 from ctpipe.assets import TRAINING_DATASET
 from ctpipe.config import settings
 
@@ -64,8 +63,8 @@ with DAG(
         try:
             with sigterm_interrupts():  # marked failed, or its run stopped: nothing published
                 extra = materialize_interval(settings(), start, end, run_id)
-        except NothingToPublish as e:  # shown as the skip's reason in the task's log
-            raise AirflowSkipException(f"nothing to publish: {e}") from None
+        except NothingToPublish as e:  # the skip's reason, in the task's log and the run's tab
+            skip(f"nothing to publish: {e}")
         outlet_events[TRAINING_DATASET].extra = extra
         return extra
 

@@ -123,6 +123,19 @@ def test_the_page_shows_the_lineage_and_escapes_what_comes_from_data():
     assert "training: no data yet" in html  # the running cycle has no curve yet
 
 
+def test_a_run_in_no_cycle_has_its_tab_say_why_by_task():
+    run = {"dag_id": "trace_to_dataset", "run_id": "manual__2026-11-22T10:00:00+00:00", "tasks": [
+        {"task_id": "wait_for_late_traces", "state": "success", "why": None},
+        {"task_id": "materialize", "state": "skipped", "why": "nothing to publish: <b>0 files</b> read"}]}
+    html = app.render([], title="t", limit=10, detail=True, root="/airflow", run=run)
+    assert "No cycles yet" not in html and "This run is in no cycle: it announced nothing." in html
+    assert ('href="/airflow/dags/trace_to_dataset/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00/tasks/materialize"'
+            in html)
+    assert '<span class="state">skipped</span>: <span class="reason">nothing to publish: &lt;b&gt;0 files&lt;/b&gt; read' in html
+    assert 'wait_for_late_traces</a>\n    <span class="state">success</span><br>' in html
+    assert "No cycles yet" in app.render([], title="t", limit=10)
+
+
 def test_run_ids_with_url_characters_are_quoted_in_links():
     datasets, checkpoints, evaluations = history()
     checkpoints[0]["extra"]["train_run_id"] = checkpoints[0]["source_run_id"] = "manual__2026-11-22T10:00:00+00:00"

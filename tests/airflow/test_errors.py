@@ -15,3 +15,17 @@ def test_other_errors_pass_through_for_retries():
     with pytest.raises(ConnectionError):
         with fail_fast():
             raise ConnectionError("flaky")
+
+
+def test_a_skip_says_why_without_the_error_it_stands_for():
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from ctpipe.airflow.errors import skip
+    from ctpipe.errors import NothingToPublish
+
+    with pytest.raises(AirflowSkipException, match="nothing to publish: no traces") as e:
+        try:
+            raise NothingToPublish("no traces")
+        except NothingToPublish as found:
+            skip(f"nothing to publish: {found}")
+    assert e.value.__suppress_context__

@@ -136,3 +136,43 @@ def test_a_train_run_has_its_tab_and_its_links_while_it_runs(airflow, browser):
     assert frame.locator("tr.cycle").count() == 1 and frame.locator(".dataset").inner_text() == "tab-dataset"
     page.screenshot(path=str(ARTIFACTS / "continuous-training-run-tab.png"), full_page=True)
     context.close()
+
+
+def test_a_run_that_announced_nothing_has_its_tab_say_why(airflow, browser):
+    """An hour with no traces: trace_to_dataset's run is skipped, in no cycle; its tab says why,
+    rather than that there are no cycles yet."""
+    import time
+
+    from ctpipe.config import Settings
+
+    def ended(run_id: str, start: str, end: str | None) -> list[str]:
+        airflow.client.call("POST", "/dags/trace_to_dataset/dagRuns", json={
+            "dag_run_id": run_id, "logical_date": None, "conf": {"start": start, "end": end}})
+        deadline = time.monotonic() + 300
+        while airflow.client.dag_run("trace_to_dataset", run_id)["state"] not in ("success", "failed"):
+            assert time.monotonic() < deadline, airflow.client.task_instances("trace_to_dataset", run_id)
+            time.sleep(2)
+        return [t["state"] for t in airflow.client.task_instances("trace_to_dataset", run_id)]
+
+    Settings().traces_dir.mkdir(parents=True, exist_ok=True)
+    airflow.client.call("PATCH", "/dags/trace_to_dataset", json={"is_paused": False})  # post_history paused it
+    try:
+        run_id = "manual__an-empty-hour"
+        assert ended(run_id, "2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00") == ["skipped"]
+        assert ended("manual__no-end", "2026-01-01T00:00:00+00:00", None) == ["failed"]
+    finally:
+        airflow.client.call("PATCH", "/dags/trace_to_dataset", json={"is_paused": True})
+
+    context = logged_in(browser, airflow)
+    page = context.new_page()
+    page.goto(f"{airflow.url}/dags/trace_to_dataset/runs/{run_id}/plugin/continuous-training-run")
+    row = page.frame_locator("iframe").locator("tr.no-cycle")
+    row.wait_for(timeout=60_000)
+    assert "No cycles yet" not in row.inner_text()
+    assert ("materialize skipped: nothing to publish: no trace started in [2026-01-01T00:00:00+00:00, "
+            "2026-01-01T01:00:00+00:00): 0 files read") in " ".join(row.inner_text().split())
+    page.screenshot(path=str(ARTIFACTS / "continuous-training-run-tab-no-cycle.png"), full_page=True)
+    page.goto(f"{airflow.url}/ctpipe/runs/trace_to_dataset/manual__no-end")
+    assert "materialize failed: end is empty: give both start and end, or neither" in " ".join(
+        page.locator("tr.no-cycle").inner_text().split())
+    context.close()

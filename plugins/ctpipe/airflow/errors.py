@@ -1,13 +1,19 @@
-"""Turning the pipeline's user-facing errors into Airflow failures that are not retried."""
+"""Turning the pipeline's user-facing errors into Airflow failures that are not retried, and skips."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import get_current_context
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ctpipe.errors import PipelineError
+
+# The XCom of a task that failed on bad input or had nothing to do, saying why: a run that is in no
+# cycle has its Continuous training tab show it, where otherwise only the task's log would.
+WHY = "why"
 
 
 @contextmanager
@@ -16,4 +22,19 @@ def fail_fast() -> Iterator[None]:
     try:
         yield
     except PipelineError as e:
+        _keep_why(str(e))
         raise AirflowFailException(str(e)) from None
+
+
+def skip(reason: str) -> NoReturn:
+    """End the task as skipped, saying why in its log and its run's tab."""
+    _keep_why(reason)
+    raise AirflowSkipException(reason) from None  # the NothingToPublish it stands for says no more
+
+
+def _keep_why(text: str) -> None:
+    try:
+        ti = get_current_context()["ti"]
+    except RuntimeError:  # not in a task (a test calling the task's code)
+        return
+    ti.xcom_push(WHY, text)

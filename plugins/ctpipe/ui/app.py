@@ -96,6 +96,22 @@ class AirflowApi:
         if await self.get(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}") is None:
             raise HTTPException(404, f"no DAG run {dag_id}/{run_id} you may read")
 
+    async def tasks(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The run's tasks (``task_id``, ``state``), each with ``why`` it failed on bad input or had
+        nothing to do, where it said so (see :data:`ctpipe.airflow.errors.WHY`)."""
+        from ctpipe.airflow.errors import WHY
+
+        run = f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances"
+        found = (await self.get(run, limit=PAGE) or {}).get("task_instances", [])
+        tasks = [{"task_id": t["task_id"], "state": t.get("state")} for t in found if t.get("map_index", -1) == -1]
+
+        async def why(task: dict[str, Any]) -> Any:
+            if task["state"] not in ("failed", "skipped"):
+                return None
+            return (await self.get(f"{run}/{quote(task['task_id'], safe='')}/xcomEntries/{WHY}") or {}).get("value")
+
+        return [t | {"why": w} for t, w in zip(tasks, await asyncio.gather(*map(why, tasks)))]
+
     async def readable(self) -> set[str]:
         dags = (lineage.DATASET_DAG, lineage.TRAIN_DAG, lineage.EVAL_DAG)
         found = await asyncio.gather(*(self.get(f"/api/v2/dags/{d}") for d in dags))
@@ -184,10 +200,12 @@ def training_charts(cycle: lineage.Cycle, large: bool = False) -> list[Any]:
     return charts or [line_chart("training", [], {}, **size)]
 
 
-def render(cycles: list[lineage.Cycle], *, title: str, limit: int, root: str = "", detail: bool = False) -> str:
-    """The page; ``root`` is Airflow's own path prefix, for links into its UI."""
+def render(cycles: list[lineage.Cycle], *, title: str, limit: int, root: str = "", detail: bool = False,
+           run: dict[str, Any] | None = None) -> str:
+    """The page; ``root`` is Airflow's own path prefix, for links into its UI. ``run``: the DAG run
+    (``dag_id``, ``run_id``, ``tasks``) of a run's tab that is in no cycle."""
     return _templates.get_template("cycles.html").render(
-        title=title, cycles=cycles[:limit], total=len(cycles), limit=limit, detail=detail, root=root,
+        title=title, cycles=cycles[:limit], total=len(cycles), limit=limit, detail=detail, root=root, run=run,
         aliases=registry_aliases(), accuracy=accuracy_chart(cycles), training_charts=training_charts,
     )
 
@@ -210,7 +228,9 @@ def create_app() -> FastAPI:
         async with AirflowApi(token) as api:
             await api.require_run(dag_id, run_id)
             cycles = [c for c in await load_cycles(api) if c.involves(dag_id, run_id)]
-        return render(cycles, title=f"Continuous training: {dag_id} / {run_id}", limit=10, root=root(request), detail=True)
+            run = None if cycles else {"dag_id": dag_id, "run_id": run_id, "tasks": await api.tasks(dag_id, run_id)}
+        return render(cycles, title=f"Continuous training: {dag_id} / {run_id}", limit=10, root=root(request),
+                      detail=True, run=run)
 
     @app.get("/mlflow/{dag_id}/{run_id}", response_class=HTMLResponse)
     async def mlflow_run(dag_id: str, run_id: str, token: Token):
