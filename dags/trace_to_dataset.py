@@ -52,17 +52,22 @@ with DAG(
     **common("data", retries=2, doc_md=__doc__),
 ):
 
-    @task(outlets=[TRAINING_DATASET])
+    # An inlet too: a run reads the asset's events to tell whether its own earlier try's was recorded.
+    @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET])
     def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None,
-                    outlet_events=None) -> dict:
+                    inlet_events=None, outlet_events=None) -> dict:
         from ctpipe.errors import NothingToPublish, sigterm_interrupts
         from ctpipe.pipeline import interval_to_build, materialize_interval
+
+        def in_airflow(version: str) -> bool:
+            return any(e.source_run_id == run_id and (e.extra or {}).get("version") == version
+                       for e in inlet_events[TRAINING_DATASET])
 
         with fail_fast():  # a bad interval will not mend on retry
             start, end = interval_to_build(dict(params or {}), data_interval_start, data_interval_end)
         try:
             with sigterm_interrupts():  # marked failed, or its run stopped: nothing published
-                extra = materialize_interval(settings(), start, end, run_id)
+                extra = materialize_interval(settings(), start, end, run_id, in_airflow)
         except NothingToPublish as e:  # the skip's reason, in the task's log and the run's tab
             skip(f"nothing to publish: {e}")
         outlet_events[TRAINING_DATASET].extra = extra

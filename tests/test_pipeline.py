@@ -88,6 +88,12 @@ def test_a_version_a_run_announced_is_not_announced_again(settings):
                                                "run scheduled__1"):
         materialize_interval(settings, *hour, "backfill__1")
 
+    # The same run again: cleared (Airflow holds its event), or a retry of a try that died after the
+    # mark, before Airflow recorded its event: announced again, or train would never hear of it.
+    with pytest.raises(NothingToPublish, match="announced before, by this run \\(cleared since\\)"):
+        materialize_interval(settings, *hour, "scheduled__1", lambda version: version == first["version"])
+    assert materialize_interval(settings, *hour, "scheduled__1", lambda version: False) == first
+
 
 def test_a_version_of_its_quarantine_alone_is_not_announced_nor_the_latest(settings):
     """An hour of bad lines alone: its version is published (the quarantine is kept), but its event

@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,17 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
     return start, end
 
 
-def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: str | None = None) -> dict:
+def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: str | None = None,
+                         in_airflow: Callable[[str], bool] | None = None) -> dict:
     """Publish the interval's dataset version (its asset event's extra); NothingToPublish, saying
     what was read, when no trace arrived in it, or, for a run (``run_id``), when a run announced the
     version before: a re-run (a cleared run, a backfill that reprocesses) finds it again, and its
-    event would start another training on the same data. The mark is the last thing written before
-    the task returns, so that a run that died after publishing announces the version on its retry."""
+    event would start another training on the same data.
+
+    The mark is the last thing written before the task returns, so that a run that died after
+    publishing announces the version on its retry. One that died after the mark, before Airflow
+    recorded its event, left a mark of its own run: ``in_airflow(version)`` tells whether Airflow has
+    that run's event, and without one the version is announced again, or train would never hear of it."""
     from ctpipe.materialize import NoTraces, materialize
 
     if s.trace_source is None:
@@ -91,8 +97,14 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
         raise NothingToPublish("; ".join(manifest.lines(s.dataset)))
     store = datasets.Output(s.datasets_uri)
     if run_id and (by := store.announced_by(manifest.version)):
-        raise NothingToPublish(f"version {manifest.version} was published and announced before, by run {by}: "
-                               "nothing new to train on")
+        if by != run_id:
+            raise NothingToPublish(f"version {manifest.version} was published and announced before, by run {by}: "
+                                   "nothing new to train on")
+        if in_airflow is None or in_airflow(manifest.version):
+            raise NothingToPublish(f"version {manifest.version} was published and announced before, by this run "
+                                   "(cleared since): nothing new to train on")
+        log.warning("version %s was marked announced by an earlier try of this run, but Airflow holds no event of "
+                    "it (the try ended before Airflow recorded it): announced now", manifest.version)
     c = manifest.counts
     log.info(
         "dataset %s: %d traces in = %d rows + %d quarantined %s; %d records of other times; %d GRPO prompts, "

@@ -176,3 +176,50 @@ def test_a_run_that_announced_nothing_has_its_tab_say_why(airflow, browser):
     assert "materialize failed: end is empty: give both start and end, or neither" in " ".join(
         page.locator("tr.no-cycle").inner_text().split())
     context.close()
+
+
+def test_a_run_whose_event_airflow_never_recorded_announces_on_its_next_try(airflow):
+    """A try that died after marking its version announced, before Airflow recorded its event, left
+    train nothing to run on: the run's next try finds its own mark but no event of it in Airflow, and
+    announces the version. Cleared after that, the run finds the event and is skipped."""
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from ctpipe.airflow.errors import WHY
+    from ctpipe.config import Settings
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import trace, write_traces
+
+    s, run_id = Settings(), "manual__lost-event"
+    start = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    write_traces(s.traces_dir, [trace(i, at=start + timedelta(seconds=i)) for i in range(3)], at=start)
+    version = materialize_interval(s, start, start + timedelta(hours=1), run_id)["version"]  # marked, no event
+
+    def materialized() -> str:
+        deadline = time.monotonic() + 300
+        while (state := airflow.client.task_instances("trace_to_dataset", run_id)[0]["state"]) not in (
+                "success", "skipped", "failed"):
+            assert time.monotonic() < deadline, state
+            time.sleep(2)
+        return state
+
+    def events() -> list[dict]:
+        asset = airflow.client.call("GET", "/assets", params={"name_pattern": "ctpipe_training_dataset"})["assets"][0]
+        found = airflow.client.call("GET", "/assets/events", params={"asset_id": asset["id"], "source_run_id": run_id})
+        return [e["extra"]["version"] for e in found["asset_events"]]
+
+    airflow.client.call("PATCH", "/dags/trace_to_dataset", json={"is_paused": False})
+    try:
+        airflow.client.call("POST", "/dags/trace_to_dataset/dagRuns", json={
+            "dag_run_id": run_id, "logical_date": None,
+            "conf": {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat()}})
+        assert materialized() == "success" and events() == [version]
+        airflow.client.call("POST", "/dags/trace_to_dataset/clearTaskInstances", json={
+            "dry_run": False, "dag_run_id": run_id, "only_failed": False, "reset_dag_runs": True})
+        assert materialized() == "skipped" and events() == [version]
+        why = airflow.client.call("GET", f"/dags/trace_to_dataset/dagRuns/{run_id}/taskInstances/materialize/"
+                                         f"xcomEntries/{WHY}")["value"]
+        assert why.endswith(f"version {version} was published and announced before, by this run (cleared since): "
+                            "nothing new to train on")
+    finally:
+        airflow.client.call("PATCH", "/dags/trace_to_dataset", json={"is_paused": True})
