@@ -109,7 +109,7 @@ def test_sigterm_interrupts_the_work_within_and_only_there():
     from ctpipe.errors import Terminated, sigterm_interrupts
 
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated):
+    with pytest.raises(Terminated, match=r"^SIGTERM \(the task marked failed .*nothing more is published$"):
         with sigterm_interrupts():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # interrupted at once

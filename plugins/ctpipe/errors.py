@@ -21,7 +21,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def _terminate(signum, frame) -> None:
-    raise Terminated
+    # Its message is what a task's log ends with when the task is marked failed or its run stopped.
+    raise Terminated("SIGTERM (the task marked failed or its run stopped, a timeout, a shutdown): stopped where it "
+                     "was; what it staged is removed and nothing more is published")
 
 
 @contextmanager
