@@ -54,14 +54,14 @@ with DAG(
 
     # An inlet too: a run reads the asset's events to tell whether its own earlier try's was recorded.
     @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET])
-    def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None,
+    def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None, dag_run=None,
                     inlet_events=None, outlet_events=None) -> dict:
         from ctpipe.errors import NothingToPublish, sigterm_interrupts
         from ctpipe.pipeline import interval_to_build, materialize_interval
 
-        def in_airflow(version: str) -> bool:
+        def in_airflow(version: str) -> bool:  # the run's events come after it is due, not the asset's history
             return any(e.source_run_id == run_id and (e.extra or {}).get("version") == version
-                       for e in inlet_events[TRAINING_DATASET])
+                       for e in inlet_events[TRAINING_DATASET].after(dag_run.run_after))
 
         with fail_fast():  # a bad interval will not mend on retry
             start, end = interval_to_build(dict(params or {}), data_interval_start, data_interval_end)

@@ -219,6 +219,53 @@ def test_the_gate_checks_every_version_a_candidate_trained_on_against_the_test_q
                  "more_datasets": [{"uri": other["uri"], "version": other["version"]}, {"uri": leaked, "version": "x"}]}
     with pytest.raises(PipelineError, match="1 evaluation questions appear in the training data"):
         evaluate_candidate(settings, candidate, "eval r1", 0.05, 0.0)
+    candidate["more_datasets"][-1] = {"uri": f"{leaked}-deleted", "version": "y"}
+    with pytest.raises(PipelineError, match="dataset_version='y', which the candidate trained on, is gone from "):
+        evaluate_candidate(settings, candidate, "eval r1", 0.05, 0.0)
     candidate["more_datasets"].pop()
     with pytest.raises(PipelineError, match="has no champion"):  # past the check
         evaluate_candidate(settings, candidate, "eval r1", 0.05, 0.0)
+
+
+def test_of_the_versions_announced_each_interval_counts_once_and_in_its_own_order(settings, base_model, caplog):
+    """Late traces reprocessed make a second version of an interval: the one announced last is
+    trained on, not both (their rows overlap). An event posted by hand may name no version, or no
+    interval: the first is left out, named; the second is ordered by its manifest's interval."""
+    from datetime import timedelta
+
+    from ctpipe.jobspec import JobSpec
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0, published_hour, training_traces
+
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    first = published_hour(settings, 0, 24)
+    late = [trace(1000 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(seconds=30 + i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[24:48])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl", at=T0)
+    again = materialize_interval(settings, T0, T0 + timedelta(hours=1), "backfill__0")
+    later = published_hour(settings, 1, 8)
+    params = PARAMS | {"algorithm": "dpo", "base_checkpoint": str(base_model)}
+    events = [first, {"version": later["version"]}, again, {"note": "posted by hand"}]
+    spec = JobSpec.read(prepare_training(settings, params, events, "r1")["spec_path"])
+    assert [d.version for d in spec.datasets] == [again["version"], later["version"]]  # the newest interval last
+    assert f"{first['version']} (of the interval of {again['version']}, announced after it)" in caplog.text
+    assert "events naming no version: 1" in caplog.text
+
+
+def test_a_version_laid_out_otherwise_is_left_out_before_the_job_starts(settings, base_model, caplog):
+    """Tables that do not combine would fail the whole run in its job, the newest version's rows with it."""
+    import json
+    from pathlib import Path
+
+    from ctpipe.jobspec import JobSpec
+    from tests.conftest import published_hour
+
+    first, second = published_hour(settings, 0, 48), published_hour(settings, 1, 48)
+    manifest = Path(first["uri"]) / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["schemas"]["dpo"] = doc["schemas"]["dpo"].replace("chosen_reward: double", "chosen_reward: string")
+    manifest.write_text(json.dumps(doc))
+    params = PARAMS | {"algorithm": "dpo", "base_checkpoint": str(base_model)}
+    spec = JobSpec.read(prepare_training(settings, params, [first, second], "r1")["spec_path"])
+    assert [d.version for d in spec.datasets] == [second["version"]]
+    assert f"{first['version']} (its dpo table is laid out otherwise than {second['version']}'s)" in caplog.text

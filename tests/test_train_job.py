@@ -158,13 +158,13 @@ def test_a_run_trains_on_every_version_of_its_spec(settings, base_model, trainin
     from tests.conftest import published_hour
 
     later = published_hour(settings, 1, 8)
-    spec = job_spec(settings, base_model, training_dataset, "dpo", "two", steps=1).model_copy(
-        update={"more_datasets": [DatasetRef(uri=later["uri"], version=later["version"])]})
+    earlier = DatasetRef(uri=training_dataset["uri"], version=training_dataset["version"])
+    spec = job_spec(settings, base_model, later, "dpo", "two", steps=1).model_copy(update={"more_datasets": [earlier]})
     spec.write()
     out = subprocess.run(job_command(spec), capture_output=True, text=True)
     rows = training_dataset["rows"]["dpo_pairs"] + later["rows"]["dpo_pairs"]
     assert out.returncode == 0, out.stderr[-3000:]
-    assert f"dpo: {rows} rows of dataset version {later['version']} + {training_dataset['version']}" in out.stdout
+    assert f"dpo: {rows} rows of dataset version {earlier.version} + {later['version']}" in out.stdout
     assert rows == 24 + 4
 
     spec.model_copy(update={"more_datasets": [DatasetRef(uri=str(tmp_path / "gone"), version="gone")]}).write()

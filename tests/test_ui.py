@@ -75,6 +75,8 @@ def test_a_run_that_trained_on_several_versions_is_in_each_of_their_cycles():
     cycles = lineage.assemble(datasets, checkpoints, evaluations)
     assert [(c.dataset["extra"]["version"], c.train_run["run_id"]) for c in cycles] == [
         ("v3", "asset_2"), ("v2", "asset_2"), ("v1", "asset_1")]
+    lines = re.findall(r'points="([^"]*)"', str(app.accuracy_chart(cycles)))  # champion's and candidate's
+    assert [len(points.split()) for points in lines] == [2, 2]  # an evaluation once, though in two cycles
 
 
 def test_a_run_state_read_with_an_old_event_is_corrected_by_the_runs_active_now():
@@ -128,7 +130,7 @@ def test_a_run_in_no_cycle_has_its_tab_say_why_by_task():
         {"task_id": "wait_for_late_traces", "state": "success", "why": None},
         {"task_id": "materialize", "state": "skipped", "why": "nothing to publish: <b>0 files</b> read"}]}
     html = app.render([], title="t", limit=10, detail=True, root="/airflow", run=run)
-    assert "No cycles yet" not in html and "This run is in no cycle: it announced nothing." in html
+    assert "No cycles yet" not in html and "No cycle of the newest events involves this run." in html
     assert ('href="/airflow/dags/trace_to_dataset/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00/tasks/materialize"'
             in html)
     assert '<span class="state">skipped</span>: <span class="reason">nothing to publish: &lt;b&gt;0 files&lt;/b&gt; read' in html

@@ -153,34 +153,48 @@ def _base_checkpoint(s: Settings, value: str) -> tuple[str, str]:
 
 def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] | None,
                  algorithm: str) -> list[datasets.Manifest]:
-    """The versions a run trains on, the one it is named after first: the trigger form's
-    ``dataset_version``; else those announced by the events that started it (Airflow gives one run
-    every asset event queued while the run before it went on: a backfill's hours, say) that have rows
-    to train on and are labeled as the newest interval's of them, that one first; else the latest.
-    The announced versions left out are named in the log, each for a run of its own from the form."""
-    if params.get("dataset_version") or not triggered_by:
-        wanted = [params.get("dataset_version") or ""]
+    """The versions a run trains on, the newest interval's first, which the run is named after: the
+    trigger form's ``dataset_version``; else those announced by the events that started it (Airflow
+    gives one run every asset event queued while the run before it went on: a backfill's hours, say),
+    of each interval the one announced last (late traces reprocessed make another), with rows to
+    train on, and labeled and laid out as the newest of them; else the latest. The announced
+    versions left out are named in the log, each for a run of its own from the form."""
+    form, named = params.get("dataset_version"), [e["version"] for e in triggered_by or [] if e.get("version")]
+    if form or not named:
+        wanted, left = [form or ""], []
     else:
-        newest_first = sorted(triggered_by, key=lambda e: tuple(reversed(e.get("interval") or ("", ""))), reverse=True)
-        wanted = list(dict.fromkeys(e.get("version") or "" for e in newest_first))
-    found, missing = [], []
-    for version in wanted:
+        wanted = list(dict.fromkeys(named))
+        left = [f"events naming no version: {n}"] if (n := len(triggered_by) - len(named)) else []
+    by_interval: dict[tuple[datetime, datetime], datasets.Manifest] = {}
+    missing = []
+    for version in wanted:  # in the order announced
         try:
-            found.append(datasets.resolve(s.datasets_uri, version))
+            manifest = datasets.resolve(s.datasets_uri, version)
         except datasets.DatasetNotFound as e:
             missing.append((version, e))
-    if not found:
+            continue
+        interval = tuple(datetime.fromisoformat(t) for t in manifest.interval)
+        if (earlier := by_interval.get(interval)) is not None:
+            left.append(f"{earlier.version} (of the interval of {manifest.version}, announced after it)")
+        by_interval[interval] = manifest
+    if not by_interval:
         version, e = missing[0]
         raise PipelineError(f"dataset_version={version!r}: {e}")
+    found = [by_interval[i] for i in sorted(by_interval, key=lambda i: (i[1], i[0]), reverse=True)]
     table = table_of(algorithm)
     with_rows = [m for m in found if m.files[table]["rows"]]
     if not with_rows:
         raise PipelineError(f"dataset_version={found[0].version!r} has no {table} rows to train {algorithm} on")
-    chosen = [m for m in with_rows if m.config.get("reward") == with_rows[0].config.get("reward")]
-    left = [f"{version} ({e})" for version, e in missing]
+    newest, chosen = with_rows[0], []
+    for m in with_rows:
+        if m.config.get("reward") != newest.config.get("reward"):
+            left.append(f"{m.version} (labeled with another reward config than {newest.version})")
+        elif m.schemas.get(table) != newest.schemas.get(table):
+            left.append(f"{m.version} (its {table} table is laid out otherwise than {newest.version}'s)")
+        else:
+            chosen.append(m)
+    left += [f"{version} ({e})" for version, e in missing]
     left += [f"{m.version} (no {table} rows)" for m in found if m not in with_rows]
-    left += [f"{m.version} (labeled with another reward config than {chosen[0].version})"
-             for m in with_rows if m not in chosen]
     if len(chosen) > 1:
         log.info("%d dataset versions were announced while train's run before this one went on: this run trains "
                  "on them all: %s", len(chosen), ", ".join(m.version for m in chosen))
@@ -188,6 +202,13 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
         log.warning("announced, not trained on: %s; give one as the trigger form's dataset_version to train on it",
                     "; ".join(left))
     return chosen
+
+
+def _versions_param(versions: list[str]) -> str:
+    """Dataset versions as one MLflow param: all of them, or, past MLflow's 6,000 characters (a
+    long backfill's), how many."""
+    joined = ",".join(versions)
+    return joined if len(joined) <= 6000 else f"{len(versions)} versions: see the job spec and the checkpoint's event"
 
 
 def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dict] | None, dag_run_id: str) -> dict:
@@ -222,7 +243,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
 
     Registry(s).training_run("train", dag_run_id, {
         "algorithm": algorithm, "dataset_version": manifest.version, "base_version": base_version,
-        "dataset_versions": len(spec.datasets),  # the others are in the job spec and the checkpoint's event
+        "more_dataset_versions": _versions_param([d.version for d in more]),
         "max_steps": spec.max_steps, "learning_rate": spec.learning_rate, "seed": spec.seed,
     })
     python = s.ray_python or sys.executable
@@ -298,10 +319,15 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
     if not (ckpt / "config.json").exists():
         raise PipelineError(f"checkpoint={str(ckpt)!r} does not exist or is not a model directory")
     test = arith.splits(s.task).test
-    for uri in [candidate["dataset_uri"], *(d["uri"] for d in candidate.get("more_datasets") or [])]:
-        manifest = datasets.Manifest.load(uri)
+    trained_on = [(candidate.get("dataset_version"), candidate["dataset_uri"]),
+                  *((d["version"], d["uri"]) for d in candidate.get("more_datasets") or [])]
+    for version, uri in trained_on:
         try:
+            manifest = datasets.Manifest.load(uri)
             evaluation.check_disjoint(evaluation.training_prompts(manifest), [q.prompt for q in test])
+        except FileNotFoundError:
+            raise PipelineError(f"dataset_version={version!r}, which the candidate trained on, is gone from {uri}: "
+                                "the gate cannot check it against the test questions") from None
         except evaluation.ContaminationError as e:
             raise PipelineError(f"dataset_version={manifest.version!r}: {e}") from None
     registry = Registry(s)
@@ -322,6 +348,7 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         "candidate_checkpoint": str(ckpt),
         "algorithm": candidate.get("algorithm"),
         "dataset_version": candidate.get("dataset_version"),
+        "more_dataset_versions": _versions_param([d["version"] for d in candidate.get("more_datasets") or []]),
         "champion_version": champion.version,
         "base_version": candidate.get("base_version"),
         "alpha": gate_cfg.alpha,
@@ -424,6 +451,7 @@ def register_candidate(s: Settings, result: dict) -> str:
         tags={
             "origin": cand.get("algorithm", ""),
             "dataset_version": cand.get("dataset_version", ""),
+            "more_dataset_versions": _versions_param([d["version"] for d in cand.get("more_datasets") or []]),
             "parent_version": str(result["champion_version"]),
             "test_accuracy": f"{result['comparison']['candidate_accuracy']:.4f}",
         },

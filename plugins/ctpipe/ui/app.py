@@ -179,7 +179,9 @@ async def load_cycles(api: AirflowApi) -> list[lineage.Cycle]:
 
 
 def accuracy_chart(cycles: list[lineage.Cycle]) -> Any:
-    evals = [c.evaluation["extra"] for c in reversed(cycles) if c.evaluation and (c.evaluation.get("extra") or {}).get("comparison")]
+    # One point an evaluation, though its run trained on several versions, each a cycle.
+    evals = list({c.evaluation["id"]: c.evaluation["extra"] for c in reversed(cycles)
+                  if c.evaluation and (c.evaluation.get("extra") or {}).get("comparison")}.values())
     x = list(range(1, len(evals) + 1))
     cmp = [e["comparison"] for e in evals]
     champion = [e["comparison"]["champion_accuracy"] for e in evals]
