@@ -56,8 +56,8 @@ with DAG(
     def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
         from ctpipe.pipeline import prepare_training
 
-        events = (triggering_asset_events or {}).get(TRAINING_DATASET) or []
-        with fail_fast():
+        events = sorted((triggering_asset_events or {}).get(TRAINING_DATASET) or [], key=lambda e: e.timestamp)
+        with fail_fast():  # in the order announced: Airflow gives them in none
             return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
 
     @task(outlets=[CHECKPOINT])

@@ -213,7 +213,7 @@ def _versions_param(versions: list[str]) -> str:
 
 def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dict] | None, dag_run_id: str) -> dict:
     """Resolve the run's inputs and write its job spec; returns what the Ray job needs. ``triggered_by``:
-    the extras of the asset events that started the run (none for a manual run)."""
+    the extras of the asset events that started the run, in the order announced (none for a manual run)."""
     algorithm = params.get("algorithm")
     if algorithm not in ALGORITHMS:
         raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
