@@ -66,14 +66,14 @@ def run_forwarding_sigterm(cmd: list[str], cwd: str) -> tuple[int, bool]:
 
 
 def main(spec_path: str) -> int:
-    spec, _ = load_job(spec_path)
+    spec, manifests = load_job(spec_path)
     if spec.algorithm != "grpo":
         raise PipelineError(f"algorithm={spec.algorithm!r}: NeMo-RL runs GRPO here; DPO runs with jobs/train_trl.py")
     nemo = spec.train.nemo_rl
     if not (Path(nemo.home) / "examples").is_dir():
         raise PipelineError(f"train.nemo_rl.home={nemo.home!r} holds no NeMo-RL examples/: run inside {nemo.image}")
     p = paths(spec)
-    prompts = write_train_data(training_data(spec, ["prompt", "answer"]), p["train_data"])
+    prompts = write_train_data(training_data(manifests, "grpo", ["prompt", "answer"]), p["train_data"])
     config = build_config(spec, prompts)
     p["config"].write_text(config_yaml(config))
     resumed = latest_step(p["checkpoints"])

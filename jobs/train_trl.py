@@ -87,7 +87,7 @@ def main(spec_path: str) -> int:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
-    spec, manifest = load_job(spec_path)
+    spec, manifests = load_job(spec_path)
     cfg = spec.train
     torch.set_num_threads(cfg.torch_threads)
     run_dir = Path(spec.run_dir)
@@ -104,7 +104,7 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset(training_data(spec))  # paths or any fsspec URIs (s3://...)
+    data = Dataset(training_data(manifests, spec.table))  # paths or any fsspec URIs (s3://...)
     versions = " + ".join(d.version for d in spec.datasets)
     print(f"{spec.table}: {len(data)} rows of dataset version {versions}", flush=True)
 
@@ -202,7 +202,7 @@ def main(spec_path: str) -> int:
             **({"vllm_mode": "colocate"} if cfg.grpo_use_vllm else {}),
         )
         trainer = type("Trainer", (AtomicCheckpoints, GRPOTrainer), {})(
-            model=model, reward_funcs=reward_for(manifest.config.get("reward", {})), args=args,
+            model=model, reward_funcs=reward_for(manifests[-1].config.get("reward", {})), args=args,
             train_dataset=data, processing_class=tokenizer, callbacks=callbacks,
         )
     elif spec.algorithm == "sft":

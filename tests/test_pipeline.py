@@ -117,7 +117,7 @@ def test_versions_announced_while_train_ran_are_all_trained_on(settings, base_mo
     """Airflow gives one run of train every event queued while its run before went on (a backfill's
     hours): it trains on all of them that have rows, named after the newest interval's whatever order
     the events came in, and names those it leaves out and why."""
-    from ctpipe.jobspec import JobSpec, training_data
+    from ctpipe.jobspec import JobSpec, load_job, training_data
     from tests.conftest import published_hour
 
     caplog.set_level("INFO", "ctpipe.pipeline")
@@ -132,7 +132,7 @@ def test_versions_announced_while_train_ran_are_all_trained_on(settings, base_mo
     assert job["dataset_version"] == spec.dataset_version == hours[3]["version"]
     assert [d.version for d in spec.datasets] == [hours[h]["version"] for h in (0, 1, 3)]  # the earliest first
     pairs = [hours[h]["rows"]["dpo_pairs"] for h in (0, 1, 3)]
-    assert training_data(spec).num_rows == sum(pairs) and pairs == [24, 12, 6] and hours[2]["rows"]["dpo_pairs"] == 0
+    assert training_data(load_job(job["spec_path"])[1], spec.table).num_rows == sum(pairs) and pairs == [24, 12, 6] and hours[2]["rows"]["dpo_pairs"] == 0
     assert "3 dataset versions were announced while train's run before this one went on: this run trains on them all" \
         in caplog.text
     assert "not trained on: v-deleted (dataset version 'v-deleted' does not exist" in caplog.text

@@ -89,8 +89,9 @@ class JobSpec(BaseModel):
         return cls.model_validate_json(Path(path).read_text())
 
 
-def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
-    """The spec at ``path`` and its dataset's manifest; a clear error when either is unusable."""
+def load_job(path: str | Path) -> tuple[JobSpec, list[Manifest]]:
+    """The spec at ``path`` and the manifests of the versions it trains on (see :attr:`JobSpec.datasets`:
+    the one it is named after last); a clear error when any is unusable."""
     try:
         spec = JobSpec.read(path)
     except FileNotFoundError:
@@ -101,7 +102,7 @@ def load_job(path: str | Path) -> tuple[JobSpec, Manifest]:
     for base_file in ("config.json", "model.safetensors"):
         if not (Path(spec.base_checkpoint) / base_file).is_file():
             raise PipelineError(f"base_checkpoint {spec.base_checkpoint} has no {base_file}")
-    return spec, manifests[-1]
+    return spec, manifests
 
 
 def _manifest(ref: DatasetRef, table: str) -> Manifest:
@@ -118,18 +119,16 @@ def _manifest(ref: DatasetRef, table: str) -> Manifest:
     return manifest
 
 
-def training_data(spec: JobSpec, columns: list[str] | None = None) -> pa.Table:
-    """The rows of the spec's table in every version it trains on, the earliest interval's first."""
+def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None) -> pa.Table:
+    """The rows of ``table`` in every version of ``manifests`` (as :func:`load_job` gives them), in
+    their order: each read where its manifest was found."""
     import pyarrow as pa
 
-    from ctpipe.datasets import Manifest
-
-    tables = [Manifest.load(ref.uri).read(spec.table, columns, root=ref.uri) for ref in spec.datasets]
     try:
-        return pa.concat_tables(tables, promote_options="permissive")
+        return pa.concat_tables([m.read(table, columns) for m in manifests], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        versions = ", ".join(r.version for r in spec.datasets)
-        raise PipelineError(f"the {spec.table} tables of dataset versions {versions} do not combine: {e}") from None
+        versions = ", ".join(m.version for m in manifests)
+        raise PipelineError(f"the {table} tables of dataset versions {versions} do not combine: {e}") from None
 
 
 def finish(spec: JobSpec, metrics: dict[str, Any]) -> int:
