@@ -165,11 +165,10 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
     else:
         wanted = list(dict.fromkeys(named))
         left = [f"events naming no version: {n}"] if (n := len(triggered_by) - len(named)) else []
-    by_interval: dict[tuple[datetime, datetime], datasets.Manifest] = {}
-    missing = []
+    store, by_interval, missing = datasets.Output(s.datasets_uri), {}, []
     for version in wanted:  # in the order announced
         try:
-            manifest = datasets.resolve(s.datasets_uri, version)
+            manifest = store.resolve(version)
         except datasets.DatasetNotFound as e:
             missing.append((version, e))
             continue
@@ -194,7 +193,7 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
         else:
             chosen.append(m)
     left += [f"{version} ({e})" for version, e in missing]
-    left += [f"{m.version} (no {table} rows)" for m in found if m not in with_rows]
+    left += [f"{m.version} (no {table} rows)" for m in found if not m.files[table]["rows"]]
     if len(chosen) > 1:
         log.info("%d dataset versions were announced while train's run before this one went on: this run trains "
                  "on them all: %s", len(chosen), ", ".join(m.version for m in chosen))
