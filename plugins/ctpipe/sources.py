@@ -1506,12 +1506,10 @@ def _row_raw(names: list[str], row: list[pa.Array], value: Callable[[pa.Array], 
     them its size alone. Turned into Python's objects whole, then JSON, one 400 MB value took a run
     to 2.6 GB, to keep 200 characters."""
     def kept(column: pa.Array) -> Any:
-        if pa.types.is_dictionary(column.type):
-            column = column.dictionary_decode()
+        column = _decoded(column)
         if column.nbytes <= RAW_KEPT:
             return value(column)
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) or pa.types.is_binary(
-                column.type) or pa.types.is_large_binary(column.type):
+        if column.type in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
             return value(pc.binary_slice(column.view(_as_binary(column.type)), 0, RAW_KEPT))
         return f"<{column.nbytes} bytes>"
 
@@ -1520,12 +1518,13 @@ def _row_raw(names: list[str], row: list[pa.Array], value: Callable[[pa.Array], 
 
 
 def _decoded_bytes(rows) -> int:
-    return sum(map(_column_bytes, rows.columns))
+    """What ``rows`` take decoded: of a dictionary column, their values, not the whole dictionary."""
+    return sum(_decoded(c).nbytes for c in rows.columns)
 
 
-def _column_bytes(column: pa.Array) -> int:
-    """What a column takes decoded: of a dictionary column, its values, not the whole dictionary."""
-    return (column.dictionary_decode() if pa.types.is_dictionary(column.type) else column).nbytes
+def _decoded(column: pa.Array) -> pa.Array:
+    """``column``, a dictionary column as its values."""
+    return column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
 
 
 def _utf8_runs(batch) -> Iterator[Any]:
@@ -1544,7 +1543,7 @@ def _utf8_runs(batch) -> Iterator[Any]:
     for i in range(batch.num_rows):
         # A copy (a view of a struct array's slice loses its offset), its dictionaries decoded: a
         # dictionary column's row keeps the whole dictionary, bad values of other rows and all.
-        row = [c.dictionary_decode() if pa.types.is_dictionary(c.type) else c for c in batch.take([i]).columns]
+        row = [_decoded(c) for c in batch.take([i]).columns]
         bad = [name for name, column in zip(batch.schema.names, row) if not _valid(column)]
         if bad:
             if i > start:
