@@ -1469,6 +1469,30 @@ def test_generations_with_many_scores_are_joined_a_few_at_a_time_as_all_at_once(
         assert table(cut, name) == table(whole, name)
 
 
+def test_a_bad_langfuse_score_is_quarantined_alone_and_a_score_joins_only_its_own_trace(tmp_path):
+    """A score whose name or label is not text cost the generation it scored (with its good scores);
+    a score naming another trace than its generation's joined it all the same, by the observation id."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "observations.jsonl").write_bytes(lines(*(
+        {"id": f"g{i}", "traceId": f"t{i}", "type": "GENERATION", "model": "m",
+         "startTime": (T0 + timedelta(minutes=i)).isoformat(),
+         "input": [{"role": "user", "content": f"What is {i} plus 1?"}], "output": f"{i + 1}"} for i in range(2))))
+
+    def score(sid, trace, **kw):
+        return {"id": sid, "traceId": trace, "observationId": "g0", "name": "judge", "value": 0.4,
+                "dataType": "NUMERIC", "source": "EVAL", **kw}
+
+    (src / "scores.jsonl").write_bytes(lines(score("label", "t0", stringValue=5), score("name", "t0", name=123),
+                                             score("ok", "t0", name="tone"), score("other", "t1", value=0.9)))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 2 and m.quarantine_reasons == {"invalid_field": 2}
+    assert {r["trace_id"]: [s["name"] for s in r["scores"]] for r in table(m, "traces")} == {"t0:g0": ["tone"], "t1:g1": []}
+    assert sorted((r["source_line"], r["detail"]) for r in table(m, "quarantine")) == [
+        (1, "score label: stringValue=5 is not text"), (2, "score name: name=123 is not text")]
+    assert m.source["unjoined"] == {"langfuse_scores": 1}
+
+
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(sources, "BLOCK_BYTES", 256)  # files of several blocks, whose lines are counted in the workers
     src = tmp_path / "src"

@@ -1886,7 +1886,14 @@ def _score(row: dict) -> dict:
     if kind != "CATEGORICAL" and not numeric:
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
     value = None if kind == "CATEGORICAL" else _finite(float(value), f"score {row.get('id')}: value")
-    return {"name": row.get("name"), "value": value, "label": row.get("stringValue"), "source": str(row.get("source", "")).lower()}
+    # Checked here, where the score is its own row: left to the trace's checks, a bad one cost the
+    # generation it scores, and the generation's other scores with it.
+    name, label = row.get("name"), row.get("stringValue")
+    if not isinstance(name, str):
+        raise FormatError("invalid_field", f"score {row.get('id')}: name={name!r} is not text")
+    if not isinstance(label, (str, type(None))):
+        raise FormatError("invalid_field", f"score {row.get('id')}: stringValue={label!r} is not text")
+    return {"name": name, "value": value, "label": label, "source": str(row.get("source", "")).lower()}
 
 
 def _finite(value: Any, where: str) -> Any:
@@ -1961,15 +1968,17 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
                 if row.get(key) is None:
                     raise FormatError("invalid_field", f"observation {row.get('id')}: {key} is null")
             value = line if line is not None else _pickled(row)
-            return "generation", _pickled(row.get("traceId")), _pickled(row.get("id")), value, where
-        if kind == "score":  # by observation id, or by trace id for trace-level scores
+            return "generation", _pickled(row["traceId"]), _pickled((row["traceId"], row["id"])), value, where
+        if kind == "score":  # by its trace's and observation's ids (as the generation), or by its trace's alone
             # A free-text comment (TEXT, its value always 0), or an output as a person corrected it
             # (CORRECTION, named "output", which Langfuse's blob export leaves out): no score, no more
             # carried than a comment.
             if row.get("dataType") in ("TEXT", "CORRECTION"):
                 return None
             score = _pickled((row.get("id"), _score(row)))
-            return "score", _pickled(row["traceId"]), _pickled(row.get("observationId") or row["traceId"]), score, None
+            trace, observation = row["traceId"], row.get("observationId")
+            key = _pickled((trace, observation)) if observation else _pickled(trace)
+            return "score", _pickled(trace), key, score, None
         if kind == "trace":
             version = row.get("release") or row.get("version")
             trace = _pickled(row["id"])
