@@ -64,6 +64,10 @@ def test_a_backfill_that_fails_names_the_interval_and_what_is_left(settings, cap
     assert main([*argv, "--json"]) == 1
     said = json.loads(capsys.readouterr().out)
     assert (said["start"], said["end"]) == ("2026-11-22T10:00:00+00:00", "2026-11-22T11:00:00+00:00") and "gone.jsonl" in said["error"]
+    # One interval says so too, where a script reads the versions (it printed nothing there).
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "gone.jsonl" in json.loads(out)["error"] and "gone.jsonl" in err
 
 
 def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):

@@ -98,6 +98,40 @@ def test_an_openai_log_line_becomes_a_valid_trace():
     assert [(x["trace_id"], x["completion"]) for x in normalize(flat, "openai")] == [("chatcmpl-1:0", "5"), ("chatcmpl-1:1", "6")]
 
 
+@pytest.mark.parametrize("messages, detail", [
+    ([{"role": "system", "content": {"type": "text", "text": "Be brief."}}], "request.messages[0]: {'type': 'text', "
+                                                                           "'text': 'Be brief.'} is neither text nor a list of parts"),
+    ([None], "request.messages[0]=None is not a message"), (["stray"], "request.messages[0]=stray is not a message"),
+    ([{"role": "user", "content": 12345}], "request.messages[0]: 12345 is neither text nor a list of parts"),
+    ([{"role": "user", "content": ["plain"]}], "request.messages[0]: ['plain'] is neither text nor a list of parts"),
+    ([{"role": "user", "content": [{"type": "text", "text": None}]}], "request.messages[0]: a part of [{'type': 'text', 'text': None}] holds no text"),
+    ([{"role": "user", "content": [{"type": "text"}]}], "request.messages[0]: a part of [{'type': 'text'}] holds no text"),
+])
+def test_a_prompt_message_of_another_type_is_refused_not_left_out_or_read_as_empty(messages, detail):
+    """A message that was not one, or content of another type, was dropped or read as "": the chat
+    published was another than the one served."""
+    doc = json.loads(json.dumps(OPENAI))
+    doc["request"]["messages"] = messages + doc["request"]["messages"]
+    with pytest.raises(FormatError, match=re.escape(detail)) as e:
+        normalize(doc, "openai")
+    assert e.value.reason == "invalid_field"
+
+
+@pytest.mark.parametrize("latency", ["1500", {"ms": 1500}, [1500], True])
+def test_a_latency_of_another_type_is_refused_not_read_as_none(latency):
+    doc = {**OPENAI, "latency_ms": latency}
+    with pytest.raises(FormatError, match=re.escape(f"latency_ms={latency!r} is not a number")):
+        normalize(doc, "openai")
+    assert [t["latency_ms"] for t in normalize({**OPENAI, "latency_ms": None}, "openai")] == [0.0]
+
+
+def test_choices_whose_index_is_null_are_named_by_their_place():
+    doc = json.loads(json.dumps(OPENAI))
+    doc["response"]["choices"] = [{"index": None, "message": {"role": "assistant", "content": c}, "finish_reason": "stop"}
+                                  for c in ("red", "blue")]
+    assert [t["trace_id"] for t in normalize(doc, "openai")] == ["chatcmpl-1:0", "chatcmpl-1:1"]
+
+
 def test_the_answers_of_a_call_of_several_choices_do_not_each_claim_the_calls_completion_tokens():
     """A call's completion count is of all its choices: each trace keeps its prompt's, and has none
     of its own (0, as a call that recorded none), so the traces' counts never add up to more than
@@ -816,11 +850,11 @@ def test_log_records_join_in_the_order_of_their_times_and_records_without_conten
                                                                                 "message": {"role": "assistant"}}))
     (e,) = _with_logs(otlp(CONTENTLESS), unrecorded)
     assert e.reason == "no_content", e
-    # Records that name no span join none, not even a span whose ids are empty.
+    # Records that name no span join none: a span whose ids are empty names no trace, and is refused.
     nameless = otlp(CONTENTLESS)
     nameless["resourceSpans"][0]["scopeSpans"][0]["spans"][0] |= {"traceId": "", "spanId": ""}
-    (e,) = _with_logs(nameless, logs(*({**r, "traceId": "", "spanId": ""} for r in later["resourceLogs"][0]["scopeLogs"][0]["logRecords"])))
-    assert e.reason == "no_content", e
+    with pytest.raises(FormatError, match="span :: traceId='' is not an id"):
+        _with_logs(nameless, logs(*({**r, "traceId": "", "spanId": ""} for r in later["resourceLogs"][0]["scopeLogs"][0]["logRecords"])))
 
 
 def test_log_records_read_as_their_text_join_as_the_decoded_ones_and_other_lines_are_left_to_the_reader():
@@ -1420,7 +1454,7 @@ def test_a_batchs_output_joins_its_request_by_custom_id_whichever_file_comes_fir
      "failed_request", "batch request q-1 failed (status 400): Invalid 'messages'"),
     ([{**BATCH_REQUEST, "url": "/v1/embeddings"}, BATCH_OUTPUT], "invalid_field",
      "url='/v1/embeddings' is neither a chat completion nor a response"),
-    ([{**BATCH_REQUEST, "body": "hi"}, BATCH_OUTPUT], "invalid_field", "batch request q-1: body='hi' is not a dict"),
+    ([{**BATCH_REQUEST, "body": "hi"}, BATCH_OUTPUT], "invalid_field", "batch request q-1: body='hi' is not an object"),
 ], ids=["no request", "ambiguous", "error", "status 400", "not a chat", "body not an object"])
 def test_a_batch_output_that_cannot_be_a_trace_says_why(lines, reason, detail):
     (refused,) = _batch(*lines)

@@ -905,6 +905,19 @@ def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interv
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
 
 
+def test_a_version_of_the_same_source_built_otherwise_has_the_same_content_hash(tmp_path):
+    """The source's content hash was the version's own digest, which the config changes too: two
+    versions of the same traces did not say they were."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(4))))
+    first = run(src, tmp_path / "out")
+    other = run(src, tmp_path / "out", dataset=DatasetConfig(dpo_min_margin=0.3))
+    assert other.version != first.version and other.source["content_hash"] == first.source["content_hash"]
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 2?", str(i + 2)) for i in range(4))))
+    assert run(src, tmp_path / "out").source["content_hash"] != first.source["content_hash"]
+
+
 def test_latest_stays_on_the_newest_interval_through_a_backfill_or_a_rerun_of_an_older_one(tmp_path, capsys):
     (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i), at=T0 + timedelta(minutes=10 * i))
                                                for i in range(18))))
@@ -1604,6 +1617,54 @@ def _export(spans_by_version: dict[str, list[list[dict]]]) -> dict:
     return {"resourceSpans": [{"resource": {"attributes": [kv("service.version", version)]}, "schemaUrl": "s",
                                "scopeSpans": [{"scope": {"name": f"lib{j}"}, "spans": spans} for j, spans in enumerate(scopes)]}
                               for version, scopes in spans_by_version.items()]}
+
+
+def test_a_span_without_ids_or_that_is_no_object_is_quarantined_in_its_place_and_the_others_kept(tmp_path):
+    """Spans without ids all made traces named ":", the second a duplicate_trace_id; a number among an
+    export's spans cost the spans beside it."""
+    spans = [_genai_span(i) for i in range(4)]
+    del spans[0]["traceId"], spans[1]["traceId"], spans[1]["spanId"]
+    spans[2]["spanId"] = ""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "spans.jsonl").write_bytes(lines(_export({"7": [[spans[0]]]}), _export({"7": [[spans[1], 5, spans[3]]]}),
+                                            _export({"7": [[spans[2]]]})))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and [r["trace_id"] for r in table(m, "traces")] == [f"{3:032x}:{3:016x}"]
+    assert sorted((r["source_line"], r["detail"]) for r in table(m, "quarantine")) == [
+        (1, "span :0000000000000000: traceId=None is not an id"), (2, "scopeSpans[].spans[1]=5 is not an object"),
+        (2, "span :: traceId=None is not an id"), (3, f"span {2:032x}:: spanId='' is not an id")]
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_joined_record_or_langfuse_row_that_maps_to_nothing_is_quarantined_in_the_run_of_its_own_time(
+        tmp_path, partitioned):
+    """A span without content, a generation of no trace and a score that is no number each hold their
+    time: every run that read their file quarantined them, so a backfill counted each once an hour.
+    In a partition, an item of a time the partition may not hold goes to the run that reads it."""
+    src = tmp_path / "src"
+    folder = src / "date=2026-11-22" / "hour=10" if partitioned else src
+    folder.mkdir(parents=True)
+    span = _genai_span(0)
+    span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    (folder / "spans.jsonl").write_bytes(lines(_export({"7": [[span, _genai_span(1)]]})))
+    (folder / "observations.jsonl").write_bytes(lines(*(
+        {"id": f"g{i}", "traceId": None if i == 1 else f"t{i}", "type": "GENERATION", "model": "m",
+         "startTime": (T0 + timedelta(minutes=10 * i)).isoformat(),
+         "input": [{"role": "user", "content": f"What is {i} plus 2?"}], "output": f"{i + 2}"} for i in range(2))))
+    (folder / "scores.jsonl").write_bytes(lines(*(
+        {"id": f"s{h}", "traceId": "t0", "observationId": "g0", "name": "judge", "value": "abc", "dataType": "NUMERIC",
+         "source": "EVAL", "timestamp": (T0 + timedelta(hours=h, minutes=30)).isoformat()} for h in (0, 5))))
+    hours = [run(src, tmp_path / "out", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)]
+    assert isinstance(hours[1], mat.NoTraces) and isinstance(hours[2], mat.NoTraces)
+    first = hours[0]
+    assert accounted(first) and first.counts["traces"] == 2
+    quarantined = sorted((r["source_file"].rsplit("/", 1)[1], r["reason"]) for r in table(first, "quarantine"))
+    assert quarantined == [("observations.jsonl", "invalid_field"), ("scores.jsonl", "invalid_field"),
+                           *[("scores.jsonl", "invalid_field")] * partitioned, ("spans.jsonl", "no_content")]
+    if not partitioned:  # the score of 15:30 is the run's of that hour
+        late = run(src, tmp_path / "out", T0 + 5 * HOUR, T0 + 6 * HOUR)
+        assert [r["detail"] for r in table(late, "quarantine")] == ["score s5: value='abc' is not a number"]
 
 
 def test_a_time_an_offset_takes_past_the_years_of_utc_is_outside_the_interval(tmp_path):

@@ -31,6 +31,26 @@ def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(complet
     assert math_reward(completion, reference) == expected
 
 
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("The answer is $\\boxed{2x+1}$", "2x+1", 1.0), ("The answer is $\\boxed{2}$", "2x+1", 0.0), ("2x+1", "2x+1", 1.0),
+    ("$\\boxed{4x}$", "4x", 1.0), ("$\\boxed{4}$", "4x", 0.0), ("$\\boxed{120}$", "5!", 1.0), ("\\boxed{7!}", "7!", 1.0),
+    ("\\boxed{y=2x+3}", "y = 2x + 3", 1.0), ("\\boxed{0.75}", "3:4", 1.0), ("3", "x = 3", 1.0), ("1,5", "1.5", 1.0),
+])
+def test_a_reference_or_an_answer_alone_written_as_an_expression_is_read_whole(completion, reference, expected):
+    """Read bare, as text, math-verify takes an expression's first number: 2x+1 was 2, so the right
+    answer was labeled 0 and 2 labeled 1, and DPO preferred the wrong one."""
+    assert math_reward(completion, reference) == expected
+
+
+@pytest.mark.parametrize("completion, reference", [
+    ("We compute 3^2 = 9 and then 9 + 1 = 10", "10"), ("So x = \\frac{1}{2}.", "0.5"),
+    ("x^2 - 1 = 0 gives x = 1 or x = -1, so the sum of the roots is 0", "0"),
+])
+def test_a_worked_answer_holding_latex_is_read_as_text_not_as_one_expression(completion, reference):
+    """A sentence with a power or a fraction in it was read whole as LaTeX, and its right answer labeled 0."""
+    assert math_reward(completion, reference) == 1.0
+
+
 def test_math_answers_are_verified_off_the_main_thread():
     """math-verify's timeouts are signal alarms, which only the main thread may set: a caller's thread
     (materialize run from a thread of its own) verifies without them, not failing the run."""

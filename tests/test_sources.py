@@ -353,6 +353,16 @@ def test_a_byte_order_mark_before_a_line_is_ignored(tmp_path, name):
         (1, {"n": 1}, None), (2, {"n": 2}, None), (3, {"n": 3}, None), (5, None, "invalid_json")]  # a mark only starts a line
 
 
+def test_zero_bytes_after_a_gzip_member_are_padding_not_damage(tmp_path):
+    """As gzip -t and Python's reader take them (a tape's or a block device's padding): they were a
+    corrupt_gzip item, one more in than the file held."""
+    member = gzip.compress(b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(3)))
+    (tmp_path / "t.jsonl.gz").write_bytes(member + b"\0" * 70_000 + member + b"\0" * 512)
+    assert [(i.doc["n"], i.reason) for i in read(str(tmp_path / "t.jsonl.gz"))] == [(n, None) for n in [0, 1, 2] * 2]
+    (tmp_path / "t.jsonl.gz").write_bytes(member + b"\0" * 3 + b"garbage of no member")
+    assert [i.reason for i in read(str(tmp_path / "t.jsonl.gz"))][3:] == ["corrupt_gzip"]
+
+
 def test_a_truncated_gzip_keeps_what_came_before_the_damage(tmp_path):
     whole = gzip.compress(b"".join(json.dumps({"n": i}).encode() + b"\n" for i in range(2000)))
     (tmp_path / "t.jsonl.gz").write_bytes(whole[: len(whole) // 2])
@@ -619,8 +629,9 @@ def test_spilled_blocks_load_as_they_were_and_leave_nothing_behind(tmp_path, mon
 
 
 def test_an_empty_file_yields_nothing_and_a_missing_source_is_named(tmp_path):
-    (tmp_path / "empty.jsonl").write_text("")
-    assert list(read(str(tmp_path / "empty.jsonl"))) == []
+    for name in ("empty.jsonl", "empty.parquet"):  # a Parquet file of no bytes was one unreadable_parquet item
+        (tmp_path / name).write_text("")
+        assert list(read(str(tmp_path / name))) == []
     with pytest.raises(SourceError, match=r"source '.*/nope' does not exist"):
         list(read(str(tmp_path / "nope")))
 

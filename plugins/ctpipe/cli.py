@@ -119,11 +119,11 @@ def cmd_materialize(args) -> int:
         try:
             m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
         except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
+            said = f"{type(e).__name__}: {e}"
+            if args.json:  # a script reads the failure where it reads the versions, one interval or many
+                print(json.dumps({"start": start.isoformat(), "end": end.isoformat(), "error": said}), flush=True)
             if not args.every or logging.getLogger().isEnabledFor(logging.DEBUG):
                 raise
-            said = f"{type(e).__name__}: {e}"
-            if args.json:
-                print(json.dumps({"start": start.isoformat(), "end": end.isoformat(), "error": said}))
             left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
             print(f"ctpipe materialize: [{start.isoformat()}, {end.isoformat()}) failed: {said}{left}. The same "
                   "command builds what is left once the cause is mended: the versions built come back at once",

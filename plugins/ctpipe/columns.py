@@ -1035,7 +1035,7 @@ def _parts_text(parts: list[_Part]) -> str | None:
 
 class _TextPart(msgspec.Struct):
     type: str = ""
-    text: str = ""
+    text: str | None = None  # a text part without its text: the reader refuses it
 
 
 class _OlderMessage(_PlainMessage):
@@ -1048,9 +1048,10 @@ class _OlderMessage(_PlainMessage):
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
         if isinstance(self.content, str):
             return self.content
-        if any(_read_apart(p.type) for p in self.content):
+        texts = [p.text for p in self.content if p.type == "text"]
+        if any(_read_apart(p.type) for p in self.content) or None in texts:
             return None
-        return formats.PART_SEPARATOR.join([p.text for p in self.content if p.type == "text"])
+        return formats.PART_SEPARATOR.join(texts)
 
 
 _OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
@@ -1374,8 +1375,9 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
         counts.append(pc.fill_null(count, 0))
 
     n = len(rows)
-    trace_id = pc.binary_join_element_wise(pc.fill_null(span["traceId"].take(take), ""),
-                                           pc.fill_null(span["spanId"].take(take), ""), ":")
+    ids = [pc.fill_null(span[name].take(take), "") for name in ("traceId", "spanId")]
+    ok &= _ok(pc.and_(*(pc.greater(pc.binary_length(i), 0) for i in ids)))  # the reader's to refuse
+    trace_id = pc.binary_join_element_wise(*ids, ":")
     canonical = {
         "trace_id": trace_id,
         "start_time": pa.array(start_us, pa.int64()).cast(_TIME),

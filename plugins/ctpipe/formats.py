@@ -353,10 +353,15 @@ def _iso(epoch_s: float, where: str) -> str:
         raise FormatError("invalid_field", f"{where} is {epoch_s!r} seconds since 1970, not a time") from None
 
 
+_KINDS = {int: "an integer", float: "a number", str: "text", list: "a list", dict: "an object"}
+
+
 def _need(obj: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, kind):  # bool is an int to isinstance, never wanted here
-        raise FormatError("invalid_field", f"{where}{key}={value!r} is not a {getattr(kind, '__name__', kind)}")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        said = "a number" if float in kinds else " or ".join(_KINDS.get(k, k.__name__) for k in kinds)
+        raise FormatError("invalid_field", f"{where}{key}={value!r} is not {said}")
     return value
 
 
@@ -473,18 +478,43 @@ def _text(content: Any, where: str, said: bool = False) -> str:
     FormatError ``non_text_content`` for one holding an image, audio or a file; for one holding a
     tool's call or result (:func:`tool_part`), ``tool_call_in_prompt`` in an earlier turn and
     ``no_text_answer`` in an answer."""
+    if content is None:  # an assistant's turn of no text (its refusal, if any, is read beside it)
+        return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        parts = [p for p in content if isinstance(p, dict)]
-        _media((p.get("type") for p in parts), where)
-        if tool := next((kind for p in parts if tool_part(kind := p.get("type"))), None):
-            if said:
-                _no_tool_call(f"a part of type {tool}", where)
-            raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a part of type {tool})")
-        kinds = ("text", "refusal") if said else ("text",)
-        return PART_SEPARATOR.join(p.get(kind, "") for p in parts if (kind := p.get("type")) in kinds)
-    return ""
+    # Anything else is refused, not read as no text: the chat would be another than the one served.
+    if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
+        raise FormatError("invalid_field", f"{where}: {str(content)[:80]} is neither text nor a list of parts")
+    _media((p.get("type") for p in content), where)
+    if tool := next((kind for p in content if tool_part(kind := p.get("type"))), None):
+        if said:
+            _no_tool_call(f"a part of type {tool}", where)
+        raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a part of type {tool})")
+    kinds = ("text", "refusal") if said else ("text",)
+    texts = [p.get(kind) for p in content if (kind := p.get("type")) in kinds]
+    if not all(isinstance(t, str) for t in texts):
+        raise FormatError("invalid_field", f"{where}: a part of {str(content)[:80]} holds no text")
+    return PART_SEPARATOR.join(texts)
+
+
+def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
+    """The messages of a chat, each with its place; FormatError ``invalid_field`` for a chat that is
+    not a list, or one of whose items is no message: left out, the chat would be another than the
+    one served."""
+    if not isinstance(messages, list):
+        raise FormatError("invalid_field", f"{where}={str(messages)[:80]} is not a list of messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise FormatError("invalid_field", f"{where}[{i}]={str(m)[:80]} is not a message")
+        yield i, m
+
+
+def _answers_of(outputs: Any, where: str, answer: Callable[[dict, str], str | FormatError]) -> list[tuple[int, str | FormatError]]:
+    """Each choice of a list of answer messages (the ``i``-th named ``f"{where} {i}"``), as ``answer``
+    reads it; one that is no message is a FormatError in its place, as an answer that is none is."""
+    return [(i, answer(m, f"{where} {i}") if isinstance(m, dict)
+             else FormatError("invalid_field", f"{where} {i}={str(m)[:80]} is not a message"))
+            for i, m in enumerate(outputs if isinstance(outputs, list) else [])]
 
 
 # Finish reasons of an answer Gemini's checks stopped (safety, recitation, blocklists, personal data).
@@ -655,8 +685,8 @@ def _call_times(doc: dict, response: dict) -> tuple[float, float]:
         latency = _ms(doc.get("response_time"), f"Portkey log {doc.get('id')}: response_time") or 0.0
         if doc.get("created_at") is not None:
             return _epoch(doc["created_at"], f"Portkey log {doc.get('id')}: created_at"), latency
-    else:
-        latency = float(doc["latency_ms"]) if isinstance(doc.get("latency_ms"), (int, float)) else 0.0
+    else:  # none when absent or null; another type is refused, not read as none
+        latency = 0.0 if doc.get("latency_ms") is None else float(_need(doc, "latency_ms", (int, float), ""))
     return _need(response, "created", (int, float), "response."), latency
 
 
@@ -701,20 +731,21 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     choices = _need(response, "choices", list, "response.")
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
-    prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in enumerate(messages) if isinstance(m, dict)]
+    prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in _messages_of(messages, "request.messages")]
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
             raise FormatError("invalid_field", f"response {rid}: a choice has no message")
+        index = position if choice.get("index") is None else choice["index"]  # its place, where it says none
         refused = choice.get(_REFUSED)  # a converter's refusal of this choice alone
         answer = refused if isinstance(refused, FormatError) else \
-            _answer(message, f"response {rid}: choice {choice.get('index', position)}", choice.get("finish_reason"))
+            _answer(message, f"response {rid}: choice {index}", choice.get("finish_reason"))
         if isinstance(answer, FormatError):
             answer.record = choice
             yield answer
             continue
         yield {
-            "trace_id": rid if len(choices) == 1 else f"{rid}:{choice.get('index', position)}",
+            "trace_id": rid if len(choices) == 1 else f"{rid}:{index}",
             "start_time": _iso(start, f"response {rid}: created or startTime"),
             "end_time": _iso(start + latency_ms / 1000, f"response {rid}: created + latency_ms, or endTime"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
@@ -1420,9 +1451,9 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
         messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
-                                              for i, m in enumerate(inputs) if isinstance(m, dict)]
+                                              for i, m in _messages_of(inputs, f"{where}: gen_ai.input.messages")]
         # Each message "represents a single output choice"; one that is no answer stands in its place.
-        answers = [(i, _message_answer(m, f"{where}: output {i}")) for i, m in enumerate(outputs) if isinstance(m, dict)]
+        answers = _answers_of(outputs, f"{where}: output", _message_answer)
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
@@ -1432,9 +1463,9 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
             raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds texts without their roles (as Spring AI "
                                                "1.0 writes it): which role each has cannot be told")
-        messages = [_prompt_message(m, f"{where}: gen_ai.prompt[{i}]") for i, m in enumerate(prompt) if isinstance(m, dict)]
-        answers = [(i, _answer(m, f"{where}: completion {i}", m.get("finish_reason")))  # a message per choice,
-                   for i, m in enumerate(completion) if isinstance(m, dict)]  # as the current names have them
+        messages = [_prompt_message(m, f"{where}: gen_ai.prompt[{i}]") for i, m in _messages_of(prompt, f"{where}: gen_ai.prompt")]
+        answers = _answers_of(completion, f"{where}: completion",  # a message per choice, as the current names have them
+                              lambda m, at: _answer(m, at, m.get("finish_reason")))
         return messages, answers or [(0, "")]
     return _flattened(a, where)
 
@@ -1773,7 +1804,13 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
     for rs in _objects(doc, "resourceSpans", ""):
         resource = _attrs(_object(rs, "resource", "resourceSpans[].").get("attributes"))
         for ss in _objects(rs, "scopeSpans", "resourceSpans[]."):
-            for span in _objects(ss, "spans", "scopeSpans[]."):
+            spans = ss.get("spans")
+            for i, span in enumerate(spans if isinstance(spans, list) else _objects(ss, "spans", "scopeSpans[].")):
+                if not isinstance(span, dict):  # quarantined in its place, as a span that cannot be a trace is
+                    error = FormatError("invalid_field", f"scopeSpans[].spans[{i}]={str(span)[:80]} is not an object")
+                    error.record = span
+                    yield error
+                    continue
                 span_id = _span_id(span)
                 try:
                     with _mapping(f"span {span_id}"):
@@ -1813,8 +1850,13 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         return []
     a = _with_own_names(_with_content_events(span, a), span_id)
     content = content_of(a, f"span {span_id}")
-    if content is None:  # a model call's without content, if it says it is one (else any span: HTTP, DB, ...)
-        return None if _says_model_call(a) else []
+    if content is None and not _says_model_call(a):  # any span: HTTP, DB, ...
+        return []
+    for key in ("traceId", "spanId"):  # a trace is named by both: without, two calls would share a name
+        if not isinstance(span.get(key), str) or not span[key]:
+            raise FormatError("invalid_field", f"span {span_id}: {key}={span.get(key)!r} is not an id")
+    if content is None:  # a model call's without content: in log records, if anywhere
+        return None
     messages, answers = content
     if STRANDS in (a.get("gen_ai.system"), a.get("gen_ai.provider.name")) and not any(
             m.get("role") == "system" for m in messages):
@@ -1911,7 +1953,7 @@ def _langfuse_messages(value: Any) -> list[dict]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
-        return [_chat_message(m, f"input[{i}]") for i, m in enumerate(value) if isinstance(m, dict)]
+        return [_chat_message(m, f"input[{i}]") for i, m in _messages_of(value, "input")]
     raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
 
 
@@ -2039,6 +2081,34 @@ def joined(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | 
             return [_trace(_camel_case(entry_row(value)), distinct_scores(attached), version)]
     except FormatError as e:
         return [e]
+
+
+def langfuse_time(row: dict) -> datetime | None:
+    """When a Langfuse row happened, where it says so in a time it can be read by: a generation's
+    start, a score's or trace's timestamp. A row that maps to no trace or score is quarantined in
+    the run of that time, as a record's fault found where it is read (a span's, see
+    :func:`record_time`), and in every run that reads it only when it holds no such time."""
+    row = _camel_case(row)
+    try:
+        at = _epoch(row.get("startTime") if langfuse_kind(row) == "observation" else row.get("timestamp"), "")
+        return datetime.fromisoformat(_iso(at, ""))
+    except FormatError:
+        return None
+
+
+def record_time(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], str | None]) -> datetime | None:
+    """When a record of :func:`join` started, where it says so (see :func:`langfuse_time`): a
+    Langfuse generation, or an OTLP span; None for a batch's output line, whose time is that of a
+    response it may not hold."""
+    kind, value = record[0], record[1]
+    if kind == "generation":
+        return langfuse_time(entry_row(value))
+    if kind == "span":
+        try:
+            return datetime.fromisoformat(_iso_nanos(int(pickle.loads(value)["span"]["startTimeUnixNano"]), ""))
+        except (FormatError, KeyError, TypeError, ValueError):
+            return None
+    return None
 
 
 def distinct_scores(attached: list[bytes]) -> list[dict]:

@@ -396,10 +396,10 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
     slow: list[tuple[str, int, traces.TraceRecord]] = []
     slow_times: list[int] = []
     record_lines: list[tuple[int, int, int]] = []  # (line, first start time, last start time) of lines with records
-    rejected: list[tuple[int, dict]] = []
+    rejected: list[tuple[int, dict, datetime | None]] = []  # with the item's own time, where it holds one
     for n, raw in sources.entries(block, lines, taken):
         if isinstance(raw, sources.Item):  # an oversized line, or the damage that ends a file
-            rejected.append((n, _quarantined(block.file, n, raw.reason, raw.detail, raw.raw)))
+            rejected.append((n, _quarantined(block.file, n, raw.reason, raw.detail, raw.raw), None))
             continue
         try:
             if isinstance(raw, dict):  # a Parquet row
@@ -408,15 +408,15 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 fmt, recs = _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:RAW_KEPT].decode("utf-8", "replace")
-            rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text)))
+            rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text), None))
             continue
         if fmt == "langfuse":  # joined across files (see joined_part); a row that cannot join is quarantined here
             part.formats[fmt] += 1
             try:
                 entry = formats.langfuse_entry(recs[0], (block.file, n), raw if isinstance(raw, bytes) else None)
             except formats.FormatError as e:
-                part.read += 1
-                part.quarantine.append(_quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)))
+                rejected.append((n, _quarantined(block.file, n, e.reason, str(e), json.dumps(recs[0], default=str)),
+                                 formats.langfuse_time(recs[0])))
                 continue
             if entry is not None:
                 part.joined.append(entry)
@@ -430,7 +430,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 part.joined.append(r.entry((block.file, n), raw if isinstance(raw, bytes) else None))
             elif isinstance(r, _Refused):
                 rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
-                                                 json.dumps(r.record, default=str)[:RAW_KEPT])))
+                                                 json.dumps(r.record, default=str)[:RAW_KEPT]), None))
         recs = [r for r in recs if isinstance(r, traces.TraceRecord)]
         part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
@@ -454,16 +454,12 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
         firsts, lasts = (np.concatenate([fast_times, slow_lines[:, i]]) for i in (1, 2))
         order = np.argsort(lines_with, kind="stable")
         lines_with, firsts, lasts = lines_with[order], firsts[order], lasts[order]
-        # In a partition, a time it may hold: the runs that read its folder are those whose intervals
-        # its times may fall in, so a neighbour misplaced in it took the item to a run that never came.
-        held = [columns.micros(t) for t in _holds(span, job.dataset.partition_lag())] if span else None
-        for n, q in rejected:
+        for n, q, own in rejected:
             before = int(np.searchsorted(lines_with, n))
-            at = (int(lasts[before - 1]) if before else int(firsts[0]) if len(firsts)
-                  else columns.micros(span[0]) if span else None)
-            if held is not None:
-                at = min(max(at, held[0]), held[1] - 1)
-            if at is None or lo <= at < hi:
+            at = (columns.micros(own) if own is not None else int(lasts[before - 1]) if before
+                  else int(firsts[0]) if len(firsts) else columns.micros(span[0]) if span else None)
+            # A neighbour misplaced in a partition would take the item to a run that never reads it.
+            if at is None or lo <= _within_partition(block.file, at) < hi:
                 part.read += 1
                 part.unformatted += q["reason"] in _NO_FORMAT
                 part.quarantine.append(q)
@@ -1300,6 +1296,7 @@ def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray,
     :func:`_in_order` takes them, those of the fast paths as rows."""
     fast, taken, fast_at = _fast_joined(records, part)
     found, found_at, outside = [], [], []
+    lo, hi = columns.micros(_JOB.start), columns.micros(_JOB.end)
     for i in np.setdiff1d(np.arange(len(records)), taken).tolist():  # taken: a record a row, or several
         (file, n), value = records[i][2], records[i][1]
         for doc in formats.joined(records[i]):  # a span's choices each a trace
@@ -1308,6 +1305,9 @@ def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray,
                     raise doc
                 rec = traces.convert(doc)
             except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
+                at = _mapped_time(doc) or formats.record_time(records[i])
+                if at is not None and not lo <= _within_partition(file, columns.micros(at)) < hi:
+                    continue  # the run of its own time quarantines it, as _read places what it rejects
                 part.read += 1
                 raw = (value.decode("utf-8", "replace") if formats.is_line(value)
                        else json.dumps(formats.entry_row(value), default=str))
@@ -1321,6 +1321,25 @@ def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray,
                 outside.append(columns.micros(rec.start_time))
     _outside(part, np.array(outside, np.int64))
     return found, np.array(found_at, np.int64), fast, fast_at
+
+
+def _within_partition(file: str, at: int) -> int:
+    """``at`` (microseconds), brought within the times the partition of ``file`` may hold (see
+    :func:`_holds`): the runs that read its folder are those whose intervals its times may fall in,
+    so an item of a time it may not hold would go to a run that never reads it."""
+    span = traces.partition_span(file)
+    if span is None:
+        return at
+    lo, hi = map(columns.micros, _holds(span, _JOB.dataset.partition_lag()))
+    return min(max(at, lo), hi - 1)
+
+
+def _mapped_time(doc: dict | formats.FormatError) -> datetime | None:
+    """The start time of a record mapped to our schema that did not pass its checks, where it is one."""
+    try:
+        return datetime.fromisoformat(doc["start_time"]) if isinstance(doc, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _unjoined(rows: pa.Table, record: np.ndarray) -> Counter:
@@ -1862,6 +1881,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans, source)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
+    content = hashlib.sha256()  # of the source's blocks alone: the same data built otherwise has the same
     counts: Counter = Counter()
     reasons: Counter = Counter()
     found_pii: Counter = Counter()
@@ -1910,6 +1930,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             for file, made in part.digests:
                 if part.held or part.by_file.get(file, {}).get("read"):
                     digest.update(made + b"%d" % before)
+                    content.update(made + b"%d" % before)
             duplicates = dedupe.verdicts(part.keys)
             finishing.append(pool.submit(finish, Finish(part.index, counts["traces"], duplicates, before), worker))
             counts["traces"] += len(part.keys["id_key"]) - len(duplicates)
@@ -2017,7 +2038,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
                 "files": len(files), "formats": dict(sorted((+found_formats).items())),
                 "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
                 "unjoined": unjoined_report,
-                "content_hash": digest.hexdigest()},
+                "content_hash": content.hexdigest()},
         config=config,
     )
     output.remember(start, end, config, files.digest, manifest.version)

@@ -610,13 +610,15 @@ def _gunzip(f) -> Iterator[bytes]:
     A piece is a block's worth whatever the compression: a megabyte read of a chat log whose 8 KB
     system prompt repeats held 12 MB, and made a block twice the size of a plain file's."""
     start = functools.partial(isal_zlib.decompressobj, 16 + isal_zlib.MAX_WBITS)
-    d, started, held, room = start(), False, [], BLOCK_BYTES
+    d, started, ended, held, room = start(), False, False, [], BLOCK_BYTES
     try:
         while piece := f.read(_GZIP_STEP):
             filled = True
             # ISA-L may take in all of a piece and hold back what the room left of its output (zlib
             # leaves that input in unconsumed_tail): asked again while a call fills the room.
             while piece or filled:
+                if ended and not started:  # zero bytes after a member are padding, which gzip -t and Python's reader skip
+                    piece = piece.lstrip(b"\0")
                 started = started or bool(piece)
                 held.append(d.decompress(piece, room))
                 room -= len(held[-1])
@@ -626,7 +628,7 @@ def _gunzip(f) -> Iterator[bytes]:
                     held, room = [], BLOCK_BYTES
                 piece = d.unconsumed_tail
                 if d.eof and not filled:  # a member ended, all of it out; another may follow
-                    piece, d, started = d.unused_data, start(), False
+                    piece, d, started, ended = d.unused_data, start(), False, True
         if started:
             held.append(d.flush())
             raise EOFError("compressed file ended before the end-of-stream marker was reached")
@@ -1366,6 +1368,8 @@ def _parquet_blocks(fs, file: str) -> Iterator[Block]:
             # one per column chunk), and decoded without threads, whose hand-offs cost more than its
             # few rows: 0.37 ms a file of ten traces, against 0.55 through the file.
             f.seek(0, os.SEEK_END)
+            if not f.tell():  # an empty file contributes nothing, as an empty file of lines does
+                return
             small = f.tell() <= _PARQUET_READS
             f.seek(0)
             reader = pq.ParquetFile(pa.BufferReader(f.read()) if small else f, pre_buffer=False,
