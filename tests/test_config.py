@@ -28,6 +28,10 @@ def test_an_environment_variable_that_names_no_setting_fails_and_a_near_one_is_s
         Settings()
     monkeypatch.delenv("CTPIPE_REWARD_VERIFIER")
     monkeypatch.delenv("ctpipe_bogus")
+    monkeypatch.setenv("CTPIPE_REWARD__VERIFIR", "exact")  # a field of a section misspelt: its extra input, unsuggested
+    with pytest.raises(ValidationError, match=r"CTPIPE_REWARD__VERIFIR \(did you mean CTPIPE_REWARD__VERIFIER\?\)"):
+        Settings()
+    monkeypatch.delenv("CTPIPE_REWARD__VERIFIR")
     for name, value in (("CTPIPE_REWARD__VERIFIER", "exact"), ("ctpipe_gate__alpha", "0.01"), ("CTPIPE_TEST_ANYTHING", "x")):
         monkeypatch.setenv(name, value)
     s = Settings()

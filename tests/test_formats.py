@@ -989,6 +989,11 @@ def test_a_non_finite_score_is_refused_as_a_non_finite_number_in_otlp_and_langfu
         with pytest.raises(FormatError, match="score s1: value is") as e:
             langfuse_entry({"id": "s1", "traceId": "t1", "name": "q", "value": float(value), "dataType": kind, "source": "API"})
         assert e.value.reason == "non_finite_number"
+    # A generation's token count in a Parquet row's usage map was "no int" (invalid_field).
+    (refused,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                           "model": "m", "input": "What is 2 plus 3?", "output": "5",
+                           "usageDetails": {"input": float(value), "output": 2}}])
+    assert isinstance(refused, FormatError) and refused.reason == "non_finite_number" and "usage input is" in str(refused)
 
 
 def test_unknown_and_mismatched_documents_are_reported_not_guessed():

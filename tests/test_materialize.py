@@ -1636,6 +1636,18 @@ def test_a_span_without_ids_or_that_is_no_object_is_quarantined_in_its_place_and
         (2, "span :: traceId=None is not an id"), (3, f"span {2:032x}:: spanId='' is not an id")]
 
 
+def test_a_span_whose_values_fail_the_trace_checks_is_named_by_its_trace(tmp_path):
+    spans = [_genai_span(i) for i in range(2)]
+    spans[1]["attributes"].append(kv("gen_ai.usage.input_tokens", -3))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "spans.jsonl").write_bytes(lines(_export({"7": [spans]})))
+    m = run(src, tmp_path / "out")
+    (q,) = table(m, "quarantine")
+    assert accounted(m) and m.counts["traces"] == 1
+    assert q["detail"].startswith(f"invalid_field: trace {1:032x}:{1:016x}: ") and "usage.prompt_tokens" in q["detail"]
+
+
 @pytest.mark.parametrize("partitioned", [False, True])
 def test_a_joined_record_or_langfuse_row_that_maps_to_nothing_is_quarantined_in_the_run_of_its_own_time(
         tmp_path, partitioned):

@@ -443,11 +443,14 @@ class Settings(BaseSettings):
     serving: ServingConfig = ServingConfig()
     canary: CanaryConfig = CanaryConfig()
 
-    @model_validator(mode="after")
-    def _no_unknown_variables(self) -> Settings:
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_variables(cls, data: Any) -> Any:
         """pydantic-settings passes over a CTPIPE_ variable that names no setting (only an unknown field
         of a section fails), so a misspelt one (CTPIPE_REWARD_VERIFIER, one underscore) would leave its
-        setting at the default, unsaid. The test suite's own (CTPIPE_TEST_*) are no settings."""
+        setting at the default, unsaid. Checked before the sections are, so that a misspelt field of
+        one (CTPIPE_REWARD__VERIFIR) is told with the nearest name too, not as an extra input. The
+        test suite's own (CTPIPE_TEST_*) are no settings."""
         known = _variables(Settings)
         unknown = sorted(name for name in os.environ if name.upper().startswith("CTPIPE_")
                          and not name.upper().startswith("CTPIPE_TEST_") and not _names_setting(name, known))
@@ -455,7 +458,7 @@ class Settings(BaseSettings):
             said = [f"{name}" + (f" (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
                 name.upper(), known, n=1, cutoff=0.8)) else "") for name in unknown]
             raise ValueError(f"environment variables that name no setting: {', '.join(said)}")
-        return self
+        return data
 
     @property
     def traces_dir(self) -> Path:

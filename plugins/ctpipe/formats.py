@@ -2258,7 +2258,7 @@ def _langfuse_tokens(usage: dict, side: str, types: bool, fallback: Any) -> Any:
     named = [k for k in usage if side in k] if types else [side] if side in usage else []
     if not named:
         return fallback or 0
-    counts = [usage[k] for k in named if usage[k]]
+    counts = [_finite(usage[k], f"usage {k}") for k in named if usage[k]]  # a NaN in a Parquet row's map
     return next((c for c in counts if type(c) is not int), None) or sum(counts)
 
 

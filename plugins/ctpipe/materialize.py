@@ -360,8 +360,8 @@ def _converted(record: dict | formats.FormatError | formats.Held) -> traces.Trac
         return _Refused(record, record.record)
     try:
         return traces.convert(record)
-    except traces.InvalidTrace as e:
-        return _Refused(e, record)
+    except traces.InvalidTrace as e:  # its values as mapped fail the checks: named by the trace they make
+        return _Refused(traces.InvalidTrace(e.reason, f"trace {record.get('trace_id')}: {e.detail}"), record)
 
 
 def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None) -> pa.Table:
