@@ -1760,6 +1760,10 @@ def test_a_responses_api_call_is_read_as_a_chat_completion():
          "request.input[0] holds a part of type input_image"),
         ({"input": [{"role": "user", "content": "q"}, {"type": "function_call_output", "call_id": "c", "output": "5"}]},
          "tool_call_in_prompt", "request.input[1] holds an item of type function_call_output"),
+        # An item or a part that is no object was left out: the prompt read was another than the one served.
+        ({"input": ["stray", {"role": "user", "content": "q"}]}, "invalid_field", "request.input[0]=stray is not an item"),
+        ({"input": [{"role": "user", "content": ["plain", {"type": "input_text", "text": "q"}]}]}, "invalid_field",
+         "is neither text nor a list of parts"),
     ]:
         with pytest.raises(FormatError, match=re.escape(says)) as e:
             normalize({**doc, "request": {**RESPONSES_REQUEST, **change}}, "auto")

@@ -245,7 +245,7 @@ def test_a_parquet_row_of_bytes_that_are_not_utf8_is_quarantined_naming_its_colu
     assert accounted(m) and m.counts["traces"] == 3 and m.quarantine_reasons == {"invalid_utf8": 2}
     q = table(m, "quarantine")
     assert [(r["source_line"], r["detail"]) for r in q] == [(2, "completion: not UTF-8 text"), (3, "messages: not UTF-8 text")]
-    assert '"trace_id": "t2"' in q[0]["raw"] and '"completion": "3\\ufffd"' in q[0]["raw"]
+    assert '"trace_id": "t2"' in q[0]["raw"] and '"completion": "3\ufffd"' in q[0]["raw"]
     assert sorted(r["completion"] for r in table(m, "traces")) == ["2", "5", "6"]
 
 
@@ -506,7 +506,8 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
 def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(tmp_path):
     """A reference answer reaches the GRPO dataset, a score's name and label the traces table: both are
     scrubbed. A long answer taken for a card is scrubbed where published, but labeled as written."""
-    scored = [{"name": "judge ann@example.com", "value": 1.0, "label": "call +1 415-555-0100", "source": "eval"}]
+    scored = [{"name": "judge ann@example.com", "value": 1.0, "label": "call +1 415-555-0100", "source": "eval"},
+              {"name": "judge", "value": 0.5, "label": None, "source": "by cy@example.com"}]  # a source was not scrubbed
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "Who is the contact?", "bob@example.org", reference_answer="bob@example.org", scores=scored),
         trace(2, "What is 4111 1111 1111 1110 plus 1?", "4111 1111 1111 1111", reference_answer="4111 1111 1111 1111"),
@@ -514,7 +515,8 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
     one, two = table(m, "traces")
     assert one["reference_answer"] == one["completion"] == "<EMAIL>"
-    assert one["scores"] == [{"name": "judge <EMAIL>", "value": 1.0, "label": "call <PHONE>", "source": "eval"}]
+    assert one["scores"] == [{"name": "judge <EMAIL>", "value": 1.0, "label": "call <PHONE>", "source": "eval"},
+                             {"name": "judge", "value": 0.5, "label": None, "source": "by <EMAIL>"}]
     assert two["completion"] == two["reference_answer"] == "<CARD>" and two["verifiable_reward"] == 1.0
     assert sorted(r["answer"] for r in table(m, "grpo")) == ["<CARD>", "<EMAIL>"]
     published = json.dumps([table(m, name) for name in ("traces", "grpo", "dpo", "quarantine")], default=str)
@@ -1596,7 +1598,7 @@ def test_half_a_character_in_json_text_within_a_record_is_quarantined_and_the_ru
     (src / "langfuse.jsonl").write_bytes(lines(*langfuse))
     m = run(src, tmp_path / "out", at(1795340000) - HOUR, at(1795340000) + HOUR)
     assert accounted(m) and m.quarantine_reasons == {"invalid_utf8": 2}, m.quarantine_reasons
-    assert sorted(q["detail"].split(": ")[1] for q in table(m, "quarantine")) == ["`completion`", "`messages[0].content`"]
+    assert sorted(q["detail"].split(": ")[-2] for q in table(m, "quarantine")) == ["`completion`", "`messages[0].content`"]
     assert [r["completion"] for r in table(m, "traces")] == ["8"]
 
 
@@ -1636,6 +1638,15 @@ def test_a_span_without_ids_or_that_is_no_object_is_quarantined_in_its_place_and
         (2, "span :: traceId=None is not an id"), (3, f"span {2:032x}:: spanId='' is not an id")]
 
 
+def test_a_held_span_of_a_time_no_datetime_holds_is_quarantined_not_fatal(tmp_path):
+    """A Parquet export's span of no content, held for its log records, starting at infinity: placing
+    its item by its own time raised OverflowError, and ended the run."""
+    span = _genai_span(0)
+    span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
+    assert mat.formats.span_time({**span, "startTimeUnixNano": float("inf")}) is None
+    assert mat.formats.span_time(5) is None and mat.formats.span_time(span) == T0
+
+
 def test_a_span_whose_values_fail_the_trace_checks_is_named_by_its_trace(tmp_path):
     spans = [_genai_span(i) for i in range(2)]
     spans[1]["attributes"].append(kv("gen_ai.usage.input_tokens", -3))
@@ -1659,7 +1670,13 @@ def test_a_joined_record_or_langfuse_row_that_maps_to_nothing_is_quarantined_in_
     folder.mkdir(parents=True)
     span = _genai_span(0)
     span["attributes"] = [kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m")]
-    (folder / "spans.jsonl").write_bytes(lines(_export({"7": [[span, _genai_span(1)]]})))
+    late = [_genai_span(i) for i in (3, 4)]  # of 15:00: tokens below 0, no trace id
+    for s in late:
+        s.update({k: str(int(s[k]) + 5 * 3600 * 10**9) for k in ("startTimeUnixNano", "endTimeUnixNano")})
+    late[0]["attributes"].append(kv("gen_ai.usage.input_tokens", -3))
+    del late[1]["traceId"]
+    (folder / "spans.jsonl").write_bytes(lines(_export({"7": [[span, _genai_span(1)]]}),
+                                               _export({"7": [[_genai_span(2), late[0]]]}), _export({"7": [[late[1]]]})))
     (folder / "observations.jsonl").write_bytes(lines(*(
         {"id": f"g{i}", "traceId": None if i == 1 else f"t{i}", "type": "GENERATION", "model": "m",
          "startTime": (T0 + timedelta(minutes=10 * i)).isoformat(),
@@ -1670,13 +1687,15 @@ def test_a_joined_record_or_langfuse_row_that_maps_to_nothing_is_quarantined_in_
     hours = [run(src, tmp_path / "out", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)]
     assert isinstance(hours[1], mat.NoTraces) and isinstance(hours[2], mat.NoTraces)
     first = hours[0]
-    assert accounted(first) and first.counts["traces"] == 2
+    assert accounted(first) and first.counts["traces"] == 3
     quarantined = sorted((r["source_file"].rsplit("/", 1)[1], r["reason"]) for r in table(first, "quarantine"))
     assert quarantined == [("observations.jsonl", "invalid_field"), ("scores.jsonl", "invalid_field"),
-                           *[("scores.jsonl", "invalid_field")] * partitioned, ("spans.jsonl", "no_content")]
-    if not partitioned:  # the score of 15:30 is the run's of that hour
-        late = run(src, tmp_path / "out", T0 + 5 * HOUR, T0 + 6 * HOUR)
-        assert [r["detail"] for r in table(late, "quarantine")] == ["score s5: value='abc' is not a number"]
+                           *[("scores.jsonl", "invalid_field")] * partitioned,
+                           *[("spans.jsonl", "invalid_field")] * (2 * partitioned), ("spans.jsonl", "no_content")]
+    if not partitioned:  # the score of 15:30 and the spans of 15:00 are the run's of that hour
+        later = run(src, tmp_path / "out", T0 + 5 * HOUR, T0 + 6 * HOUR)
+        assert sorted(r["detail"].split(": ")[-1] for r in table(later, "quarantine")) == [
+            "Expected `int` >= 0 - at `usage.prompt_tokens`", "traceId=None is not an id", "value='abc' is not a number"]
 
 
 def test_a_time_an_offset_takes_past_the_years_of_utc_is_outside_the_interval(tmp_path):

@@ -40,6 +40,23 @@ from ctpipe.pii import scrub
     ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "secret"),
     ("Authorization: Bearer abcdefghijklmnopqrstuvwxyz.0123", "secret"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "secret"),
+    # National forms of longer groups, with no-break or thin spaces, after 1 and an area code in ().
+    ("Ruf 030 12345678 an", "phone"), ("Ruf 0171 1234567", "phone"), ("电话：010-12345678", "phone"),
+    ("Bel 06-12345678", "phone"), ("Call 98765 43210", "phone"), ("Llame al 612 34 56 78", "phone"),
+    ("Call 1 (800) 555-0100 now", "phone"), ("Call 415-555-0100x23", "phone"),
+    ("appelez le +33\u00a06\u00a012\u00a034\u00a056\u00a078", "phone"), ("電話 ０９０－１２３４－５６７８", "phone"),
+    ("card 4111\u20091111\u20091111\u20091111", "card"), ("card 4111.1111.1111.1111", "card"),
+    ("card 4111  1111  1111  1111", "card"),
+    # A URL's password; keys under their labels, an Authorization header's credentials, a quoted password.
+    ("postgres://app:hunter2@localhost:5432/prod", "secret"), ("https://admin:s3cr3t!@db.example.com/", "secret"),
+    ("secret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "secret"),
+    ("AWS Secret Access Key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "secret"),
+    ("Authorization: Basic dXNlcm5hbWU6cGFzc3dvcmQxMjM0NTY=", "secret"), ("x-api-key: abcdefghijklmnopqrstuvwxyz123", "secret"),
+    ('api_key = "abcdefghijklmnopqrstuv12"', "secret"), ('password = "hunter2!"', "secret"),
+    ("hf_abcdefghijklmnopqrstuvwxyzABCDEF12", "secret"), ("glpat-abcdefghijklmnopqrst", "secret"),
+    ("npm_abcdefghijklmnopqrstuvwxyz0123456789", "secret"), ("whsec_abcdefghijklmnopqrstuvwxyz12", "secret"),
+    ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "secret"),
+    ("AccountKey=abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ==", "secret"),
 ])
 def test_each_kind_is_replaced_and_counted(text, kind):
     found = Counter()
@@ -60,6 +77,9 @@ def test_each_kind_is_replaced_and_counted(text, kind):
     "ISBN 978-0-596-52068-7", "kernel 5.15.0-1034-azure", "2024-01-15T10:00:00.123456789Z",
     "product = 10989169755678", '"created_ms": 1700000000004', "Sort: 3 1 4 1 5 9 2 6 5 3 5 8 9 7 9",
     "attn = q@k.transpose(-2, -1)", "pip install sk-learn-compatible-estimator",
+    # Decimals, labels of no key, a password not given, a time.
+    "pi is 3.14159265358979323846", "x = 3.4111111111111111", 'api_key = os.environ["OPENAI_API_KEY"]',
+    "the session was long", "a secret sauce recipe", "password = input()", 'my password is "abc"', "at 2:15 pm",
 ])
 def test_ordinary_text_and_numbers_are_kept(text):
     found = Counter()
@@ -122,3 +142,31 @@ def test_numbers_after_a_colon_are_scrubbed_and_bare_runs_past_sixteen_digits_ar
     found = Counter()
     assert scrub(text, found) == (scrubbed or text) and all(found.values())
 
+
+
+def test_a_url_s_user_and_password_are_one_secret_not_an_address():
+    found = Counter()
+    assert scrub("https://user:pass@host.example.com/path", found) == "https://<SECRET>@host.example.com/path"
+    assert found == {"secret": 1}
+
+
+def test_raw_json_written_in_ascii_is_scrubbed_as_its_characters():
+    """Python's json.dumps escapes every character past ASCII, and a number or an address right after
+    an escape ran into its hex digits, where no pattern saw it."""
+    import pyarrow as pa
+
+    raw = r'{"q": "\u7535\u8bdd\uff1a138-0013-8000", "card": "\u00a04111 1111 1111 1111", "m": "jos\u00e9@example.com"}'
+    found = Counter()
+    out = pii.scrub_array(pii.unescaped(pa.array([raw])), found, repeats=False).to_pylist()
+    assert out == ['{"q": "电话：<PHONE>", "card": "\u00a0<CARD>", "m": "<EMAIL>"}'] and found == {"phone": 1, "card": 1, "email": 1}
+
+
+def test_what_a_raw_line_ends_in_past_what_is_published_is_not_counted():
+    """A raw line is kept longer than it is published, for its scrubbing: the number its kept text
+    was cut in is not published, and was counted as a phone."""
+    import pyarrow as pa
+
+    found = Counter()
+    texts = pa.array(["x" * 30 + ' "ids": [1234567', 'call +1 415-555-01'])
+    assert pii.scrub_cut_short(texts, found, within=20).to_pylist() == [texts[0].as_py(), "call <PHONE>"]
+    assert found == {"phone": 1}

@@ -34,11 +34,25 @@ def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(complet
 @pytest.mark.parametrize("completion, reference, expected", [
     ("The answer is $\\boxed{2x+1}$", "2x+1", 1.0), ("The answer is $\\boxed{2}$", "2x+1", 0.0), ("2x+1", "2x+1", 1.0),
     ("$\\boxed{4x}$", "4x", 1.0), ("$\\boxed{4}$", "4x", 0.0), ("$\\boxed{120}$", "5!", 1.0), ("\\boxed{7!}", "7!", 1.0),
-    ("\\boxed{y=2x+3}", "y = 2x + 3", 1.0), ("\\boxed{0.75}", "3:4", 1.0), ("3", "x = 3", 1.0), ("1,5", "1.5", 1.0),
+    ("\\boxed{y=2x+3}", "y = 2x + 3", 1.0), ("3", "x = 3", 1.0), ("1,5", "1.5", 1.0),
 ])
 def test_a_reference_or_an_answer_alone_written_as_an_expression_is_read_whole(completion, reference, expected):
     """Read bare, as text, math-verify takes an expression's first number: 2x+1 was 2, so the right
     answer was labeled 0 and 2 labeled 1, and DPO preferred the wrong one."""
+    assert math_reward(completion, reference) == expected
+
+
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("$\\boxed{2\\pi}$", "2\\pi \\text{ cm}^2", 1.0), ("$\\boxed{2}$", "2\\pi \\text{ cm}^2", 0.0),
+    ("$\\boxed{5\\sqrt{2}}$", "5\\sqrt{2}\\text{ units}", 1.0), ("$\\boxed{5}$", "5\\sqrt{2}\\text{ units}", 0.0),
+    ("$\\boxed{\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}}$", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", 1.0),
+    ("2", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", 0.0), ("$\\boxed{2\\sqrt{ab}}$", "2\\sqrt{ab}", 1.0),
+    ("5 L", "5", 1.0), ("v = 5 m/s", "5", 1.0), ("5", "5 m/s", 1.0), ("(B) 5", "5", 1.0), ("2:15", "4:30", 0.0),
+    ("The meeting ends at 4:30.", "4:30", 1.0),
+])
+def test_latex_words_units_choices_and_times_are_read_as_they_mean(completion, reference, expected):
+    """What a command of text holds (\\text{ cm}), an environment's name and a product of letters
+    inside a command's braces are no sentence; a unit, a choice's letter and a time are no expression."""
     assert math_reward(completion, reference) == expected
 
 

@@ -618,12 +618,15 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     system = [{"role": "system", "content": instructions}] if instructions else []
     messages = []
     for i, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("type") == "reasoning":
+        if not isinstance(item, dict):  # left out, the prompt would be another than the one served
+            raise FormatError("invalid_field", f"{where}request.input[{i}]={str(item)[:80]} is not an item")
+        if item.get("type") == "reasoning":
             continue
         # A tool's call or result, a web search's, ...: tool calls, refused where they are, as images are.
         _no_tool_call(None if "role" in item else f"an item of type {item.get('type')}", f"{where}request.input[{i}]")
         content = _responses_parts(item.get("content"))
-        _media((p.get("type") for p in content) if isinstance(content, list) else (), f"{where}request.input[{i}]")
+        _media((p.get("type") for p in content if isinstance(p, dict)) if isinstance(content, list) else (),
+               f"{where}request.input[{i}]")
         messages.append({**item, "content": content})
     output = [i for i in response.get("output") or [] if isinstance(i, dict) and i.get("type") != "reasoning"]
     said = [p for i in output if i.get("type") == "message" for p in _responses_parts(i.get("content")) or []]
@@ -646,8 +649,8 @@ def _responses_parts(content: Any) -> Any:
     ``output_text``) text parts; the others as they are (a refusal, an image, a file)."""
     if not isinstance(content, list):
         return content
-    return [{**p, "type": "text"} if p.get("type") in ("input_text", "output_text") else p
-            for p in content if isinstance(p, dict)]
+    return [{**p, "type": "text"} if isinstance(p, dict) and p.get("type") in ("input_text", "output_text") else p
+            for p in content]  # a part that is no object is _text's to refuse
 
 
 def _ms(value: Any, where: str) -> float | None:
@@ -2105,10 +2108,18 @@ def record_time(record: tuple[str, bytes, tuple[str, int] | None, list[bytes], s
         return langfuse_time(entry_row(value))
     if kind == "span":
         try:
-            return datetime.fromisoformat(_iso_nanos(int(pickle.loads(value)["span"]["startTimeUnixNano"]), ""))
-        except (FormatError, KeyError, TypeError, ValueError):
+            return span_time(pickle.loads(value)["span"])
+        except (KeyError, TypeError):
             return None
     return None
+
+
+def span_time(span: Any) -> datetime | None:
+    """When an OTLP span started, where it says so in a time it can be read by (see :func:`record_time`)."""
+    try:
+        return datetime.fromisoformat(_iso_nanos(int(span["startTimeUnixNano"]), ""))
+    except (FormatError, KeyError, TypeError, ValueError, OverflowError):  # none, or no number of nanoseconds
+        return None
 
 
 def distinct_scores(attached: list[bytes]) -> list[dict]:

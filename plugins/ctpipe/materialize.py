@@ -318,7 +318,11 @@ def _canonical_records(fmt: str, records: list) -> tuple[str, list]:
     if len(records) < 2:
         if records and isinstance(records[0], formats.FormatError):
             raise records[0]
-        return fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
+        try:
+            return fmt, [d if isinstance(d, formats.Held) else traces.convert(d) for d in records]
+        except traces.InvalidTrace as e:
+            e.record = records[0]  # as mapped: its time places the line's item
+            raise
     return fmt, [_converted(d) for d in records]
 
 
@@ -359,9 +363,23 @@ def _converted(record: dict | formats.FormatError | formats.Held) -> traces.Trac
     if isinstance(record, formats.FormatError):
         return _Refused(record, record.record)
     try:
-        return traces.convert(record)
-    except traces.InvalidTrace as e:  # its values as mapped fail the checks: named by the trace they make
-        return _Refused(traces.InvalidTrace(e.reason, f"trace {record.get('trace_id')}: {e.detail}"), record)
+        return _named_convert(record)
+    except traces.InvalidTrace as e:
+        return _Refused(e, record)
+
+
+def _named_convert(doc: dict) -> traces.TraceRecord:
+    """``traces.convert(doc)``, for one of the records a line or a join holds: its error names the
+    trace the record maps to."""
+    try:
+        return traces.convert(doc)
+    except traces.InvalidTrace as e:
+        raise traces.InvalidTrace(e.reason, f"trace {doc.get('trace_id')}: {e.detail}") from None
+
+
+def _own_time(record: Any) -> datetime | None:
+    """The start time a record refused holds, where it holds one: as mapped to our schema, or an OTLP span's."""
+    return _mapped_time(record) or formats.span_time(record)
 
 
 def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None) -> pa.Table:
@@ -408,7 +426,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 fmt, recs = _decode(raw, job.dataset.format)
         except (traces.InvalidTrace, formats.FormatError) as e:
             text = json.dumps(raw, default=str) if isinstance(raw, dict) else raw[:RAW_KEPT].decode("utf-8", "replace")
-            rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text), None))
+            rejected.append((n, _quarantined(block.file, n, e.reason, str(e), text), _own_time(getattr(e, "record", None))))
             continue
         if fmt == "langfuse":  # joined across files (see joined_part); a row that cannot join is quarantined here
             part.formats[fmt] += 1
@@ -430,7 +448,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
                 part.joined.append(r.entry((block.file, n), raw if isinstance(raw, bytes) else None))
             elif isinstance(r, _Refused):
                 rejected.append((n, _quarantined(block.file, n, r.error.reason, str(r.error),
-                                                 json.dumps(r.record, default=str)[:RAW_KEPT]), None))
+                                                 json.dumps(r.record, default=str)[:RAW_KEPT]), _own_time(r.record)))
         recs = [r for r in recs if isinstance(r, traces.TraceRecord)]
         part.formats[fmt] += len(recs)  # the records of each format read as traces (Langfuse's: its rows)
         if recs:
@@ -756,14 +774,14 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
 
 
 def _scrubbed_scores(scores: pa.Array, found: Counter) -> pa.Array:
-    """``scores`` (a list of structs a trace) with their names and labels scrubbed, as every text published is."""
+    """``scores`` (a list of structs a trace) with their texts scrubbed, as every text published is."""
     offsets = scores.offsets  # of the slice ``scores`` may be: they need not start at 0
     first = offsets[0].as_py()
     flat = scores.values.slice(first, offsets[-1].as_py() - first)
     if not len(flat):
         return scores
     fields = {f.name: flat.field(f.name) for f in flat.type}
-    for name in ("name", "label"):
+    for name in ("name", "label", "source"):
         fields[name] = pii.scrub_array(fields[name], found)
     entries = pa.StructArray.from_arrays(list(fields.values()), fields=list(flat.type), mask=flat.is_null())
     return pa.ListArray.from_arrays(pc.subtract(offsets, first), entries, type=scores.type, mask=scores.is_null())
@@ -877,8 +895,8 @@ def _keyed(part: Part, pieces: Iterable[pa.Table]) -> Part:
     for field in ("raw", "detail") if part.quarantine else ():
         texts = pa.array([q[field] for q in part.quarantine], pa.string())
         if _JOB.dataset.scrub_pii:
-            texts = pii.scrub_array(texts, part.pii, repeats=False)
-            texts = pii.scrub_cut_short(texts, part.pii) if field == "raw" else texts
+            texts = pii.scrub_array(pii.unescaped(texts) if field == "raw" else texts, part.pii, repeats=False)
+            texts = pii.scrub_cut_short(texts, part.pii, within=RAW_CHARS) if field == "raw" else texts
         for q, text in zip(part.quarantine, pc.utf8_slice_codeunits(texts, 0, RAW_CHARS).to_pylist()):
             q[field] = text
     _ROWS[part.index] = held, part.quarantine, part.joined
@@ -1303,7 +1321,7 @@ def _joined_records(records: list[tuple], part: Part) -> tuple[list, np.ndarray,
             try:
                 if isinstance(doc, formats.FormatError):
                     raise doc
-                rec = traces.convert(doc)
+                rec = _named_convert(doc)
             except (traces.InvalidTrace, formats.FormatError) as e:  # the row itself stays in its source file
                 at = _mapped_time(doc) or formats.record_time(records[i])
                 if at is not None and not lo <= _within_partition(file, columns.micros(at)) < hi:
@@ -1334,7 +1352,7 @@ def _within_partition(file: str, at: int) -> int:
     return min(max(at, lo), hi - 1)
 
 
-def _mapped_time(doc: dict | formats.FormatError) -> datetime | None:
+def _mapped_time(doc: Any) -> datetime | None:
     """The start time of a record mapped to our schema that did not pass its checks, where it is one."""
     try:
         return datetime.fromisoformat(doc["start_time"]) if isinstance(doc, dict) else None

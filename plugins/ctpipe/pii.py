@@ -24,39 +24,62 @@ _ATS = ("@", "%40", "\\u0040")
 _AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
 _LOCAL_AT = r"(?<!\\)[\w.%+-]+" + _AT  # a local part and its "@"
 _EMAIL = re.compile(_LOCAL_AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
-# A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare.
-_CARD = re.compile(r"(?<![\d-])(?:\d{4}(?:[ -]?\d{4}){2}[ -]?\d{1,4}(?:[ -]?\d{1,3})?|\d{4}[ -]?\d{6}[ -]?\d{4,5})(?![\d-])")
+# A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the password.
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^\s:/@]*:[^\s/@]+(?=@)")
+# Spaces a number is written with: a plain one, and the no-break and thin ones of French typography
+# and of text copied from the web. Dashes: hyphens, en dash, minus sign, full-width hyphen-minus.
+_SPACES = " \u00a0\u2009\u202f"
+_DASH = "\u2010-\u2013\u2212\uff0d"
+# A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
+# after a space, a dash or a dot (or two spaces).
+_CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
+_CARD = re.compile(rf"(?<![\d.-])(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?:{_CARD_SEP}\d{{1,3}})?"
+                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}})(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
 # on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
 # seconds ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number
 # written in groups of three ("1 000 000 000", "192.168.100.200").
-_DASH = "\u2010-\u2013"
-_STARTS = r"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[ .,:])"
-_ENDS = r"(?![A-Za-z\d_-]|[ .,:]\d)"
-_SEP = f"[ .{_DASH}-]"
+_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[.,:{_SPACES}])"
+_ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|[.,:{_SPACES}]\d)"  # an extension after an x (415-555-0100x23) stays
+_SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
     _STARTS + "(?:"
-    rf"\+\d(?:[ ().{_DASH}-]{{0,2}}\d){{7,14}}"  # international, after a plus sign: 8 to 15 digits (E.164)
-    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}{_SEP})\d{{2,6}}(?:{_SEP}\d{{2,6}}){{0,3}}"  # a trunk 0, an area code in ()
-    rf"|(?:1{_SEP})?[2-9]\d\d{_SEP}[2-9]\d\d{_SEP}\d{{4}}"  # North American: 415-555-0100, 1-800-555-0100
+    rf"\+\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"  # international, after a plus sign: 8 to 15 digits (E.164)
+    # A trunk 0 (030 12345678, 010-12345678, 06-12345678, 0171 1234567), an area code in ().
+    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}{_SEP})\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
+    # North American: 415-555-0100, 1-800-555-0100, 1 (800) 555-0100.
+    rf"|(?:1{_SEP}?)?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_SEP})[2-9]\d\d{_SEP}\d{{4}}"
     rf"|1[3-9]\d{_SEP}\d{{4}}{_SEP}\d{{4}}"  # a Chinese mobile: 138-0013-8000
+    rf"|0?[6-9]\d{{4}}{_SEP}\d{{5}}"  # an Indian mobile: 98765 43210
+    rf"|[6-9]\d\d(?:{_SEP}\d\d){{3}}"  # a Spanish one: 612 34 56 78
     ")" + _ENDS)
+# Keys and tokens by their prefixes, and by the label they follow: a bearer token, an AWS secret key
+# or session token, an API key, an access or auth token, a client secret, an Authorization header's
+# credentials.
+_LABELS = (r"(?i:(?:aws[_ ]?)?secret[_ ]?(?:access[_ ]?)?key|(?:aws[_ ]?)?session[_ ]?token|x-api-key|api[_-]?key"
+           r"|access[_-]?token|auth[_-]?token|client[_-]?secret)")
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
-    r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,})"
+    r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[\w-]{20,}|npm_[A-Za-z0-9]{36}"
+    r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,})"
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"
-    r"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?:_secret_access_key|_SECRET_ACCESS_KEY|SecretAccessKey|secretAccessKey"
-    r"|_session_token|_SESSION_TOKEN|SessionToken|sessionToken)[\"']?\s*[:=]\s*[\"']?)"
+    r"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic|token|bearer)[ \t]+"
+    r"|(?:AccountKey=)|" + _LABELS + r"[\"']?\s*[:=]\s*[\"']?)"
     r"[A-Za-z0-9._~+/=-]{20,}"
+    # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
+    r"|(?P<quoted>(?i:password|passwd)[\"']?\s*[:=]\s*[\"'])[^\"'\s]{6,}(?=[\"'])"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
-                 "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "_secret_access_key",
-                 "_SECRET_ACCESS_KEY", "ecretAccessKey", "_session_token", "_SESSION_TOKEN", "essionToken", "PRIVATE KEY")
-_MANY_DIGITS = re.compile(rf"\d(?:[ ().+{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
+                 "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
+                 "whsec_", "SG.", "AccountKey", "uthorization", "UTHORIZATION", "ecret", "ECRET", "ession", "ESSION",
+                 "pi_key", "PI_KEY", "piKey", "pi-key", "PI-KEY", "pi-Key", "ccess_token", "CCESS_TOKEN", "ccessToken",
+                 "ccess-token", "uth_token", "UTH_TOKEN", "uthToken", "uth-token", "assword", "ASSWORD", "asswd", "ASSWD",
+                 "PRIVATE KEY")
+_MANY_DIGITS = re.compile(rf"\d(?:[().+{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many). RE2's \d
 # is ASCII only, Python's any script's digits (full-width ones, say): the pre-check takes those too.
 PRECHECK = "|".join([re.escape(h) for h in (*_ATS, *_SECRET_HINTS)]
@@ -66,17 +89,18 @@ PRECHECK = "|".join([re.escape(h) for h in (*_ATS, *_SECRET_HINTS)]
 # What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
 # address or a number: the full patterns need the whole of one, and let "jane.smith@gm" through.
 _CUT_EMAIL = re.compile(_LOCAL_AT + r"[\w.-]*\Z")
-_CUT_NUMBER = re.compile(rf"\+?\d(?:[ (){_DASH}-]{{0,2}}\d){{5,}}\Z")
+_CUT_NUMBER = re.compile(rf"\+?\d(?:[(){_SPACES}{_DASH}-]{{0,2}}\d){{5,}}\Z")
 # Either, in RE2, for a column at once, over each text's last characters only: it asks what a text
 # ends in, and the scan of whole raw lines for it cost more than the rest of their scrubbing.
 _CUT_TAIL = 256
 _CUT = _AT + r"[\p{L}\p{N}_.-]*$|" + _CUT_NUMBER.pattern.replace(r"\d", r"\p{Nd}").replace(r"\Z", "$")
 
 
-def scrub_cut_short(texts: pa.Array, found: Counter) -> pa.Array:
+def scrub_cut_short(texts: pa.Array, found: Counter, within: int | None = None) -> pa.Array:
     """``texts`` (quarantined raw lines, cut anywhere, already through :func:`scrub_array`) with an
     e-mail address or a number of six digits or more they end in replaced, and counted, as a whole
-    one is (a number as a phone's).
+    one is (a number as a phone's). With ``within``, only those of at most that many characters: a
+    longer one is published cut there, and what it ends in is not published.
 
     >>> c = Counter(); texts = ['{"q": "reach me at jane.smith@gm', '{"q": "call +1 415-555-01', "<EMAIL>", None]
     >>> scrub_cut_short(pa.array(texts), c).to_pylist()
@@ -86,6 +110,8 @@ def scrub_cut_short(texts: pa.Array, found: Counter) -> pa.Array:
     """
     tails = pc.utf8_slice_codeunits(texts, -_CUT_TAIL)  # what a text ends in: not a scan of all of it
     hit = pc.fill_null(pc.match_substring_regex(tails, _CUT), False)
+    if within is not None:
+        hit = pc.and_(hit, pc.fill_null(pc.less_equal(pc.utf8_length(texts), within), False))
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
@@ -97,6 +123,36 @@ def scrub_cut_short(texts: pa.Array, found: Counter) -> pa.Array:
                 found[kind] += n
         clean.append(text)
     return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
+
+
+# A JSON escape of a character (past ASCII: an ASCII one, a quote or \u0040, is read as it is), or of a
+# surrogate pair, not after an escaped backslash.
+_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|[0-9a-fA-F]{4})")
+
+
+def _character(m: re.Match) -> str:
+    code = m[2]
+    if len(code) > 4:  # a surrogate pair: one character
+        return m[1] + chr(0x10000 + ((int(code[:4], 16) - 0xD800) << 10) + int(code[6:], 16) - 0xDC00)
+    c = int(code, 16)
+    return m[0] if c < 0x80 or 0xD800 <= c < 0xE000 else m[1] + chr(c)
+
+
+def unescaped(texts: pa.Array) -> pa.Array:
+    r"""Raw JSON ``texts`` with their escapes of characters past ASCII written as the characters, which
+    JSON allows: a writer of ASCII alone (Python's json.dumps, by default) escapes every such
+    character, and a number or an address right after one (电话：138-0013-8000, a no-break space
+    before a card) ran into the escape's hex digits, where no pattern saw it.
+
+    >>> unescaped(pa.array([r'{"q": "\u7535\u8bdd\uff1a138-0013-8000 \\u0041 \ud83d\ude00 \u0040"}'])).to_pylist()
+    ['{"q": "电话：138-0013-8000 \\\\u0041 😀 \\u0040"}']
+    """
+    hit = pc.fill_null(pc.match_substring(texts, "\\u"), False)
+    at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+    if not len(at):
+        return texts
+    written = [_ESCAPE.sub(_character, text) for text in texts.take(at).to_pylist()]
+    return pc.replace_with_mask(texts, hit, pa.array(written, pa.string()))
 
 
 def luhn(digits: str) -> bool:
@@ -124,8 +180,10 @@ def scrub(text: str, found: Counter | None = None) -> str:
     """
     counts = found if found is not None else Counter()
     if any(h in text for h in _SECRET_HINTS):
-        text = _SECRET.sub(lambda m: (m["keep"] or "") + _counted(counts, "secret", "<SECRET>"), text)
+        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
+        if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
+            text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
         text, n = _EMAIL.subn("<EMAIL>", text)
         if n:
             counts["email"] += n
@@ -182,7 +240,7 @@ def _phone(counts: Counter):
 # run (with two characters on each side) is scrubbing the text, minus scanning all of it twice. The
 # gate (nine digits close together somewhere) is made of those characters too, so it is asked of the
 # runs as well.
-_NUMBER_RUNS = re.compile(rf"[\d ().+{_DASH}-]{{8,}}")  # no card or phone number is shorter
+_NUMBER_RUNS = re.compile(rf"[\d().+{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
 _DIGIT = re.compile(r"\d")
 
 

@@ -41,30 +41,40 @@ def reward_gap(high, low):
     return np.round(np.subtract(high, low), DECIMALS)
 
 
-# An answer written alone as bare LaTeX or an expression (2\pi, \frac{\sqrt{3}}{2}, 2x+1, 5!, 3:4, as
+# An answer written alone as bare LaTeX or an expression (2\pi, \frac{\sqrt{3}}{2}, 2x+1, 5!, as
 # MATH-style sets keep their references) or as numbers in brackets or a list ((1, 2), [0, 1), 3, 2):
 # math-verify reads such math only between delimiters, and read bare, 2\pi is 2, 2x+1 is 2, (1, 2) is 2
 # and \sqrt{2} is nothing. It must hold a number or a command of math (not \text): between delimiters
-# "{Paris}" is the product of five variables. Not a sentence (a word of two letters or more, outside a
-# command): a worked answer is math-verify's to read as text, which finds its answer where between
-# delimiters the whole of it would be one expression. A comma without a space after it is a
-# number's (1,000; 1,5 where a comma marks the decimals), and 1e6 is a number, as text reads them.
+# "{Paris}" is the product of five variables. Not a sentence: a worked answer ("So x = \frac{1}{2}.")
+# is math-verify's to read as text, which finds its answer in it, where between delimiters the whole
+# of it would be one expression. A sentence has a word of two letters or more outside the braces of
+# commands (2\sqrt{ab} is math) and what \text{...}, \mathrm{...} or \begin{...} hold (2\pi \text{ cm}^2
+# is too). An expression without marks is a variable's coefficient (2x, 3n+1) or a factorial: not a
+# unit (5 m/s, 5 L, 5m), a choice's letter ((B) 5) or a time (4:30), which text reads right.
 _LATEX_MARK = re.compile(r"[\\{}^]")
-_EXPRESSION = re.compile(r"[A-Za-z!=:]")  # a variable, a factorial, an equation, a ratio
+_EXPRESSION = re.compile(r"\d[nxyz](?![A-Za-z])|\d\s*!")
 _NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s)[\s\d.,()\[\]+-]*")
 _MATH = re.compile(r"\d|\\(?!(?:text|mathrm|textbf|mbox)\b)[A-Za-z]+")
 _DELIMITED = re.compile(r"\$|\\[(\[]|\\boxed")
+_WORDING = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")  # what such a command holds
+_BRACED = re.compile(r"\{[^{}]*\}")
 _COMMAND = re.compile(r"\\[A-Za-z]+")
 _WORD = re.compile(r"[A-Za-z]{2,}")
-_TEXT_NUMBER = re.compile(r"\d,\d|[+-]?\d+(?:\.\d+)?[eE][+-]?\d+\Z")
+
+
+def _sentence(text: str) -> bool:
+    """Whether ``text`` has a word outside its math (see above)."""
+    text = _WORDING.sub(" ", text)
+    while (outside := _BRACED.sub(" ", text)) != text:  # braces within braces, innermost first
+        text = outside
+    return bool(_WORD.search(_COMMAND.sub(" ", text)))
 
 
 def _bare_latex(text: str) -> bool:
     """Whether ``text`` is an answer alone, written as bare LaTeX or an expression (see above), which
     math-verify reads only between delimiters."""
-    return (not _DELIMITED.search(text) and bool(_MATH.search(text)) and not _WORD.search(_COMMAND.sub(" ", text))
-            and (bool(_LATEX_MARK.search(text)) or bool(_NUMBERS_LISTED.fullmatch(text))
-                 or (bool(_EXPRESSION.search(text)) and not _TEXT_NUMBER.search(text))))
+    return (not _DELIMITED.search(text) and bool(_MATH.search(text)) and not _sentence(text)
+            and bool(_LATEX_MARK.search(text) or _NUMBERS_LISTED.fullmatch(text) or _EXPRESSION.search(text)))
 
 
 def math_reward(completion: str, reference: str) -> float | None:
