@@ -703,7 +703,7 @@ def test_google_adks_model_call_spans_are_read_from_its_own_attributes():
     for changed, reason, says in [
         ({"content": {"role": "model", "parts": [{"function_call": {"name": "add", "args": {}}}]}}, "no_text_answer",
          "the answer is a tool call"),
-        ({"finish_reason": "SAFETY"}, "no_text_answer", "stopped by the content filter"),
+        ({"finish_reason": "SAFETY"}, "no_text_answer", "by a safety check \\(finish reason 'SAFETY'\\)"),
         ({"content": None, "error_code": "RESOURCE_EXHAUSTED", "error_message": "quota"}, "failed_request", "quota"),
     ]:
         attributes = [*span[:3], kv("gcp.vertex.agent.llm_response", json.dumps({**response, **changed}))]
@@ -1565,6 +1565,10 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
      "failed_request", "failed (response_status 500)"),  # its bodies kept elsewhere: the status says it all
     ({"response_status": 0, "response_body": '{"helicone_message": "fetching body from signed_url..."}'},
      "failed_request", "has no answer (response_status 0: pending or cancelled)"),
+    # Quoted, as ClickHouse writes a 64-bit integer: a partial answer was published to train on.
+    ({"response_status": "429", "response_body": {"error": {"message": "Rate limit reached"}}}, "failed_request",
+     "failed (response_status 429): Rate limit reached"),
+    ({"response_status": "-1"}, "failed_request", "has no answer (response_status -1: pending or cancelled)"),
     ({"request_body": "Be brief.systemWhat is 2 plus 3?user"}, "no_content", "is Helicone's text preview of it"),
     ({"response_body": {"model": "gpt-4o-mini"}}, "no_content", "Helicone was told to omit it (Helicone-Omit-Request"),
     ({"cache_reference_id": "5d9e6c1a-0000-4000-8000-000000000001"}, "duplicate",
@@ -1581,7 +1585,7 @@ def test_a_helicone_request_to_anthropic_is_read_as_its_messages_api_writes_it()
     ({"request_created_at": "yesterday"}, "invalid_field", "request_created_at='yesterday' is not an ISO 8601 time"),
     ({"scores": {"accuracy": "high"}}, "invalid_field", "scores.accuracy='high' is not a number"),
     ({"scores": {"accuracy": "NaN"}}, "non_finite_number", "scores.accuracy"),
-], ids=["429", "500 without bodies", "pending", "preview text", "omitted", "cache hit", "embeddings",
+], ids=["429", "500 without bodies", "pending", "429 quoted", "-1 quoted", "preview text", "omitted", "cache hit", "embeddings",
         "gemini", "no body", "null body", "bad time", "score text", "score NaN"])
 def test_a_helicone_request_that_cannot_be_a_trace_says_why(change, reason, says):
     with pytest.raises(FormatError, match=re.escape(says)) as e:
@@ -1833,7 +1837,7 @@ def test_a_gemini_call_is_read_as_a_chat_completion_in_helicone_and_vertex_ai_lo
     assert (s["completion"], s["usage"]["completion_tokens"]) == ("The answer is 5.", 4)
     merged = {**chunks[0], "candidates": [{**chunks[0]["candidates"][0], "finishReason": "STOP"}], "streamed_data":
               _gemini_chunks(["The answer", " is ", "5."], "SAFETY")}
-    with pytest.raises(FormatError, match="stopped by the content filter"):
+    with pytest.raises(FormatError, match="finish reason 'SAFETY'"):
         normalize({**gemini, "response_body": merged}, "auto")
     (h,) = normalize({**gemini, "response_body": chunks}, "auto")  # unmerged, as Helicone keeps a stream sent without SSE
     assert h["completion"] == "The answer is 5."
@@ -1856,7 +1860,7 @@ def test_a_gemini_call_is_read_as_a_chat_completion_in_helicone_and_vertex_ai_lo
     (None, {"candidates": None, "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}, "no_text_answer",
      "Gemini blocked the prompt (PROHIBITED_CONTENT)"),
     (None, {"candidates": [{**GEMINI_RESPONSE["candidates"][0], "finishReason": "RECITATION"}]}, "no_text_answer",
-     "stopped by the content filter"),
+     "by a safety check (finish reason 'RECITATION')"),
     (None, {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": {"name": "add", "args": {}}}]},
                             "finishReason": "STOP"}]}, "no_text_answer", "the answer is a tool call"),
     ({"contents": [{"role": "user", "parts": [{"text": "What is this?"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]}]},
@@ -2131,6 +2135,13 @@ def test_a_bedrock_body_kept_apart_is_read_only_from_bedrocks_own_layout():
     assert e.value.reason == "no_content"
     with pytest.raises(FormatError, match="is not in a data folder of Bedrock's log layout: not read"):
         with_offloaded_bodies({**kept, "input": {"inputBodyS3Path": "/etc/passwd"}}, read.__getitem__)
+    # The layout's folders under another scheme or host, or climbing out of them: a record is data.
+    for other in (place.replace("s3://logs", "/tmp/outside"), place.replace("s3://", "http://127.0.0.1:8766/"),
+                  place.replace("/data/", "/data/../../../../../../../../etc/data/")):
+        asked = []
+        with pytest.raises(FormatError, match="BodyS3Path=") as e:
+            with_offloaded_bodies({**kept, "input": {"inputBodyS3Path": other}}, lambda p: asked.append(p) or b"{}")
+        assert e.value.reason == "no_content" and not asked, other
     failed = {**kept, "errorCode": "ThrottlingException"}
     assert with_offloaded_bodies(failed, read.__getitem__) is failed  # its failure is what its reader says
     # A source that holds a copy of the logs (another bucket, a local folder; named at any depth): the

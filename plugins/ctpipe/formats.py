@@ -797,6 +797,8 @@ def _helicone_answered(doc: dict, where: str) -> None:
     cancelled (its status says so before its bodies, of which Helicone often keeps none), or a
     cache hit (``duplicate``: the stored answer of the request it names)."""
     status = doc.get("response_status")
+    if isinstance(status, str) and status.isascii() and status.removeprefix("-").isdigit():
+        status = int(status)  # quoted, as ClickHouse writes a 64-bit integer in JSON
     if type(status) is int and not 200 <= status < 300:
         said = f"failed (response_status {status})" if status > 0 else f"has no answer (response_status {status}: pending or cancelled)"
         raise FormatError("failed_request", f"{where} {said}{_error_said(_stored_json(doc.get('response_body')))}")
@@ -962,7 +964,7 @@ _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
 # to the prompt cache, input all the same.
 CONVERSE_CACHED = ("cacheReadInputTokens", "cacheWriteInputTokens", "cacheReadInputTokenCount", "cacheWriteInputTokenCount")
 # Gemini's finish reasons in OpenAI's words, where they have one.
-_GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length", **dict.fromkeys(_GEMINI_STOPPED, "content_filter")}
+_GEMINI_FINISH = {"STOP": "stop", "MAX_TOKENS": "length"}  # a check's reason is kept: the quarantine says which
 # Gemini's finish reasons of an answer that was to be a tool's call, and failed.
 _GEMINI_CALLS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
 
@@ -1280,10 +1282,13 @@ def with_offloaded_bodies(doc: dict, read: Callable[[str], bytes], source: str =
         kept = given.get(f"{side}BodyS3Path") if isinstance(given, dict) and given.get(f"{side}BodyJson") is None else None
         if not isinstance(kept, str) or not kept:
             continue
-        if not _OFFLOADED.search(kept):
+        if not _OFFLOADED.search(kept) or ".." in kept.split("/"):
             raise FormatError("no_content", f"Bedrock request {doc.get('requestId')}: {side}.{side}BodyS3Path={kept[:200]} "
                                             "is not in a data folder of Bedrock's log layout: not read")
-        for place in dict.fromkeys(p for p in (_in_source(kept, source), kept) if p):
+        # Bedrock writes to S3 alone: the place named is read only there (not a local file, not a host).
+        named = kept if kept.startswith("s3://") else None
+        why = "it is not in the source's copy of the logs, and not on S3"
+        for place in dict.fromkeys(p for p in (_in_source(kept, source), named) if p):
             try:
                 body = msgspec.json.decode(read(place))
                 break

@@ -542,7 +542,10 @@ def _sniffed(fs, file: str) -> str | None:
         if first.startswith(b"PAR1"):
             return file + ".parquet"
         compression = _compressed(first)
-        head = _opened(io.BytesIO(first), compression).read(64)
+        # A gzip object smaller than the peek and cut short (or damaged) holds its first bytes all the
+        # same: read as its bytes say, what it holds before the damage is kept, the damage reported.
+        head = (isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS).decompress(first, 64) if compression == ".gz"
+                else _opened(io.BytesIO(first), compression).read(64))
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
     return file + ".json" + compression if _json_text(head) else None
@@ -744,6 +747,13 @@ class _Bounded:
         return data
 
 
+def _pieces(f, compression: str) -> Iterator[bytes]:
+    """What the file object ``f`` holds, decompressed as ``compression`` says, a block's worth at a
+    time, up to any damage, which is raised (:class:`_Damage`) once the pieces before it are given."""
+    return (_gunzip(f) if compression == ".gz" else _unzstd(f) if compression == ".zst"
+            else iter(lambda: f.read(BLOCK_BYTES), b""))
+
+
 def _jsonl_blocks(fs, file: str, name: str, layout: str = "lines") -> Iterator[Block]:
     """The blocks of a JSONL file behind any filesystem, compressed or not (as its ``name`` says), with
     their lines; of a file of JSON values one after another (``layout`` "stream"), or of one array
@@ -751,8 +761,7 @@ def _jsonl_blocks(fs, file: str, name: str, layout: str = "lines") -> Iterator[B
     with fs.open(file, "rb") as f:
         compression = _compression(f, name)
         _misnamed(file, name, compression)
-        pieces = (_gunzip(f) if compression == ".gz" else _unzstd(f) if compression == ".zst"
-                  else iter(lambda: f.read(BLOCK_BYTES), b""))
+        pieces = _pieces(f, compression)
         values = _a_value_a_line(pieces, layout == "array") if layout != "lines" else pieces
         yield from _last_line_joined(_cut(file, values))
 
@@ -1446,16 +1455,19 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
         with fs.open(file, "rb") as raw:
             compression = _compression(raw, name)
             _misnamed(file, name, compression)
-            f = io.BufferedReader(_Raw(_opened(raw, compression)), 1 << 20)  # pyarrow's zstd stream has no readline
+            stream = _Raw(_pieces(raw, compression))
+            f = io.BufferedReader(stream, 1 << 20)
             header = f.readline().removeprefix(_BOM).decode("utf-8", "replace").rstrip("\r\n")
             if not header or not f.peek(1):  # no header, or no row under it
+                if stream.damage is not None:
+                    raise stream.damage
                 return
             names = next(csv.reader([header]))
             reader = pcsv.open_csv(
                 f, read_options=pcsv.ReadOptions(column_names=names, block_size=_CSV_BLOCK_BYTES, use_threads=False),
                 parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=refuse),
-                convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()),
-                                                    strings_can_be_null=True, check_utf8=False))
+                convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), null_values=[""],
+                                                    strings_can_be_null=True, check_utf8=False))  # "NA" is a text
             for batch in reader:
                 at = 0
                 while at < batch.num_rows:
@@ -1465,26 +1477,48 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                     row = yield from _row_blocks(file, row, batch.slice(at, take))
                     at += take
             yield from refused_before(math.inf)
+            if stream.damage is not None:
+                raise stream.damage
     except Exception as e:  # noqa: BLE001 - the decompressors and the parser raise several types
         yield from refused_before(math.inf)
         why = (f"a value of row {row} or after is over {_CSV_BLOCK_BYTES >> 20} MB, past which a CSV row is not read: "
-               "it and the rows after it are not read" if "straddl" in str(e) else f"{type(e).__name__}: {e}")
+               "it and the rows after it are not read" if "straddl" in str(e)
+               else str(e) if isinstance(e, _Damage) else f"{type(e).__name__}: {e}")
         yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=why))
 
 
 class _Raw(io.RawIOBase):
-    """A file object that has ``read`` alone, as a raw stream an ``io.BufferedReader`` takes."""
+    """The pieces of a file (see :func:`_pieces`) as a raw stream an ``io.BufferedReader`` takes, read
+    up to their damage (a compressed file cut short), kept in ``damage``: given in whole lines, so
+    that the rows before the damage are read (pyarrow's reader parses 32 MB at once, and lost all of
+    a smaller file's rows with the error), and the line the damage cut is left to its item."""
 
-    def __init__(self, f):
-        self.f = f
+    def __init__(self, pieces: Iterator[bytes]):
+        self.pieces, self.damage = pieces, None
+        self.ready, self.held, self.done = b"", b"", False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
-        data = self.f.read(len(b))
-        b[:len(data)] = data
-        return len(data)
+        while not self.ready and not self.done:
+            try:
+                piece = next(self.pieces, b"")
+            except Exception as e:  # noqa: BLE001 - the decompressors raise several types
+                self.damage, self.held, self.done = e, b"", True
+                break
+            if not piece:  # the end: its last line whole, with its newline or without
+                self.ready, self.held, self.done = self.held, b"", True
+                break
+            cut = piece.rfind(b"\n") + 1
+            if cut:
+                self.ready, self.held = self.held + piece[:cut], piece[cut:]
+            else:
+                self.held += piece
+        n = min(len(self.ready), len(b))
+        b[:n] = self.ready[:n]
+        self.ready = self.ready[n:]
+        return n
 
 
 def _runs_within_limit(runs: Iterable[Any]) -> Iterator[Any]:
@@ -1825,7 +1859,8 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
         # A pretty-printed array (its first line the bracket alone, as no line of JSON Lines is) that
         # does not parse whole (a comma after its last element, as Helicone's export tool writes one;
         # an element cut short) gives its elements one by one, each read or quarantined.
-        return ("array", b"") if first.strip() == b"[" else lines
+        one_line = text.startswith(b"[") and not text[len(first):].strip()  # [{...}, {...},] on a line of its own
+        return ("array", b"") if first.strip() == b"[" or one_line else lines
     _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
 
