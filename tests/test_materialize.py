@@ -403,6 +403,7 @@ def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monk
     pq.write_table(exported, src / "vertex" / "000000000001.parquet")
     m = run(src, tmp_path / "parquet", dataset=DatasetConfig(workers=workers))
     assert accounted(m) and m.source["formats"] == {"bedrock": 4, "vertex": 5}
+    whole = m
     found = {r["trace_id"]: r for r in table(m, "traces")}
     assert found["8001"]["end_time"] == datetime(2026, 11, 22, 10, 31, 3, 284000, tzinfo=timezone.utc)
     hour = f"{src}/AWSLogs/123456789012/BedrockModelInvocationLogs/us-east-1/2026/11/22/10"
@@ -420,6 +421,16 @@ def test_bedrock_and_vertex_ai_logs_are_read_in_their_own_layouts(tmp_path, monk
     m = run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers))
     (gone,) = [q for q in table(m, "quarantine") if q["reason"] == "no_content"]
     assert f"input.inputBodyS3Path={hour}/data/req-0_input.json.gz cannot be read: FileNotFoundError" in gone["detail"]
+    # The body lands after its record (a copy job's order): the run of the same store builds again,
+    # and the version is the one of the records with their body, not the one that lacked it.
+    with open(f"{hour}/data/req-0_input.json.gz", "wb") as f:
+        f.write(bedrock_logs(src, 4)[f"{hour}/data/req-0_input.json.gz"])
+    landed = run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers))
+    assert landed.version == whole.version != m.version and landed.counts == whole.counts
+    with open(f"{hour}/data/req-0_input.json.gz", "wb") as f:  # another body under the same name: another version
+        f.write(gzip.compress(json.dumps({**BEDROCK["input"]["inputBodyJson"], "messages": [
+            {"role": "user", "content": [{"text": "What is 9 plus 3?"}]}]}).encode()))
+    assert run(src, tmp_path / "again", dataset=DatasetConfig(workers=workers)).version not in (whole.version, m.version)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

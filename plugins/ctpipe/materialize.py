@@ -296,6 +296,19 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
     return _from_doc(doc, fmt, found)
 
 
+def _read_body(place: str) -> bytes:
+    """A body a record keeps apart (see formats.with_offloaded_bodies), its digest kept for the
+    version's name (see process): the same records with another body are another version."""
+    import xxhash
+
+    body = sources.read_object(place)
+    _BODIES_READ.append(xxhash.xxh3_128(place.encode() + b"\0" + body).digest())
+    return body
+
+
+_BODIES_READ: list[bytes] = []  # of the file being read
+
+
 def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     """(format, canonical records) of a decoded document of format ``found`` (:func:`formats.detect`).
     Of a document of several records (an OTLP export's spans, an OpenAI response's choices), one that
@@ -307,7 +320,7 @@ def _from_doc(doc, fmt: str, found: str | None) -> tuple[str, list]:
     if found == "ctpipe" and fmt in ("auto", "ctpipe"):
         return "ctpipe", [traces.convert(doc)]
     if found == "bedrock" and fmt in ("auto", "bedrock"):
-        doc = formats.with_offloaded_bodies(doc, sources.read_object, _JOB.source)
+        doc = formats.with_offloaded_bodies(doc, _read_body, _JOB.source)
     return _canonical_records(found or fmt, formats.normalize(doc, fmt, _JOB.hold_spans))
 
 
@@ -825,7 +838,9 @@ def process(item: tuple[int, sources.Block]) -> Part:
             continue
         for member, got in run:
             before = part.read, part.unformatted, part.formats.total()
+            _BODIES_READ.clear()
             raws.append(_read(member, _JOB, part, got))
+            part.digests += [(member.file, body) for body in _BODIES_READ]
             part.by_file[member.file] = Counter(read=part.read - before[0], unformatted=part.unformatted - before[1],
                                                 known=part.formats.total() - before[2] + (len(got[2]) if got else 0))
     part = _keyed(part, (_rows(raw, part) for raw in _gathered(itertools.chain.from_iterable(raws))))

@@ -324,7 +324,10 @@ def list_files(uri: str, what: str = "source",
         files.add(path[:cut], [path[cut:]], None, skipped, as_named=True)
         return fs, files, skipped
     for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set(), skipped):
-        files.add(folder, names, infos, skipped)
+        if _IN_BEDROCK_BODIES.search(folder):
+            files.witness(folder, names, infos)
+        else:
+            files.add(folder, names, infos, skipped)
     return fs, files, dict(sorted(skipped.items()))  # a folder's unreadable entries came before its files
 
 
@@ -376,6 +379,14 @@ class Files:
                                    else tuple(kept)))
                 self._count += len(kept)
 
+    def witness(self, folder: str, names: list[str], infos: dict[str, dict] | None) -> None:
+        """Files of ``folder`` read only where records name them (Bedrock's bodies kept apart), not as
+        records: in the digest all the same, so that a body that lands after its record (a copy job's
+        order) has the interval built again, not the version that lacked it given back."""
+        quote = json.encoder.encode_basestring_ascii
+        self._digest.update("".join(f"[{quote(folder + name)}, {quote(file_key(self._fs, folder + name, infos[name] if infos else None)[1])}]\n"
+                                    for name in names).encode())
+
     @property
     def digest(self) -> str:
         """SHA-256 of the files' names and what changes when one does (:func:`file_key`), one after
@@ -398,6 +409,7 @@ class Files:
 # Amazon Bedrock's invocation logging keeps a body over 100 KB apart, in a data folder of the hour
 # of its record, which names it (formats.with_offloaded_bodies reads it there): not a record.
 _BEDROCK_BODIES = re.compile(BEDROCK_DATA + "$")
+_IN_BEDROCK_BODIES = re.compile(BEDROCK_DATA)  # the folder, or one in it
 _BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): read with the records that name them"
 # Langfuse's scheduled export writes a manifest of each run (its window and files, JSON) to a
 # manifests/ folder beside its tables, of which scores/ is in every export: not records.
@@ -416,9 +428,8 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
     as a file, which no read could open), once: a link to a folder above it is not."""
     if not keep(folder):
         return
-    if _BEDROCK_BODIES.search(folder):
+    if _BEDROCK_BODIES.search(folder):  # listed, for the digest alone (see Files.witness)
         skipped[folder] = _BEDROCK_BODIES_NOT_READ
-        return
     infos = None
     if _local(fs):
         st = os.stat(folder)
