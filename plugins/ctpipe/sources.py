@@ -1506,7 +1506,7 @@ class _Raw(io.RawIOBase):
 
     def __init__(self, pieces: Iterator[bytes]):
         self.pieces, self.damage = pieces, None
-        self.ready, self.held, self.done = b"", b"", False
+        self.ready, self.held, self.done = memoryview(b""), b"", False  # a view: given out a buffer at a time
 
     def readable(self) -> bool:
         return True
@@ -1519,11 +1519,11 @@ class _Raw(io.RawIOBase):
                 self.damage, self.held, self.done = e, b"", True
                 break
             if not piece:  # the end: its last line whole, with its newline or without
-                self.ready, self.held, self.done = self.held, b"", True
+                self.ready, self.held, self.done = memoryview(self.held), b"", True
                 break
             cut = piece.rfind(b"\n") + 1
             if cut:
-                self.ready, self.held = self.held + piece[:cut], piece[cut:]
+                self.ready, self.held = memoryview(self.held + piece[:cut]), piece[cut:]
             else:
                 self.held += piece
         n = min(len(self.ready), len(b))
