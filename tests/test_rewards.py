@@ -35,6 +35,10 @@ def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(complet
     ("The answer is $\\boxed{2x+1}$", "2x+1", 1.0), ("The answer is $\\boxed{2}$", "2x+1", 0.0), ("2x+1", "2x+1", 1.0),
     ("$\\boxed{4x}$", "4x", 1.0), ("$\\boxed{4}$", "4x", 0.0), ("$\\boxed{120}$", "5!", 1.0), ("\\boxed{7!}", "7!", 1.0),
     ("\\boxed{y=2x+3}", "y = 2x + 3", 1.0), ("3", "x = 3", 1.0), ("1,5", "1.5", 1.0),
+    ("$\\boxed{3b}$", "3b", 1.0), ("$\\boxed{3}$", "3b", 0.0), ("$\\boxed{2k+1}$", "2k+1", 1.0),
+    ("$\\boxed{x+1}$", "x+1", 1.0), ("$\\boxed{x}$", "x+1", 0.0), ("$\\boxed{x<3}$", "x<3", 1.0),
+    ("\\boxed{3:4}", "3:4", 1.0), ("\\boxed{\\frac34}", "3:4", 1.0), ("\\boxed{3}", "3:4", 0.0),
+    ("2x = 10, x = 5", "5", 1.0), ("2y + 6 = 10, 2y = 4, y = 2", "2", 1.0), ("3n = 15, n = 5", "6", 0.0),
 ])
 def test_a_reference_or_an_answer_alone_written_as_an_expression_is_read_whole(completion, reference, expected):
     """Read bare, as text, math-verify takes an expression's first number: 2x+1 was 2, so the right

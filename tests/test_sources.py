@@ -878,6 +878,11 @@ def test_a_csv_value_past_the_record_limit_is_that_rows_item_and_the_rows_after_
     (tmp_path / "b.csv").write_text(text.replace(big, big * 4))  # past what a block holds: said, not silent
     items = list(read(str(tmp_path / "b.csv")))
     assert items[-1].reason == "unreadable_csv" and "a value of row 2 or after is over 4 MB" in items[-1].detail
+    # A value of no newline past what a block holds: said the same, without holding the whole value.
+    (tmp_path / "c.csv").write_text("id,input\n1,small\n2," + "x" * (9 << 20) + "\n3,after\n")
+    items = list(read(str(tmp_path / "c.csv")))
+    assert [(i.position, i.reason) for i in items] == [(1, None), (2, "unreadable_csv")]
+    assert "a value of row 2 or after is over 4 MB" in items[-1].detail
 
 
 def test_parquet_text_stored_as_bytes_is_read_as_text_and_other_bytes_stay_bytes(tmp_path):

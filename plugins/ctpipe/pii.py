@@ -51,14 +51,19 @@ _PHONE = re.compile(
     # North American: 415-555-0100, 1-800-555-0100, 1 (800) 555-0100.
     rf"|(?:1{_SEP}?)?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_SEP})[2-9]\d\d{_SEP}\d{{4}}"
     rf"|1[3-9]\d{_SEP}\d{{4}}{_SEP}\d{{4}}"  # a Chinese mobile: 138-0013-8000
-    rf"|0?[6-9]\d{{4}}{_SEP}\d{{5}}"  # an Indian mobile: 98765 43210
-    rf"|[6-9]\d\d(?:{_SEP}\d\d){{3}}"  # a Spanish one: 612 34 56 78
+    # An Indian mobile after its trunk 0, in spaces: bare, 98765 43210 is a pair of numbers as often
+    # (60000-70000, ZIP codes), as a Spanish 612 34 56 78 is a list of them (its +34 is read above).
+    rf"|0[6-9]\d{{4}}[{_SPACES}]\d{{5}}"
     ")" + _ENDS)
 # Keys and tokens by their prefixes, and by the label they follow: a bearer token, an AWS secret key
 # or session token, an API key, an access or auth token, a client secret, an Authorization header's
-# credentials.
-_LABELS = (r"(?i:(?:aws[_ ]?)?secret[_ ]?(?:access[_ ]?)?key|(?:aws[_ ]?)?session[_ ]?token|x-api-key|api[_-]?key"
-           r"|access[_-]?token|auth[_-]?token|client[_-]?secret)")
+# credentials, a quoted password. A labelled value holds a digit (code's names do not:
+# get_session_token(), process.env.CLIENT_SECRET), and a password is no variable's name (${DB_PASSWORD}).
+_KEY_LABELS = (r"(?:aws[_ ]?)?secret[_ ]?(?:access[_ ]?)?key|(?:aws[_ ]?)?session[_ ]?token|x-api-key|api[_-]?key"
+               r"|access[_-]?token|auth[_-]?token|client[_-]?secret")
+# A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
+# (a bare word such as "session" or "password" is in too many texts to scan each whole).
+_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|password|passwd)[\"']?\s*[:=]"
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
@@ -66,24 +71,22 @@ _SECRET = re.compile(
     r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,})"
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"
     r"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    r"|(?:AccountKey=)|" + _LABELS + r"[\"']?\s*[:=]\s*[\"']?)"
-    r"[A-Za-z0-9._~+/=-]{20,}"
+    r"|AccountKey=|(?i:" + _KEY_LABELS + r")[\"']?\s*[:=]\s*[\"']?)"
+    r"(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{20,}"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
-    r"|(?P<quoted>(?i:password|passwd)[\"']?\s*[:=]\s*[\"'])[^\"'\s]{6,}(?=[\"'])"
+    r"|(?P<quoted>(?i:password|passwd)[\"']?\s*[:=]\s*[\"'])(?![$<{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{6,}(?=[\"'])"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
-                 "whsec_", "SG.", "AccountKey", "uthorization", "UTHORIZATION", "ecret", "ECRET", "ession", "ESSION",
-                 "pi_key", "PI_KEY", "piKey", "pi-key", "PI-KEY", "pi-Key", "ccess_token", "CCESS_TOKEN", "ccessToken",
-                 "ccess-token", "uth_token", "UTH_TOKEN", "uthToken", "uth-token", "assword", "ASSWORD", "asswd", "ASSWD",
-                 "PRIVATE KEY")
+                 "whsec_", "SG.", "AccountKey", "PRIVATE KEY")
+_LABELLED_AT = re.compile(_LABELLED)
 _MANY_DIGITS = re.compile(rf"\d(?:[().+{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many). RE2's \d
 # is ASCII only, Python's any script's digits (full-width ones, say): the pre-check takes those too.
 PRECHECK = "|".join([re.escape(h) for h in (*_ATS, *_SECRET_HINTS)]
-                    + [_MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
+                    + [_LABELLED, _MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
 
 
 # What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
@@ -179,7 +182,7 @@ def scrub(text: str, found: Counter | None = None) -> str:
     ([('card', 1), ('email', 1), ('phone', 1)], 'What is 12 plus 34? 46')
     """
     counts = found if found is not None else Counter()
-    if any(h in text for h in _SECRET_HINTS):
+    if any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text):
         text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain

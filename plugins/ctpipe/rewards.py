@@ -49,10 +49,13 @@ def reward_gap(high, low):
 # is math-verify's to read as text, which finds its answer in it, where between delimiters the whole
 # of it would be one expression. A sentence has a word of two letters or more outside the braces of
 # commands (2\sqrt{ab} is math) and what \text{...}, \mathrm{...} or \begin{...} hold (2\pi \text{ cm}^2
-# is too). An expression without marks is a variable's coefficient (2x, 3n+1) or a factorial: not a
-# unit (5 m/s, 5 L, 5m), a choice's letter ((B) 5) or a time (4:30), which text reads right.
+# is too). An expression without marks is a variable's coefficient (2x, 3b, 2k+1), a variable beside an
+# operator (x+1, n-3, x<3), a factorial (5!) or a ratio (3:4, 16:9): not a unit (5 m/s, 5 L), a
+# choice's letter ((B) 5), a time (4:30) or a chain of equations (2x = 10, x = 5), whose answer text
+# finds. (A unit glued to its number, 5m, reads as a coefficient: MATH's answers hold far more.)
 _LATEX_MARK = re.compile(r"[\\{}^]")
-_EXPRESSION = re.compile(r"\d[nxyz](?![A-Za-z])|\d\s*!")
+_EXPRESSION = re.compile(r"\d[A-Za-z](?![A-Za-z])|[A-Za-z]\s*[-+*<>]\s*[\w(]|[\w)]\s*[-+*<>]\s*[A-Za-z](?![A-Za-z])"
+                         r"|\d\s*!|\d\s*:\s*\d(?!\d)")
 _NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s)[\s\d.,()\[\]+-]*")
 _MATH = re.compile(r"\d|\\(?!(?:text|mathrm|textbf|mbox)\b)[A-Za-z]+")
 _DELIMITED = re.compile(r"\$|\\[(\[]|\\boxed")
@@ -73,7 +76,7 @@ def _sentence(text: str) -> bool:
 def _bare_latex(text: str) -> bool:
     """Whether ``text`` is an answer alone, written as bare LaTeX or an expression (see above), which
     math-verify reads only between delimiters."""
-    return (not _DELIMITED.search(text) and bool(_MATH.search(text)) and not _sentence(text)
+    return (not _DELIMITED.search(text) and bool(_MATH.search(text)) and not _sentence(text) and text.count("=") < 2
             and bool(_LATEX_MARK.search(text) or _NUMBERS_LISTED.fullmatch(text) or _EXPRESSION.search(text)))
 
 

@@ -1526,6 +1526,8 @@ class _Raw(io.RawIOBase):
                 self.ready, self.held = memoryview(self.held + piece[:cut]), piece[cut:]
             else:
                 self.held += piece
+            if len(self.held) > _CSV_BLOCK_BYTES:  # a value past what the reader parses at once: its to refuse
+                self.ready, self.held = memoryview(bytes(self.ready) + self.held), b""
         n = min(len(self.ready), len(b))
         b[:n] = self.ready[:n]
         self.ready = self.ready[n:]
