@@ -128,8 +128,8 @@ def scrub_cut_short(texts: pa.Array, found: Counter, within: int | None = None) 
     return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
 
 
-# A JSON escape of a character (past ASCII: an ASCII one, a quote or \u0040, is read as it is), or of a
-# surrogate pair, not after an escaped backslash.
+# A JSON escape of a character, or of a surrogate pair, not after an escaped backslash: one past
+# ASCII is written as its character, an ASCII one (a quote, \u0040) is left escaped.
 _ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|[0-9a-fA-F]{4})")
 
 
