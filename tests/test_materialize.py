@@ -632,6 +632,29 @@ def test_a_missing_eval_set_is_named_and_leaves_nothing_behind(tmp_path, monkeyp
     assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
 
+@pytest.mark.parametrize("where", ["close", "publish"])
+def test_a_run_stopped_while_its_workers_finish_or_while_it_publishes_leaves_nothing_staged(tmp_path, monkeypatch, where):
+    """SIGTERM raised in the wait for the workers (in the cleanup itself) or in the publishing, past
+    the build's own handling: the staged folder and the spill folder stayed behind."""
+    from ctpipe.errors import Terminated
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)  # workers, and a pool to close
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(20))))
+
+    close = mat._Pool.close
+
+    def stop(*args, **kwargs):
+        if where == "close":
+            close(*args)  # its workers shut down, as the signal's handler would leave them
+        raise Terminated()
+
+    monkeypatch.setattr(mat._Pool, "close", stop) if where == "close" else monkeypatch.setattr(datasets.Staging, "publish", stop)
+    with pytest.raises(Terminated):
+        run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(workers=2))
+    assert not list(tmp_path.glob("ctpipe-spill-*")) and not list((tmp_path / "out").glob(".tmp-*"))
+
+
 @pytest.mark.parametrize("reward, expected", [
     # the regex verifier compares text ("0.5" is not "1/2"); math-verify compares values
     (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, judge_weight=2, judge_range=(0, 10)),
@@ -916,6 +939,17 @@ def test_rerun_returns_the_published_version_and_a_backfill_makes_one_per_interv
     assert main(args) == 0 and capsys.readouterr().out == first
     assert (tmp_path / "out" / versions[0] / "manifest.json").stat().st_mtime_ns == stamp
     assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_a_source_spelled_otherwise_builds_the_same_version(tmp_path):
+    """Its path is in every row it gives (source_file): src//a.jsonl made another version of the same data."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(3))))
+    first = run(src / "a.jsonl", tmp_path / "out")
+    for spelled in (f"{src}//a.jsonl", f"{src}/../src/a.jsonl", f"{src}/./"):
+        again = run(spelled, tmp_path / "out")
+        assert again.version == first.version and table(again, "traces")[0]["source_file"] == str(src / "a.jsonl")
 
 
 def test_a_version_of_the_same_source_built_otherwise_has_the_same_content_hash(tmp_path):
@@ -1517,6 +1551,25 @@ def test_a_bad_langfuse_score_is_quarantined_alone_and_a_score_joins_only_its_ow
     assert sorted((r["source_line"], r["detail"]) for r in table(m, "quarantine")) == [
         (1, "score label: stringValue=5 is not text"), (2, "score name: name=123 is not text")]
     assert m.source["unjoined"] == {"langfuse_scores": 1}
+
+
+def test_a_join_of_large_records_is_cut_into_parts_of_about_a_block(tmp_path, monkeypatch):
+    """One trace of many generations is one bucket: parts of 2,000 of 12 KB generations took a worker
+    past 300 MB, and the run past 1 GB. Parts hold about a block's worth of records, and give the same tables."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "observations.jsonl").write_bytes(lines(*(
+        {"id": f"g{i}", "traceId": "t0", "type": "GENERATION", "model": "m", "startTime": (T0 + timedelta(seconds=i)).isoformat(),
+         "input": [{"role": "system", "content": "Be brief. " * 100}, {"role": "user", "content": f"What is {i} plus 1?"}],
+         "output": f"{i + 1}"} for i in range(40))))
+    whole = run(src, tmp_path / "whole")
+    sizes = []
+    size = mat._join_part_size
+    monkeypatch.setattr(mat, "_join_part_size", lambda n, b: sizes.append(got := size(n, b)) or got)
+    monkeypatch.setattr(mat, "_JOIN_PART_BYTES", 8 * 1024)  # about eight generations
+    cut = run(src, tmp_path / "cut")
+    assert sizes and 4 <= sizes[0] <= 12 and len(cut.files["traces"]["parts"]) >= 4
+    assert cut.counts == whole.counts and table(cut, "traces") == table(whole, "traces")
 
 
 def test_a_langfuse_export_is_joined_and_labeled_a_part_at_a_time_as_all_at_once(tmp_path, monkeypatch):

@@ -314,6 +314,8 @@ def list_files(uri: str, what: str = "source",
         fs, path = filesystem(uri)
     except (ImportError, ValueError, OSError) as e:  # OSError: a client that cannot start, as HDFS's without a JVM
         raise SourceError(f"{what} {uri!r}: {e}") from None
+    if _local(fs):  # one file however its path is spelled (a//b, a/../a/b): its name is in every row read from it
+        path = os.path.normpath(path)
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
         raise SourceError(f"{what} {uri!r} does not exist")
     files, skipped = Files(fs), {}
