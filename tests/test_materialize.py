@@ -1762,6 +1762,20 @@ def test_a_joined_record_or_langfuse_row_that_maps_to_nothing_is_quarantined_in_
             "Expected `int` >= 0 - at `usage.prompt_tokens`", "traceId=None is not an id", "value='abc' is not a number"]
 
 
+def test_a_partition_read_for_the_lag_alone_does_not_report_what_it_holds_misplaced(tmp_path):
+    """With partitioned_by=arrival, the run of 10:00 reads hour=11 too, for its late arrivals: a record
+    of 06:30 misplaced in hour=11 was reported by both runs, twice in a backfill."""
+    src = tmp_path / "src"
+    for hour, starts in {10: [T0 + timedelta(minutes=5)], 11: [T0 + timedelta(minutes=65), T0 - timedelta(hours=3, minutes=30)]}.items():
+        (src / f"date=2026-11-22/hour={hour}").mkdir(parents=True)
+        (src / f"date=2026-11-22/hour={hour}/part-a.jsonl").write_bytes(
+            lines(*(trace(10 * hour + i, f"What is {hour} plus {i}?", at=t) for i, t in enumerate(starts))))
+    dataset = DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(minutes=15))
+    ten, eleven = (run(src, tmp_path / "out", T0 + h * HOUR, T0 + (h + 1) * HOUR, dataset=dataset) for h in (0, 1))
+    assert ten.source["files"] == 2 and ten.source["misplaced"] == {}
+    assert eleven.source["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 16200.0}}
+
+
 def test_a_time_an_offset_takes_past_the_years_of_utc_is_outside_the_interval(tmp_path):
     """Year 1 at +01:00 is in year 0 in UTC, which Python's datetime cannot hold: the lines read one
     by one (the first one's wrong type sends the block there) ended the run with an OverflowError."""

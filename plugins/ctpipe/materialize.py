@@ -676,7 +676,11 @@ def _holds(span: tuple[datetime, timedelta], lag: timedelta) -> tuple[datetime, 
 
 
 def _misplaced(part: Part, span: tuple[datetime, timedelta], lag: timedelta, times: np.ndarray) -> None:
-    """Counts in ``part`` the start ``times`` that the partition ``span`` may not hold (see Part.misplaced)."""
+    """Counts in ``part`` the start ``times`` that the partition ``span`` may not hold (see Part.misplaced),
+    in the runs whose intervals reach the partition's own span: one that reads it for the lag alone
+    (the hour before, with partitioned_by=arrival) said them again, twice in a backfill."""
+    if not (_JOB.start < span[0] + span[1] and span[0] < _JOB.end):
+        return
     start = columns.micros(span[0])
     lo, hi = map(columns.micros, _holds(span, lag))
     early, late = times[times < lo], times[times >= hi]
