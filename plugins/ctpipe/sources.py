@@ -357,7 +357,6 @@ class Files:
         store listed them); those read by no name go to ``skipped``. ``as_named``: read as JSON
         Lines whatever their names say, unless their first bytes call for more (a file named as the
         source)."""
-        quote = json.encoder.encode_basestring_ascii  # what json.dumps writes of a string
         for lo in range(0, len(names), self._CHUNK):
             kept, lines, chunk = [], [], names[lo:lo + self._CHUNK]
             unnamed = [name for name in chunk if not name.endswith(SUFFIXES)]  # their first bytes say
@@ -368,11 +367,11 @@ class Files:
                 if read_as is None:
                     skipped[path] = NOT_READ
                     continue
-                size, key = file_key(self._fs, path, infos[name] if infos else None)
+                size, line = self._keyed(path, infos[name] if infos else None)
                 if read_as != path:
                     self._renamed[path] = read_as
                 self.held += size * (_EXPANSION if read_as.endswith((*_COMPRESSED, ".parquet")) else 1)
-                lines.append(f"[{quote(path)}, {quote(key)}]\n")
+                lines.append(line)
                 kept.append(name)
             if kept:
                 self._digest.update("".join(lines).encode())
@@ -385,9 +384,13 @@ class Files:
         """Files of ``folder`` read only where records name them (Bedrock's bodies kept apart), not as
         records: in the digest all the same, so that a body that lands after its record (a copy job's
         order) has the interval built again, not the version that lacked it given back."""
-        quote = json.encoder.encode_basestring_ascii
-        self._digest.update("".join(f"[{quote(folder + name)}, {quote(file_key(self._fs, folder + name, infos[name] if infos else None)[1])}]\n"
-                                    for name in names).encode())
+        self._digest.update("".join(self._keyed(folder + name, infos[name] if infos else None)[1] for name in names).encode())
+
+    def _keyed(self, path: str, info: dict | None) -> tuple[int, str]:
+        """(size, the digest's line) of a file: its path and what changes when it does (:func:`file_key`)."""
+        size, key = file_key(self._fs, path, info)
+        quote = json.encoder.encode_basestring_ascii  # what json.dumps writes of a string
+        return size, f"[{quote(path)}, {quote(key)}]\n"
 
     @property
     def digest(self) -> str:
@@ -555,10 +558,9 @@ def _sniffed(fs, file: str) -> str | None:
         if first.startswith(b"PAR1"):
             return file + ".parquet"
         compression = _compressed(first)
-        # A gzip object smaller than the peek and cut short (or damaged) holds its first bytes all the
-        # same: read as its bytes say, what it holds before the damage is kept, the damage reported.
-        head = (isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS).decompress(first, 64) if compression == ".gz"
-                else _opened(io.BytesIO(first), compression).read(64))
+        # Read as its lines are, up to any damage: a gzip object smaller than the peek and cut short
+        # holds its first bytes all the same, its damage reported where it is read.
+        head = next(_pieces(io.BytesIO(first), compression), b"")[:64]
     except Exception:  # noqa: BLE001 - unreadable, as by damage right at the start: named as not read
         return None
     return file + ".json" + compression if _json_text(head) else None
