@@ -188,3 +188,22 @@ def test_a_word_that_holds_a_label_is_no_hint_only_a_label_giving_a_value_is():
     texts = pa.array(["a regression of the expression", "the session and the password", "client_secret = 1",
                       "Password: hunter2x", "X-Api-Key: abc"])
     assert pc.match_substring_regex(texts, pii.PRECHECK).to_pylist() == [False, False, True, True, True]
+
+
+def test_the_secrets_gate_reads_alike_in_re2_and_python():
+    """A column's suspects ask RE2 whether the secrets' pattern may match, a text alone asks Python's
+    re: both must say the same, Unicode spaces between a label and its value too."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = random.Random(2)
+    pieces = ["password", "PassWord", "passwd", "api_key", "X-API-KEY", "client-secret", "authorization", "session",
+              "Bearer", "sk-", "hf_", "=", ":", '"', "'", " ", "\u00a0", "\u2003", "\u3000", "\t", "\n", "\u200b",
+              "\u212a", "token", "access", "7", "x", "é"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))) for _ in range(20000)]
+    python = [any(h in t for h in pii._SECRET_HINTS) or pii._LABELLED_AT.search(t) is not None for t in texts]
+    assert pc.match_substring_regex(pa.array(texts), pii.SECRETS_GATE).to_pylist() == python
+    assert 2000 < sum(python) < 18000
+    labelled = ["password\u00a0= 'hunter2x'", "API_KEY\u2003: abcdefghij1234567890abc"]
+    assert pii.scrub_array(pa.array(labelled), Counter(), repeats=False).to_pylist() == [
+        "password\u00a0= '<SECRET>'", "API_KEY\u2003: <SECRET>"] == [scrub(t) for t in labelled]

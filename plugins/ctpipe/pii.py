@@ -63,7 +63,9 @@ _KEY_LABELS = (r"(?:aws[_ ]?)?secret[_ ]?(?:access[_ ]?)?key|(?:aws[_ ]?)?sessio
                r"|access[_-]?token|auth[_-]?token|client[_-]?secret")
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
-_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|password|passwd)[\"']?\s*[:=]"
+# Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
+_WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
+_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|password|passwd)[\"']?{_WHITE}*[:=]"
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
@@ -83,10 +85,12 @@ _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "g
                  "whsec_", "SG.", "AccountKey", "PRIVATE KEY")
 _LABELLED_AT = re.compile(_LABELLED)
 _MANY_DIGITS = re.compile(rf"\d(?:[().+{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
-# Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_many). RE2's \d
+# Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
+# the case-blind labels at every character, the most of a suspect's scrubbing.
+SECRETS_GATE = "|".join([re.escape(h) for h in _SECRET_HINTS] + [_LABELLED])
+# Every pre-check above as one RE2 pattern, run over a whole column at once (see scrub_array). RE2's \d
 # is ASCII only, Python's any script's digits (full-width ones, say): the pre-check takes those too.
-PRECHECK = "|".join([re.escape(h) for h in (*_ATS, *_SECRET_HINTS)]
-                    + [_LABELLED, _MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
+PRECHECK = "|".join([re.escape(h) for h in _ATS] + [SECRETS_GATE, _MANY_DIGITS.pattern.replace(r"\d", r"\p{Nd}")])
 
 
 # What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
@@ -173,8 +177,9 @@ def luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-def scrub(text: str, found: Counter | None = None) -> str:
+def scrub(text: str, found: Counter | None = None, secrets: bool | None = None) -> str:
     """``text`` with e-mail addresses, phone and card numbers and keys/tokens replaced; counts into ``found``.
+    ``secrets`` says whether the text passes :data:`SECRETS_GATE`, where a caller asked RE2 already.
 
     >>> c = Counter(); scrub("mail a.b@example.com or +1 415-555-0100, card 4111 1111 1111 1111", c)
     'mail <EMAIL> or <PHONE>, card <CARD>'
@@ -182,7 +187,9 @@ def scrub(text: str, found: Counter | None = None) -> str:
     ([('card', 1), ('email', 1), ('phone', 1)], 'What is 12 plus 34? 46')
     """
     counts = found if found is not None else Counter()
-    if any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text):
+    if secrets is None:
+        secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
+    if secrets:
         text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
@@ -291,11 +298,13 @@ def scrub_array(texts: pa.Array, found: Counter, repeats: bool = True) -> pa.Arr
         return texts
     uses = (np.bincount(encoded.indices.drop_null().to_numpy(), minlength=len(distinct))[at] if repeats
             else np.ones(len(at), np.int64))  # occurrences of each suspect
-    suspects = distinct.take(at).to_pylist()
+    suspect = distinct.take(at)
+    suspects = suspect.to_pylist()
+    secrets = pc.match_substring_regex(suspect, SECRETS_GATE).to_pylist()
     clean = []
-    for n_uses, text in zip(uses.tolist(), suspects):
+    for n_uses, text, secret in zip(uses.tolist(), suspects, secrets):
         kinds: Counter = Counter()
-        clean.append(scrub(text, kinds))
+        clean.append(scrub(text, kinds, secret))
         for kind, n in kinds.items():
             found[kind] += n * n_uses
     if clean == suspects:  # numbers or hints, but nothing to scrub
