@@ -60,6 +60,21 @@ def test_latex_words_units_choices_and_times_are_read_as_they_mean(completion, r
     assert math_reward(completion, reference) == expected
 
 
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("The train arrives at 4:30.", "4:30", 1.0), ("The train arrives at 4:45.", "4:30", 0.0), ("4", "4:30", 0.0),
+    ("\\boxed{4:45}", "4:30", 0.0), ("It is 16:30", "4:30 PM", 1.0), ("It is 16:30", "4:30 a.m.", 0.0),
+    ("left at 2:15, arrived at 4:30pm", "4:30 p.m.", 1.0), ("at 04:30", "4:30", 1.0), ("at 4:30:15", "4:30", 0.0),
+    ("\\boxed{12:30 am}", "0:30", 1.0), ("It is 4:30 pm", "4:30 am", 0.0),
+    ("The ratio is 3:4.", "3:4", 1.0), ("The ratio is 3:5", "3:4", 0.0), ("so 6:8, in lowest terms", "3:4", 1.0),
+    ("3:4 at first, then 1:2 #### 3:4", "3:4", 1.0), ("boys to girls: 16:9. Then 2:1", "$16:9$", 0.0),
+    ("\\boxed{\\frac34}", "3:4", 1.0), ("\\boxed{3}", "3:4", 0.0),
+])
+def test_a_reference_that_is_a_time_or_a_ratio_is_compared_with_the_pair_stated_last(completion, reference, expected):
+    """math-verify reads a pair in text as its first number: 4:45 was right against 4:30, and "The
+    ratio is 3:4" wrong against 3:4."""
+    assert math_reward(completion, reference) == expected
+
+
 @pytest.mark.parametrize("completion, reference", [
     ("We compute 3^2 = 9 and then 9 + 1 = 10", "10"), ("So x = \\frac{1}{2}.", "0.5"),
     ("x^2 - 1 = 0 gives x = 1 or x = -1, so the sum of the roots is 0", "0"),

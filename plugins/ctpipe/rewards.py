@@ -80,6 +80,41 @@ def _bare_latex(text: str) -> bool:
             and bool(_LATEX_MARK.search(text) or _NUMBERS_LISTED.fullmatch(text) or _EXPRESSION.search(text)))
 
 
+# A time (4:30, 4:30 p.m.) or a ratio (3:4, 16:9): math-verify reads such a pair in text as its first
+# number, so 4:45 was right against 4:30 and "The ratio is 3:4" wrong against 3:4. A reference that is
+# one is compared with the last pair the answer states (in its last box, or after "####", if it has
+# one): a time's minutes are two digits under 60, and a time of a 12-hour clock is the same on a
+# 24-hour one (4:30 pm is 16:30); ratios are equal in lowest terms. An answer that states no pair is
+# wrong against a time, and against a ratio is math-verify's to read (\frac34 is 3:4).
+_PAIR = r"(?<![\d:.,])(\d{1,4})\s*:\s*(\d{1,4})(?![\d:]|[.,]\d)(?:\s*([ap])\.?\s*m\b\.?)?"
+_PAIR_REFERENCE = re.compile(rf"\$?\s*{_PAIR}\s*\$?", re.IGNORECASE)
+_PAIR_STATED = re.compile(_PAIR, re.IGNORECASE)
+_LAST_BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}(?!.*\\boxed)", re.DOTALL)
+
+
+def _pair_reward(completion: str, reference: re.Match) -> float | None:
+    """:func:`math_reward` of an answer against a reference that is a time or a ratio (see above)."""
+    box = _LAST_BOX.search(completion)
+    said = box[1] if box else completion.rpartition("####")[2]
+    stated = list(_PAIR_STATED.finditer(said))
+    (h, m, half), time = reference.groups(), len(reference[2]) == 2 and int(reference[2]) < 60
+    if not stated:
+        return 0.0 if time else None
+    h2, m2, half2 = stated[-1].groups()
+    (h, m), (h2, m2) = (int(h), int(m)), (int(h2), int(m2))
+    if not time:
+        return 1.0 if h * m2 == h2 * m and (h and m or (h, m) == (h2, m2)) else 0.0
+    half, half2 = (x and x.lower() for x in (half, half2))
+    if m != m2:
+        return 0.0
+    if half and half2:
+        return float(half == half2 and h % 12 == h2 % 12)
+    if half or half2:  # one on a 12-hour clock: the other's hour past 12 must be that time's
+        (hour, which), other = ((h, half), h2) if half else ((h2, half2), h)
+        return float(hour % 12 + 12 * (which == "p") == other if other > 12 else hour % 12 == other % 12)
+    return float(h % 12 == h2 % 12)
+
+
 def math_reward(completion: str, reference: str) -> float | None:
     """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
     reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
@@ -95,6 +130,10 @@ def math_reward(completion: str, reference: str) -> float | None:
     """
     if not reference.strip():
         return None
+    pair = _PAIR_REFERENCE.fullmatch(reference.strip())
+    said = pair and _pair_reward(completion, pair)
+    if said is not None:
+        return said
     from math_verify import parse, verify
 
     # math-verify's timeouts are signal alarms, which only the main thread may set: elsewhere (a
