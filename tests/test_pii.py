@@ -207,3 +207,23 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
     labelled = ["password\u00a0= 'hunter2x'", "API_KEY\u2003: abcdefghij1234567890abc"]
     assert pii.scrub_array(pa.array(labelled), Counter(), repeats=False).to_pylist() == [
         "password\u00a0= '<SECRET>'", "API_KEY\u2003: <SECRET>"] == [scrub(t) for t in labelled]
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    ("write to jane＠example.com", "write to <EMAIL>"),
+    ("mail o'brien@example.ie today", "mail <EMAIL> today"),
+    ("'jane@x.org' and it's bob@x.org", "'<EMAIL>' and it's <EMAIL>"),
+    ("jose\u0301.mu\u0308ller@exa\u0308mple.de ok", "<EMAIL> ok"),  # decomposed, as macOS file names and some keyboards write
+    ("संपर्क: राम@उदाहरण.भारत ठीक", "संपर्क: <EMAIL> ठीक"),
+    ("Password: hunter2!", "Password: <SECRET>"),
+    ("passwd=12345678\n", "passwd=<SECRET>\n"),
+    ("login?user=bob&password=hunter2&next=/", "login?user=bob&password=<SECRET>&next=/"),
+])
+def test_addresses_of_other_scripts_and_bare_passwords_are_scrubbed(text, scrubbed):
+    assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize("text", ["password: at least 8 characters", "password = input()", "password=os.environ['PW']",
+                                  "password: ${DB_PASSWORD}", "password:\n\nThe user 12", "q@k.transpose(1)"])
+def test_a_password_s_label_before_words_or_code_keeps_them(text):
+    assert scrub(text) == text

@@ -11,6 +11,7 @@ written, so one that is not kept still labels right.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 
 import numpy as np
@@ -20,10 +21,15 @@ import pyarrow.compute as pc
 # A local part may hold letters of any script (josé@), and so may a domain (bücher.de); "@" may be
 # written %40 (in a URL) or \u0040 (in a quarantined record's raw JSON). Not after a backslash: in raw
 # JSON, "\njane@x.org" is a new line and then the address. Not a method call (q@k.transpose(...)).
-_ATS = ("@", "%40", "\\u0040")
+# A full-width "＠" is how Chinese and Japanese text writes it. A mark that combines with the letter
+# before it (decomposed é, the vowel signs of Devanagari) is part of a word, which \w alone is not.
+# An apostrophe may join a local part's words (o'brien@).
+_ATS = ("@", "＠", "%40", "\\u0040")
 _AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
-_LOCAL_AT = r"(?<!\\)[\w.%+-]+" + _AT  # a local part and its "@"
-_EMAIL = re.compile(_LOCAL_AT + r"[\w.-]+\.[^\W\d_]{2,}(?![\w(])")
+_MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.category(c) in ("Mn", "Mc", "Me"))
+# A local part and its "@"; not begun by an apostrophe, which quotes it ('jane@x.org').
+_LOCAL_AT = rf"(?<!\\)(?!')[\w{_MARKS}.%+'-]+" + _AT
+_EMAIL = re.compile(_LOCAL_AT + rf"[\w{_MARKS}.-]+\.(?:[^\W\d_]|[{_MARKS}]){{2,}}(?![\w{_MARKS}(])")
 # A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the password.
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^\s:/@]*:[^\s/@]+(?=@)")
 # Spaces a number is written with: a plain one, and the no-break and thin ones of French typography
@@ -77,6 +83,11 @@ _SECRET = re.compile(
     r"(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{20,}"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
     r"|(?P<quoted>(?i:password|passwd)[\"']?\s*[:=]\s*[\"'])(?![$<{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{6,}(?=[\"'])"
+    # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next "&", when it holds a
+    # digit or a symbol: words ("password: at least 8 characters") and code (password = input(),
+    # os.environ['PW']) are kept.
+    r"|(?P<bare>(?i:password|passwd)[\"']?\s*[:=][ \t]*)(?![$<{%\"'])(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])"
+    r"[^\s\"',;&()\[\]]{6,}"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
@@ -95,12 +106,12 @@ PRECHECK = "|".join([re.escape(h) for h in _ATS] + [SECRETS_GATE, _MANY_DIGITS.p
 
 # What a text may end in when it was cut short (by damage, a size limit or its writer) inside an
 # address or a number: the full patterns need the whole of one, and let "jane.smith@gm" through.
-_CUT_EMAIL = re.compile(_LOCAL_AT + r"[\w.-]*\Z")
+_CUT_EMAIL = re.compile(_LOCAL_AT + rf"[\w{_MARKS}.-]*\Z")
 _CUT_NUMBER = re.compile(rf"\+?\d(?:[(){_SPACES}{_DASH}-]{{0,2}}\d){{5,}}\Z")
 # Either, in RE2, for a column at once, over each text's last characters only: it asks what a text
 # ends in, and the scan of whole raw lines for it cost more than the rest of their scrubbing.
 _CUT_TAIL = 256
-_CUT = _AT + r"[\p{L}\p{N}_.-]*$|" + _CUT_NUMBER.pattern.replace(r"\d", r"\p{Nd}").replace(r"\Z", "$")
+_CUT = _AT + r"[\p{L}\p{M}\p{N}_.-]*$|" + _CUT_NUMBER.pattern.replace(r"\d", r"\p{Nd}").replace(r"\Z", "$")
 
 
 def scrub_cut_short(texts: pa.Array, found: Counter, within: int | None = None) -> pa.Array:
@@ -190,7 +201,7 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None) 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or "") + _counted(counts, "secret", "<SECRET>"), text)
+        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
