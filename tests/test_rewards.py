@@ -6,7 +6,7 @@ import pytest
 
 import re
 
-from ctpipe.rewards import combine, extracted_reward, feedback_reward, judge_reward, math_reward
+from ctpipe.rewards import combine, exact_reward, extracted_reward, feedback_reward, judge_reward, math_reward
 
 
 @pytest.mark.parametrize("completion, reference, expected", [
@@ -126,3 +126,47 @@ def test_labels_are_deterministic_and_weights_of_zero_are_ignored():
     signals = {"verifiable": 1.0, "feedback": 0.0, "judge": 0.5}
     weights = {"verifiable": 0.6, "feedback": 0.2, "judge": 0.0}
     assert {combine(signals, weights, "renormalize") for _ in range(3)} == {0.75}
+
+
+@pytest.mark.parametrize("completion, reference, expected", [
+    # mixed numbers and vulgar fractions (math-verify read 2 3/4 as 3, 1 1/2 as 1)
+    ("She needs 2 3/4 cups of flour.", "2 3/4", 1.0), ("She needs 3 cups of flour.", "2 3/4", 0.0),
+    ("The answer is 2.75.", "2 3/4", 1.0), ("The answer is 1.", "1 1/2", 0.0), ("#### 1 1/2", "1.5", 1.0),
+    ("The answer is 1½.", "1.5", 1.0), ("The answer is 1½.", "1", 0.0), ("$\\boxed{6\\frac{1}{4}}$", "6.25", 1.0),
+    # e-notation (1e-05 was 1·E − 5 as a reference)
+    ("The output is 1e-05", "1e-05", 1.0), ("0.00001", "1e-05", 1.0), ("The answer is 1.5e-3", "0.0015", 1.0),
+    ("The answer is 1e2.", "100", 1.0), ("The answer is 2000.", "2e3", 1.0), ("The output is 1e-04", "1e-05", 0.0),
+    # a sentence ending in a tuple, an expression or LaTeX
+    ("The answer is (1, 2).", "(1, 2)", 1.0), ("The vertex is at (1, 2)", "(1, 2)", 1.0), ("**Answer:** (1, 2)", "(1, 2)", 1.0),
+    ("The answer is (2, 1).", "(1, 2)", 0.0), ("The solutions are 1, 2, 3.", "1, 2, 3", 1.0),
+    ("The answer is 2x+1.", "2x+1", 1.0), ("The answer is 2x+2.", "2x+1", 0.0), ("The answer is 5!.", "5!", 1.0),
+    ("So x = \\frac{\\sqrt{3}}{2}.", "\\frac{\\sqrt{3}}{2}", 1.0), ("The answer is 2π.", "2\\pi", 1.0),
+    ("The answer is √3.", "\\sqrt{3}", 1.0), ("The answer is √2.", "\\sqrt{3}", 0.0), ("The line is y = 2x + 3.", "2x+3", 1.0),
+    # code's backticks, a minus sign, an escaped dollar, LaTeX thousands, repeating decimals, units with powers
+    ("The output is `3`.", "3.0", 1.0), ("The answer is −5.", "-5", 1.0), ("−5", "−5", 1.0), ("−4", "-5", 0.0),
+    ("$\\boxed{\\$32}$", "\\$32", 1.0), ("$\\boxed{\\$33}$", "\\$32", 0.0), ("$\\boxed{10000}$", "10\\,000", 1.0),
+    ("$\\boxed{0}$", "10\\,000", 0.0), ("$\\boxed{\\frac{1}{3}}$", "0.\\overline{3}", 1.0),
+    ("$\\boxed{0}$", "0.\\overline{3}", 0.0), ("$\\boxed{\\frac{5}{3}}$", "1.\\overline{6}", 1.0),
+    ("It is about 9.8 m/s^2.", "9.8 m/s^2", 1.0), ("9.8", "9.8 m/s^2", 1.0), ("The area is 12 m².", "12 m^2", 1.0),
+])
+def test_forms_math_verify_misreads_are_written_as_it_reads_them(completion, reference, expected):
+    """Each was labeled the other way: a right answer 0 (or a wrong one 1), so DPO preferred the wrong one."""
+    assert math_reward(completion, reference) == expected
+
+
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("so 9*2 = 18\n#### 18.", "18", 1.0), ("#### $18", "18", 1.0), ("#### 18.00", "18", 1.0), ("#### 1,234", "1234", 1.0),
+    ("#### 1234", "1,234", 1.0), ("#### **18**", "18", 1.0), ("#### −5", "-5", 1.0), ("#### 1/2", "0.5", 1.0),
+    ("#### １８", "18", 1.0), ("first try #### 20. Oops, recompute.\n#### 18", "18", 1.0), ("#### 18\n#### 20", "18", 0.0),
+    ("#### 180", "18", 0.0), ("#### 18", "180", 0.0), ("#### 1,2345", "12345", 0.0),
+])
+def test_the_regex_verifier_takes_the_last_answer_stated_and_compares_numbers_as_numbers(completion, reference, expected):
+    assert extracted_reward(completion, reference, re.compile(r"####\s*(\S+)")) == expected
+
+
+@pytest.mark.parametrize("completion, reference, expected", [
+    ("**Paris**", "Paris", 1.0), ("Paris.", "Paris", 1.0), ('"Paris"', "Paris", 1.0), ("`42`", "42", 1.0),
+    ("cafe\u0301", "café", 1.0), ("18.0", "18", 1.0), ("Lyon.", "Paris", 0.0), ("The capital is Paris.", "Paris", 0.0),
+])
+def test_the_exact_verifier_ignores_the_marks_an_answer_is_wrapped_in(completion, reference, expected):
+    assert exact_reward(completion, reference) == expected

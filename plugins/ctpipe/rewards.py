@@ -19,7 +19,10 @@ import logging
 import math
 import re
 import threading
+import unicodedata
 from collections.abc import Callable, Mapping
+from decimal import Decimal
+from fractions import Fraction
 from typing import Literal
 
 import numpy as np
@@ -54,7 +57,7 @@ def reward_gap(high, low):
 # choice's letter ((B) 5), a time (4:30) or a chain of equations (2x = 10, x = 5), whose answer text
 # finds. (A unit glued to its number, 5m, reads as a coefficient: MATH's answers hold far more.)
 _LATEX_MARK = re.compile(r"[\\{}^]")
-_EXPRESSION = re.compile(r"\d[A-Za-z](?![A-Za-z])|[A-Za-z]\s*[-+*<>]\s*[\w(]|[\w)]\s*[-+*<>]\s*[A-Za-z](?![A-Za-z])"
+_EXPRESSION = re.compile(r"\d(?![eE][+-]?\d)[A-Za-z](?![A-Za-z])|[A-Za-z]\s*[-+*<>]\s*[\w(]|[\w)]\s*[-+*<>]\s*[A-Za-z](?![A-Za-z])"
                          r"|\d\s*!|\d\s*:\s*\d(?!\d)")
 _NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s)[\s\d.,()\[\]+-]*")
 _MATH = re.compile(r"\d|\\(?!(?:text|mathrm|textbf|mbox)\b)[A-Za-z]+")
@@ -73,11 +76,57 @@ def _sentence(text: str) -> bool:
     return bool(_WORD.search(_COMMAND.sub(" ", text)))
 
 
+# A unit after a number and a space, a power in it too (9.8 m/s^2, 12 m^2): no LaTeX of the answer's.
+_UNIT = re.compile(r"(?<=\d)\s+[A-Za-z]+(?:\s*[/*^]\s*\{?-?[A-Za-z\d]+\}?)*\.?\s*$")
+
+
 def _bare_latex(text: str) -> bool:
     """Whether ``text`` is an answer alone, written as bare LaTeX or an expression (see above), which
     math-verify reads only between delimiters."""
+    text = _UNIT.sub("", text)
     return (not _DELIMITED.search(text) and bool(_MATH.search(text)) and not _sentence(text) and text.count("=") < 2
             and bool(_LATEX_MARK.search(text) or _NUMBERS_LISTED.fullmatch(text) or _EXPRESSION.search(text)))
+
+
+# Forms math-verify reads wrong or not at all, written as it reads them, in the reference and the
+# answer alike: a minus sign (U+2212) as "-"; code's backticks (The output is `3`.) and LaTeX's
+# escaped dollar (\$32) dropped, and its thin space between thousands (10\,000); π and √ as LaTeX;
+# a vulgar fraction (½) and a mixed number (2 3/4, 1½, read as 3 and 1) as one fraction; a repeating
+# decimal (0.\overline{3}, read as 0) as its fraction; a number in e-notation (1.5e-3) in full.
+_SIGNS = str.maketrans({"\u2212": "-", "`": None, "π": "\\pi "})
+_VULGAR = re.compile("[" + "".join(c for c in map(chr, range(0xBC, 0x2190))
+                                  if re.fullmatch(r"\d+\u2044\d+", unicodedata.normalize("NFKC", c))) + "]")
+_THIN_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
+_ROOT = re.compile(r"√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")
+_MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/]|\.\d)")
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+_E_NOTATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d{1,2})(?!\w|\.\d)")
+
+
+def _proper(m: re.Match) -> str:
+    whole, num, den = (int(g) for g in m.groups())
+    return f"{whole * den + num}/{den}" if 0 < num < den else m[0]
+
+
+def _repeating(m: re.Match) -> str:
+    whole, once, again = m.groups()
+    value = Fraction(int(whole or 0)) + Fraction(int(once or 0), 10 ** len(once)) \
+        + Fraction(int(again), (10 ** len(again) - 1) * 10 ** len(once))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _plain(text: str) -> str:
+    r"""``text`` with the forms above written as math-verify reads them.
+
+    >>> _plain(r"It is 2 3/4 cups, 1½ or −0.\overline{3}, `1.5e-3` and 10\,000 = \$√2")
+    'It is 11/4 cups, 3/2 or -\\frac{1}{3}, 0.0015 and 10000 = \\sqrt{2}'
+    """
+    text = _VULGAR.sub(lambda m: " " + unicodedata.normalize("NFKC", m[0]).replace("\u2044", "/"), text)
+    text = text.translate(_SIGNS).replace("\\$", "")
+    text = _ROOT.sub(lambda m: "\\sqrt{%s}" % next(g for g in m.groups() if g is not None), text)
+    text = _REPEATING.sub(_repeating, _THIN_THOUSANDS.sub("", text))
+    text = _E_NOTATION.sub(lambda m: format(Decimal(m[0]), "f"), text)
+    return _MIXED.sub(_proper, text)
 
 
 # A time (4:30, 4:30 p.m.) or a ratio (3:4, 16:9): math-verify reads such a pair in text as its first
@@ -90,6 +139,11 @@ _PAIR = r"(?<![\d:.,])(\d{1,4})\s*:\s*(\d{1,4})(?![\d:]|[.,]\d)(?:\s*([ap])\.?\s
 _PAIR_REFERENCE = re.compile(rf"\$?\s*{_PAIR}\s*\$?", re.IGNORECASE)
 _PAIR_STATED = re.compile(_PAIR, re.IGNORECASE)
 _LAST_BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}(?!.*\\boxed)", re.DOTALL)
+
+
+# What says that an answer follows (####, =, a colon, "is", "are", "at"), and what may be around it.
+_STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
+_AROUND = " \t\n*_."
 
 
 def _pair_reward(completion: str, reference: re.Match) -> float | None:
@@ -145,14 +199,22 @@ def math_reward(completion: str, reference: str) -> float | None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
     def read(text: str) -> list:
-        text = text.strip()
         return (_bare_latex(text) and parse(f"${text}$", **limits)) or parse(text, **limits)
 
-    gold = read(reference)
+    def same(answer: list) -> bool:
+        return bool(answer) and verify(gold, answer, **({} if main else {"timeout_seconds": None}))
+
+    gold = read(_plain(reference.strip()))
     if not gold:
         return None
-    answer = read(completion)
-    return 1.0 if answer and verify(gold, answer, **({} if main else {"timeout_seconds": None})) else 0.0
+    completion = _plain(completion.strip())
+    if same(read(completion)):
+        return 1.0
+    # Read as text, a sentence gives its last number: a tuple, an expression or LaTeX it ends in
+    # ("The answer is (1, 2).", "So x = \frac{\sqrt{3}}{2}.") is read as the answer alone would be.
+    stated = _STATED.split(completion)[-1].strip(_AROUND)
+    return 1.0 if stated != completion and not _DELIMITED.search(completion) and _bare_latex(stated) \
+        and same(parse(f"${stated}$", **limits)) else 0.0
 
 
 def verifier(name: str, answer_regex: str) -> Callable[[str, str], float | None] | None:
@@ -166,29 +228,61 @@ def verifier(name: str, answer_regex: str) -> Callable[[str, str], float | None]
 
 
 def exact_reward(completion: str, reference: str) -> float | None:
-    """1.0 when the trimmed, case-folded texts are equal.
+    """1.0 when the texts are equal, trimmed, case-folded and in one Unicode form, with the marks a
+    chat wraps an answer in (**Paris**, `3`, "Paris", a full stop) dropped; or when both are the same
+    number, however written (18.00 and 18, 1,234 and 1234, 1/2 and 0.5, −5 and -5, ＄18 and 18).
 
-    >>> exact_reward(" Paris ", "paris"), exact_reward("Lyon", "Paris")
-    (1.0, 0.0)
+    >>> exact_reward(" Paris ", "paris"), exact_reward("**Paris**.", "Paris"), exact_reward("Lyon", "Paris")
+    (1.0, 1.0, 0.0)
+    >>> exact_reward("$1,234.00", "1234"), exact_reward("−5", "-5"), exact_reward("1/2", "0.5"), exact_reward("18", "180")
+    (1.0, 1.0, 1.0, 0.0)
     """
     if not reference.strip():
         return None
-    return 1.0 if completion.strip().casefold() == reference.strip().casefold() else 0.0
+    said, meant = (_as_written(x) for x in (completion, reference))
+    if said == meant:
+        return 1.0
+    number = _number(said)
+    return 1.0 if number is not None and number == _number(meant) else 0.0
+
+
+_WRAPPING = " \t\n*_`\"'"
+_NUMERAL = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|[-+]?\.\d+")
+
+
+def _as_written(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").strip(_WRAPPING)
+    return (text[:-1] if text.endswith(".") else text).strip(_WRAPPING).casefold()
+
+
+def _number(text: str) -> Fraction | None:
+    """The number a text is alone (a currency sign before it), or None."""
+    text = text.lstrip("$€£¥")
+    if not _NUMERAL.fullmatch(text):
+        return None
+    try:
+        return Fraction(text.replace(",", ""))
+    except ZeroDivisionError:
+        return None
 
 
 def extracted_reward(completion: str, reference: str, pattern: re.Pattern) -> float | None:
-    """1.0 when the first group of ``pattern``'s first match equals ``reference`` (trimmed, case-insensitive).
+    """:func:`exact_reward` of the first group of ``pattern``'s last match that holds it (a final
+    answer after a first try) against ``reference``.
 
     >>> extracted_reward("so 40 + 2 = 42 #### 42", "42", re.compile(r"####\\s*(\\S+)"))
     1.0
+    >>> extracted_reward("#### 20. Oops, 18.\\n#### 18.", "18", re.compile(r"####\\s*(\\S+)"))
+    1.0
 
-    A match whose group took no part (``(\\d+)|FINAL``) states no answer, as no match does:
+    Matches whose group took no part (``(\\d+)|FINAL``) state no answer, as no match does:
 
     >>> extracted_reward("FINAL", "42", re.compile(r"#### (\\d+)|FINAL"))
     0.0
     """
-    m = pattern.search(completion)
-    stated = m.group(1) if m else None
+    stated = None
+    for m in pattern.finditer(completion):
+        stated = m.group(1) if m.group(1) is not None else stated
     return exact_reward(stated, reference) if stated is not None else (None if not reference.strip() else 0.0)
 
 
