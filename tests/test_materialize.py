@@ -1318,6 +1318,21 @@ def test_a_prompts_grpo_answer_is_the_first_reference_any_of_its_traces_gives(tm
     assert [given[f"t{i}"] for i in range(2, 6)] == [None, None, None, "42"]
 
 
+def test_a_reference_keeps_its_numbers_that_look_like_a_card_or_a_phone(tmp_path):
+    """F(62) passes the card check and a toll-free number is a phone's form: scrubbed, GRPO's reward
+    in training called the right answer wrong. Its addresses and secrets are scrubbed as any text's."""
+    unrated = {"thumb": None, "rating": None}
+    records = [trace(0, "What is F(62)?", "4052739537881", feedback=unrated, reference_answer="4052739537881"),
+               trace(1, "Which number do I call?", "1-800-555-0199", feedback=unrated, reference_answer="1-800-555-0199"),
+               trace(2, "Whom do I write to?", "jo", feedback=unrated, reference_answer="jo@example.com")]
+    (tmp_path / "a.jsonl").write_bytes(lines(*records))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
+    assert {r["answer"] for r in table(m, "grpo")} == {"4052739537881", "1-800-555-0199", "<EMAIL>"}
+    assert {r["trace_id"]: (r["reference_answer"], r["completion"], r["verifiable_reward"]) for r in table(m, "traces")} == {
+        "t0": ("4052739537881", "<CARD>", 1.0), "t1": ("1-800-555-0199", "<PHONE>", 1.0), "t2": ("<EMAIL>", "jo", 0.0)}
+    assert m.scrubbed == {"card": 1, "phone": 1, "email": 1}
+
+
 def test_only_a_prompts_first_row_spills_its_messages_and_rows_without_reward_stay_out(tmp_path, monkeypatch):
     unrated = {"thumb": None, "rating": None}
     records = [trace(0, "What is 2 plus 3?", "no idea", feedback=unrated),  # first of its prompt: no reward, yet its GRPO row

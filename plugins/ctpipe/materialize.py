@@ -750,12 +750,13 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     prompt_at = pa.array(columns.prompts_at(roles, np.repeat(np.arange(raw.num_rows), lengths), raw.num_rows))
     feedback, scores = raw["feedback"].combine_chunks(), raw["scores"].combine_chunks()
     # Labeled from the texts as written: a number scrubbed as a phone's or a card's (a long math
-    # answer may look like one) must not turn a right answer wrong.
+    # answer may look like one) must not turn a right answer wrong. For the same reason a reference
+    # keeps its numbers: GRPO's reward reads it in training.
     references, labels = labeler.labels(contents.take(prompt_at), completions, raw["reference_answer"].combine_chunks(),
                                         feedback, scores)
     if job.dataset.scrub_pii:
         contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
-        references, scores = pii.scrub_array(references, part.pii), _scrubbed_scores(scores, part.pii)
+        references, scores = pii.scrub_array(references, part.pii, numbers=False), _scrubbed_scores(scores, part.pii)
     messages = columns.chats(offsets, roles, contents)
     prompt = contents.take(prompt_at)
     prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets, _NORMALIZED)

@@ -188,9 +188,10 @@ def luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-def scrub(text: str, found: Counter | None = None, secrets: bool | None = None) -> str:
+def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, numbers: bool = True) -> str:
     """``text`` with e-mail addresses, phone and card numbers and keys/tokens replaced; counts into ``found``.
-    ``secrets`` says whether the text passes :data:`SECRETS_GATE`, where a caller asked RE2 already.
+    ``secrets`` says whether the text passes :data:`SECRETS_GATE`, where a caller asked RE2 already;
+    without ``numbers``, phone and card numbers are kept.
 
     >>> c = Counter(); scrub("mail a.b@example.com or +1 415-555-0100, card 4111 1111 1111 1111", c)
     'mail <EMAIL> or <PHONE>, card <CARD>'
@@ -208,7 +209,7 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None) 
         text, n = _EMAIL.subn("<EMAIL>", text)
         if n:
             counts["email"] += n
-    return _numbers(text, counts)
+    return _numbers(text, counts) if numbers else text
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
@@ -288,8 +289,8 @@ def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
     return "".join(out + [text[done:]]) if out else text
 
 
-def scrub_array(texts: pa.Array, found: Counter, repeats: bool = True) -> pa.Array:
-    """:func:`scrub` over a column of texts, counting what it finds in every occurrence. With
+def scrub_array(texts: pa.Array, found: Counter, repeats: bool = True, numbers: bool = True) -> pa.Array:
+    """:func:`scrub` (with ``numbers``) over a column of texts, counting what it finds in every occurrence. With
     ``repeats`` (chat messages, which repeat their system prompt, in production often kilobytes),
     the pre-check runs vectorized over the distinct texts only and each text that needs it is
     scrubbed once; without (completions, nearly all distinct), over the column as it is, since
@@ -315,7 +316,7 @@ def scrub_array(texts: pa.Array, found: Counter, repeats: bool = True) -> pa.Arr
     clean = []
     for n_uses, text, secret in zip(uses.tolist(), suspects, secrets):
         kinds: Counter = Counter()
-        clean.append(scrub(text, kinds, secret))
+        clean.append(scrub(text, kinds, secret, numbers))
         for kind, n in kinds.items():
             found[kind] += n * n_uses
     if clean == suspects:  # numbers or hints, but nothing to scrub
