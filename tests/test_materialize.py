@@ -516,7 +516,8 @@ def test_a_quarantined_records_raw_text_is_scrubbed_too(tmp_path):
 
 def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(tmp_path):
     """A reference answer reaches the GRPO dataset, a score's name and label the traces table: both are
-    scrubbed. A long answer taken for a card is scrubbed where published, but labeled as written."""
+    scrubbed (a reference but for its numbers, which GRPO's reward reads). A long answer taken for a
+    card is scrubbed where published, but labeled as written."""
     scored = [{"name": "judge ann@example.com", "value": 1.0, "label": "call +1 415-555-0100", "source": "eval"},
               {"name": "judge", "value": 0.5, "label": None, "source": "by cy@example.com"}]  # a source was not scrubbed
     (tmp_path / "a.jsonl").write_bytes(lines(
@@ -528,10 +529,12 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     assert one["reference_answer"] == one["completion"] == "<EMAIL>"
     assert one["scores"] == [{"name": "judge <EMAIL>", "value": 1.0, "label": "call <PHONE>", "source": "eval"},
                              {"name": "judge", "value": 0.5, "label": None, "source": "by <EMAIL>"}]
-    assert two["completion"] == two["reference_answer"] == "<CARD>" and two["verifiable_reward"] == 1.0
-    assert sorted(r["answer"] for r in table(m, "grpo")) == ["<CARD>", "<EMAIL>"]
+    assert two["completion"] == "<CARD>" and two["reference_answer"] == "4111 1111 1111 1111"
+    assert two["verifiable_reward"] == 1.0
+    assert sorted(r["answer"] for r in table(m, "grpo")) == ["4111 1111 1111 1111", "<EMAIL>"]
     published = json.dumps([table(m, name) for name in ("traces", "grpo", "dpo", "quarantine")], default=str)
-    assert "@example" not in published and "415-555" not in published and "4111" not in published.replace("4111 1111 1111 1110", "")
+    assert "@example" not in published and "415-555" not in published
+    assert published.replace("4111 1111 1111 1110", "").count("4111") == 2  # the reference, and the GRPO answer
 
 
 def test_a_value_a_quarantined_records_raw_text_is_cut_in_is_scrubbed_whole(tmp_path):
@@ -656,7 +659,8 @@ def test_a_run_stopped_while_its_workers_finish_or_while_it_publishes_leaves_not
 
 
 @pytest.mark.parametrize("reward, expected", [
-    # the regex verifier compares text ("0.5" is not "1/2"); math-verify compares values
+    # the regex verifier compares texts, and numbers written as numbers ("0.5" is not "\frac{1}{2}");
+    # math-verify compares values
     (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, judge_weight=2, judge_range=(0, 10)),
      {"t1": 0.5, "t2": 0.0, "t3": 1.0}),
     (RewardConfig(verifier="regex", verifiable_weight=1, feedback_weight=1, missing="zero"), {"t1": 0.5, "t2": 0.0, "t3": 0.5}),
@@ -665,9 +669,9 @@ def test_a_run_stopped_while_its_workers_finish_or_while_it_publishes_leaves_not
 ])
 def test_labels_follow_the_reward_config(tmp_path, reward, expected):
     (tmp_path / "a.jsonl").write_bytes(lines(
-        trace(1, "Half of one?", "so #### 0.5", reference_answer="1/2", feedback={"thumb": "up", "rating": None},
+        trace(1, "Half of one?", "so #### 0.5", reference_answer="\\frac{1}{2}", feedback={"thumb": "up", "rating": None},
               scores=[{"name": "judge", "value": 5, "source": "eval"}]),
-        trace(2, "Half of one?", "so #### 2", reference_answer="1/2", feedback={"thumb": "down", "rating": None}),
+        trace(2, "Half of one?", "so #### 2", reference_answer="\\frac{1}{2}", feedback={"thumb": "down", "rating": None}),
         trace(3, "Two?", "it is #### 2", reference_answer="2"),
     ))
     m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=reward)
