@@ -199,7 +199,7 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
     rng = random.Random(2)
     pieces = ["password", "PassWord", "passwd", "api_key", "X-API-KEY", "client-secret", "authorization", "session",
               "Bearer", "sk-", "hf_", "=", ":", '"', "'", " ", "\u00a0", "\u2003", "\u3000", "\t", "\n", "\u200b",
-              "\u212a", "token", "access", "7", "x", "é"]
+              "\u212a", "token", "access", "7", "x", "é", "密码", "Passwort", "JWT_SECRET", "sessionid", "Sig", "：", "İ", "ſ"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))) for _ in range(20000)]
     python = [any(h in t for h in pii._SECRET_HINTS) or pii._LABELLED_AT.search(t) is not None for t in texts]
     assert pc.match_substring_regex(pa.array(texts), pii.SECRETS_GATE).to_pylist() == python
@@ -226,4 +226,56 @@ def test_addresses_of_other_scripts_and_bare_passwords_are_scrubbed(text, scrubb
 @pytest.mark.parametrize("text", ["password: at least 8 characters", "password = input()", "password=os.environ['PW']",
                                   "password: ${DB_PASSWORD}", "password:\n\nThe user 12", "q@k.transpose(1)"])
 def test_a_password_s_label_before_words_or_code_keeps_them(text):
+    assert scrub(text) == text
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    # a card before its expiry, a phone before a shorter number or beside a comma
+    ("Visa 4111 1111 1111 1111 12/26 CVV 123", "Visa <CARD> 12/26 CVV 123"), ("5555-5555-5555-4444 09/27", "<CARD> 09/27"),
+    ("4111111111111111 12/26 123", "<CARD> 12/26 123"), ("Call us at 415-555-0132 24 hours a day", "Call us at <PHONE> 24 hours a day"),
+    ("Tel. 030 12345678 9-17 Uhr", "Tel. <PHONE> 9-17 Uhr"), ("Tel: +44 20 7946 0958 2nd floor", "Tel: <PHONE> 2nd floor"),
+    ("id,age,phone\n17,34,415-555-0132\nJane,415-555-0133,41", "id,age,phone\n17,34,<PHONE>\nJane,<PHONE>,41"),
+    # an address in Chinese, Japanese or Korean text, which writes no space around it
+    ("请发送邮件到我的邮箱zhangwei@163.com谢谢您的帮助", "请发送邮件到我的邮箱<EMAIL>谢谢您的帮助"),
+    ("ご連絡はtanaka@example.jpまでお願いいたします", "ご連絡は<EMAIL>までお願いいたします"),
+    ("이메일은 kim.minsu@naver.com입니다.", "이메일은 <EMAIL>입니다."), ("jane@corp.local", "<EMAIL>"),
+    # a URL's user holding a digit is a key (a Sentry DSN)
+    ("dsn=https://abc123def@o123456.ingest.sentry.io/1234567", "dsn=https://<SECRET>@o123456.ingest.sentry.io/1234567"),
+])
+def test_numbers_beside_other_numbers_and_addresses_in_other_scripts_are_scrubbed(text, scrubbed):
+    assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize("text", [
+    "git clone git@github.com:openai/openai-python.git", "pip install 'pkg @ git+ssh://git@github.com/org/pkg.git@main'",
+    "logits = h@self.lm_head.weight.T", "out = x@self.weight.T + self.bias", "y = X@theta.values", "loss = a@b.sum",
+    "url(logo@2x.png); srcset='hero@3x.jpg 3x'", "getty@tty1.service, wg-quick@wg0.service", "this@MainActivity.context",
+    "scores: 010 020 030 040 050 060", "1 000 000 000",
+])
+def test_code_and_lists_of_numbers_are_kept(text):
+    assert scrub(text) == text
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    ("SLACK_SIGNING_SECRET=8f742231b10e8888abcd99yyyzzz85a5", "SLACK_SIGNING_SECRET=<SECRET>"),
+    ("SECRET_KEY_BASE=9f86d081884c7d659a2feaa0c55ad015a3bf4f1b", "SECRET_KEY_BASE=<SECRET>"),
+    ("ENCRYPTION_KEY=Xk9mP2qR7sT4vW1yZ3bC5dF7gH9jK0", "ENCRYPTION_KEY=<SECRET>"),
+    ("BOT_TOKEN=123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw", "BOT_TOKEN=<SECRET>"),
+    ("Cookie: sessionid=abc123def456ghi789jkl012mno345", "Cookie: sessionid=<SECRET>"),
+    ("Ocp-Apim-Subscription-Key: 0123456789abcdef0123456789abcdef", "Ocp-Apim-Subscription-Key: <SECRET>"),
+    ("SECRET_KEY=django-insecure-8x#k2!m9p@q4w7e1r5t3y6u0i", "SECRET_KEY=<SECRET>"),
+    ("/unsubscribe?email=x&token=abc123def456ghi789jkl012&utm=1", "/unsubscribe?email=x&token=<SECRET>&utm=1"),
+    ("X-Amz-Signature=fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc9", "X-Amz-Signature=<SECRET>"),
+    ("ya29.a0AfH6SMBxKq1234567890abcdefgh", "<SECRET>"), ("dckr_pat_abcdefghij1234567890klmno", "<SECRET>"),
+    ("Passwort: Sommer2024!", "Passwort: <SECRET>"), ("Mot de passe : Soleil2024!", "Mot de passe : <SECRET>"),
+    ("密码：abc123456", "密码：<SECRET>"), ("Пароль: Moskva2024!", "Пароль: <SECRET>"),
+    ("password: Tr0ub4dor&3", "password: <SECRET>"),
+])
+def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text, scrubbed):
+    assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize("text", ["max_tokens=1024", "Each token: a word piece", "password: ********", "sig=2",
+                                  "get_session_token_from_environment_variable()", "process.env.CLIENT_SECRET"])
+def test_counts_words_and_masks_after_a_label_are_kept(text):
     assert scrub(text) == text

@@ -10,6 +10,7 @@ written, so one that is not kept still labels right.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -27,11 +28,19 @@ import pyarrow.compute as pc
 _ATS = ("@", "＠", "%40", "\\u0040")
 _AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
 _MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.category(c) in ("Mn", "Mc", "Me"))
-# A local part and its "@"; not begun by an apostrophe, which quotes it ('jane@x.org').
-_LOCAL_AT = rf"(?<!\\)(?!')[\w{_MARKS}.%+'-]+" + _AT
-_EMAIL = re.compile(_LOCAL_AT + rf"[\w{_MARKS}.-]+\.(?:[^\W\d_]|[{_MARKS}]){{2,}}(?![\w{_MARKS}(])")
-# A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the password.
-_URL_CREDENTIALS = re.compile(r"(?<=://)[^\s:/@]*:[^\s/@]+(?=@)")
+# Chinese, Japanese and Korean text runs into an address with no space (邮箱zhangwei@163.com谢谢): its
+# letters are no top-level domain's, and those before an address are kept (see _address).
+_CJK = "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff"
+# A local part and its "@": begun where a word begins (or after a raw line's escaped new line), not by
+# an apostrophe, which quotes it ('jane@x.org'), nor as a URL's user (ssh://git@github.com/...).
+_LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-]))(?!')[\w{_MARKS}.%+'-]+" + _AT
+# A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
+# scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address).
+_EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}})"
+                    rf"(?![^\W{_CJK}]|[{_MARKS}(]|\.[^\W\d_]|:[\w~.-]*/)")
+# A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the
+# password; a user alone holding a digit is a key (Sentry's DSNs: https://<key>@o1.ingest.sentry.io/1).
+_URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@]*)(?=@)")
 # Spaces a number is written with: a plain one, and the no-break and thin ones of French typography
 # and of text copied from the web. Dashes: hyphens, en dash, minus sign, full-width hyphen-minus.
 _SPACES = " \u00a0\u2009\u202f"
@@ -39,15 +48,17 @@ _DASH = "\u2010-\u2013\u2212\uff0d"
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
 # after a space, a dash or a dot (or two spaces).
 _CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
-_CARD = re.compile(rf"(?<![\d.-])(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?:{_CARD_SEP}\d{{1,3}})?"
+_CARD = re.compile(rf"(?<![\d.-])(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
                    rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}})(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
 # on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
 # seconds ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number
-# written in groups of three ("1 000 000 000", "192.168.100.200").
-_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[.,:{_SPACES}])"
-_ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|[.,:{_SPACES}]\d)"  # an extension after an x (415-555-0100x23) stays
+# written in groups of three ("1 000 000 000", "192.168.100.200"), nor before a group of three digits
+# more (a list: 010 020 030 040 050 060). Before a shorter number (415-555-0132 24 hours, 030 12345678
+# 9-17 Uhr), or beside a comma (a CSV row: 34,415-555-0132,41), it is one.
+_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[.:{_SPACES}])"
+_ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|\.\d|[:{_SPACES}]\d{{3}})"  # an extension after an x (415-555-0100x23) stays
 _SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
     _STARTS + "(?:"
@@ -61,39 +72,44 @@ _PHONE = re.compile(
     # (60000-70000, ZIP codes), as a Spanish 612 34 56 78 is a list of them (its +34 is read above).
     rf"|0[6-9]\d{{4}}[{_SPACES}]\d{{5}}"
     ")" + _ENDS)
-# Keys and tokens by their prefixes, and by the label they follow: a bearer token, an AWS secret key
-# or session token, an API key, an access or auth token, a client secret, an Authorization header's
-# credentials, a quoted password. A labelled value holds a digit (code's names do not:
-# get_session_token(), process.env.CLIENT_SECRET), and a password is no variable's name (${DB_PASSWORD}).
-_KEY_LABELS = (r"(?:aws[_ ]?)?secret[_ ]?(?:access[_ ]?)?key|(?:aws[_ ]?)?session[_ ]?token|x-api-key|api[_-]?key"
-               r"|access[_-]?token|auth[_-]?token|client[_-]?secret")
+# Keys and tokens by their prefixes, and by the label they follow: a bearer token, any secret (AWS's,
+# a client's, JWT_SECRET, SECRET_KEY_BASE), any token (session, access, refresh, a bot's, a URL's
+# token=), a session id, an API, encryption, private, signing or subscription key, a signature (a
+# presigned URL's), an Authorization header's credentials, a password (quoted, or bare holding a digit
+# or a symbol; in the languages a support chat is most often in). A labelled value holds a digit (code's
+# names do not: get_session_token(), process.env.CLIENT_SECRET), and a password is no variable's name
+# (${DB_PASSWORD}).
+_KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]*token|session[_-]?id|[\w-]*signature|sig"
+               r"|[\w-]*(?:api|encryption|private|signing|subscription|master|account|shared[_-]?access)[_ -]?key")
+_PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|пароль|密码|パスワード|비밀번호"
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
 # Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
-_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|password|passwd)[\"']?{_WHITE}*[:=]"
+_GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
+_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}"
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[\w-]{20,}|npm_[A-Za-z0-9]{36}"
-    r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,})"
+    r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,}|ya29\.[\w-]{20,}|dckr_pat_[\w-]{20,})"
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"
-    r"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    r"|AccountKey=|(?i:" + _KEY_LABELS + r")[\"']?\s*[:=]\s*[\"']?)"
-    r"(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{20,}"
+    rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
+    rf"|(?i:{_KEY_LABELS})[\"']?\s*{_GIVES}\s*[\"']?)"
+    r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
-    r"|(?P<quoted>(?i:password|passwd)[\"']?\s*[:=]\s*[\"'])(?![$<{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{6,}(?=[\"'])"
-    # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next "&", when it holds a
-    # digit or a symbol: words ("password: at least 8 characters") and code (password = input(),
-    # os.environ['PW']) are kept.
-    r"|(?P<bare>(?i:password|passwd)[\"']?\s*[:=][ \t]*)(?![$<{%\"'])(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])"
-    r"[^\s\"',;&()\[\]]{6,}"
+    rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
+    # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
+    # digit or a symbol: words ("password: at least 8 characters"), code (password = input(),
+    # os.environ['PW']) and a mask (********) are kept.
+    rf"|(?P<bare>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}[ \t]*)(?![$<{{%\"'])(?![*•]+(?![^\s\"',;]))"
+    r"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]]|&(?!\w+=)){6,}"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
-                 "whsec_", "SG.", "AccountKey", "PRIVATE KEY")
+                 "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY")
 _LABELLED_AT = re.compile(_LABELLED)
 _MANY_DIGITS = re.compile(rf"\d(?:[().+{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
@@ -206,10 +222,33 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
-        text, n = _EMAIL.subn("<EMAIL>", text)
-        if n:
-            counts["email"] += n
+        text = _EMAIL.sub(_address(counts), text)
     return _numbers(text, counts) if numbers else text
+
+
+# Top-level domains of private networks, which the public list leaves out: addresses all the same.
+_PRIVATE_TLDS = frozenset({"local", "internal", "corp", "lan", "home", "intranet", "localdomain", "private"})
+_CJK_RUN = re.compile(f"[{_CJK}]*")
+
+
+@functools.cache
+def _public_suffixes():
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()
+
+
+def _address(counts: Counter):
+    """The replacement of an :data:`_EMAIL` match: an address's placeholder where its top-level domain
+    is one (PyTorch's X@W.values, logo@2x.png and getty@tty1.service are not), after the Chinese,
+    Japanese or Korean text it ran into."""
+    def replace(m: re.Match) -> str:
+        tld = m["tld"].lower()
+        if tld not in _PRIVATE_TLDS and _public_suffixes().publicsuffix("x." + tld, accept_unknown=False) is None:
+            return m.group()
+        return m.group()[:_CJK_RUN.match(m.group()).end()] + _counted(counts, "email", "<EMAIL>")
+
+    return replace
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
@@ -237,12 +276,18 @@ def issued(digits: str) -> bool:
 
 def _card(counts: Counter):
     """The replacement of a :data:`_CARD` match: a card's placeholder where it is one."""
-    def replace(m: re.Match) -> str:
-        digits = re.sub(r"\D", "", m.group())
+    def card(number: str) -> bool:
+        digits = re.sub(r"\D", "", number)
         # Written without a space or dash, a card has 13 to 16 digits; longer bare runs are ids and
         # times (an OTLP span's nanoseconds, in a quarantined raw line, pass Luhn one time in ten).
-        if 13 <= len(digits) <= (16 if digits == m.group() else 19) and issued(digits) and luhn(digits):
+        return 13 <= len(digits) <= (16 if digits == number else 19) and issued(digits) and luhn(digits)
+
+    def replace(m: re.Match) -> str:
+        if card(m.group()):
             return _counted(counts, "card", "<CARD>")
+        # The last short group may be the next number's (an expiry: 4111 1111 1111 1111 12/26).
+        if m["tail"] and card(m.group()[:m.start("tail") - m.start()]):
+            return _counted(counts, "card", "<CARD>") + m["tail"]
         return m.group()
 
     return replace
@@ -258,8 +303,9 @@ def _phone(counts: Counter):
 
 
 # Every character a card or phone number can hold. Their matches lie inside runs of these, and
-# their lookarounds look two characters out, which are never both in a run's set: so scrubbing each
-# run (with two characters on each side) is scrubbing the text, minus scanning all of it twice. The
+# their lookarounds look at most four characters out, past a first that is never in a run's set: so
+# scrubbing each run (with four characters on each side, too few to hold a match) is scrubbing the
+# text, minus scanning all of it twice. The
 # gate (nine digits close together somewhere) is made of those characters too, so it is asked of the
 # runs as well.
 _NUMBER_RUNS = re.compile(rf"[\d().+{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
@@ -276,11 +322,11 @@ def _numbers(text: str, counts: Counter) -> str:
 
 
 def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
-    """``pattern.sub(replace, text)``, scanning only the ``runs`` of ``text`` (and two characters around)."""
+    """``pattern.sub(replace, text)``, scanning only the ``runs`` of ``text`` (and four characters around)."""
     out, done = [], 0
     for run in runs:
         start, end = run.span()
-        a, b = max(start - 2, 0), min(end + 2, len(text))
+        a, b = max(start - 4, 0), min(end + 4, len(text))
         window = pattern.sub(replace, text[a:b])
         middle = window[start - a:len(window) - (b - end)]  # the characters around it never change
         if middle != run.group():
