@@ -141,11 +141,6 @@ _PAIR_STATED = re.compile(_PAIR, re.IGNORECASE)
 _LAST_BOX = re.compile(r"\\boxed\s*\{([^{}]*)\}(?!.*\\boxed)", re.DOTALL)
 
 
-# What says that an answer follows (####, =, a colon, "is", "are", "at"), and what may be around it.
-_STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
-_AROUND = " \t\n*_."
-
-
 def _pair_reward(completion: str, reference: re.Match) -> float | None:
     """:func:`math_reward` of an answer against a reference that is a time or a ratio (see above)."""
     box = _LAST_BOX.search(completion)
@@ -167,6 +162,11 @@ def _pair_reward(completion: str, reference: re.Match) -> float | None:
         (hour, which), other = ((h, half), h2) if half else ((h2, half2), h)
         return float(hour % 12 + 12 * (which == "p") == other if other > 12 else hour % 12 == other % 12)
     return float(h % 12 == h2 % 12)
+
+
+# What says that an answer follows (####, =, a colon, "is", "are", "at"), and what may be around it.
+_STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
+_AROUND = " \t\n*_."
 
 
 def math_reward(completion: str, reference: str) -> float | None:
