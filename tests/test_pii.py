@@ -235,6 +235,9 @@ def test_a_password_s_label_before_words_or_code_keeps_them(text):
     ("4111111111111111 12/26 123", "<CARD> 12/26 123"), ("Call us at 415-555-0132 24 hours a day", "Call us at <PHONE> 24 hours a day"),
     ("Tel. 030 12345678 9-17 Uhr", "Tel. <PHONE> 9-17 Uhr"), ("Tel: +44 20 7946 0958 2nd floor", "Tel: <PHONE> 2nd floor"),
     ("id,age,phone\n17,34,415-555-0132\nJane,415-555-0133,41", "id,age,phone\n17,34,<PHONE>\nJane,<PHONE>,41"),
+    ("Meine Telefonnummer ist 030/12345678", "Meine Telefonnummer ist <PHONE>"),
+    ("您好，我的手机号是13800138000，谢谢", "您好，我的手机号是<PHONE>，谢谢"), ("The answer is 13800138000.", "The answer is 13800138000."),
+    ("Звоните: 8 (916) 123-45-67 или 8-800-555-35-35.", "Звоните: <PHONE> или <PHONE>."),
     # an address in Chinese, Japanese or Korean text, which writes no space around it
     ("请发送邮件到我的邮箱zhangwei@163.com谢谢您的帮助", "请发送邮件到我的邮箱<EMAIL>谢谢您的帮助"),
     ("ご連絡はtanaka@example.jpまでお願いいたします", "ご連絡は<EMAIL>までお願いいたします"),

@@ -63,11 +63,13 @@ _SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
     _STARTS + "(?:"
     rf"\+\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"  # international, after a plus sign: 8 to 15 digits (E.164)
-    # A trunk 0 (030 12345678, 010-12345678, 06-12345678, 0171 1234567), an area code in ().
-    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}{_SEP})\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
+    # A trunk 0 (030 12345678, 010-12345678, 06-12345678, 0171 1234567, 030/12345678), an area code in ().
+    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}(?:{_SEP}|[{_SPACES}]?/[{_SPACES}]?))\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
+    rf"|8{_SEP}?(?:\(\d{{3}}\)|\d{{3}}){_SEP}?\d{{3}}{_SEP}\d{{2}}{_SEP}\d{{2}}"  # Russia's trunk 8: 8 (916) 123-45-67
     # North American: 415-555-0100, 1-800-555-0100, 1 (800) 555-0100.
     rf"|(?:1{_SEP}?)?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_SEP})[2-9]\d\d{_SEP}\d{{4}}"
     rf"|1[3-9]\d{_SEP}\d{{4}}{_SEP}\d{{4}}"  # a Chinese mobile: 138-0013-8000
+    rf"|(?<=[{_CJK}：])1[3-9]\d{{9}}"  # or bare, as Chinese text gives it (手机号是13800138000), not a math answer
     # An Indian mobile after its trunk 0, in spaces: bare, 98765 43210 is a pair of numbers as often
     # (60000-70000, ZIP codes), as a Spanish 612 34 56 78 is a list of them (its +34 is read above).
     rf"|0[6-9]\d{{4}}[{_SPACES}]\d{{5}}"
@@ -111,7 +113,7 @@ _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "g
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
                  "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY")
 _LABELLED_AT = re.compile(_LABELLED)
-_MANY_DIGITS = re.compile(rf"\d(?:[().+{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
+_MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
 # the case-blind labels at every character, the most of a suspect's scrubbing.
 SECRETS_GATE = "|".join([re.escape(h) for h in _SECRET_HINTS] + [_LABELLED])
@@ -308,7 +310,7 @@ def _phone(counts: Counter):
 # text, minus scanning all of it twice. The
 # gate (nine digits close together somewhere) is made of those characters too, so it is asked of the
 # runs as well.
-_NUMBER_RUNS = re.compile(rf"[\d().+{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
+_NUMBER_RUNS = re.compile(rf"[\d().+/{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
 _DIGIT = re.compile(r"\d")
 
 
