@@ -272,13 +272,17 @@ def test_code_and_lists_of_numbers_are_kept(text):
     ("ya29.a0AfH6SMBxKq1234567890abcdefgh", "<SECRET>"), ("dckr_pat_abcdefghij1234567890klmno", "<SECRET>"),
     ("Passwort: Sommer2024!", "Passwort: <SECRET>"), ("Mot de passe : Soleil2024!", "Mot de passe : <SECRET>"),
     ("密码：abc123456", "密码：<SECRET>"), ("Пароль: Moskva2024!", "Пароль: <SECRET>"),
-    ("password: Tr0ub4dor&3", "password: <SECRET>"),
+    ("password: Tr0ub4dor&3", "password: <SECRET>"), ("My password is Summer2024! please", "My password is <SECRET> please"),
+    ("curl -u admin:S3cr3tPass! https://ci.example.com", "curl -u admin:<SECRET> https://ci.example.com"),
+    ("mysql -u root -pS3cretPass123 mydb", "mysql -u root -p<SECRET> mydb"), ("sshpass -p 'Hunter2024!' ssh", "sshpass -p '<SECRET>' ssh"),
+    ("https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/send", "https://api.telegram.org/bot<SECRET>/send"),
 ])
 def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text, scrubbed):
     assert scrub(text) == scrubbed
 
 
 @pytest.mark.parametrize("text", ["max_tokens=1024", "Each token: a word piece", "password: ********", "sig=2",
+                                  "my password is incorrect", "docker run -u 1000:1000 img", "ssh -p 2222 host",
                                   "get_session_token_from_environment_variable()", "process.env.CLIENT_SECRET"])
 def test_counts_words_and_masks_after_a_label_are_kept(text):
     assert scrub(text) == text

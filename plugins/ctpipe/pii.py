@@ -89,13 +89,14 @@ _PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtw
 # Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
-_LABELLED = rf"(?i:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}"
+_LABELLED = rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}|(?:{_PASSWORDS}){_WHITE}+is\b)"
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[\w-]{20,}|npm_[A-Za-z0-9]{36}"
     r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,}|ya29\.[\w-]{20,}|dckr_pat_[\w-]{20,})"
-    r"|hooks\.slack\.com/services/[A-Za-z0-9/]+"
+    r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
+    r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
     rf"|(?i:{_KEY_LABELS})[\"']?\s*{_GIVES}\s*[\"']?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
@@ -104,14 +105,16 @@ _SECRET = re.compile(
     # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
     # digit or a symbol: words ("password: at least 8 characters"), code (password = input(),
     # os.environ['PW']) and a mask (********) are kept.
-    rf"|(?P<bare>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}[ \t]*)(?![$<{{%\"'])(?![*•]+(?![^\s\"',;]))"
+    rf"|(?P<bare>(?i:{_PASSWORDS})[\"']?(?:\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'])(?![*•]+(?![^\s\"',;]))"
     r"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]]|&(?!\w+=)){6,}"
+    # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password'.
+    r"|(?P<cli>(?:\s(?:-u|--user)\s+[^\s:]+:|\s-u\s*\S+\s+-p|\bsshpass\s+-p\s*)[\"']?)(?![$<{%])[^\s\"']{6,}"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
-                 "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY")
+                 "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY", "discord", "/bot", " -u", "--user", "sshpass")
 _LABELLED_AT = re.compile(_LABELLED)
 _MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
@@ -220,7 +223,7 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or "") + _counted(counts, "secret", "<SECRET>"), text)
+        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or m["cli"] or "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
@@ -295,9 +298,18 @@ def _card(counts: Counter):
     return replace
 
 
+# A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
+_LIST_GOES_ON = re.compile(rf"([{_SPACES}])\d+(?=\1\d|[{_SPACES}]*(?:[\n,;.)\]]|\Z))")
+
+
 def _phone(counts: Counter):
-    """The replacement of a :data:`_PHONE` match: a phone's placeholder where it has 9 to 15 digits."""
+    """The replacement of a :data:`_PHONE` match: a phone's placeholder where it has 9 to 15 digits,
+    and is not the start of a list that goes on in its own separator (04 15 23 42 08 16, a hex
+    dump's 00 11 22 33 44 55), where a number after another one (415-555-0132 24 hours) is not."""
     def replace(m: re.Match) -> str:
+        goes_on = _LIST_GOES_ON.match(m.string, m.end())
+        if goes_on and goes_on[1] in m.group():
+            return m.group()
         n = len(_DIGIT.findall(m.group()))
         return _counted(counts, "phone", "<PHONE>") if 9 <= n <= 15 else m.group()
 
