@@ -43,7 +43,7 @@ with DAG(
     },
 ):
 
-    @task
+    @task(multiple_outputs=False)  # one XCom of the dict, not one more a key
     def evaluate(params=None, triggering_asset_events=None, run_id=None) -> dict:
         from pathlib import Path
 
@@ -71,7 +71,7 @@ with DAG(
 
         return register_candidate(settings(), result)
 
-    @task(retries=0)  # a canary that failed has been rolled back; rerunning it is a decision for a person
+    @task(retries=0, multiple_outputs=False)  # a canary that failed has been rolled back; rerunning it is a decision for a person
     def deploy(version: str) -> dict:
         # The deployer decides whether the version reaches full traffic (locally: a canary through nginx).
         from dataclasses import asdict
@@ -81,7 +81,7 @@ with DAG(
         with fail_fast():
             return asdict(deployer_for(settings()).roll_out(version))
 
-    @task
+    @task(multiple_outputs=False)
     def keep_champion(result: dict) -> dict:
         from ctpipe.registry import Registry
 
@@ -89,7 +89,7 @@ with DAG(
         Registry(settings()).client.set_tag(result["mlflow_run_id"], "ctpipe.outcome", "champion kept")
         return {"champion_version": result["champion_version"], "reason": result["reason"]}
 
-    @task(outlets=[EVALUATION], trigger_rule="none_failed_min_one_success")
+    @task(outlets=[EVALUATION], trigger_rule="none_failed_min_one_success", multiple_outputs=False)
     def record(result: dict, ti=None, outlet_events=None) -> dict:
         # One event per evaluation, whichever branch ran: the lineage the UI shows.
         from ctpipe.pipeline import evaluation_record

@@ -32,7 +32,7 @@ with DAG(
     },
 ):
 
-    @task
+    @task(multiple_outputs=False)  # one XCom of the dict, not one more a key
     def restore(params=None) -> dict:
         from dataclasses import asdict
 

@@ -29,6 +29,8 @@ materializer where it is: nothing more is published.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
 
@@ -52,21 +54,23 @@ with DAG(
     **common("data", retries=2, doc_md=__doc__),
 ):
 
-    # An inlet too: a run reads the asset's events to tell whether its own earlier try's was recorded.
-    @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET])
+    # An inlet too: a run reads the asset's events to tell whether the run that marked a version announced it.
+    @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET], multiple_outputs=False)  # one XCom of the dict
     def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None, dag_run=None,
                     inlet_events=None, outlet_events=None) -> dict:
         from ctpipe.errors import NothingToPublish, sigterm_interrupts
         from ctpipe.pipeline import interval_to_build, materialize_interval
 
-        def in_airflow(version: str) -> bool:  # the run's events come after it is due, not the asset's history
-            return any(e.source_run_id == run_id and (e.extra or {}).get("version") == version
-                       for e in inlet_events[TRAINING_DATASET].after(dag_run.run_after))
+        def in_airflow(version: str, by: str, marked_at: datetime | None) -> bool:
+            # Its event comes after the mark (a minute's leeway for clocks), not the asset's whole history.
+            since = marked_at - timedelta(minutes=1) if marked_at else dag_run.run_after
+            return any(e.source_run_id == by and (e.extra or {}).get("version") == version
+                       for e in inlet_events[TRAINING_DATASET].after(since))
 
         with fail_fast():  # a bad interval will not mend on retry
             start, end = interval_to_build(dict(params or {}), data_interval_start, data_interval_end)
-        try:
-            with sigterm_interrupts():  # marked failed, or its run stopped: nothing published
+        try:  # marked failed, or its run stopped: nothing published; a missing source fails at once
+            with sigterm_interrupts(), fail_fast():
                 extra = materialize_interval(settings(), start, end, run_id, in_airflow)
         except NothingToPublish as e:  # the skip's reason, in the task's log and the run's tab
             skip(f"nothing to publish: {e}")

@@ -52,7 +52,7 @@ with DAG(
     },
 ):
 
-    @task
+    @task(multiple_outputs=False)  # one XCom of the dict, not one more a key
     def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
         from ctpipe.pipeline import prepare_training
 
@@ -60,7 +60,7 @@ with DAG(
         with fail_fast():  # in the order announced: Airflow gives them in none
             return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
 
-    @task(outlets=[CHECKPOINT])
+    @task(outlets=[CHECKPOINT], multiple_outputs=False)
     def publish(job: dict, outlet_events=None, run_id=None) -> dict:
         from ctpipe.pipeline import publish_checkpoint, record_training
 

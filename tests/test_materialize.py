@@ -292,7 +292,7 @@ def test_an_interval_with_no_trace_says_what_was_read(tmp_path, monkeypatch, cap
     (src / "notes.txt").write_text("not traces")
     m = run(src, tmp_path / "out", dataset=DatasetConfig(workers=workers))
     assert isinstance(m, mat.NoTraces) and not list((tmp_path / "out").rglob("manifest.json"))
-    why = [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}): 2 files read, 1 not read",
+    why = [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}) in {src}: 2 files read, 1 not read",
            "4 records of other times read (ctpipe, openai), started from 2026-11-22T09:33:20+00:00 to "
            "2026-11-22T15:00:02+00:00"]
     assert m.lines(DatasetConfig())[:2] == why and m.lines(DatasetConfig())[2].startswith(f"{src}/notes.txt: not read: ")
@@ -467,14 +467,28 @@ def test_log_events_of_a_cloudwatch_subscription_are_read_as_their_messages(tmp_
     assert accounted(m) and m.counts["traces"] == 5 and m.source["formats"] == {"bedrock": 4, "openai": 2}
 
 
+def test_an_interval_with_no_trace_names_some_of_thousands_of_files_not_read(tmp_path):
+    """The reason is a skip's, which Airflow keeps as an XCom and the run's tab shows: 3,000 files not
+    read made it 879 KB."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"blob-{i:02d}").write_bytes(b"\x00\x01binary")
+    m = run(src, tmp_path / "out")
+    said = m.lines(DatasetConfig())
+    assert said[0].endswith(f"in {src}: 0 files read, 30 not read") and len(said) == 1 + mat._SAID_FILES + 1
+    assert said[-1] == "and 10 more files not read (ctpipe materialize --json lists them all)"
+    assert len(m.skipped_files) == 30
+
+
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):
     with pytest.raises(sources.SourceError, match="does not exist"):
         run(tmp_path / "nope", tmp_path / "out")
     (tmp_path / "empty.jsonl").write_text("")
     empty = run(tmp_path / "empty.jsonl", tmp_path / "out")
     assert isinstance(empty, mat.NoTraces) and empty.files == 1 and empty.outside_interval == 0
-    assert empty.lines(DatasetConfig()) == [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}): "
-                                           "1 file read"]
+    assert empty.lines(DatasetConfig()) == [f"no trace started in [{T0.isoformat()}, {(T0 + HOUR).isoformat()}) in "
+                                           f"{tmp_path / 'empty.jsonl'}: 1 file read"]
     assert not list((tmp_path / "out").rglob("manifest.json"))
     assert main(["materialize", "--source", str(tmp_path / "nope"), "--start", T0.isoformat(),
                  "--end", (T0 + HOUR).isoformat()]) == 1

@@ -91,8 +91,39 @@ def test_a_version_a_run_announced_is_not_announced_again(settings):
     # The same run again: cleared (Airflow holds its event), or a retry of a try that died after the
     # mark, before Airflow recorded its event: announced again, or train would never hear of it.
     with pytest.raises(NothingToPublish, match="announced before, by this run \\(cleared since\\)"):
-        materialize_interval(settings, *hour, "scheduled__1", lambda version: version == first["version"])
-    assert materialize_interval(settings, *hour, "scheduled__1", lambda version: False) == first
+        materialize_interval(settings, *hour, "scheduled__1", lambda version, by, at: version == first["version"])
+    assert materialize_interval(settings, *hour, "scheduled__1", lambda version, by, at: False) == first
+
+
+def test_a_mark_of_another_run_that_airflow_holds_no_event_of_is_announced_once_it_is_old(settings, monkeypatch):
+    """A run marked the version, then died before Airflow recorded its event: a later run (a backfill,
+    a manual one) announces it, once the run that marked it can no longer be on its way to Airflow."""
+    from datetime import timedelta
+
+    from ctpipe import pipeline
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    hour = (T0, T0 + timedelta(hours=1))
+    first = materialize_interval(settings, *hour, "manual__killed")
+    asked = []
+
+    def no_event(version, by, at):
+        asked.append((version, by))
+        return False
+
+    with pytest.raises(NothingToPublish, match="announced before, by run manual__killed"):
+        materialize_interval(settings, *hour, "backfill__1", no_event)  # the mark is fresh: it may be on its way
+    assert asked == []
+    monkeypatch.setattr(pipeline, "_EVENT_RECORDED", timedelta(0))
+    with pytest.raises(NothingToPublish, match="announced before, by run manual__killed"):
+        materialize_interval(settings, *hour, "backfill__1", lambda version, by, at: by == "manual__killed")
+    assert materialize_interval(settings, *hour, "backfill__1", no_event) == first
+    assert asked == [(first["version"], "manual__killed")]
+    with pytest.raises(NothingToPublish, match="announced before, by this run \\(cleared since\\)"):
+        materialize_interval(settings, *hour, "backfill__1", lambda version, by, at: by == "backfill__1")
 
 
 def test_a_version_of_its_quarantine_alone_is_not_announced_nor_the_latest(settings):

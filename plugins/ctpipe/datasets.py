@@ -502,11 +502,15 @@ class Output:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
 
-    def announced_by(self, version: str) -> str | None:
-        """The trace_to_dataset run that announced ``version`` (its asset event on which train runs), if any."""
+    def announced_by(self, version: str) -> tuple[str, datetime | None] | None:
+        """(the trace_to_dataset run that announced ``version``, its asset event on which train runs;
+        when it marked it, unknown for a mark written before marks said), if any."""
         path = f"{self.root}/_announced/{version}"
-        return self._read(path) if self.fs.exists(path) else None
+        if not self.fs.exists(path):
+            return None
+        run, _, at = self._read(path).partition("\n")
+        return run, datetime.fromisoformat(at) if at else None
 
     def mark_announced(self, version: str, run_id: str) -> None:
         self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
-        self.write_text(f"{self.root}/_announced/{version}", run_id + "\n")
+        self.write_text(f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n")

@@ -9,7 +9,10 @@ from contextlib import contextmanager
 
 
 class PipelineError(RuntimeError):
-    """A failure caused by input or configuration, not by a bug or a flaky dependency."""
+    """A failure caused by input or configuration, not by a bug or a flaky dependency: a retry will not
+    mend it, unless ``retried`` says it may (a source that changed while it was read)."""
+
+    retried = False
 
 
 class NothingToPublish(PipelineError):

@@ -2030,7 +2030,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
-            return NoTraces((start.isoformat(), end.isoformat()), len(files), dict(sorted((+found_formats).items())),
+            return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files), dict(sorted((+found_formats).items())),
                             counts["outside_interval"], outside_span and tuple(map(_iso, outside_span)), skipped,
                             misplaced_report, unjoined_report)
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
@@ -2092,7 +2092,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             quarantine_reasons=dict(sorted(reasons.items())),
             reward_stats=stats.summary(),
             scrubbed=dict(sorted(found_pii.items())),
-            source={"uri": os.path.abspath(source) if "://" not in str(source) else source,  # a local one absolute
+            source={"uri": _shown(source),
                     "files": len(files), "formats": dict(sorted((+found_formats).items())),
                     "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
                     "unjoined": unjoined_report,
@@ -2127,12 +2127,16 @@ _UNJOINED_WORDS = {
 }
 
 
+_SAID_FILES = 20  # files not read that an interval with no trace names
+
+
 @dataclass(frozen=True)
 class NoTraces:
     """What a run that found no trace of its interval read: enough to say why, where a version's
     manifest would (its fields are named as the manifest's ``source`` fields and counts that hold them)."""
 
     interval: tuple[str, str]
+    source: str
     files: int  # read
     formats: dict[str, int]  # records read, all of other intervals, by format
     outside_interval: int
@@ -2143,13 +2147,21 @@ class NoTraces:
 
     def lines(self, dataset: DatasetConfig) -> list[str]:
         """Why, in words: the first line says it all when there was nothing to read."""
-        out = [f"no trace started in [{self.interval[0]}, {self.interval[1]}): {_files(self.files)} read"
-               + (f", {len(self.skipped_files)} not read" if self.skipped_files else "")]
+        out = [f"no trace started in [{self.interval[0]}, {self.interval[1]}) in {self.source}: "
+               f"{_files(self.files)} read" + (f", {len(self.skipped_files)} not read" if self.skipped_files else "")]
         if self.outside_interval:
             out.append(f"{self.outside_interval} records of other times read ({', '.join(self.formats)}), started "
                        f"from {self.outside_span[0]} to {self.outside_span[1]}")
-        return (out + [f"{f}: not read: {why}" for f, why in self.skipped_files.items()]
-                + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined))
+        # A skip's reason, which Airflow keeps and the run's tab shows: some files, not thousands.
+        skipped = [f"{f}: not read: {why}" for f, why in itertools.islice(self.skipped_files.items(), _SAID_FILES)]
+        if len(self.skipped_files) > _SAID_FILES:
+            skipped.append(f"and {len(self.skipped_files) - _SAID_FILES} more files not read "
+                           "(ctpipe materialize --json lists them all)")
+        return out + skipped + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined)
+
+
+def _shown(source: str) -> str:
+    return os.path.abspath(source) if "://" not in str(source) else source  # a local one absolute
 
 
 def _files(n: int) -> str:

@@ -12,7 +12,7 @@ import logging
 import re
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,12 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
     return start, end
 
 
+# How long after its mark a run's asset event is surely recorded (the task returns right after it).
+_EVENT_RECORDED = timedelta(minutes=5)
+
+
 def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: str | None = None,
-                         in_airflow: Callable[[str], bool] | None = None) -> dict:
+                         in_airflow: Callable[[str, str, datetime | None], bool] | None = None) -> dict:
     """Publish the interval's dataset version (its asset event's extra); NothingToPublish, saying
     what was read, when no trace arrived in it, or, for a run (``run_id``), when a run announced the
     version before: a re-run (a cleared run, a backfill that reprocesses) finds it again, and its
@@ -84,8 +88,10 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
 
     The mark is the last thing written before the task returns, so that a run that died after
     publishing announces the version on its retry. One that died after the mark, before Airflow
-    recorded its event, left a mark of its own run: ``in_airflow(version)`` tells whether Airflow has
-    that run's event, and without one the version is announced again, or train would never hear of it."""
+    recorded its event, left a mark all the same: ``in_airflow(version, run, marked_at)`` tells
+    whether Airflow has that run's event, and without one the version is announced again, or train
+    would never hear of it; by this run's retry at once, by another run once the mark is older than
+    :data:`_EVENT_RECORDED` (until then, the run that marked it may still be on its way to Airflow)."""
     from ctpipe.materialize import NoTraces, materialize
 
     if s.trace_source is None:
@@ -96,15 +102,16 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     if isinstance(manifest, NoTraces):
         raise NothingToPublish("; ".join(manifest.lines(s.dataset)))
     store = datasets.Output(s.datasets_uri)
-    if run_id and (by := store.announced_by(manifest.version)):
-        if by != run_id:
-            raise NothingToPublish(f"version {manifest.version} was published and announced before, by run {by}: "
-                                   "nothing new to train on")
-        if in_airflow is None or in_airflow(manifest.version):
-            raise NothingToPublish(f"version {manifest.version} was published and announced before, by this run "
-                                   "(cleared since): nothing new to train on")
-        log.warning("version %s was marked announced by an earlier try of this run, but Airflow holds no event of "
-                    "it (the try ended before Airflow recorded it): announced now", manifest.version)
+    if run_id and (mark := store.announced_by(manifest.version)):
+        by, at = mark
+        recent = by != run_id and (at is None or datetime.now(timezone.utc) - at < _EVENT_RECORDED)
+        if in_airflow is None or recent or in_airflow(manifest.version, by, at):
+            raise NothingToPublish(f"version {manifest.version} was published and announced before, by "
+                                   + ("this run (cleared since)" if by == run_id else f"run {by}")
+                                   + ": nothing new to train on")
+        log.warning("version %s was marked announced by %s, but Airflow holds no event of it (the try ended before "
+                    "Airflow recorded it): announced now", manifest.version,
+                    "an earlier try of this run" if by == run_id else f"run {by}")
     c = manifest.counts
     log.info(
         "dataset %s: %d traces in = %d rows + %d quarantined %s; %d records of other times; %d GRPO prompts, "

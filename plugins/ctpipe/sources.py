@@ -132,6 +132,13 @@ class SourceError(PipelineError):
     pass
 
 
+class SourceChanged(SourceError):
+    """A file read before could not be read again as it was (it changed, or its store failed for a
+    moment): a retry reads the source anew."""
+
+    retried = True
+
+
 # A quarantined record's raw text is published cut to RAW_CHARS characters. Until it is scrubbed, it
 # is kept a little longer, so that an e-mail address, a number or a token the cut splits is scrubbed
 # whole, not left in part ("+1 415-555-01").
@@ -221,9 +228,9 @@ class Block:
                 self.fs.invalidate_cache(self.file)  # what the store says now, not what a listing said
                 changed = len(data) != self.size or _version(self.fs.info(self.file)) != self.version
         except Exception as e:  # noqa: BLE001 - OSError locally; each object store raises its own types
-            raise SourceError(f"{self.file} could not be read again: {type(e).__name__}: {e}") from None
+            raise SourceChanged(f"{self.file} could not be read again: {type(e).__name__}: {e}") from None
         if changed:
-            raise SourceError(f"{self.file} changed while it was read")
+            raise SourceChanged(f"{self.file} changed while it was read")
         if self.exports:
             data = b"\n".join(_an_export_of(prefix, data[lo:hi]) for prefix, lo, hi in self.exports)
         return replace(self, data=data, size=0, exports=())
@@ -242,7 +249,7 @@ class Block:
                     block = replace(self, data=f.read(), spilled=None)
             os.remove(self.spilled)  # read once, by the one process that takes the block
         except OSError as e:
-            raise SourceError(f"{self.file}: a block read from it earlier could not be read back: {e}") from None
+            raise SourceChanged(f"{self.file}: a block read from it earlier could not be read back: {e}") from None
         return block
 
     @property

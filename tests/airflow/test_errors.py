@@ -29,3 +29,20 @@ def test_a_skip_says_why_without_the_error_it_stands_for():
         except NothingToPublish as found:
             skip(f"nothing to publish: {found}")
     assert e.value.__suppress_context__
+
+
+def test_a_source_that_changed_while_read_is_retried_and_nothing_to_publish_passes():
+    """A missing source or an unwritable store fails the materializer's task at once, saying why; a
+    source that changed while it was read may read right on a retry; an empty interval is a skip."""
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.sources import SourceChanged, SourceError
+
+    with pytest.raises(AirflowFailException, match="does not exist"):
+        with fail_fast():
+            raise SourceError("source '/data/traces' does not exist")
+    with pytest.raises(SourceChanged):
+        with fail_fast():
+            raise SourceChanged("a.jsonl changed while it was read")
+    with pytest.raises(NothingToPublish):
+        with fail_fast():
+            raise NothingToPublish("no traces")

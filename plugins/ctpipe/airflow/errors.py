@@ -9,7 +9,7 @@ from typing import NoReturn
 from airflow.sdk import get_current_context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ctpipe.errors import PipelineError
+from ctpipe.errors import NothingToPublish, PipelineError
 
 # The XCom of a task that failed on bad input or had nothing to do, saying why: a run that is in no
 # cycle has its Continuous training tab show it, where otherwise only the task's log would.
@@ -18,11 +18,16 @@ WHY = "why"
 
 @contextmanager
 def fail_fast() -> Iterator[None]:
-    """A bad param or missing input will not fix itself on retry: fail the task now, with the message."""
+    """A bad param or missing input will not fix itself on retry: fail the task now, with the message
+    (one that says a retry may mend it is retried). Nothing to publish is no failure: it passes."""
     try:
         yield
+    except NothingToPublish:
+        raise
     except PipelineError as e:
         _keep_why(str(e))
+        if e.retried:
+            raise
         raise AirflowFailException(str(e)) from None
 
 
