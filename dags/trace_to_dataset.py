@@ -22,8 +22,9 @@ train twice on the same data. Backfills work like any data-interval DAG's. A
 manual run builds its data interval, or the interval given as `start` and `end`
 in the trigger form (both, with a timezone), which a manual-only schedule needs.
 With `dataset.arrival_lag` set (traces reach the source late: a log shipper
-buffers them), a run first waits that long after its interval's end, deferred
-to the triggerer. Marking the task failed, or stopping its run, stops the
+buffers them), a run first waits that long after the end of the interval it
+builds (the trigger form's too), deferred to the triggerer. An interval that
+has not ended is not built: its traces are not all in. Marking the task failed, or stopping its run, stops the
 materializer where it is: nothing more is published.
 """
 
@@ -31,13 +32,21 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
 from airflow.sdk import DAG, CronDataIntervalTimetable, Param, task
 
 from ctpipe.airflow.dag_args import common
 from ctpipe.airflow.errors import fail_fast, skip
 from ctpipe.assets import TRAINING_DATASET
 from ctpipe.config import settings
+
+
+def _ready_at(params, data_interval_end) -> str:
+    """The time the wait for late traces ends at: the end of the interval the run builds (the trigger
+    form's, when given, not the run's) and the arrival lag."""
+    from ctpipe.pipeline import ready_at
+
+    return ready_at(params, data_interval_end, settings().dataset.arrival_lag)
 
 
 def _bound(name: str) -> Param:
@@ -51,6 +60,7 @@ with DAG(
     # A data-interval timetable: each run covers [previous tick, this tick), not a zero-length instant.
     schedule=CronDataIntervalTimetable(settings().trace_schedule, timezone="UTC") if settings().trace_schedule else None,
     params={"start": _bound("start"), "end": _bound("end")},
+    user_defined_macros={"ready_at": _ready_at},
     **common("data", retries=2, doc_md=__doc__),
 ):
 
@@ -78,5 +88,5 @@ with DAG(
         return extra
 
     made = materialize()
-    if lag := settings().dataset.arrival_lag:  # the interval's traces are still arriving until then
-        TimeDeltaSensor(task_id="wait_for_late_traces", delta=lag, deferrable=True) >> made
+    if settings().dataset.arrival_lag:  # the interval's traces are still arriving until its end and the lag
+        DateTimeSensorAsync(task_id="wait_for_late_traces", target_time="{{ ready_at(params, data_interval_end) }}") >> made

@@ -70,6 +70,22 @@ def test_the_form_s_interval_comes_before_the_run_s():
         datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 20, 1, tzinfo=timezone.utc))
 
 
+def test_an_interval_that_has_not_ended_is_not_built(settings):
+    """Its traces are still coming: a version of part of them, announced, would be the interval's for good."""
+    from datetime import datetime, timedelta, timezone
+
+    from ctpipe.cli import main
+    from ctpipe.errors import PipelineError
+    from ctpipe.pipeline import interval_to_build
+
+    now = datetime.now(timezone.utc)
+    with pytest.raises(PipelineError, match="end=.* has not come yet .*: the interval's traces are not all in"):
+        interval_to_build({"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(minutes=5)).isoformat()},
+                          None, None)
+    with pytest.raises(SystemExit):
+        main(["materialize", "--start", now.isoformat(), "--end", (now + timedelta(hours=1)).isoformat()])
+
+
 def test_a_version_a_run_announced_is_not_announced_again(settings):
     """A cleared run, or a backfill that reprocesses, finds the version again: its asset event would
     start another training on the same data. A run that published and died before announcing

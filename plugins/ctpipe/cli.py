@@ -261,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="a KServe InferenceService (canaryTrafficPercent) instead of Deployments and an HTTPRoute")
     p.set_defaults(fn=cmd_k8s_serving)
     args = parser.parse_args(argv)
-    if args.command == "materialize" and args.end <= args.start:
-        parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
+    if args.command == "materialize":
+        from ctpipe.pipeline import unfinished
+
+        if args.end <= args.start:
+            parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
+        if why := unfinished(args.end):
+            parser.error(f"--end {why}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with sigterm_interrupts():  # the command cleans up after itself and says so

@@ -377,8 +377,13 @@ class Staging:
 
 
 def version_name(start: datetime, end: datetime, digest: str) -> str:
-    """A version's name: its interval (UTC) and the start of the digest of what makes it."""
-    return f"{start:%Y%m%dT%H%M%S}-{end:%Y%m%dT%H%M%S}-{digest[:10]}"
+    """A version's name: its interval (UTC) and the start of the digest of what makes it. Years of four
+    digits, 0999 too (strftime's %Y writes 999), so that names sort as their intervals do."""
+    return f"{_stamp(start)}-{_stamp(end)}-{digest[:10]}"
+
+
+def _stamp(t: datetime) -> str:
+    return f"{t.year:04d}{t:%m%dT%H%M%S}"
 
 
 def _interval_of(version: str) -> tuple[str, str]:

@@ -72,7 +72,30 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
                             + ("" if names[0] == "start" else ": a run of a manual-only trace_to_dataset (no "
                                "trace_schedule) has a data interval of no length; give start and end in the "
                                "trigger form"))
+    if why := unfinished(end):
+        raise PipelineError(f"{names[1]}={why}")
     return start, end
+
+
+def unfinished(end: datetime) -> str | None:
+    """Why an interval that ends at ``end`` cannot be built yet, if it cannot: its traces are still
+    coming (and a version of part of them, announced, would be the interval's for good)."""
+    now = datetime.now(timezone.utc)
+    if end <= now:
+        return None
+    return (f"{end.isoformat()} has not come yet (it is {now.isoformat(timespec='seconds')}): the interval's "
+            "traces are not all in; build it once it has passed")
+
+
+def ready_at(params: dict[str, Any] | None, data_interval_end: datetime | None, lag: timedelta) -> str:
+    """When a trace_to_dataset run's interval is all in: its end (the trigger form's, when given) and
+    the arrival lag after it; now, when the form gives no end it can read (materialize says why)."""
+    given = (params or {}).get("end")
+    try:
+        end = aware_time(str(given)) if given else data_interval_end
+    except ValueError:
+        end = None
+    return (end + lag if end else datetime.now(timezone.utc)).isoformat()
 
 
 # How long after its mark a run's asset event is surely recorded (the task returns right after it).

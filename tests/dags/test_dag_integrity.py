@@ -115,11 +115,16 @@ def test_the_rollback_form_asks_for_a_version_number(dagbag):
 
 def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
     assert [t.task_id for t in dagbag.dags["trace_to_dataset"].tasks] == ["materialize"]  # no lag: no wait
+    # It waits past the end of the interval the run builds: the trigger form's, when it gives one.
+    ready_at = "t.dag.user_defined_macros['ready_at']"
     printed = _task_in_other_settings(
         "trace_to_dataset", "wait_for_late_traces",
-        "type(t).__name__, t.delta, t.deferrable, t.retries, sorted(t.downstream_task_ids)",
+        f"type(t).__name__, t.target_time, t.retries, sorted(t.downstream_task_ids), "
+        f"{ready_at}({{'end': '2026-11-22T11:00:00+00:00'}}, None), "
+        f"{ready_at}({{}}, __import__('datetime').datetime.fromisoformat('2026-11-29T21:00:00+00:00'))",
         CTPIPE_DATASET__ARRIVAL_LAG="PT15M")
-    assert printed == "TimeDeltaSensor 0:15:00 True 2 ['materialize']"
+    assert printed == ("DateTimeSensorAsync {{ ready_at(params, data_interval_end) }} 2 ['materialize'] "
+                       "2026-11-22T11:15:00+00:00 2026-11-29T21:15:00+00:00")
 
 
 def test_an_interval_with_no_trace_is_skipped_saying_what_was_read(dagbag, tmp_path, monkeypatch):
