@@ -142,6 +142,22 @@ def test_a_mark_of_another_run_that_airflow_holds_no_event_of_is_announced_once_
         materialize_interval(settings, *hour, "backfill__1", lambda version, by, at: by == "backfill__1")
 
 
+def test_a_version_with_no_rows_of_trains_algorithm_is_not_announced(settings):
+    """Rows, but not one DPO pair (one answer to each prompt): train, on its event, failed in prepare."""
+    from datetime import timedelta
+
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    dpo = settings.model_copy(update={"train": settings.train.model_copy(update={"algorithm": "dpo"})})
+    with pytest.raises(NothingToPublish, match=r"holds 1 rows but no dpo rows \(train.algorithm='dpo': 1 GRPO prompts, "
+                                               r"0 DPO pairs\): published, not announced"):
+        materialize_interval(dpo, T0, T0 + timedelta(hours=1), "scheduled__1")
+    assert materialize_interval(settings, T0, T0 + timedelta(hours=1), "scheduled__2")["version"]  # grpo: its prompt
+
+
 def test_a_version_of_its_quarantine_alone_is_not_announced_nor_the_latest(settings):
     """An hour of bad lines alone: its version is published (the quarantine is kept), but its event
     would start a training that can only fail, and readers of the latest would find no rows."""

@@ -148,6 +148,11 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     if not c["traces"]:  # its event would start a training that can only fail
         raise NothingToPublish(f"version {manifest.version} holds no rows, only its quarantine ({c['quarantined']} "
                                f"items: {manifest.quarantine_reasons}): published, not announced, nothing to train on")
+    algorithm = s.train.algorithm
+    if not manifest.files[table_of(algorithm)]["rows"]:  # nor one of no rows train's algorithm takes
+        raise NothingToPublish(f"version {manifest.version} holds {c['traces']} rows but no {table_of(algorithm)} rows "
+                               f"(train.algorithm={algorithm!r}: {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} "
+                               "DPO pairs): published, not announced, nothing to train on")
     if run_id:
         store.mark_announced(manifest.version, run_id)
     return manifest.asset_extra()
