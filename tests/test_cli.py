@@ -118,3 +118,30 @@ def test_sigterm_interrupts_the_work_within_and_only_there():
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)  # interrupted at once
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_up_stops_the_airflow_it_started_when_ray_does_not_start(monkeypatch, tmp_path, capsys):
+    """It left Airflow running, its pid file in place, and printed Ray's traceback."""
+    from ctpipe import airflow_local, raycluster
+
+    calls = []
+
+    class Airflow:
+        def __init__(self, settings):
+            pass
+
+        def start(self):
+            calls.append("start")
+
+        def stop(self):
+            calls.append("stop")
+            return True
+
+    def no_ray(settings):
+        raise RuntimeError("`ray start --head` failed (1): port 6380 is taken")
+
+    monkeypatch.setenv("CTPIPE_HOME", str(tmp_path))
+    monkeypatch.setattr(airflow_local, "LocalAirflow", Airflow)
+    monkeypatch.setattr(raycluster, "ensure_local_head", no_ray)
+    assert main(["up"]) == 1
+    assert calls == ["start", "stop"] and "ray start --head` failed" in capsys.readouterr().err

@@ -88,3 +88,10 @@ def test_each_algorithm_has_its_own_learning_rate_unless_one_is_set(monkeypatch)
         Settings(train={"learning_rates": {"grpo": 1e-3}})
     with pytest.raises(ValidationError, match="every rate must be in"):
         Settings(train={"learning_rates": {"grpo": 2, "dpo": 1e-5, "sft": 1e-4}})
+
+
+@pytest.mark.parametrize("variable", ["CTPIPE_RAY_PORT", "CTPIPE_RAY_DASHBOARD_PORT", "CTPIPE_RAY_AGENT_PORT"])
+def test_a_ray_port_among_the_ports_ray_gives_its_workers_fails_naming_it(monkeypatch, variable):
+    monkeypatch.setenv(variable, "16380")
+    with pytest.raises(ValidationError, match=r"=16380 lies in the ports Ray gives its workers \(10002 to 19999\)"):
+        Settings()

@@ -61,7 +61,11 @@ def cmd_up(args) -> int:
     s = _settings()
     af = LocalAirflow(s)
     af.start()
-    print(f"Ray dashboard {raycluster.ensure_local_head(s)}")
+    try:
+        print(f"Ray dashboard {raycluster.ensure_local_head(s)}")
+    except BaseException:  # not half up: the Airflow just started goes too
+        af.stop()
+        raise
     af.wait_ready()
     print(f"Airflow UI {af.url} (user admin, password in {af.client.password_file})")
     return 0

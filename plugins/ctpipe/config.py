@@ -399,6 +399,9 @@ class CanaryConfig(_Section):
         return v
 
 
+RAY_WORKER_PORTS = (10002, 19999)  # `ray start`'s --min-worker-port and --max-worker-port defaults
+
+
 class Settings(BaseSettings):
     """Process-wide settings of one ctpipe installation."""
 
@@ -459,6 +462,16 @@ class Settings(BaseSettings):
                 name.upper(), known, n=1, cutoff=0.8)) else "") for name in unknown]
             raise ValueError(f"environment variables that name no setting: {', '.join(said)}")
         return data
+
+    @field_validator("ray_port", "ray_dashboard_port", "ray_agent_port")
+    @classmethod
+    def _outside_rays_worker_ports(cls, port: int, info) -> int:
+        """`ray start` gives its workers the ports 10002 to 19999: a head's port among them fails it, and
+        ``ctpipe up`` then stopped halfway."""
+        if RAY_WORKER_PORTS[0] <= port <= RAY_WORKER_PORTS[1]:
+            raise ValueError(f"{info.field_name}={port} lies in the ports Ray gives its workers "
+                             f"({RAY_WORKER_PORTS[0]} to {RAY_WORKER_PORTS[1]}): choose one outside them")
+        return port
 
     @property
     def traces_dir(self) -> Path:
