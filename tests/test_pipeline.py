@@ -59,12 +59,15 @@ def test_an_interval_to_build_that_is_none_is_named(params, start, end, said):
 def test_the_form_s_interval_comes_before_the_run_s():
     from datetime import datetime, timezone
 
+    from ctpipe.errors import PipelineError
     from ctpipe.pipeline import interval_to_build
 
     run = (datetime(2026, 11, 22, 10, tzinfo=timezone.utc), datetime(2026, 11, 22, 11, tzinfo=timezone.utc))
     assert interval_to_build({"start": None, "end": ""}, *run) == run
     assert interval_to_build({"start": "2026-11-20T00:00:00Z", "end": "2026-11-21T00:00:00+01:00"}, *run) == (
         datetime(2026, 11, 20, tzinfo=timezone.utc), datetime.fromisoformat("2026-11-21T00:00:00+01:00"))
+    with pytest.raises(PipelineError, match="start='2026-11-22T10:00:00.1234567\\+00:00' is more precise than a micro"):
+        interval_to_build({"start": "2026-11-22T10:00:00.1234567+00:00", "end": "2026-11-22T11:00:00+00:00"}, *run)
     # RFC 3339's lower case "t" and "z", which the form's date-time check takes
     assert interval_to_build({"start": "2026-11-20t00:00:00z", "end": "2026-11-20t01:00:00z"}, *run) == (
         datetime(2026, 11, 20, tzinfo=timezone.utc), datetime(2026, 11, 20, 1, tzinfo=timezone.utc))

@@ -38,6 +38,8 @@ def aware_time(text: str) -> datetime:
         raise ValueError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-22T10:00:00+00:00)") from None
     if t.tzinfo is None:
         raise ValueError(f"{text!r} has no timezone (e.g. 2026-11-22T10:00:00+00:00)")
+    if re.search(r"[.,]\d{7}", text):  # read cut to microseconds: an error would then quote other times
+        raise ValueError(f"{text!r} is more precise than a microsecond, which an interval's bounds are kept to")
     try:
         t.astimezone(timezone.utc)
     except OverflowError:  # 9999-12-31T20:00-05:00 is in year 10000 in UTC
