@@ -145,6 +145,29 @@ def test_a_mark_of_another_run_that_airflow_holds_no_event_of_is_announced_once_
         materialize_interval(settings, *hour, "backfill__1", lambda version, by, at: by == "backfill__1")
 
 
+def test_a_new_code_version_that_changes_no_table_announces_nothing_new(settings, monkeypatch):
+    """Upgraded, a run builds the interval again as another version (its name holds the code's
+    version): its event would start another training on the same bytes."""
+    from datetime import timedelta
+
+    from ctpipe import datasets
+    from ctpipe import materialize as mat
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    hour = (T0, T0 + timedelta(hours=1))
+    first = materialize_interval(settings, *hour, "scheduled__1")
+    for module in (mat, datasets):
+        monkeypatch.setattr(module, "CODE_VERSION", "upgraded")
+    with pytest.raises(NothingToPublish, match=f"holds the same tables as version {first['version']}, announced by "
+                                               "run scheduled__1"):
+        materialize_interval(settings, *hour, "backfill__1")
+    write_traces(settings.traces_dir, [trace(2)])  # a late trace: other tables
+    assert materialize_interval(settings, *hour, "backfill__2")["version"] != first["version"]
+
+
 def test_a_version_with_no_rows_of_trains_algorithm_is_not_announced(settings):
     """Rows, but not one DPO pair (one answer to each prompt): train, on its event, failed in prepare."""
     from datetime import timedelta

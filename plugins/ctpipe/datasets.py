@@ -516,6 +516,12 @@ class Output:
         run, _, at = self._read(path).partition("\n")
         return run, datetime.fromisoformat(at) if at else None
 
+    def announced_alike(self, version: str) -> list[str]:
+        """The other versions of ``version``'s interval announced (of another code version, or config)."""
+        interval = version.rsplit("-", 1)[0]
+        found = self.fs.glob(f"{self.root}/_announced/{interval}-*")
+        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
+
     def mark_announced(self, version: str, run_id: str) -> None:
         self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
         self.write_text(f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n")

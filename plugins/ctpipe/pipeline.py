@@ -155,9 +155,26 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
         raise NothingToPublish(f"version {manifest.version} holds {c['traces']} rows but no {table_of(algorithm)} rows "
                                f"(train.algorithm={algorithm!r}: {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} "
                                "DPO pairs): published, not announced, nothing to train on")
+    if run_id and (alike := _same_tables(store, manifest)):  # a new code version that changed nothing here
+        raise NothingToPublish(f"version {manifest.version} holds the same tables as version {alike[0]}, announced "
+                               f"by run {alike[1]}: nothing new to train on")
     if run_id:
         store.mark_announced(manifest.version, run_id)
     return manifest.asset_extra()
+
+
+def _same_tables(store: datasets.Output, manifest: datasets.Manifest) -> tuple[str, str] | None:
+    """(version, the run that announced it) of an announced version of the same interval whose tables
+    are byte for byte ``manifest``'s, if any."""
+    tables = {name: table["sha256"] for name, table in manifest.files.items()}
+    for other in store.announced_alike(manifest.version):
+        try:
+            found = store.resolve(other)
+        except datasets.DatasetNotFound:  # removed since
+            continue
+        if {name: table["sha256"] for name, table in found.files.items()} == tables:
+            return other, (store.announced_by(other) or ("?",))[0]
+    return None
 
 
 # ---------------------------------------------------------------- train
