@@ -30,7 +30,8 @@ _AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
 _MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.category(c) in ("Mn", "Mc", "Me"))
 # Chinese, Japanese and Korean text runs into an address with no space (邮箱zhangwei@163.com谢谢): its
 # letters are no top-level domain's, and those before an address are kept (see _address).
-_CJK = "\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff"
+_CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+        "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff")
 # A local part and its "@": begun where a word begins (or after a raw line's escaped new line), not by
 # an apostrophe, which quotes it ('jane@x.org'), nor as a URL's user (ssh://git@github.com/...).
 _LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-]))(?!')[\w{_MARKS}.%+'-]+" + _AT
@@ -81,8 +82,9 @@ _PHONE = re.compile(
 # or a symbol; in the languages a support chat is most often in). A labelled value holds a digit (code's
 # names do not: get_session_token(), process.env.CLIENT_SECRET), and a password is no variable's name
 # (${DB_PASSWORD}).
-_KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]*token|session[_-]?id|[\w-]*signature|sig"
-               r"|[\w-]*(?:api|encryption|private|signing|subscription|master|account|shared[_-]?access)[_ -]?key")
+_KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]*token|session[_-]?id"
+               r"|[\w-]*signature|sig|[\w-]*(?:api|encryption|private|signing|subscription|master|account"
+               r"|shared[_-]?access)[_ -]?key")
 _PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|пароль|密码|パスワード|비밀번호"
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
@@ -223,7 +225,8 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or m["cli"] or "") + _counted(counts, "secret", "<SECRET>"), text)
+        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or m["cli"] or "")
+                           + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
