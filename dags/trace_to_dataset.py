@@ -24,8 +24,9 @@ in the trigger form (both, with a timezone), which a manual-only schedule needs.
 With `dataset.arrival_lag` set (traces reach the source late: a log shipper
 buffers them), a run first waits that long after the end of the interval it
 builds (the trigger form's too), deferred to the triggerer. An interval that
-has not ended is not built: its traces are not all in. Marking the task failed, or stopping its run, stops the
-materializer where it is: nothing more is published.
+has not ended is not built: its traces are not all in. Marking the task failed,
+or stopping its run, stops the materializer where it is: nothing more is
+published.
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ with DAG(
     **common("data", retries=2, doc_md=__doc__),
 ):
 
-    # An inlet too: a run reads the asset's events to tell whether the run that marked a version announced it.
-    @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET], multiple_outputs=False)  # one XCom of the dict
+    # An inlet too: a run reads the asset's events to tell whether the run that marked a version
+    # announced it. One XCom of the dict it returns, not one more a key.
+    @task(inlets=[TRAINING_DATASET], outlets=[TRAINING_DATASET], multiple_outputs=False)
     def materialize(params=None, data_interval_start=None, data_interval_end=None, run_id=None, dag_run=None,
                     inlet_events=None, outlet_events=None) -> dict:
         from ctpipe.errors import NothingToPublish, sigterm_interrupts
@@ -89,4 +91,5 @@ with DAG(
 
     made = materialize()
     if settings().dataset.arrival_lag:  # the interval's traces are still arriving until its end and the lag
-        DateTimeSensorAsync(task_id="wait_for_late_traces", target_time="{{ ready_at(params, data_interval_end) }}") >> made
+        wait = DateTimeSensorAsync(task_id="wait_for_late_traces", target_time="{{ ready_at(params, data_interval_end) }}")
+        wait >> made
