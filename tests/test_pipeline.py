@@ -243,8 +243,9 @@ def test_versions_labeled_otherwise_are_not_trained_on_together(settings, base_m
     from tests.conftest import published_hour
 
     first = published_hour(settings, 0, 48)
-    exact = settings.model_copy(update={"reward": settings.reward.model_copy(update={"verifier": "exact"})})
-    second = published_hour(exact, 1, 48)
+    exact = settings.model_copy(update={"reward": settings.reward.model_copy(update={"verifier": "exact"}),
+                                        "train": settings.train.model_copy(update={"algorithm": "dpo"})})
+    second = published_hour(exact, 1, 48)  # no reference, no GRPO row: announced for DPO
     params = PARAMS | {"algorithm": "dpo", "base_checkpoint": str(base_model)}
     job = prepare_training(settings, params, [first, second], "r1")
     assert [d.version for d in JobSpec.read(job["spec_path"]).datasets] == [second["version"]]

@@ -1,3 +1,5 @@
+from datetime import datetime, timezone
+
 from ctpipe import traffic
 from ctpipe.config import TaskConfig, TrafficConfig
 from ctpipe.traces import InvalidTrace, decode, iter_lines
@@ -19,6 +21,8 @@ def test_simulated_traffic_is_valid_traces_plus_some_faults(base_model, tmp_path
                 invalid += 1
     assert invalid == rep.faulty > 0 and valid + invalid == 60
     assert not list(tmp_path.rglob("*.tmp"))
+    # Its interval has ended once written: trace_to_dataset builds no interval that has not.
+    assert rep.end <= datetime.now(timezone.utc)
 
 
 def test_same_seed_same_traffic(base_model, tmp_path):

@@ -72,15 +72,16 @@ def simulate(
     rng.shuffle(asked)
 
     model, tokenizer = generation.load(checkpoint)
-    t0 = now or datetime.now(timezone.utc)
     completions = generation.generate(
         model, tokenizer, [q.prompt for q in asked],
         max_new_tokens=traffic.max_new_tokens, temperature=traffic.temperature, seed=seed,
     )
     by_partition: dict[Path, list[str]] = {}
     correct = faulty = 0
-    # Spread arrivals over one second per 100 requests, in order, like a log shipper writes them.
+    # Spread arrivals over one second per 100 requests, in order, like a log shipper writes them,
+    # ending now: no trace starts after it is written (and an interval that has not ended is not built).
     step = timedelta(milliseconds=10)
+    t0 = now or datetime.now(timezone.utc) - len(asked) * step
     for i, (q, completion) in enumerate(zip(asked, completions)):
         start = t0 + i * step
         latency = rng.uniform(20, 80)
