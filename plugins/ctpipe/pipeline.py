@@ -79,11 +79,15 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
     return start, end
 
 
+# How far a worker's clock may lag the scheduler's: a scheduled run begins right after its interval ends.
+_CLOCK_SKEW = timedelta(minutes=1)
+
+
 def unfinished(end: datetime) -> str | None:
     """Why an interval that ends at ``end`` cannot be built yet, if it cannot: its traces are still
     coming (and a version of part of them, announced, would be the interval's for good)."""
     now = datetime.now(timezone.utc)
-    if end <= now:
+    if end <= now + _CLOCK_SKEW:
         return None
     return (f"{end.isoformat()} has not come yet (it is {now.isoformat(timespec='seconds')}): the interval's "
             "traces are not all in; build it once it has passed")
