@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from ctpipe import evaluation, sources
+from ctpipe import datasets, evaluation, sources
 from ctpipe import materialize as mat
 from ctpipe.cli import main
 from ctpipe.config import DatasetConfig, Settings
@@ -295,3 +295,16 @@ def test_a_store_that_refuses_is_named_not_left_to_its_client(s3, monkeypatch, t
             run(tmp_path / "traces", "s3://datasets")
     finally:
         S3FileSystem.clear_instance_cache()
+
+
+def test_a_version_is_marked_announced_once_on_an_object_store(store):
+    """The mark is a put with If-None-Match: of two runs of one interval that both found none, the
+    second learns the first's run, where it wrote over it and both announced."""
+    scheme, fs = store
+    out = datasets.Output(f"{scheme}://datasets/versions")
+    version = "20261122T100000-20261122T110000-0123456789"
+    assert out.mark_announced(version, "backfill__1") is None
+    assert out.mark_announced(version, "manual__1") == "backfill__1"
+    assert out.announced_by(version)[0] == "backfill__1"
+    assert out.mark_announced(version, "manual__2", again=True) is None  # over a mark with no event
+    assert out.announced_by(version)[0] == "manual__2"

@@ -114,6 +114,32 @@ def test_a_version_a_run_announced_is_not_announced_again(settings):
     assert materialize_interval(settings, *hour, "scheduled__1", lambda version, by, at: False) == first
 
 
+def test_of_two_runs_of_one_interval_at_once_one_announces(settings, monkeypatch):
+    """A backfill's run and a manual one: both looked, found no mark, and both announced; the mark is
+    now written only where none is, and the other run is skipped naming the first."""
+    from datetime import timedelta
+
+    from ctpipe import datasets
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0
+
+    write_traces(settings.traces_dir, [trace(1)])
+    hour = (T0, T0 + timedelta(hours=1))
+    mark = datasets.Output.mark_announced
+
+    def after_the_other(self, version, run_id, again=False):  # the backfill's run marks it first
+        mark(self, version, "backfill__1")
+        return mark(self, version, run_id, again)
+
+    monkeypatch.setattr(datasets.Output, "mark_announced", after_the_other)
+    with pytest.raises(NothingToPublish, match=r"version \S+ was announced meanwhile, by run backfill__1"):
+        materialize_interval(settings, *hour, "manual__1")
+    version = next(p.name for p in (settings.datasets_dir / "_announced").iterdir())
+    assert datasets.Output(settings.datasets_uri).announced_by(version)[0] == "backfill__1"
+    assert not [p for p in (settings.datasets_dir / "_announced").iterdir() if p.name.startswith(".")]
+
+
 def test_a_mark_of_another_run_that_airflow_holds_no_event_of_is_announced_once_it_is_old(settings, monkeypatch):
     """A run marked the version, then died before Airflow recorded its event: a later run (a backfill,
     a manual one) announces it, once the run that marked it can no longer be on its way to Airflow."""

@@ -522,6 +522,31 @@ class Output:
         found = self.fs.glob(f"{self.root}/_announced/{interval}-*")
         return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
 
-    def mark_announced(self, version: str, run_id: str) -> None:
+    def mark_announced(self, version: str, run_id: str, again: bool = False) -> str | None:
+        """Mark ``version`` announced by ``run_id``: with ``again``, over the mark a run left; else only
+        where no mark is, returning the run whose mark is there when one is (it came meanwhile)."""
         self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
-        self.write_text(f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n")
+        path, text = f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n"
+        if again:
+            self.write_text(path, text)
+            return None
+        try:
+            self._create(path, text)
+        except FileExistsError:
+            return (self.announced_by(version) or ("another run",))[0]
+        return None
+
+    def _create(self, path: str, text: str) -> None:
+        """Write ``path`` whole, at once, unless it is there (FileExistsError): a link of a written
+        file locally, a put with If-None-Match on S3 and GCS (fsspec's "xb")."""
+        if not self.local:
+            with self.fs.open(path, "xb") as f:
+                f.write(text.encode())
+            return
+        folder, _, name = path.rpartition("/")
+        written = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"  # hidden: no version's name
+        Path(written).write_text(text)
+        try:
+            os.link(written, path)
+        finally:
+            os.unlink(written)

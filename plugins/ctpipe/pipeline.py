@@ -131,7 +131,8 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     if isinstance(manifest, NoTraces):
         raise NothingToPublish("; ".join(manifest.lines(s.dataset)))
     store = datasets.Output(s.datasets_uri)
-    if run_id and (mark := store.announced_by(manifest.version)):
+    mark = store.announced_by(manifest.version) if run_id else None
+    if mark:
         by, at = mark
         recent = by != run_id and (at is None or datetime.now(timezone.utc) - at < _EVENT_RECORDED)
         if in_airflow is None or recent or in_airflow(manifest.version, by, at):
@@ -162,8 +163,11 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     if run_id and (alike := _same_tables(store, manifest)):  # a new code version that changed nothing here
         raise NothingToPublish(f"version {manifest.version} holds the same tables as version {alike[0]}, announced "
                                f"by run {alike[1]}: nothing new to train on")
-    if run_id:
-        store.mark_announced(manifest.version, run_id)
+    # Marked only if no other run marked it since it looked (two runs of one interval at once, a
+    # backfill's and a manual one): one of them announces.
+    if run_id and (first := store.mark_announced(manifest.version, run_id, again=mark is not None)):
+        raise NothingToPublish(f"version {manifest.version} was announced meanwhile, by run {first}: nothing new "
+                               "to train on")
     return manifest.asset_extra()
 
 
