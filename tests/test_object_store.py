@@ -289,12 +289,24 @@ def test_a_store_that_refuses_is_named_not_left_to_its_client(s3, monkeypatch, t
     S3FileSystem.clear_instance_cache()  # a filesystem made earlier keeps the credentials it found
     write_traces(tmp_path / "traces", [trace(1)])
     try:
-        with pytest.raises(sources.SourceError, match="source 's3://traces' could not be reached: NoCredentialsError"):
+        with pytest.raises(sources.SourceError, match="source 's3://traces' could not be reached: NoCredentialsError") as e:
             run("s3://traces", tmp_path / "out")
+        assert not e.value.retried  # credentials will not come on a retry: the task fails at once
         with pytest.raises(PipelineError, match="dataset store 's3://datasets' could not be reached: NoCredentialsError"):
             run(tmp_path / "traces", "s3://datasets")
     finally:
         S3FileSystem.clear_instance_cache()
+
+
+def test_a_store_that_does_not_answer_is_retried(tmp_path):
+    """A network's failure may pass: the task that reads the source is retried, not failed at once."""
+    class Down:
+        def info(self, path):
+            raise ConnectionError("Connection refused")
+
+    with pytest.raises(sources.SourceError, match="source 's3://traces' could not be reached: ConnectionError") as e:
+        sources.reachable(Down(), "traces", "source 's3://traces'", sources.SourceError)
+    assert e.value.retried
 
 
 def test_a_version_is_marked_announced_once_on_an_object_store(store):

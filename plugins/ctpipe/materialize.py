@@ -2030,9 +2030,9 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             log.warning("%s", line)
         if counts["traces_in"] == 0:
             staging.discard()
-            return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files), dict(sorted((+found_formats).items())),
-                            counts["outside_interval"], outside_span and tuple(map(_iso, outside_span)), skipped,
-                            misplaced_report, unjoined_report)
+            return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files),
+                            dict(sorted((+found_formats).items())), counts["outside_interval"],
+                            outside_span and tuple(map(_iso, outside_span)), skipped, misplaced_report, unjoined_report)
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 

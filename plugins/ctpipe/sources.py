@@ -300,7 +300,13 @@ def reachable(fs, path: str, what: str, error: type[PipelineError] = PipelineErr
     except FileNotFoundError:
         return False
     except Exception as e:  # noqa: BLE001 - each filesystem raises its own types
-        raise error(f"{what} could not be reached: {type(e).__name__}: {e}") from e
+        said = error(f"{what} could not be reached: {type(e).__name__}: {e}")
+        # A network's failure may pass on a retry; credentials and permissions will not.
+        said.retried = not isinstance(e, PermissionError) and not _REFUSED.search(f"{type(e).__name__} {e}")
+        raise said from e
+
+
+_REFUSED = re.compile(r"Credential|Auth|Forbidden|AccessDenied|Permission|InvalidAccessKey|Signature|Expired|\b40[13]\b")
 
 
 def list_files(uri: str, what: str = "source",
