@@ -36,8 +36,15 @@ def atomic_dir(final: Path, *, replace: bool = False) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all."""
+def atomic_write_text(path: Path, text: str, *, exclusive: bool = False) -> None:
+    """Write ``path`` whole or not at all; with ``exclusive``, only where it is not yet
+    (FileExistsError): a link of the written file, which never replaces one."""
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tmp.write_text(text)
-    os.replace(tmp, path)
+    if not exclusive:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    finally:
+        tmp.unlink()

@@ -409,11 +409,13 @@ class Output:
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"
 
-    def write_text(self, path: str, text: str) -> None:
+    def write_text(self, path: str, text: str, exclusive: bool = False) -> None:
+        """Write ``path`` whole; with ``exclusive``, only where it is not yet (FileExistsError): a put
+        with If-None-Match on S3 and GCS (fsspec's "x" mode)."""
         if self.local:
-            atomic_write_text(Path(path), text)
+            atomic_write_text(Path(path), text, exclusive=exclusive)
         else:
-            with self.fs.open(path, "w") as f:  # an object store's put is atomic
+            with self.fs.open(path, "x" if exclusive else "w") as f:  # an object store's put is atomic
                 f.write(text)
 
     def _read(self, path: str) -> str:
@@ -527,26 +529,8 @@ class Output:
         where no mark is, returning the run whose mark is there when one is (it came meanwhile)."""
         self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
         path, text = f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n"
-        if again:
-            self.write_text(path, text)
-            return None
         try:
-            self._create(path, text)
+            self.write_text(path, text, exclusive=not again)
         except FileExistsError:
             return (self.announced_by(version) or ("another run",))[0]
         return None
-
-    def _create(self, path: str, text: str) -> None:
-        """Write ``path`` whole, at once, unless it is there (FileExistsError): a link of a written
-        file locally, a put with If-None-Match on S3 and GCS (fsspec's "xb")."""
-        if not self.local:
-            with self.fs.open(path, "xb") as f:
-                f.write(text.encode())
-            return
-        folder, _, name = path.rpartition("/")
-        written = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"  # hidden: no version's name
-        Path(written).write_text(text)
-        try:
-            os.link(written, path)
-        finally:
-            os.unlink(written)
