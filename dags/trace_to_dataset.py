@@ -18,7 +18,9 @@ runs on it.
 
 Re-running an interval finds the same version instead of writing a new one, and
 does not announce it again (the run is skipped, saying so): `train` does not
-train twice on the same data. Backfills work like any data-interval DAG's. A
+train twice on the same data. Backfills work like any data-interval DAG's; with
+`CTPIPE_TRACE_CATCH_UP_FROM` set, hours missed while the scheduler was down are
+built when it comes back, oldest first. A
 manual run builds its data interval, or the interval given as `start` and `end`
 in the trigger form (both, with a timezone), which a manual-only schedule needs.
 With `dataset.arrival_lag` set (traces reach the source late: a log shipper
@@ -62,7 +64,7 @@ with DAG(
     schedule=CronDataIntervalTimetable(settings().trace_schedule, timezone="UTC") if settings().trace_schedule else None,
     params={"start": _bound("start"), "end": _bound("end")},
     user_defined_macros={"ready_at": _ready_at},
-    **common("data", retries=2, doc_md=__doc__),
+    **common("data", retries=2, doc_md=__doc__, catch_up_from=settings().trace_catch_up_from),
 ):
 
     # An inlet too: a run reads the asset's events to tell whether the run that marked a version

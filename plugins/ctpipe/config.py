@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Algorithm = Literal["grpo", "dpo", "sft"]
@@ -421,6 +421,11 @@ class Settings(BaseSettings):
     ray_agent_port: int = Field(52365, description="Dashboard agent port; two heads on one machine need different ones.")
     airflow_port: int = 8080
     trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
+    trace_catch_up_from: AwareDatetime | None = Field(
+        None, description="With a time (and its zone), trace_to_dataset builds every interval of its schedule from "
+        "then on: ticks missed while the scheduler was down, or before the DAG was deployed, are run when it "
+        "comes back, one at a time, oldest first. None: only the latest interval is (a backfill builds the others).",
+    )
     trace_source: str | None = Field(
         None, description="Where trace_to_dataset reads traces: a path or fsspec URI (s3://, gs://, ...); "
         "None: the local trace store under home.",

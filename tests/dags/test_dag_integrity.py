@@ -127,6 +127,50 @@ def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
                        "2026-11-22T11:15:00+00:00 2026-11-29T21:15:00+00:00")
 
 
+def _next_run_after(last_start: str, last_end: str, **env: str) -> str:
+    """The interval the scheduler's own reckoning (the serialized DAG's) gives trace_to_dataset's next
+    scheduled run after one over [last_start, last_end), with the DAGs parsed with ``env``."""
+    code = (
+        "import pendulum\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        "from airflow.serialization.serialized_objects import DagSerialization\n"
+        "from airflow.timetables.base import DagRunInfo\n"
+        f"dag = DagBag({str(ROOT / 'dags')!r}).dags['trace_to_dataset']\n"
+        "dag = DagSerialization.from_dict(DagSerialization.to_dict(dag))\n"
+        f"last = DagRunInfo.interval(pendulum.parse({last_start!r}), pendulum.parse({last_end!r}))\n"
+        "i = dag.next_dagrun_info(last_automated_run_info=last).data_interval\n"
+        "print(dag.catchup, dag.start_date.isoformat(), i.start.isoformat(), i.end.isoformat())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_trace_to_dataset_catches_up_on_missed_hours_only_when_told():
+    import datetime as dt
+
+    # The scheduler was down since the run of 09:00-10:00 two days ago. By default the next run is the
+    # latest hour's, and the hours between are left to a backfill; told to catch up, the next is 10:00-11:00.
+    now = dt.datetime.now(dt.timezone.utc).replace(minute=0, second=0, microsecond=0)
+    last_start, last_end = now - dt.timedelta(days=2, hours=1), now - dt.timedelta(days=2)
+    iso = lambda t: t.isoformat()  # noqa: E731
+    default = _next_run_after(iso(last_start), iso(last_end)).split()
+    assert default[0] == "False" and default[3] in (iso(now), iso(now + dt.timedelta(hours=1)))  # the hour turning
+    since = iso(last_start - dt.timedelta(days=1))
+    told = _next_run_after(iso(last_start), iso(last_end), CTPIPE_TRACE_CATCH_UP_FROM=since)
+    assert told.split() == ["True", since, iso(last_end), iso(last_end + dt.timedelta(hours=1))]
+
+
+def test_a_catch_up_time_without_a_zone_is_refused_naming_the_variable(monkeypatch):
+    from pydantic import ValidationError
+
+    from ctpipe.config import Settings
+
+    monkeypatch.setenv("CTPIPE_TRACE_CATCH_UP_FROM", "2026-11-29T00:00:00")
+    with pytest.raises(ValidationError, match="trace_catch_up_from"):
+        Settings()
+
+
 def test_an_interval_with_no_trace_is_skipped_saying_what_was_read(dagbag, tmp_path, monkeypatch):
     from datetime import datetime, timedelta, timezone
 
