@@ -46,32 +46,30 @@ def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
     offsets = [0]
     for chat in chats:
         offsets.append(offsets[-1] + len(chat))
-    exact, normalized = (k.tolist() for k in chat_keys(pa.array(roles), pa.array(contents), offsets))
+    exact = chat_keys(pa.array(roles), pa.array(contents), offsets).tolist()
     assert exact[0] == exact[1] and len({exact[0], *exact[2:]}) == 6
-    assert normalized[0] == normalized[1] == normalized[2] and len({normalized[0], *normalized[3:]}) == 5
 
 
-def test_chat_keys_remembering_texts_are_the_same_and_normalize_a_text_once(monkeypatch):
-    roles = pa.array(["system", "user", "system", "user", "user"])
-    contents = pa.array(["Be brief.", "What is 2 plus 3?", "Be brief.", "Ärger, ÖL!", "what IS 2 plus 3"])
-    offsets = [0, 2, 4, 5]
-    alone = [k.tolist() for k in chat_keys(roles, contents, offsets)]
-    squashed, real = [], dedup.keys
+@pytest.mark.parametrize("a, b", [("-5", "5"), ("1.5", "15"), ("It is 1,5.", "It is 15."), ("2+2", "2*2"),
+                                  ("x = 3", "x 3"), ("x^2", "x2"), ("10%", "10"), ("a < b", "a b")])
+def test_squash_keeps_what_changes_a_number_or_a_formula(a, b):
+    assert squash(a) != squash(b)
+    assert keys(pa.array([a, b]), normalized=True).tolist() == [fingerprint(a), fingerprint(b)]
 
-    def counting(texts, normalized=False):
-        squashed.extend(texts.to_pylist() if normalized else [])
-        return real(texts, normalized)
 
-    monkeypatch.setattr(dedup, "keys", counting)
-    for slots in (1 << 10, 1):  # with one slot, texts crowd each other out and are normalized again
-        remembered = Recent(slots, np.uint64)
-        squashed.clear()
-        for _ in range(3):
-            assert [k.tolist() for k in chat_keys(roles, contents, offsets, remembered)] == alone
-        if slots > 1:
-            assert sorted(squashed) == sorted(set(contents.to_pylist()))
-        else:
-            assert len(squashed) > len(set(contents.to_pylist()))
+@pytest.mark.parametrize("a, b", [("It is 5.", "it is 5"), ("5. Then 6", "5 then 6"), ("1, 2, 3", "1 2 3"),
+                                  ("Paris, France.", "PARIS\u00a0FRANCE"), ("Ｉｔ ｉｓ １．５", "it is 1.5")])
+def test_squash_still_ignores_punctuation_that_ends_a_number_or_a_sentence(a, b):
+    assert squash(a) == squash(b)
+    assert keys(pa.array([a, b]), normalized=True).tolist() == [fingerprint(a), fingerprint(b)]
+
+
+def test_separators_between_digits_are_told_per_text_not_across_texts():
+    # "1" ending one text and ".5" starting the next are no number: each text is squashed alone.
+    texts = ["It is 1", ".5 more", "1.", "5", None, "3.25", "", "7,5"]
+    column = pa.array(texts)
+    assert keys(column, normalized=True).tolist()[:4] == [fingerprint(t) for t in texts[:4]]
+    assert keys(column.slice(1), normalized=True).tolist()[4:] == [fingerprint(t) for t in texts[5:]]
 
 
 def test_recent_remembers_the_last_key_of_a_slot_and_never_key_0():

@@ -586,11 +586,38 @@ def test_a_chats_every_message_and_any_scripts_spacing_count_for_contamination(t
 def test_texts_differing_only_in_unicode_spacing_or_case_are_near_duplicates(tmp_path):
     question = "Quelle est la capitale de la France ? Réponds en un mot."
     (tmp_path / "a.jsonl").write_bytes(lines(
-        trace(1, question, "Paris."), trace(2, question.replace(" ", "\u00a0"), "Paris"),
-        trace(3, question.upper(), "PARIS"), trace(4, question, "Lyon"),
+        trace(1, question, "Paris, France."), trace(2, question, "Paris,\u00a0France"), trace(3, question, "PARIS FRANCE"),
+        trace(4, question, "Lyon"),
+        trace(5, question.upper(), "Paris, France."),  # another chat: pairing groups answers by the chat as it is
     ))
     m = run(tmp_path / "a.jsonl", tmp_path / "out")
-    assert m.quarantine_reasons == {"near_duplicate": 2} and [r["trace_id"] for r in table(m, "traces")] == ["t1", "t4"]
+    assert m.quarantine_reasons == {"near_duplicate": 2} and [r["trace_id"] for r in table(m, "traces")] == ["t1", "t4", "t5"]
+
+
+def test_answers_that_differ_in_a_sign_an_operator_or_the_verifiers_label_are_no_near_duplicates(tmp_path):
+    math = RewardConfig(verifier="math", verifiable_weight=1.0, feedback_weight=0.0)
+    asked = lambda i, q, answer, ref: trace(i, q, answer, reference_answer=ref)  # noqa: E731
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        # The same answer to questions that differ in their operator only: each question keeps its right one.
+        asked(1, "What is 2-2?", "4", "0"), asked(2, "What is 2-2?", "0", "0"),
+        asked(3, "What is 2+2?", "4", "4"), asked(4, "What is 2+2?", "5", "4"),
+        asked(5, "What is 2*2?", "4", "4"), asked(6, "What is 2*2?", "6", "4"),
+        # One question, answers that differ in a sign or a decimal point: the right one is kept.
+        asked(7, "What is 3-8?", "5", "-5"), asked(8, "What is 3-8?", "-5", "-5"),
+        asked(9, "What is 3/2?", "15", "1.5"), asked(10, "What is 3/2?", "1.5", "1.5"),
+        # Spelt alike, told apart by the verifier: 5! is 120.
+        asked(11, "What is 5 factorial?", "It is 5", "120"), asked(12, "What is 5 factorial?", "It is 5!", "120"),
+        # The same answer again but for its full stop: a near duplicate still.
+        asked(13, "What is 2+2?", "4.", "4"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=math)
+    assert m.quarantine_reasons == {"near_duplicate": 1} and json.loads(table(m, "quarantine")[0]["raw"])["trace_id"] == "t13"
+    pairs = {(p["prompt"][-1]["content"], p["chosen"][-1]["content"], p["rejected"][-1]["content"]) for p in table(m, "dpo")}
+    assert pairs == {("What is 2-2?", "0", "4"), ("What is 2+2?", "4", "5"), ("What is 2*2?", "4", "6"),
+                     ("What is 3-8?", "-5", "5"), ("What is 3/2?", "1.5", "15"), ("What is 5 factorial?", "It is 5!", "It is 5")}
+    # Which answer is kept no longer depends on the order the lines come in.
+    (tmp_path / "b.jsonl").write_bytes(lines(asked(8, "What is 3-8?", "-5", "-5"), asked(7, "What is 3-8?", "5", "-5")))
+    assert run(tmp_path / "b.jsonl", tmp_path / "out-b", reward=math).counts["dpo_pairs"] == 1
 
 
 def test_judge_scores_outside_the_judge_range_are_counted_and_said(tmp_path, caplog):
@@ -610,7 +637,7 @@ def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
         trace(1, "What is 2 plus 3?", "It is 5."),
         trace(1, "What is 2 plus 3?", "It is 5."),  # the same record logged twice
         trace(2, "What is 2 plus 3?", "It is 5."),  # another user, the very same text
-        trace(3, "what is 2 plus 3", "it is 5"),  # the same but for case and punctuation
+        trace(3, "What is 2 plus 3?", "it is 5"),  # the same but for case and punctuation
         trace(4, "What is 2 plus 3?", "It is 6."),
     ))
     m = run(tmp_path / "a.jsonl", tmp_path / "out")

@@ -1,8 +1,9 @@
 """Duplicates and evaluation contamination, decided on normalized words.
 
 * Exact duplicates share the same raw text; normalized duplicates the same :func:`squash` text
-  (case, whitespace and punctuation ignored). :func:`fingerprint` is that key, hashed;
-  :func:`keys` and :func:`chat_keys` give either key of a whole column of texts or chats.
+  (case, whitespace and punctuation ignored, but not what changes a number or a formula's meaning).
+  :func:`fingerprint` is that key, hashed; :func:`keys` gives either key of a whole column of texts,
+  :func:`chat_keys` the exact key of whole chats.
 * A prompt is contaminated when it shares a word n-gram (13 words, as common practice) with an
   evaluation item, words being those of :func:`normalize`. Items shorter than n words count as one
   n-gram of their own length, so a short eval question can never slip through by being short: the
@@ -27,6 +28,20 @@ import xxhash
 _IGNORED = (string.punctuation + string.whitespace).encode()
 _SEPARATORS = bytes.maketrans(_IGNORED, b" " * len(_IGNORED))
 _ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase.encode())
+
+
+# What squash keeps of the punctuation normalize ignores: the signs of arithmetic and comparison, whose
+# loss made `-5` and `5`, or the answers to `2+2` and `2*2`, one text. And a decimal point or a
+# thousands' comma between two digits, made one of these bytes (kept; no text has them), for `1.5`
+# and `15` likewise.
+_MATH = b"+-*/=<>^%"
+_SQUASHED = bytes(c for c in _IGNORED if c not in _MATH)
+_BETWEEN_DIGITS = {ord("."): 1, ord(","): 2}
+_SEPARATOR_IN_NUMBER = re.compile(rb"(?<=[0-9])[.,](?=[0-9])")
+
+
+def _mark_separators(data: bytes) -> bytes:
+    return _SEPARATOR_IN_NUMBER.sub(lambda m: bytes([_BETWEEN_DIGITS[m[0][0]]]), data)
 
 
 _RUNS = re.compile(rb"  +")
@@ -73,14 +88,17 @@ def normalize(text: str) -> str:
 
 
 def squash(text: str) -> bytes:
-    """The normalized-duplicate form: case folded, punctuation and whitespace (of any script) removed.
+    """The normalized-duplicate form: case folded, punctuation and whitespace (of any script) removed,
+    but for the signs of arithmetic and a decimal point or comma within a number.
 
-    >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !")
-    True
+    >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !"), squash("It is 1.5.") == squash("It is 15")
+    (True, False)
+    >>> squash("-5") == squash("5"), squash("2+2") == squash("2*2"), squash("**Paris**") == squash("Paris")
+    (False, False, False)
     """
     if text.isascii():  # the common case, in one pass: translate lowers and deletes at once
-        return text.encode().translate(_ASCII_LOWER, _IGNORED)
-    return _folded(text, None).encode("utf-8", "surrogatepass").translate(None, _IGNORED)
+        return _mark_separators(text.encode()).translate(_ASCII_LOWER, _SQUASHED)
+    return _mark_separators(_folded(text, None).encode("utf-8", "surrogatepass")).translate(None, _SQUASHED)
 
 
 def words(text: str) -> list[str]:
@@ -125,31 +143,36 @@ def keys(texts: pa.Array, normalized: bool = False) -> np.ndarray:
     if not normalized:  # slices of a memoryview: no copy of each text, three times faster than bytes slices
         view = memoryview(buffer if buffer is not None else b"")
         return np.fromiter((h(view[a:b]) for a, b in zip(offsets, offsets[1:])), np.uint64, len(texts))
-    data = buffer.to_pybytes() if buffer is not None else b""
-    out = np.fromiter((h(data[a:b].translate(_ASCII_LOWER, _IGNORED)) for a, b in zip(offsets, offsets[1:])),
+    data = _marked_in_texts(buffer, offsets)
+    out = np.fromiter((h(data[a:b].translate(_ASCII_LOWER, _SQUASHED)) for a, b in zip(offsets, offsets[1:])),
                       np.uint64, len(texts))
     other = np.flatnonzero(~pc.fill_null(pc.string_is_ascii(texts), True).to_numpy(zero_copy_only=False))
     for i in other.tolist():  # str.lower, as squash does, not an ASCII table
-        out[i] = fingerprint(data[offsets[i]:offsets[i + 1]].decode())
+        out[i] = fingerprint(bytes(memoryview(buffer)[offsets[i]:offsets[i + 1]]).decode())
     return out
 
 
-def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int],
-              remembered: Recent | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(exact, normalized) keys per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``):
-    equal for chats with the same roles and texts in the same order (texts compared by :func:`squash`
-    for the normalized key). A text met again, such as a system prompt, is normalized once, and not
-    again while ``remembered`` (by its exact key) holds it."""
+def _marked_in_texts(buffer: pa.Buffer | None, offsets: list[int]) -> bytearray:
+    """The bytes of a column's texts (``offsets`` into ``buffer``) with :func:`_mark_separators` done to
+    each text, at once: a separator between two digits of one text marked, not one at a text's edge."""
+    marked = bytearray(memoryview(buffer)) if buffer is not None else bytearray()
+    data = np.frombuffer(marked, np.uint8)
+    at = np.flatnonzero((data == ord(".")) | (data == ord(",")))
+    at = at[(at > offsets[0]) & (at < offsets[-1] - 1)] if len(at) else at
+    at = at[(data[at - 1] - ord("0") < 10) & (data[at + 1] - ord("0") < 10)]  # uint8 wraps: a digit's < 10
+    bounds = np.asarray(offsets, np.int64)
+    text = np.searchsorted(bounds, at, "right") - 1
+    at = at[(at > bounds[text]) & (at + 1 < bounds[text + 1])]
+    data[at] = np.where(data[at] == ord("."), 1, 2)
+    return marked
+
+
+def chat_keys(roles: pa.Array, contents: pa.Array, offsets: Sequence[int]) -> np.ndarray:
+    """A key per chat (its messages are ``roles``/``contents[offsets[i]:offsets[i + 1]]``): equal for
+    chats with the same roles and texts in the same order."""
     roles = pc.dictionary_encode(roles)  # a handful of distinct roles: each hashed once
     role_keys = keys(roles.dictionary)[roles.indices.to_numpy()]  # a message always has a role
-    exact = keys(contents)
-    _, first, again = np.unique(exact, return_index=True, return_inverse=True)
-    distinct, remembered = exact[first], remembered or Recent(1, np.uint64)
-    known, normalized = remembered.recall(distinct)
-    new = np.flatnonzero(~known)
-    normalized[new] = keys(contents.take(pa.array(first[new])), normalized=True)
-    remembered.store(distinct[new], normalized[new])
-    return _fold(mix(role_keys, exact), offsets), _fold(mix(role_keys, normalized[again]), offsets)
+    return _fold(mix(role_keys, keys(contents)), offsets)
 
 
 def _fold(message: np.ndarray, offsets: Sequence[int]) -> np.ndarray:

@@ -216,9 +216,6 @@ _SPILLING: list[tuple[pa.Table, int]] = []
 # it forgot only has its messages spilled again).
 _PROMPT_SLOTS = 1 << 20
 _SPILLED_PROMPTS: dedup.Recent | None = None
-# The normalized keys of message texts met lately, by their exact keys (8 MB): a question asked again,
-# or a system prompt, is not normalized again.
-_NORMALIZED: dedup.Recent | None = None
 # Entries of a join of the parts made here (see _JOIN_SCHEMA), not spilled yet, and their bytes.
 _JOINED: list[pa.Table] = []
 _JOINED_BYTES = 0
@@ -227,11 +224,11 @@ _JOINED_COUNTS = np.zeros((3, 0), np.int64)
 
 
 def _init(job: Job) -> None:
-    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _NORMALIZED, _JOINED_BYTES, _JOINED_COUNTS
+    global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _JOINED_BYTES, _JOINED_COUNTS
     _JOB, _LABELER = job, Labeler(job.reward)
     _JOINED.clear()
     _JOINED_BYTES, _JOINED_COUNTS = 0, np.zeros((3, job.buckets), np.int64)
-    _SPILLED_PROMPTS, _NORMALIZED = dedup.Recent(_PROMPT_SLOTS, bool), dedup.Recent(1 << 19, np.uint64)
+    _SPILLED_PROMPTS = dedup.Recent(_PROMPT_SLOTS, bool)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
 
 
@@ -759,7 +756,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         references, scores = pii.scrub_array(references, part.pii, numbers=False), _scrubbed_scores(scores, part.pii)
     messages = columns.chats(offsets, roles, contents)
     prompt = contents.take(prompt_at)
-    prompt_keys, normalized_prompt_keys = dedup.chat_keys(roles, contents, offsets, _NORMALIZED)
+    prompt_keys = dedup.chat_keys(roles, contents, offsets)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
     out = {
@@ -787,9 +784,17 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "id_key": pa.array(dedup.keys(raw["trace_id"].combine_chunks()), pa.uint64()),
         "prompt_key": pa.array(prompt_keys, pa.uint64()),
         "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completions)), pa.uint64()),
-        "norm_key": pa.array(dedup.mix(normalized_prompt_keys, dedup.keys(completions, normalized=True)), pa.uint64()),
+        "norm_key": pa.array(_near_key(prompt_keys, completions, labels[0]), pa.uint64()),
     }
     return pa.Table.from_arrays([out[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
+
+
+def _near_key(prompt_keys: np.ndarray, completions: pa.Array, verified: pa.Array) -> np.ndarray:
+    """The near-duplicate key: the chat as it is (pairing groups answers by it, so an answer is never
+    dropped for one to another prompt), the completion as :func:`dedup.squash` makes it, and the
+    verifier's label: two answers it tells apart differ by more than their spelling."""
+    label = pc.fill_null(verified, -1.0).to_numpy(zero_copy_only=False).astype(np.float64).view(np.uint64)
+    return dedup.mix(dedup.mix(prompt_keys, dedup.keys(completions, normalized=True)), label)
 
 
 def _scrubbed_scores(scores: pa.Array, found: Counter) -> pa.Array:
