@@ -173,6 +173,14 @@ def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
     def norm(col: str) -> str:
         return f"trim(regexp_replace(lower({col}), '[[:punct:][:space:]]+', ' ', 'g'))"
 
+    def squash(col: str) -> str:  # dedup.squash: punctuation and spaces out, but arithmetic's signs and a number's separators
+        marked = f"regexp_replace(regexp_replace(lower({col}), '([0-9])\\.([0-9])', '\\1·\\2', 'g'), '([0-9]),([0-9])', '\\1¸\\2', 'g')"
+        ignored = "[!\"#$&''(),.:;?@\\[\\\\\\]_`{|}~[:space:]]"
+        return f"regexp_replace({marked}, '{ignored}', '', 'g')"
+
+    verified = ("CASE WHEN reference_answer IS NULL THEN NULL WHEN lower(trim(regexp_extract(completion, '####\\s*(\\S+)', 1))) "
+                "= lower(trim(reference_answer)) THEN 1.0 ELSE 0.0 END")
+
     return f"""
 CREATE TEMP TABLE raw AS SELECT * FROM read_json({q} || '/*.jsonl', format='newline_delimited', ignore_errors=true,
   maximum_object_size=67108864, columns={{trace_id: 'VARCHAR', start_time: 'TIMESTAMPTZ', end_time: 'TIMESTAMPTZ',
@@ -193,13 +201,13 @@ CREATE TEMP TABLE valid AS
 CREATE TEMP TABLE keyed AS SELECT *,
     list_filter(messages, lambda m: m.role = 'user')[-1].content AS prompt,
     hash(messages) AS prompt_key, hash(messages, completion) AS exact_key,
-    hash({norm("array_to_string(list_transform(messages, lambda m: m.role || ' ' || m.content), ' ')")}, {norm('completion')}) AS norm_key,
+    {verified} AS verifiable_reward,
+    hash(messages, {squash('completion')}, {verified}) AS norm_key,
     regexp_matches({norm("array_to_string(list_transform(list_filter(messages, lambda m: m.role = 'user'), lambda m: m.content), ' ')")}, '{eval_pattern}') AS contaminated
   FROM valid;
 CREATE TEMP TABLE kept AS SELECT * FROM keyed WHERE NOT contaminated
   QUALIFY row_number() OVER (PARTITION BY exact_key ORDER BY row) = 1 AND row_number() OVER (PARTITION BY norm_key ORDER BY row) = 1;
 CREATE TEMP TABLE labeled AS SELECT *,
-    CASE WHEN reference_answer IS NULL THEN NULL WHEN lower(trim(regexp_extract(completion, '####\\s*(\\S+)', 1))) = lower(trim(reference_answer)) THEN 1.0 ELSE 0.0 END AS verifiable_reward,
     CASE feedback.thumb WHEN 'up' THEN 1.0 WHEN 'down' THEN 0.0 ELSE (feedback.rating - 1) / 4 END AS feedback_reward,
     list_avg(list_transform(list_filter(scores, lambda s: s.name = 'judge' AND s.value IS NOT NULL), lambda s: least(1.0, greatest(0.0, s.value / 10)))) AS judge_reward
   FROM kept;
