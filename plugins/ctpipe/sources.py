@@ -92,13 +92,12 @@ _PROBE_ROWS = 64  # read first, to learn how large a file's rows are once decode
 # A Parquet file is read a megabyte at a time per column: pyarrow's default reads a row group's column
 # chunks whole, and a row group of a hundred thousand traces held 40 MB of them in the reading process.
 _PARQUET_READS = 1 << 20
-# Compressed bytes of a gzip file decompressed at a time. Damage in the middle of a stream fails the
-# whole call, and the lines the call would have given with it: a megabyte took some 1,800 bench
-# traces with it, 64 KB takes about a hundred, at the same speed.
-_GZIP_STEP = 1 << 16
+_GZIP_STEP = 1 << 16  # compressed bytes of a gzip file decompressed at a time
 # Bytes of a zstd file's lines decompressed at a time (Arrow's reader gives no more whatever the
-# ratio): as with gzip, damage fails the read it is in, and takes that much of the lines before it.
+# ratio): as with gzip, a file ending early fails the read it is in, and that much of the lines before it.
 _ZSTD_STEP = 1 << 18
+# Decompressed bytes held in memory until their checksum is checked (see _Held); more wait on disk.
+_HELD_IN_MEMORY = 4 * BLOCK_BYTES
 # About how many bytes of records a byte of a compressed file (gzip, zstd, Parquet) holds: text
 # compresses four to eight times in each. It sizes what a run will hold (see Files.held) without
 # reading any file, to choose its workers and pairing buckets; pairing cuts the buckets again by what
@@ -634,14 +633,57 @@ class _Damage(Exception):
         self.reason = reason
 
 
+class _Held:
+    """Decompressed bytes held until their stream's checksum is checked, then handed out a block's
+    worth at a time: damaged compressed bytes may decode as other text, which reads as good lines
+    (one flipped bit published hundreds of wrong prompts). Past :data:`_HELD_IN_MEMORY` they wait
+    in a file of the system's temporary directory, as big as the stream, not in memory."""
+
+    def __init__(self):
+        self.pieces: list[bytes] = []
+        self.size, self.disk = 0, None
+
+    def add(self, data: bytes) -> None:
+        if self.disk is None and self.size + len(data) > _HELD_IN_MEMORY:
+            import tempfile
+
+            self.disk = tempfile.TemporaryFile(prefix="ctpipe-held-")
+            self.disk.writelines(self.pieces)
+            self.pieces = []
+        if self.disk is not None:
+            self.disk.write(data)
+        elif data:
+            self.pieces.append(data)
+        self.size += len(data)
+
+    def out(self) -> Iterator[bytes]:
+        """What is held, in pieces of a block's worth (the last may be less; never an empty one, which
+        would end the file for its reader), and nothing held after."""
+        disk, pieces, self.pieces, self.size, self.disk = self.disk, self.pieces, [], 0, None
+        if disk is not None:
+            with disk:
+                disk.seek(0)
+                yield from iter(lambda: disk.read(BLOCK_BYTES), b"")
+            return
+        data = b"".join(pieces)
+        yield from (data[at:at + BLOCK_BYTES] for at in range(0, len(data), BLOCK_BYTES))
+
+    def drop(self) -> None:
+        if self.disk is not None:
+            self.disk.close()
+        self.pieces, self.size, self.disk = [], 0, None
+
+
 def _gunzip(f) -> Iterator[bytes]:
     """Decompressed pieces of a gzip stream (members one after another), a block's worth each, up to
-    any damage, which is raised once the pieces before it are handed out.
+    any damage, which is raised once the pieces before it are handed out. A member's pieces come once
+    its end has checked its CRC and size; where the file ends in the middle of one, what it holds up
+    to there comes (damage never cut it short: only the bytes after it are missing).
 
     A piece is a block's worth whatever the compression: a megabyte read of a chat log whose 8 KB
     system prompt repeats held 12 MB, and made a block twice the size of a plain file's."""
     start = functools.partial(isal_zlib.decompressobj, 16 + isal_zlib.MAX_WBITS)
-    d, started, ended, held, room = start(), False, False, [], BLOCK_BYTES
+    d, started, ended, held = start(), False, False, _Held()
     try:
         while piece := f.read(_GZIP_STEP):
             filled = True
@@ -651,53 +693,48 @@ def _gunzip(f) -> Iterator[bytes]:
                 if ended and not started:  # zero bytes after a member are padding, which gzip -t and Python's reader skip
                     piece = piece.lstrip(b"\0")
                 started = started or bool(piece)
-                held.append(d.decompress(piece, room))
-                room -= len(held[-1])
-                filled = not room
-                if filled:
-                    yield b"".join(held)
-                    held, room = [], BLOCK_BYTES
+                out = d.decompress(piece, BLOCK_BYTES)
+                held.add(out)
+                filled = len(out) == BLOCK_BYTES
                 piece = d.unconsumed_tail
-                if d.eof and not filled:  # a member ended, all of it out; another may follow
+                if d.eof and not filled:  # a member ended, all of it out and checked; another may follow
+                    yield from held.out()
                     piece, d, started, ended = d.unused_data, start(), False, True
         if started:
-            held.append(d.flush())
+            held.add(d.flush())
             raise EOFError("compressed file ended before the end-of-stream marker was reached")
-    except (EOFError, isal_zlib.error) as e:
-        # Never an empty piece, which ends the file for the reader: damage right after a full block,
-        # or within a few bytes of the start, went unreported, the file read as a shorter or empty one.
-        if rest := b"".join(held):
-            yield rest
-        reason = "truncated_gzip" if isinstance(e, EOFError) else "corrupt_gzip"
-        raise _Damage(reason, f"{type(e).__name__}: {e}") from None
-    if rest := b"".join(held):
-        yield rest
+    except EOFError as e:
+        yield from held.out()
+        raise _Damage("truncated_gzip", f"{type(e).__name__}: {e}") from None
+    except isal_zlib.error as e:
+        held.drop()
+        raise _Damage("corrupt_gzip", f"{type(e).__name__}: {e} (the member it is in not read)") from None
+    yield from held.out()
 
 
 def _unzstd(f) -> Iterator[bytes]:
     """Decompressed pieces of a zstd stream (frames one after another, or each after its length: see
     :class:`_Framed`), a block's worth each, up to any damage, which is raised once the pieces before
-    it are handed out. A frame's checksum (the zstd tool writes one) is checked; a frame without one
-    cannot tell damaged bytes from others."""
-    stream = _zstd_stream(f)
-    held, size = [], 0
+    it are handed out. A frame's checksum (the zstd tool writes one) is checked before its pieces
+    come (see :class:`_Held`): those of frames each after its length once each ends, the others once
+    the stream does, since Arrow's reader does not say where its frames end. A frame without a
+    checksum cannot tell damaged bytes from others. Where the file ends early, what came before comes."""
+    stream, held = _zstd_stream(f), _Held()
     try:
         while piece := stream.read(_ZSTD_STEP):
-            held.append(piece)
-            size += len(piece)
-            if size >= BLOCK_BYTES:
-                yield b"".join(held)
-                held, size = [], 0
+            held.add(piece)
+            if getattr(stream, "at_frame_end", False):
+                yield from held.out()
     except OSError as e:
         # Arrow's own errors are plain OSErrors; the file's (a network error) keep their type and end the run.
         if type(e) is not OSError:
             raise
-        if rest := b"".join(held):
-            yield rest
-        reason = "truncated_zstd" if str(e).startswith("Truncated") else "corrupt_zstd"
-        raise _Damage(reason, f"zstd: {e}") from None
-    if rest := b"".join(held):
-        yield rest
+        if str(e).startswith("Truncated"):
+            yield from held.out()
+            raise _Damage("truncated_zstd", f"zstd: {e}") from None
+        held.drop()
+        raise _Damage("corrupt_zstd", f"zstd: {e} (the frames it is in not read)") from None
+    yield from held.out()
 
 
 def _zstd_stream(f):
@@ -725,18 +762,22 @@ class _Framed:
 
     def __init__(self, f):
         self.f, self.frame, self.stream, self.failure = f, None, None, None
+        self.at_frame_end = False  # whether the last read ended where a frame does: all it gave is checked
 
     def read(self, n: int) -> bytes:
         if self.failure is not None:
             raise self.failure
         out: list[bytes] = []
+        self.at_frame_end = False
         try:
             while n > 0 and self._next():
                 piece = self.stream.read(n)
                 if not piece:  # the frame ended: where its length says it ends?
                     if self.frame.left:
                         raise OSError(f"Truncated frame: {self.frame.left} bytes of it missing")
-                    piece, self.stream = b"\n", None
+                    out.append(b"\n")
+                    self.stream, self.at_frame_end = None, True
+                    break
                 out.append(piece)
                 n -= len(piece)
         except OSError as e:
