@@ -866,6 +866,38 @@ def test_a_csv_file_s_rows_are_texts_under_its_header_and_a_bad_row_is_one_item_
     assert [d["id"] for d in docs] == ["1", "2", "4", "5", "6", "7", "8", "10"]
 
 
+@pytest.mark.parametrize("name", ["a.csv", "a.csv.gz"])
+@pytest.mark.parametrize("where", ["a refused row", "a row", "the header"])
+def test_bytes_that_are_not_utf8_in_a_csv_file_lose_only_their_row(tmp_path, monkeypatch, name, where):
+    """pyarrow's reader gives its handler of a refused row the row as text: one holding such bytes
+    stopped the reading, and a 30,000-row file was one unreadable_csv item, with a traceback. Read
+    from where it got to by the stdlib's reader, the file gives what it holds: the refused row an
+    item, a row of such bytes invalid_utf8, a header of them its names with the bytes replaced."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64)  # pieces of a few rows: the bytes come after some rows are read
+    rows = [b'1,0.5,"[{""role"": ""user"", ""content"": ""a, b""}]"', b'2,,"two\nlines"', b"3,x"] + [
+        b"%d,%d,t" % (n, n) for n in range(4, 9)] + [b"9,9,t,extra", b"10,10,t"]
+    header = b"id,value,input"
+    if where == "a refused row":
+        rows[8] = b"9,9,t,\xff\xfe"
+    elif where == "a row":
+        rows[4] = b"5,\xff,t"
+    else:
+        header = b"id,value,in\xffput"
+    (tmp_path / name).write_bytes(packed(name, header + b"\r\n" + b"\r\n".join(rows) + b"\r\n"))
+    items = list(read(str(tmp_path / name)))
+    assert [i.position for i in items] == list(range(1, 11))
+    bad = {(i.position, i.reason) for i in items if i.reason}
+    assert bad == {(3, "invalid_csv"), (9, "invalid_csv")} | ({(5, "invalid_utf8")} if where == "a row" else set())
+    docs = [i.doc for i in items if i.reason is None]
+    key = "in\ufffdput" if where == "the header" else "input"
+    assert docs[1] == {"id": "2", "value": None, key: "two\nlines"}
+    assert [d["id"] for d in docs] == ["1", "2", "4", *(["5"] if where != "a row" else []), "6", "7", "8", "10"]
+    if where == "a refused row":
+        assert [i.raw for i in items if i.position == 9] == ["9,9,t,\ufffd\ufffd"]
+
+
 @pytest.mark.parametrize("name", ["a.csv.gz", "a.csv.zst"])
 def test_a_csv_file_cut_short_keeps_its_rows_before_the_damage_and_says_so(tmp_path, name):
     """pyarrow's reader parses 32 MB at once: a smaller file cut short lost all its rows with the error."""

@@ -40,6 +40,7 @@ in another process. A missing source is an error naming the URI.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import hashlib
@@ -1520,15 +1521,52 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
             yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:RAW_KEPT]))
             row += 1
 
+    def in_python(names: list[str] | None = None) -> Iterator[Block]:
+        """The rows from ``row`` on, as the stdlib's reader reads them (see :class:`_NotUtf8`), under
+        ``names`` or, where the header is what is not UTF-8, its own reading of the header."""
+        nonlocal row
+        csv.field_size_limit(max(csv.field_size_limit(), _CSV_BLOCK_BYTES))  # 128 KB by default
+        with fs.open(file, "rb") as raw:
+            stream = _Raw(_pieces(raw, _compression(raw, name)))
+            text = io.TextIOWrapper(io.BufferedReader(stream, 1 << 20), "utf-8", "surrogateescape", newline="")
+            header = text.readline().removeprefix("\ufeff").rstrip("\r\n")
+            names = names or next(csv.reader([header.encode("utf-8", "surrogateescape").decode("utf-8", "replace")]), [])
+            held, size, n = [], 0, 0
+            for values in csv.reader(text):
+                if not values:  # a blank line, as pyarrow's reader skips it
+                    continue
+                n += 1
+                if n < row:
+                    continue
+                if len(values) == len(names):
+                    held.append(values)
+                    size += sum(map(len, values))
+                if held and (len(values) != len(names) or size > BLOCK_BYTES):
+                    row = yield from _row_blocks(file, row, _texts_batch(names, held))
+                    held, size = [], 0
+                if len(values) != len(names):
+                    line = io.StringIO()
+                    csv.writer(line, lineterminator="").writerow(values)
+                    yield Block(file, row, damage=Item(
+                        file, row, reason="invalid_csv", detail=f"{len(values)} values where the header has {len(names)}",
+                        raw=line.getvalue().encode("utf-8", "surrogateescape").decode("utf-8", "replace")[:RAW_KEPT]))
+                    row += 1
+            if held:
+                row = yield from _row_blocks(file, row, _texts_batch(names, held))
+            if stream.damage is not None:
+                raise stream.damage
+
     try:
         with fs.open(file, "rb") as raw:
             compression = _compression(raw, name)
             _misnamed(file, name, compression)
-            stream = _Raw(_pieces(raw, compression))
+            stream = _Raw(_utf8_checked(_pieces(raw, compression)))
             f = io.BufferedReader(stream, 1 << 20)
             header = f.readline().removeprefix(_BOM).decode("utf-8", "replace").rstrip("\r\n")
             if not header or not f.peek(1):  # no header, or no row under it
-                if stream.damage is not None:
+                if isinstance(stream.damage, _NotUtf8):
+                    yield from in_python()
+                elif stream.damage is not None:
                     raise stream.damage
                 return
             names = next(csv.reader([header]))
@@ -1545,6 +1583,10 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                     take = min(batch.num_rows - at, max(upto - row, 1))
                     row = yield from _row_blocks(file, row, batch.slice(at, take))
                     at += take
+            if isinstance(stream.damage, _NotUtf8):  # read again from the row it got to
+                refused.clear()
+                yield from in_python(names)
+                return
             yield from refused_before(math.inf)
             if stream.damage is not None:
                 raise stream.damage
@@ -1554,6 +1596,33 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                "it and the rows after it are not read" if "straddl" in str(e)
                else str(e) if isinstance(e, _Damage) else f"{type(e).__name__}: {e}")
         yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=why))
+
+
+class _NotUtf8(Exception):
+    """A CSV file holds bytes that are not UTF-8. pyarrow's reader takes them in a value (the row is
+    then ``invalid_utf8``), but not in a row of another number of values than the header's: its
+    handler of such rows is given the row as text, decoding it fails, and the reading stopped there,
+    the rest of the file lost with a traceback. Such a file is read from the row it got to by the
+    stdlib's reader, which keeps each byte that is not UTF-8 as it is."""
+
+
+def _utf8_checked(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """``pieces``, up to one that holds bytes that are not UTF-8, where :class:`_NotUtf8` is raised."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for piece in pieces:
+        try:
+            decoder.decode(piece)
+        except UnicodeDecodeError:
+            raise _NotUtf8() from None
+        yield piece
+
+
+def _texts_batch(names: list[str], rows: list[list[str]]) -> pa.RecordBatch:
+    """Rows of texts (bytes that are not UTF-8 kept as the stdlib's surrogate escapes) as pyarrow's
+    reader makes them with ``check_utf8=False``: a string column each, an empty value null."""
+    columns = [pa.array([v.encode("utf-8", "surrogateescape") if v else None for v in values], pa.binary()).view(pa.string())
+               for values in zip(*rows)]
+    return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 class _Raw(io.RawIOBase):
