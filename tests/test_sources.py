@@ -951,6 +951,21 @@ def test_parquet_text_stored_as_bytes_is_read_as_text_and_other_bytes_stay_bytes
                     {"trace_id": "t2", "digest": b"\x01", "messages": []}]
 
 
+def test_a_value_of_other_bytes_in_parquet_text_stored_as_bytes_is_its_rows_item_alone(tmp_path):
+    """A column of text as bytes with one value that is not UTF-8 stayed bytes whole, and every row
+    of its batch was refused for holding bytes; at any depth."""
+    messages = pa.list_(pa.struct([("role", pa.binary()), ("content", pa.binary())]))
+    contents = [f"question {n}".encode() for n in range(6)]
+    contents[4] = b"\xff question"
+    table = pa.table({"n": list(range(6)), "completion": pa.array([b"fine"] * 2 + [b"\xfe"] + [b"fine"] * 3),
+                      "messages": pa.array([[{"role": b"user", "content": c}] for c in contents], messages)})
+    pq.write_table(table, tmp_path / "a.parquet")
+    items = list(read(str(tmp_path / "a.parquet")))
+    assert [(i.position, i.reason) for i in items if i.reason] == [(3, "invalid_utf8"), (5, "invalid_utf8")]
+    assert [i.doc for i in items if not i.reason][-1] == {"n": 5, "completion": "fine",
+                                                          "messages": [{"role": "user", "content": "question 5"}]}
+
+
 @pytest.mark.parametrize("dictionary", [False, True])
 def test_a_parquet_row_past_the_record_limit_is_too_large_as_its_line_would_be(tmp_path, dictionary):
     """Its rows before and after it are read; a dictionary column's row is sized by its own value."""

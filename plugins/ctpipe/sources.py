@@ -1752,10 +1752,12 @@ def _as_binary(t: pa.DataType) -> pa.DataType:
 
 
 def _binary_text(batch):
-    """``batch`` with each binary column (at any depth) all of whose values are UTF-8 read as text:
+    """``batch`` with each binary column (at any depth) most of whose values are UTF-8 read as text:
     writers that do not mark their strings as UTF-8 store text so (older Hive and Impala, for which
-    Spark has ``binaryAsString``), and every row of ours was refused for holding bytes. A column
-    that holds other bytes (a digest, an image) stays as it is."""
+    Spark has ``binaryAsString``), and every row of ours was refused for holding bytes. A value of
+    other bytes in such a column is its row's ``invalid_utf8`` (see :func:`_utf8_runs`); where all
+    but one were, all of the batch's rows were refused as bytes. A column that holds other bytes (a
+    digest, an image) stays as it is."""
     def text(leaf: pa.DataType) -> pa.DataType:
         if pa.types.is_binary(leaf) or pa.types.is_large_binary(leaf):
             return pa.large_string() if pa.types.is_large_binary(leaf) else pa.string()
@@ -1768,14 +1770,20 @@ def _binary_text(batch):
             continue
         try:
             viewed = column.view(as_text)  # the same layout: no copy
-            viewed.validate(full=True)  # UTF-8 throughout, at some 13 GB/s
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             continue
-        columns[i], changed = viewed, True
+        if _valid(viewed) or _mostly_text(viewed):  # UTF-8 throughout, checked at some 13 GB/s
+            columns[i], changed = viewed, True
     if not changed:
         return batch
     schema = pa.schema([f.with_type(c.type) for f, c in zip(batch.schema, columns)], metadata=batch.schema.metadata)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _mostly_text(column: pa.Array) -> bool:
+    """Whether more than half of the values of ``column`` (a binary one viewed as text) are UTF-8."""
+    present = [i for i in range(len(column)) if column[i].is_valid]
+    return 2 * sum(_valid(column.take([i])) for i in present) > len(present)
 
 
 def _in_microseconds(batch):
