@@ -30,6 +30,14 @@ def test_a_time_of_more_than_six_fractional_digits_is_cut_to_the_microsecond(wri
         assert (rec.start_time.isoformat(), rec.end_time.isoformat()) == (kept, kept)
 
 
+@pytest.mark.parametrize("field, value", [("end_time", "9999-12-31T23:59:59-01:00"), ("start_time", "0001-01-01T00:30:00+01:00")])
+def test_a_time_an_offset_takes_past_the_years_a_datetime_holds_is_refused_naming_it(field, value):
+    """Such a time was published, and Python's readers of the table failed on it (pyarrow's to_pylist)."""
+    with pytest.raises(InvalidTrace) as e:
+        decode(json.dumps(trace(1, **{field: value})))
+    assert e.value.reason == "invalid_field" and e.value.detail == f"`{field}`: {value} is outside the years 1 to 9999 in UTC"
+
+
 def test_unknown_fields_are_ignored():
     assert decode(json.dumps(trace(1) | {"new_field": 1})).trace_id == "t1"
 

@@ -154,6 +154,9 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     if None in times:
         return None
     valid &= _ok(pc.greater_equal(times[1], times[0]))
+    for t in times:  # in UTC within what a datetime holds; the exact path says why not
+        us = t.cast(pa.int64())
+        valid &= _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
     table = table.set_column(1, "start_time", times[0]).set_column(2, "end_time", times[1])
     # A missing or null feedback or scores (pyarrow reads both as null) is what the exact path makes of
     # it: no thumb and no rating, no scores.

@@ -251,6 +251,11 @@ def _consistent(rec: TraceRecord) -> TraceRecord:
     if start.tzinfo is None or end.tzinfo is None:
         name, value = ("start_time", start) if start.tzinfo is None else ("end_time", end)
         raise InvalidTrace("invalid_field", f"`{name}`: {value.isoformat()} has no timezone")
+    for name, value in (("start_time", start), ("end_time", end)):
+        try:  # an offset can take a time of the year 9999 or 1 past what a datetime, or Parquet's reader, holds
+            value.astimezone(timezone.utc)
+        except OverflowError:
+            raise InvalidTrace("invalid_field", f"`{name}`: {value.isoformat()} is outside the years 1 to 9999 in UTC") from None
     if end < start:
         raise InvalidTrace("invalid_field", "`end_time` is before `start_time`")
     if not rec.completion or rec.completion.isspace():
