@@ -2144,6 +2144,35 @@ def test_an_otlp_export_past_a_records_size_is_read_as_exports_of_a_megabyte_of_
                                           f"after {len(cut)} bytes")]
 
 
+def test_an_otlp_export_that_breaks_off_within_a_records_size_keeps_the_spans_before_the_break(tmp_path):
+    """The last line a Collector that died wrote is cut short: as one past a record's size, its spans
+    before the break are read, and the rest is an item; all of it was one invalid_json item."""
+    cut = json.dumps(_export({"4": [[_genai_span(3000 + i) for i in range(50)]]})).encode()
+    cut = cut[:cut.index(b'"spanId": "%016x"' % 3030)]  # in span 30
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1, "What is 1000 plus 1?", "1001"), cut, b'{"resourceSpans": [{'))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 31 and m.quarantine_reasons == {"invalid_json": 2}
+    assert [r["completion"] for r in table(m, "traces")][1:] == [str(i + 1) for i in range(3000, 3030)]
+    assert [(q["source_line"], q["detail"]) for q in table(m, "quarantine")] == [
+        (2, f"not read: the export breaks off after {len(cut)} bytes"), (3, "invalid_json: Input data was truncated")]
+
+
+@pytest.mark.parametrize("fmt", ["ctpipe", "openai", "otel"])
+def test_a_record_of_another_format_than_the_one_named_is_wrong_format_saying_which(tmp_path, fmt):
+    """Under --format ctpipe an OpenAI log was missing_field (trace_id), a Langfuse row invalid_field."""
+    openai = {**OPENAI, "response": {**OPENAI["response"], "created": int(T0.timestamp()) + 5}}
+    records = {"ctpipe": trace(1), "openai": openai, "otel": _export({"1": [[_genai_span(7)]]})}
+    (tmp_path / "a.jsonl").write_bytes(lines(*records.values(), {k: v for k, v in trace(2).items() if k != "model"}))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", dataset=DatasetConfig(format=fmt))
+    assert accounted(m) and m.counts["traces"] == 1
+    said = {q["source_line"]: (q["reason"], q["detail"]) for q in table(m, "quarantine")}
+    others = [n for n, name in enumerate(records, 1) if name != fmt]
+    assert {n: said[n] for n in others} == {
+        n: ("wrong_format", f"is not a record of the {fmt} format (looks like {name})")
+        for n, name in enumerate(records, 1) if name != fmt}
+    assert said[4][0] == ("missing_field" if fmt == "ctpipe" else "wrong_format")  # ours, short of a field
+
+
 @pytest.mark.parametrize("name", ["logs.jsonl", "logs.jsonl.gz"])  # cut in place, or read through
 def test_an_otlp_export_of_log_records_past_a_records_size_is_read_as_exports_of_them(tmp_path, monkeypatch, name):
     """The Collector batches log records as it batches spans, 8,192 to a line: such a line, of the

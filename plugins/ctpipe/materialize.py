@@ -266,7 +266,29 @@ def _quarantined(file: str, n: int, reason: str, detail: str, raw: str) -> dict:
 
 
 def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
-    """(format, canonical records) of one line; InvalidTrace or FormatError when it has none."""
+    """(format, canonical records) of one line; InvalidTrace or FormatError when it has none. An OTLP
+    export that breaks off (the last line of a Collector that died) gives the spans before the break,
+    as one past a record's size does (see :class:`sources._Exports`), and an item for the rest."""
+    try:
+        return _decode_line(raw, fmt)
+    except traces.InvalidTrace as e:
+        if e.reason != "invalid_json" or fmt not in ("auto", "otel") or (split := sources.exports_of(raw)) is None:
+            raise
+        broken = e
+    exports, failures = split
+    records: list = []
+    for export in exports:
+        try:
+            records += _decode_line(export, fmt)[1]
+        except (traces.InvalidTrace, formats.FormatError) as e:
+            records.append(_Refused(e, export[:RAW_KEPT].decode("utf-8", "replace")))
+    if not any(isinstance(r, (traces.TraceRecord, formats.Held)) for r in records):
+        raise broken
+    head = raw[:RAW_KEPT].decode("utf-8", "replace")
+    return "otel", records + [_Refused(formats.FormatError(reason, f"not read: {why}"), head) for reason, why in failures]
+
+
+def _decode_line(raw: bytes, fmt: str) -> tuple[str, list]:
     if fmt in ("auto", "otel") and raw.startswith(b'{"resourceLogs"'):
         held = formats.held_log_records(raw)
         if held is not None:
@@ -282,12 +304,12 @@ def _decode(raw: bytes, fmt: str) -> tuple[str, list]:
         try:
             return "ctpipe", [traces.decode(raw)]
         except traces.InvalidTrace as e:
-            if fmt == "ctpipe" or e.reason not in ("missing_field", "invalid_field"):
+            if e.reason not in ("missing_field", "invalid_field"):
                 raise
             doc = traces.loads(raw)
             found = formats.detect(doc)
-            if found == "ctpipe":
-                raise
+            if found == "ctpipe" or (fmt == "ctpipe" and found is None):
+                raise  # another format's record, even under --format ctpipe, is wrong_format (see formats.normalize)
     else:
         doc = traces.loads(raw)
         found = formats.detect(doc)

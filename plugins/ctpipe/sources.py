@@ -1161,6 +1161,22 @@ def _an_export(head: bytes) -> str | None:
     return next((signal for signal in _SIGNALS if text.startswith(b'{"%s"' % signal.encode())), None)
 
 
+def exports_of(line: bytes) -> tuple[list[bytes], list[tuple[str, str]]] | None:
+    """The exports of about a megabyte of spans each that a line beginning as an OTLP export holds,
+    read as one past :data:`MAX_RECORD_BYTES` is (see :class:`_Exports`): a line that is not JSON
+    whole (cut short) gives the spans before its break. With them (reason, detail) of each part not
+    read: a span too large, the rest of the line. None where the line is no export."""
+    signal = _an_export(line[:64])
+    if signal is None:
+        return None
+    exports = _Exports(signal=signal)
+    made = exports.feed(line)
+    rest, why = exports.end()
+    made += rest
+    failures = [(m.reason, str(m)) for m in made if isinstance(m, _Damage)] + ([(why.reason, str(why))] if why else [])
+    return [m for m in made if not isinstance(m, _Damage)], failures
+
+
 # The key before the list a resource or a scope holds, at the end of the members before it.
 _LIST_KEYS = {inner: re.compile(rb'"%s"\s*:\s*$' % inner.encode()) for lists in _SIGNALS.values() for inner in lists}
 _EXPORT_BYTES = MAX_RECORD_BYTES // 8  # of spans to an export split from a longer one: a megabyte
