@@ -1836,16 +1836,18 @@ def test_a_partition_read_for_the_lag_alone_does_not_report_what_it_holds_mispla
     assert eleven.source["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 16200.0}}
 
 
-def test_a_time_an_offset_takes_past_the_years_of_utc_is_outside_the_interval(tmp_path):
+def test_a_time_an_offset_takes_past_the_years_of_utc_is_refused_naming_it(tmp_path):
     """Year 1 at +01:00 is in year 0 in UTC, which Python's datetime cannot hold: the lines read one
-    by one (the first one's wrong type sends the block there) ended the run with an OverflowError."""
+    by one (the first one's wrong type sends the block there) ended the run with an OverflowError,
+    then were taken for traces of other times; the fast path published one of year 10000."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.jsonl").write_bytes(lines(trace(4, latency_ms="40"), trace(1),
                                         trace(2, start_time="0001-01-01T00:00:00+01:00", end_time="0001-01-01T00:00:00+01:00"),
                                         trace(3, start_time="9999-12-31T23:59:59-00:01", end_time="9999-12-31T23:59:59-00:01")))
     m = run(src, tmp_path / "out")
-    assert accounted(m) and m.counts["traces"] == 1 and m.quarantine_reasons == {"invalid_field": 1}
+    assert accounted(m) and m.counts["traces"] == 1 and m.quarantine_reasons == {"invalid_field": 3}
+    assert sorted(q["detail"].split("`")[-2] for q in table(m, "quarantine")) == ["latency_ms", "start_time", "start_time"]
 
 
 def test_a_span_that_is_not_a_trace_is_quarantined_and_the_others_of_its_export_kept(tmp_path):
