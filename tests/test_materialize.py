@@ -2159,6 +2159,20 @@ def test_an_otlp_export_that_breaks_off_within_a_records_size_keeps_the_spans_be
         (2, f"not read: the export breaks off after {len(cut)} bytes"), (3, "invalid_json: Input data was truncated")]
 
 
+def test_a_file_that_gives_nothing_but_damage_or_refused_rows_is_named_as_in_no_format(tmp_path):
+    """An HTML error page saved under a data file's name: as CSV of a comma (each row refused), as
+    gzip (not gzip at all). Its items were counted, and no file was named."""
+    page = b"<!DOCTYPE html>\n<html><head><title>503 Service Unavailable, try later</title></head>\n<body>busy</body></html>\n"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "observations.csv").write_bytes(page)
+    (src / "traces.jsonl.gz").write_bytes(page)
+    (src / "ours.jsonl").write_bytes(lines(trace(1)))
+    m = run(src, tmp_path / "out")
+    assert accounted(m) and m.counts["traces"] == 1
+    assert m.source["unrecognized_files"] == {str(src / "observations.csv"): 2, str(src / "traces.jsonl.gz"): 1}
+
+
 @pytest.mark.parametrize("fmt", ["ctpipe", "openai", "otel"])
 def test_a_record_of_another_format_than_the_one_named_is_wrong_format_saying_which(tmp_path, fmt):
     """Under --format ctpipe an OpenAI log was missing_field (trace_id), a Langfuse row invalid_field."""

@@ -105,7 +105,11 @@ _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped); of the
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
-_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested"})
+# Items that read as no trace format, damage included: a file of nothing else is named as in none (an
+# HTML error page saved as .csv, of a comma, or as .jsonl.gz, went unnamed, its items only counted).
+_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested",
+                        "invalid_csv", "unreadable_csv", "corrupt_gzip", "corrupt_zstd", "truncated_gzip",
+                        "truncated_zstd", "unreadable_parquet"})
 # Columns kept beside a trace's row until it is deduplicated and paired.
 _KEYS = [("id_key", pa.uint64()), ("exact_key", pa.uint64()), ("norm_key", pa.uint64()), ("prompt_key", pa.uint64())]
 _ROWS_SCHEMA = pa.schema(list(TRACES_SCHEMA) + [pa.field(n, t) for n, t in _KEYS])
