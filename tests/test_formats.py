@@ -2184,3 +2184,14 @@ def test_a_langfuse_generation_of_no_trace_is_refused_and_joins_no_score():
         assert e.value.reason == "invalid_field"
     (t,) = _joined([ENRICHED_OBSERVATION, {**_blob_score("s1", "NUMERIC", 0.5), "trace_id": None, "observation_id": None}])
     assert t["scores"] == []
+
+
+def test_json_text_nested_past_the_parser_in_a_span_is_too_deeply_nested_as_a_line_is():
+    """It was invalid_field, its detail Python's RecursionError."""
+    deep = "[" * 100_000 + "]" * 100_000
+    for name in ("gen_ai.input.messages", "gen_ai.prompt", "gen_ai.system_instructions"):
+        doc = otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"), kv(name, deep),
+                    kv("gen_ai.output.messages" if name != "gen_ai.prompt" else "gen_ai.completion", "[]")])
+        with pytest.raises(FormatError) as e:
+            normalize(doc, "auto")
+        assert e.value.reason == "too_deeply_nested", name

@@ -1431,6 +1431,8 @@ def _system_instructions(a: dict) -> list[dict]:
         return []
     try:
         parts = _structured(text)
+    except FormatError:  # too deeply nested
+        raise
     except (TypeError, ValueError) as e:
         raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
     if not isinstance(parts, list):
@@ -1441,7 +1443,15 @@ def _system_instructions(a: dict) -> list[dict]:
 def _structured(value: Any) -> Any:
     """A content attribute's value: JSON text, as today's instrumentations write it, or the structured
     AnyValue (arrays and key-value lists) that semconv asks for on spans where it can be recorded."""
-    return value if isinstance(value, (list, dict)) else json.loads(value)
+    return value if isinstance(value, (list, dict)) else _json_of(value)
+
+
+def _json_of(text: Any) -> Any:
+    """``json.loads(text)``; text nested past what it goes is ``too_deeply_nested``, as a line is."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FormatError("too_deeply_nested", "JSON text nested deeper than the JSON parser goes") from None
 
 
 # OpenLLMetry's flattened names: one attribute per field of each message, numbered from 0.
@@ -1456,6 +1466,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         try:
             inputs = _structured(a.get("gen_ai.input.messages") or "[]")
             outputs = _structured(a.get("gen_ai.output.messages") or "[]")
+        except FormatError:  # too deeply nested
+            raise
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
         messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
@@ -1466,6 +1478,8 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
+        except FormatError:  # too deeply nested
+            raise
         except (TypeError, ValueError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
@@ -1531,7 +1545,7 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
         return value[0]
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
-            parts = json.loads(value)
+            parts = _json_of(value)
         except ValueError:
             return value
         if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
@@ -1988,7 +2002,7 @@ def _stored_json(value: Any) -> Any:
         parsed = msgspec.json.decode(value)
     except msgspec.DecodeError:
         try:
-            parsed = json.loads(value)
+            parsed = _json_of(value)
         except ValueError:
             return value
     return parsed if isinstance(parsed, (list, dict, str)) else value
@@ -2248,7 +2262,9 @@ def _in_time_order(records: list[dict]) -> list[dict]:
 def _event_content(text: str, where: str) -> dict:
     """The JSON object a span event's ``gen_ai.event.content`` holds: a message, or a choice."""
     try:
-        body = json.loads(text)
+        body = _json_of(text)
+    except FormatError:  # too deeply nested
+        raise
     except ValueError as e:
         raise FormatError("invalid_json", f"{where} is not JSON: {e}") from None
     if not isinstance(body, dict):
