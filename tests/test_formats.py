@@ -2195,3 +2195,15 @@ def test_json_text_nested_past_the_parser_in_a_span_is_too_deeply_nested_as_a_li
         with pytest.raises(FormatError) as e:
             normalize(doc, "auto")
         assert e.value.reason == "too_deeply_nested", name
+
+
+@pytest.mark.parametrize("kind", [5, None, ["GENERATION"]])
+def test_a_langfuse_observation_whose_type_is_no_name_is_refused_not_passed_over(kind):
+    """A span's or an event's observation is no trace and is passed over; one of type 5 was too, uncounted."""
+    from ctpipe.formats import langfuse_entry
+
+    row = {"id": "g1", "traceId": "t1", "type": kind, "startTime": "2026-11-22T10:00:00Z", "model": "m"}
+    with pytest.raises(FormatError, match=r"observation g1: type=.* is not a name") as e:
+        langfuse_entry(row)
+    assert e.value.reason == "invalid_field"
+    assert langfuse_entry({**row, "type": "SPAN"}) is None

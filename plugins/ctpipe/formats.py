@@ -2026,7 +2026,9 @@ def langfuse_entry(row: dict, where: tuple[str, int] | None = None, line: bytes 
         kind = langfuse_kind(row)
         row = _camel_case(row)
         if kind == "observation":
-            if row.get("type") != "GENERATION":
+            if not isinstance(row.get("type"), str):  # a span's, an event's... is no trace; a type of no name, no row
+                raise FormatError("invalid_field", f"observation {row.get('id')}: type={row.get('type')!r} is not a name")
+            if row["type"] != "GENERATION":
                 return None
             for key in ("id", "traceId"):  # what names the trace, and joins its scores: None would join every other None
                 if row.get(key) is None:
