@@ -174,7 +174,10 @@ def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
         return f"trim(regexp_replace(lower({col}), '[[:punct:][:space:]]+', ' ', 'g'))"
 
     def squash(col: str) -> str:  # dedup.squash: punctuation and spaces out, but arithmetic's signs and a number's separators
-        marked = f"regexp_replace(regexp_replace(lower({col}), '([0-9])\\.([0-9])', '\\1·\\2', 'g'), '([0-9]),([0-9])', '\\1¸\\2', 'g')"
+        marked = f"lower({col})"
+        for separator, mark in (("\\.", "·"), (",", "¸")):
+            for _ in range(2):  # a match takes the digit after it: 1.2.3's second point is the second pass's
+                marked = f"regexp_replace({marked}, '([0-9]){separator}([0-9])', '\\1{mark}\\2', 'g')"
         ignored = "[!\"#$&''(),.:;?@\\[\\\\\\]_`{|}~[:space:]]"
         return f"regexp_replace({marked}, '{ignored}', '', 'g')"
 

@@ -2157,6 +2157,11 @@ def test_an_otlp_export_that_breaks_off_within_a_records_size_keeps_the_spans_be
     assert [r["completion"] for r in table(m, "traces")][1:] == [str(i + 1) for i in range(3000, 3030)]
     assert [(q["source_line"], q["detail"]) for q in table(m, "quarantine")] == [
         (2, f"not read: the export breaks off after {len(cut)} bytes"), (3, "invalid_json: Input data was truncated")]
+    # An export that closes, with something after it that is not JSON, is no export cut short: one item.
+    whole = json.dumps(_export({"4": [[_genai_span(3000 + i) for i in range(3)]]})).encode()
+    (tmp_path / "b.jsonl").write_bytes(lines(whole + b" trailing garbage", whole[:-1] + b', "extra": tru}'))
+    m = run(tmp_path / "b.jsonl", tmp_path / "out-b")
+    assert accounted(m) and m.counts["traces"] == 0 and m.quarantine_reasons == {"invalid_json": 2}
 
 
 def test_a_file_that_gives_nothing_but_damage_or_refused_rows_is_named_as_in_no_format(tmp_path):

@@ -463,6 +463,22 @@ def test_no_flipped_bit_of_a_compressed_file_gives_a_line_it_does_not_hold(tmp_p
         assert items[-1].reason in ("corrupt_gzip", "corrupt_zstd", "truncated_gzip", "truncated_zstd"), at
 
 
+@pytest.mark.parametrize("kind", ["gzip members", "zstd frames each after its length"])
+def test_members_and_frames_checked_one_by_one_still_come_a_block_at_a_time(monkeypatch, kind):
+    """A member (or frame) is handed out once its checksum holds: each alone made a block of one line
+    of a file of many small ones (bgzip, `cat`, a Collector's frame per export), 70 times slower."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 4096)
+    lines = [json.dumps({"n": i}).encode() + b"\n" for i in range(2000)]
+    if kind == "gzip members":
+        pieces = list(sources._gunzip(io.BytesIO(b"".join(gzip.compress(line) for line in lines))))
+    else:  # each frame's text on a line of its own
+        pieces = list(sources._unzstd(io.BytesIO(_framed(*(line.rstrip(b"\n") for line in lines)))))
+    assert b"".join(pieces) == b"".join(lines)
+    assert [len(p) for p in pieces[:-1]] == [4096] * (len(pieces) - 1) and 0 < len(pieces[-1]) <= 4096
+
+
 def test_gzip_comes_in_blocks_of_the_block_size_however_much_it_compresses(tmp_path, monkeypatch):
     """Two members, as ``cat a.gz b.gz`` makes, of lines that compress a hundred times: the blocks are
     a block's size (and a line), not what each megabyte read holds; damage keeps all before it."""
@@ -896,6 +912,27 @@ def test_bytes_that_are_not_utf8_in_a_csv_file_lose_only_their_row(tmp_path, mon
     assert [d["id"] for d in docs] == ["1", "2", "4", *(["5"] if where != "a row" else []), "6", "7", "8", "10"]
     if where == "a refused row":
         assert [i.raw for i in items if i.position == 9] == ["9,9,t,\ufffd\ufffd"]
+
+
+def test_csv_rows_are_cut_from_the_stream_where_they_end_not_at_a_newline_within_quotes(tmp_path, monkeypatch):
+    """A file cut short (or read on by the stdlib's reader from where pyarrow's got to) within a quoted
+    value of many lines published the row as good, its value short. Refused rows in a row are
+    numbered in turn, and bytes that are not UTF-8 where the file ends are one row's item."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 64)
+    value = "".join(f"line {i}\n" for i in range(200))
+    text = b'id,text\n1,"' + value.encode() + b'"\n2,b,extra\n3,c,extra\n4,d\n'
+    whole = gzip.compress(text)
+    for cut in range(40, len(whole), 7):
+        (tmp_path / "a.csv.gz").write_bytes(whole[:cut])
+        assert all(i.reason or i.doc["text"] == value for i in read(str(tmp_path / "a.csv.gz")) if i.position == 1), cut
+    (tmp_path / "b.csv").write_bytes(text + b"5,\xff\n")  # read on by the stdlib's reader from row 2 or so
+    assert [(i.position, i.reason, i.doc) for i in read(str(tmp_path / "b.csv"))] == [
+        (1, None, {"id": "1", "text": value}), (2, "invalid_csv", None), (3, "invalid_csv", None),
+        (4, None, {"id": "4", "text": "d"}), (5, "invalid_utf8", None)]
+    (tmp_path / "c.csv").write_bytes(b"id,text\n1,a\n2,b,\xc3")  # a refused row ending within a sequence
+    assert [(i.position, i.reason) for i in read(str(tmp_path / "c.csv"))] == [(1, None), (2, "invalid_csv")]
 
 
 @pytest.mark.parametrize("name", ["a.csv.gz", "a.csv.zst"])

@@ -154,9 +154,8 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     if None in times:
         return None
     valid &= _ok(pc.greater_equal(times[1], times[0]))
-    for t in times:  # in UTC within what a datetime holds; the exact path says why not
-        us = t.cast(pa.int64())
-        valid &= _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
+    for t in times:  # the exact path says why not
+        valid &= _held_by_datetime(t)
     table = table.set_column(1, "start_time", times[0]).set_column(2, "end_time", times[1])
     # A missing or null feedback or scores (pyarrow reads both as null) is what the exact path makes of
     # it: no thumb and no rating, no scores.
@@ -172,6 +171,12 @@ def parse_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
 _NOT_OURS = frozenset({"resourceSpans", "request", "response", "choices"})
 # The times a datetime holds (years 1 to 9999), in microseconds: a Parquet timestamp beyond them is the exact path's.
 _DATETIME_MICROS = tuple(micros(t.replace(tzinfo=timezone.utc)) for t in (datetime.min, datetime.max))
+
+
+def _held_by_datetime(times: pa.Array) -> np.ndarray:
+    """Which of ``times`` (timestamps with a zone) a Python datetime holds, in UTC."""
+    us = pc.cast(times, pa.int64())
+    return _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
 
 
 class _Unread(Exception):
@@ -299,8 +304,7 @@ def _times(a: pa.Array | None, n: int) -> tuple[pa.Array, np.ndarray]:
         at = a.cast(_TIME)
     except Exception:  # noqa: BLE001 - pyarrow and the zone database raise several types
         raise _Unread from None
-    us = pc.cast(at, pa.int64())
-    return at, _ok(pc.and_(pc.greater_equal(us, _DATETIME_MICROS[0]), pc.less_equal(us, _DATETIME_MICROS[1])))
+    return at, _held_by_datetime(at)
 
 
 def _record(a: pa.Array | None, n: int, kinds: dict[str, str]) -> tuple[dict[str, pa.Array], np.ndarray, set[str]]:

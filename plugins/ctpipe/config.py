@@ -423,8 +423,9 @@ class Settings(BaseSettings):
     trace_schedule: str | None = Field("@hourly", description="Schedule of trace_to_dataset; empty: manual only.")
     trace_catch_up_from: AwareDatetime | None = Field(
         None, description="With a time (and its zone), trace_to_dataset builds every interval of its schedule from "
-        "then on: ticks missed while the scheduler was down, or before the DAG was deployed, are run when it "
-        "comes back, one at a time, oldest first. None: only the latest interval is (a backfill builds the others).",
+        "then on: at a first deploy those since then, and later the ticks missed while the scheduler was down, run "
+        "when it comes back, one at a time, oldest first (a time set before the DAG's earliest run does not build the "
+        "hours before it: a backfill does). None: only the latest interval is (a backfill builds the others).",
     )
     trace_source: str | None = Field(
         None, description="Where trace_to_dataset reads traces: a path or fsspec URI (s3://, gs://, ...); "

@@ -1431,9 +1431,7 @@ def _system_instructions(a: dict) -> list[dict]:
         return []
     try:
         parts = _structured(text)
-    except FormatError:  # too deeply nested
-        raise
-    except (TypeError, ValueError) as e:
+    except (TypeError, json.JSONDecodeError) as e:
         raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
     if not isinstance(parts, list):
         raise FormatError("invalid_field", f"gen_ai.system_instructions={str(parts)[:80]} is not a list of parts")
@@ -1466,9 +1464,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         try:
             inputs = _structured(a.get("gen_ai.input.messages") or "[]")
             outputs = _structured(a.get("gen_ai.output.messages") or "[]")
-        except FormatError:  # too deeply nested
-            raise
-        except (TypeError, ValueError) as e:
+        except (TypeError, json.JSONDecodeError) as e:
             raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
         messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
                                               for i, m in _messages_of(inputs, f"{where}: gen_ai.input.messages")]
@@ -1478,9 +1474,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         try:
             prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
-        except FormatError:  # too deeply nested
-            raise
-        except (TypeError, ValueError) as e:
+        except (TypeError, json.JSONDecodeError) as e:
             raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
         if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
             raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds texts without their roles (as Spring AI "
@@ -2265,9 +2259,7 @@ def _event_content(text: str, where: str) -> dict:
     """The JSON object a span event's ``gen_ai.event.content`` holds: a message, or a choice."""
     try:
         body = _json_of(text)
-    except FormatError:  # too deeply nested
-        raise
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise FormatError("invalid_json", f"{where} is not JSON: {e}") from None
     if not isinstance(body, dict):
         raise FormatError("invalid_field", f"{where} is not an object: {text[:80]!r}")

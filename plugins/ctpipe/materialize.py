@@ -105,9 +105,9 @@ _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped); of the
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
 # Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
 # a file whose every line fails so is reported by name, not guessed at.
-# Items that read as no trace format, damage included: a file of nothing else is named as in none (an
+# Items that read as no trace format, damage included: a file of nothing else is named unrecognized (an
 # HTML error page saved as .csv, of a comma, or as .jsonl.gz, went unnamed, its items only counted).
-_NO_FORMAT = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested",
+_UNRECOGNIZED = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested",
                         "invalid_csv", "unreadable_csv", "corrupt_gzip", "corrupt_zstd", "truncated_gzip",
                         "truncated_zstd", "unreadable_parquet"})
 # Columns kept beside a trace's row until it is deduplicated and paired.
@@ -155,7 +155,7 @@ class Part:
     file: str = ""  # the block's file, the first of those gathered into it (a join's part has none)
     by_file: dict[str, Counter] = field(default_factory=dict)  # of each file read: read, unformatted, known
     size: int = 0  # bytes of records its block held, decompressed (Parquet: decoded): they size the pairing
-    unformatted: int = 0  # of ``read``, the items in no trace format (see _NO_FORMAT)
+    unformatted: int = 0  # of ``read``, the items in no trace format (see _UNRECOGNIZED)
     # Records read (in the interval or not) that started before their file's partition, by more than
     # the dataset's partition_lag(), or after it ended: runs of shorter intervals skip that partition
     # and miss them. Of each side: (records, the most microseconds before its start or after its end).
@@ -516,7 +516,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             # A neighbour misplaced in a partition would take the item to a run that never reads it.
             if at is None or lo <= _within_partition(block.file, at) < hi:
                 part.read += 1
-                part.unformatted += q["reason"] in _NO_FORMAT
+                part.unformatted += q["reason"] in _UNRECOGNIZED
                 part.quarantine.append(q)
 
     slow_inside = [r for r, kept in zip(slow, inside_slow) if kept]

@@ -51,6 +51,7 @@ import logging
 import math
 import os
 import re
+import tempfile
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -636,18 +637,18 @@ class _Damage(Exception):
 
 class _Held:
     """Decompressed bytes held until their stream's checksum is checked, then handed out a block's
-    worth at a time: damaged compressed bytes may decode as other text, which reads as good lines
-    (one flipped bit published hundreds of wrong prompts). Past :data:`_HELD_IN_MEMORY` they wait
-    in a file of the system's temporary directory, as big as the stream, not in memory."""
+    worth at a time, across members and frames: damaged compressed bytes may decode as other text,
+    which reads as good lines (one flipped bit published hundreds of wrong prompts). Past
+    :data:`_HELD_IN_MEMORY` they wait in a file of the system's temporary directory, as big as the
+    stream, not in memory."""
 
     def __init__(self):
         self.pieces: list[bytes] = []
         self.size, self.disk = 0, None
+        self.carry = b""  # checked, less than a block: the start of the next piece
 
     def add(self, data: bytes) -> None:
         if self.disk is None and self.size + len(data) > _HELD_IN_MEMORY:
-            import tempfile
-
             self.disk = tempfile.TemporaryFile(prefix="ctpipe-held-")
             self.disk.writelines(self.pieces)
             self.pieces = []
@@ -657,19 +658,36 @@ class _Held:
             self.pieces.append(data)
         self.size += len(data)
 
-    def out(self) -> Iterator[bytes]:
-        """What is held, in pieces of a block's worth (the last may be less; never an empty one, which
-        would end the file for its reader), and nothing held after."""
-        disk, pieces, self.pieces, self.size, self.disk = self.disk, self.pieces, [], 0, None
+    def checked(self) -> Iterator[bytes]:
+        """What is held, checked: in pieces of a block's worth, what is left short of one kept for the next."""
+        disk, pieces = self.disk, self.pieces
+        self.pieces, self.size, self.disk = [], 0, None
         if disk is not None:
-            with disk:
-                disk.seek(0)
-                yield from iter(lambda: disk.read(BLOCK_BYTES), b"")
-            return
-        data = b"".join(pieces)
-        yield from (data[at:at + BLOCK_BYTES] for at in range(0, len(data), BLOCK_BYTES))
+            disk.seek(0)
+            pieces = iter(lambda: disk.read(BLOCK_BYTES), b"")
+        try:
+            held, size = [self.carry], len(self.carry)
+            for piece in pieces:
+                held.append(piece)
+                size += len(piece)
+                if size >= BLOCK_BYTES:
+                    data = b"".join(held)
+                    whole = len(data) - len(data) % BLOCK_BYTES
+                    yield from (data[at:at + BLOCK_BYTES] for at in range(0, whole, BLOCK_BYTES))
+                    held, size = [data[whole:]], len(data) - whole
+            self.carry = b"".join(held)
+        finally:
+            if disk is not None:
+                disk.close()
+
+    def rest(self) -> Iterator[bytes]:
+        """What was checked and is short of a block (never an empty piece, which ends the file for its reader)."""
+        if self.carry:
+            yield self.carry
+        self.carry = b""
 
     def drop(self) -> None:
+        """What is held and not checked: it is not handed out."""
         if self.disk is not None:
             self.disk.close()
         self.pieces, self.size, self.disk = [], 0, None
@@ -677,7 +695,7 @@ class _Held:
 
 def _gunzip(f) -> Iterator[bytes]:
     """Decompressed pieces of a gzip stream (members one after another), a block's worth each, up to
-    any damage, which is raised once the pieces before it are handed out. A member's pieces come once
+    any damage, which is raised once the pieces before it are handed out. A member's bytes come once
     its end has checked its CRC and size; where the file ends in the middle of one, what it holds up
     to there comes (damage never cut it short: only the bytes after it are missing).
 
@@ -699,24 +717,28 @@ def _gunzip(f) -> Iterator[bytes]:
                 filled = len(out) == BLOCK_BYTES
                 piece = d.unconsumed_tail
                 if d.eof and not filled:  # a member ended, all of it out and checked; another may follow
-                    yield from held.out()
+                    yield from held.checked()
                     piece, d, started, ended = d.unused_data, start(), False, True
         if started:
             held.add(d.flush())
             raise EOFError("compressed file ended before the end-of-stream marker was reached")
     except EOFError as e:
-        yield from held.out()
+        yield from held.checked()
+        yield from held.rest()
         raise _Damage("truncated_gzip", f"{type(e).__name__}: {e}") from None
     except isal_zlib.error as e:
         held.drop()
+        yield from held.rest()
         raise _Damage("corrupt_gzip", f"{type(e).__name__}: {e} (the member it is in not read)") from None
-    yield from held.out()
+    finally:
+        held.drop()  # on any other error too (the store's): no file left behind
+    yield from held.rest()
 
 
 def _unzstd(f) -> Iterator[bytes]:
     """Decompressed pieces of a zstd stream (frames one after another, or each after its length: see
     :class:`_Framed`), a block's worth each, up to any damage, which is raised once the pieces before
-    it are handed out. A frame's checksum (the zstd tool writes one) is checked before its pieces
+    it are handed out. A frame's checksum (the zstd tool writes one) is checked before its bytes
     come (see :class:`_Held`): those of frames each after its length once each ends, the others once
     the stream does, since Arrow's reader does not say where its frames end. A frame without a
     checksum cannot tell damaged bytes from others. Where the file ends early, what came before comes."""
@@ -725,17 +747,22 @@ def _unzstd(f) -> Iterator[bytes]:
         while piece := stream.read(_ZSTD_STEP):
             held.add(piece)
             if getattr(stream, "at_frame_end", False):
-                yield from held.out()
+                yield from held.checked()
+        yield from held.checked()
     except OSError as e:
         # Arrow's own errors are plain OSErrors; the file's (a network error) keep their type and end the run.
         if type(e) is not OSError:
             raise
         if str(e).startswith("Truncated"):
-            yield from held.out()
+            yield from held.checked()
+            yield from held.rest()
             raise _Damage("truncated_zstd", f"zstd: {e}") from None
         held.drop()
+        yield from held.rest()
         raise _Damage("corrupt_zstd", f"zstd: {e} (the frames it is in not read)") from None
-    yield from held.out()
+    finally:
+        held.drop()
+    yield from held.rest()
 
 
 def _zstd_stream(f):
@@ -1162,15 +1189,18 @@ def _an_export(head: bytes) -> str | None:
 
 
 def exports_of(line: bytes) -> tuple[list[bytes], list[tuple[str, str]]] | None:
-    """The exports of about a megabyte of spans each that a line beginning as an OTLP export holds,
-    read as one past :data:`MAX_RECORD_BYTES` is (see :class:`_Exports`): a line that is not JSON
-    whole (cut short) gives the spans before its break. With them (reason, detail) of each part not
-    read: a span too large, the rest of the line. None where the line is no export."""
+    """The exports of about a megabyte of spans each that a line beginning as an OTLP export and cut
+    short holds, read as one past :data:`MAX_RECORD_BYTES` is (see :class:`_Exports`): the spans
+    before its break. With them (reason, detail) of each part not read: a span too large, the rest
+    of the line. None where the line is no export, or one that closes (what makes it no JSON is
+    elsewhere: after it, say)."""
     signal = _an_export(line[:64])
     if signal is None:
         return None
     exports = _Exports(signal=signal)
     made = exports.feed(line)
+    if exports.done:
+        return None
     rest, why = exports.end()
     made += rest
     failures = [(m.reason, str(m)) for m in made if isinstance(m, _Damage)] + ([(why.reason, str(why))] if why else [])
@@ -1512,6 +1542,7 @@ def _row_blocks(file: str, row: int, batch) -> Generator[Block, None, int]:
 # What pyarrow's CSV reader parses at once: a row must fit in it, or the file's reading stops there. A
 # row past MAX_RECORD_BYTES (and within this) is read, to be record_too_large, and the rows after it too.
 _CSV_BLOCK_BYTES = 4 * MAX_RECORD_BYTES
+csv.field_size_limit(max(csv.field_size_limit(), _CSV_BLOCK_BYTES))  # the stdlib's reader takes as much (128 KB by default)
 
 
 def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
@@ -1530,9 +1561,10 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                         bad.text))
         return "skip"
 
-    def refused_before(end: int) -> Iterator[Block]:
+    def refused_before(end: float | None = None) -> Iterator[Block]:
+        """The items of the rows refused before ``end`` (None: the next row, as each given moves it on)."""
         nonlocal row
-        while refused and (refused[0][0] is None or refused[0][0] < end):  # None: where the parser is
+        while refused and (refused[0][0] is None or refused[0][0] < (row + 1 if end is None else end)):  # None: where the parser is
             _, why, text = refused.pop(0)
             yield Block(file, row, damage=Item(file, row, reason="invalid_csv", detail=why, raw=text[:RAW_KEPT]))
             row += 1
@@ -1541,7 +1573,6 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
         """The rows from ``row`` on, as the stdlib's reader reads them (see :class:`_NotUtf8`), under
         ``names`` or, where the header is what is not UTF-8, its own reading of the header."""
         nonlocal row
-        csv.field_size_limit(max(csv.field_size_limit(), _CSV_BLOCK_BYTES))  # 128 KB by default
         with fs.open(file, "rb") as raw:
             stream = _Raw(_pieces(raw, _compression(raw, name)))
             text = io.TextIOWrapper(io.BufferedReader(stream, 1 << 20), "utf-8", "surrogateescape", newline="")
@@ -1594,7 +1625,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
             for batch in reader:
                 at = 0
                 while at < batch.num_rows:
-                    yield from refused_before(row + 1)  # the parser numbers rows from 1, as we do
+                    yield from refused_before()  # the parser numbers rows from 1, as we do
                     upto = refused[0][0] if refused and refused[0][0] is not None else row + batch.num_rows - at
                     take = min(batch.num_rows - at, max(upto - row, 1))
                     row = yield from _row_blocks(file, row, batch.slice(at, take))
@@ -1609,7 +1640,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
     except Exception as e:  # noqa: BLE001 - the decompressors and the parser raise several types
         yield from refused_before(math.inf)
         why = (f"a value of row {row} or after is over {_CSV_BLOCK_BYTES >> 20} MB, past which a CSV row is not read: "
-               "it and the rows after it are not read" if "straddl" in str(e)
+               "it and the rows after it are not read" if "straddl" in str(e) or "field larger than field limit" in str(e)
                else str(e) if isinstance(e, _Damage) else f"{type(e).__name__}: {e}")
         yield Block(file, row, damage=Item(file, row, reason="unreadable_csv", detail=why))
 
@@ -1631,6 +1662,10 @@ def _utf8_checked(pieces: Iterator[bytes]) -> Iterator[bytes]:
         except UnicodeDecodeError:
             raise _NotUtf8() from None
         yield piece
+    try:  # a sequence the file ends within
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise _NotUtf8() from None
 
 
 def _texts_batch(names: list[str], rows: list[list[str]]) -> pa.RecordBatch:
@@ -1642,14 +1677,17 @@ def _texts_batch(names: list[str], rows: list[list[str]]) -> pa.RecordBatch:
 
 
 class _Raw(io.RawIOBase):
-    """The pieces of a file (see :func:`_pieces`) as a raw stream an ``io.BufferedReader`` takes, read
-    up to their damage (a compressed file cut short), kept in ``damage``: given in whole lines, so
-    that the rows before the damage are read (pyarrow's reader parses 32 MB at once, and lost all of
-    a smaller file's rows with the error), and the line the damage cut is left to its item."""
+    """The pieces of a CSV file (see :func:`_pieces`) as a raw stream an ``io.BufferedReader`` takes,
+    read up to their damage (a compressed file cut short), kept in ``damage``: given in whole rows,
+    up to a newline outside quotes, so that the rows before the damage are read (pyarrow's reader
+    parses 32 MB at once, and lost all of a smaller file's rows with the error), and the row the
+    damage cut is left to its item (cut at a newline within a quoted value, the row was read as a
+    good one, its value short)."""
 
     def __init__(self, pieces: Iterator[bytes]):
         self.pieces, self.damage = pieces, None
         self.ready, self.held, self.done = memoryview(b""), b"", False  # a view: given out a buffer at a time
+        self.quoted = False  # whether ``held`` ends within quotes
 
     def readable(self) -> bool:
         return True
@@ -1664,7 +1702,7 @@ class _Raw(io.RawIOBase):
             if not piece:  # the end: its last line whole, with its newline or without
                 self.ready, self.held, self.done = memoryview(self.held), b"", True
                 break
-            cut = piece.rfind(b"\n") + 1
+            cut = self._row_end(piece)
             if cut:
                 self.ready, self.held = memoryview(self.held + piece[:cut]), piece[cut:]
             else:
@@ -1675,6 +1713,16 @@ class _Raw(io.RawIOBase):
         b[:n] = self.ready[:n]
         self.ready = self.ready[n:]
         return n
+
+    def _row_end(self, piece: bytes) -> int:
+        """Where in ``piece`` the last row that ends in it ends (0: none does), ``quoted`` kept for what
+        follows. A quote opens or closes a quoted value (one doubled within it does both)."""
+        data = np.frombuffer(piece, np.uint8)
+        quotes, newlines = np.flatnonzero(data == ord('"')), np.flatnonzero(data == ord("\n"))
+        outside = newlines[(np.searchsorted(quotes, newlines) + self.quoted) % 2 == 0]
+        cut = int(outside[-1]) + 1 if len(outside) else 0
+        self.quoted = bool((self.quoted * (not cut) + np.count_nonzero(quotes >= cut)) % 2)
+        return cut
 
 
 def _runs_within_limit(runs: Iterable[Any]) -> Iterator[Any]:
@@ -1796,9 +1844,10 @@ def _binary_text(batch):
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _mostly_text(column: pa.Array) -> bool:
-    """Whether more than half of the values of ``column`` (a binary one viewed as text) are UTF-8."""
-    present = [i for i in range(len(column)) if column[i].is_valid]
+def _mostly_text(column: pa.Array, looked_at: int = 64) -> bool:
+    """Whether more than half of the first ``looked_at`` values of ``column`` (a binary one viewed as
+    text) are UTF-8: each is looked at alone, and a column of digests or images is one to pass over."""
+    present = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))[:looked_at].tolist()
     return 2 * sum(_valid(column.take([i])) for i in present) > len(present)
 
 
