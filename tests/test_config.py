@@ -56,10 +56,16 @@ def test_a_judge_range_reads_as_two_numbers_with_or_without_brackets(monkeypatch
     ("verifiable_weight", "inf", "reward.verifiable_weight"), ("judge_weight", "1e309", "reward.judge_weight"),
     ("judge_range", "0,NaN", "reward.judge_range.1"), ("judge_range", "[0, Infinity]", "reward.judge_range.1"),
     ("judge_range", "10,0", r"judge_range=\[10.0, 0.0\] must be increasing"),
+    ("judge_range", "-1e308,1e308", r"judge_range=\[-1e\+308, 1e\+308\] is wider than a float holds"),
+    ("judge_range", "0;10", "'0;10' is not two numbers separated by a comma, as 0,10 is"),
+    ("judge_score", " ", "reward.judge_score"),
+    ("feedback_weight", "1e308", r"the reward weights sum past a float's range \(inf\)"),
     ("verifier", "none", "verifier='none' gives no verifiable signal: verifiable_weight=0.8 must be 0"),
 ])
 def test_reward_settings_that_would_label_nothing_right_fail_naming_the_field(monkeypatch, field, value, said):
     monkeypatch.setenv(f"CTPIPE_REWARD__{field.upper()}", value)
+    if field == "feedback_weight":
+        monkeypatch.setenv("CTPIPE_REWARD__JUDGE_WEIGHT", value)
     with pytest.raises(ValidationError, match=said):
         Settings()
 

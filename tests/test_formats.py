@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import re
 from decimal import Decimal
 
@@ -2207,3 +2208,15 @@ def test_a_langfuse_observation_whose_type_is_no_name_is_refused_not_passed_over
         langfuse_entry(row)
     assert e.value.reason == "invalid_field"
     assert langfuse_entry({**row, "type": "SPAN"}) is None
+
+
+def test_a_langfuse_categorical_score_keeps_its_categorys_number_where_a_config_maps_it():
+    """Langfuse sets a categorical score's value to its category's number when a score config is linked,
+    0 when none is: a categorical judge gave no signal at all."""
+    from ctpipe.formats import langfuse_entry
+
+    row = {"id": "s1", "traceId": "t1", "observationId": "g1", "name": "judge", "value": 1, "stringValue": "pass",
+           "dataType": "CATEGORICAL", "source": "EVAL"}
+    score = lambda r: pickle.loads(langfuse_entry(r)[3])[1]  # noqa: E731
+    assert score({**row, "configId": "cfg1"}) == {"name": "judge", "value": 1.0, "label": "pass", "source": "eval"}
+    assert score(row)["value"] is None  # no config: Langfuse's 0 is no number of the category's

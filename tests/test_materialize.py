@@ -632,6 +632,22 @@ def test_judge_scores_outside_the_judge_range_are_counted_and_said(tmp_path, cap
     assert "judge_outside_range" not in m.reward_stats
 
 
+def test_a_weighted_signal_no_trace_carries_is_said_and_counted(tmp_path, caplog):
+    """A misspelt judge_score (the score is "Judge") weighted the judge over nothing: under zero every
+    label was cut by the judge's share, under drop none was labeled, and nothing said why."""
+    judged = lambda i, thumb: trace(i, f"What is {i} plus 1?", str(i + 1), feedback={"thumb": thumb, "rating": None},  # noqa: E731
+                                    scores=[{"name": "Judge", "value": 0.9, "source": "eval"}])
+    (tmp_path / "a.jsonl").write_bytes(lines(judged(1, "up"), judged(2, None)))
+    reward = RewardConfig(verifier="none", verifiable_weight=0.0, feedback_weight=1.0, judge_weight=1.0, missing="zero")
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=reward)
+    assert m.reward_stats["signals"] == {"verifiable": 0, "feedback": 1, "judge": 0}
+    assert "no trace of the 2 kept carries a judge signal, weighted 1.0 (missing=zero): no score named 'judge' " \
+           "with a number" in caplog.text
+    caplog.clear()
+    m = run(tmp_path / "a.jsonl", tmp_path / "named", reward=reward.model_copy(update={"judge_score": "Judge"}))
+    assert m.reward_stats["signals"]["judge"] == 2 and "carries a" not in caplog.text
+
+
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "What is 2 plus 3?", "It is 5."),

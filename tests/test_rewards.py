@@ -170,3 +170,14 @@ def test_the_regex_verifier_takes_the_last_answer_stated_and_compares_numbers_as
 ])
 def test_the_exact_verifier_ignores_the_marks_an_answer_is_wrapped_in(completion, reference, expected):
     assert exact_reward(completion, reference) == expected
+
+
+def test_a_judges_scores_give_the_same_label_in_any_order_and_tiny_weights_keep_their_precision():
+    """Summed in the order given, 0.0376434, 0.2205511 and 0.95 made 0.402731 one way and 0.402732 the other."""
+    from ctpipe.config import RewardConfig
+
+    values = [0.0376434, 0.2205511, 0.95]
+    scores = [{"name": "judge", "value": v} for v in values]
+    assert judge_reward(scores, "judge") == judge_reward(scores[::-1], "judge")
+    cfg = RewardConfig(verifier="none", verifiable_weight=0, feedback_weight=1e-323, judge_weight=1e-320)
+    assert combine({"feedback": 0.7, "judge": None}, cfg.weights(), "renormalize") == 0.7

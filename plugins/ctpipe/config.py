@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 import typing
@@ -115,7 +116,8 @@ class RewardConfig(_Section):
     feedback_weight: float = Field(0.2, ge=0, allow_inf_nan=False,
                                    description="User feedback: thumbs (up 1, down 0) or 1-5 ratings.")
     judge_weight: float = Field(0.0, ge=0, allow_inf_nan=False, description="A judge score carried in the trace's scores.")
-    judge_score: str = Field("judge", min_length=1, description="Name of the score that counts as the judge's.")
+    judge_score: str = Field("judge", min_length=1, pattern=r"\S",
+                             description="Name of the score that counts as the judge's (case counts).")
     # NoDecode: from the environment, "0,10" as well as the JSON "[0, 10]".
     judge_range: Annotated[tuple[FiniteFloat, FiniteFloat], NoDecode] = Field(
         (0.0, 1.0), description="The judge score's scale, mapped onto [0, 1] (a score outside it counts as its end).")
@@ -132,13 +134,19 @@ class RewardConfig(_Section):
             try:
                 return json.loads(v)
             except ValueError:
-                return [part.strip() for part in v.strip("()").split(",")]
+                parts = [part.strip() for part in v.strip("()").split(",")]
+                if len(parts) != 2:
+                    raise ValueError(f"{v!r} is not two numbers separated by a comma, as 0,10 is") from None
+                return parts
         return v
 
     @model_validator(mode="after")
     def _some_weight(self) -> RewardConfig:
-        if self.verifiable_weight + self.feedback_weight + self.judge_weight <= 0:
+        total = self.verifiable_weight + self.feedback_weight + self.judge_weight
+        if total <= 0:
             raise ValueError("at least one reward weight must be positive")
+        if not math.isfinite(total):  # 1e308 twice: the label divided a finite sum by an infinite one, 0 for all
+            raise ValueError(f"the reward weights sum past a float's range ({total})")
         if self.verifier == "none" and self.verifiable_weight > 0:  # drop or zero would then label nothing right
             raise ValueError(f"verifier='none' gives no verifiable signal: verifiable_weight={self.verifiable_weight} "
                              "must be 0")
@@ -149,10 +157,15 @@ class RewardConfig(_Section):
             raise ValueError(f"answer_regex={self.answer_regex!r} is not a regex: {e}") from None
         if self.judge_range[1] <= self.judge_range[0]:
             raise ValueError(f"judge_range={list(self.judge_range)} must be increasing")
+        if not math.isfinite(self.judge_range[1] - self.judge_range[0]):
+            raise ValueError(f"judge_range={list(self.judge_range)} is wider than a float holds")
         return self
 
     def weights(self) -> dict[str, float]:
-        return {"verifiable": self.verifiable_weight, "feedback": self.feedback_weight, "judge": self.judge_weight}
+        """The weights, summing to 1 (a label does not depend on their scale; tiny ones lost precision)."""
+        total = self.verifiable_weight + self.feedback_weight + self.judge_weight
+        return {"verifiable": self.verifiable_weight / total, "feedback": self.feedback_weight / total,
+                "judge": self.judge_weight / total}
 
 
 class DatasetConfig(_Section):

@@ -1935,7 +1935,8 @@ def _epoch(ts: Any, where: str) -> float:
 
 
 def _score(row: dict) -> dict:
-    """A Langfuse score as ours: numeric and boolean scores keep a value (boolean as 0/1), categorical a label."""
+    """A Langfuse score as ours: numeric and boolean scores keep a value (boolean as 0/1), categorical a label
+    (and its category's number, where a score config maps it)."""
     kind = row.get("dataType")
     if kind not in ("NUMERIC", "BOOLEAN", "CATEGORICAL"):
         raise FormatError("invalid_field", f"score {row.get('id')}: dataType={kind!r} is not NUMERIC, BOOLEAN or CATEGORICAL")
@@ -1943,7 +1944,9 @@ def _score(row: dict) -> dict:
     numeric = isinstance(value, (int, float, Decimal)) and not isinstance(value, bool)  # Parquet decimals too
     if kind != "CATEGORICAL" and not numeric:
         raise FormatError("invalid_field", f"score {row.get('id')}: value={value!r} is not a number")
-    value = None if kind == "CATEGORICAL" else _finite(float(value), f"score {row.get('id')}: value")
+    # A categorical score's value is its category's number where a score config is linked (0 without one).
+    keep = kind != "CATEGORICAL" or (row.get("configId") and numeric)
+    value = _finite(float(value), f"score {row.get('id')}: value") if keep else None
     # Checked here, where the score is its own row: left to the trace's checks, a bad one cost the
     # generation it scores, and the generation's other scores with it.
     name, label = row.get("name"), row.get("stringValue")

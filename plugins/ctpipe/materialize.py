@@ -972,7 +972,7 @@ class Written:
     traces: dict | None
     quarantine: dict | None
     reasons: Counter
-    rewards: tuple[int, float, float, float, int]  # labeled, sum, min, max; judge scores outside judge_range
+    rewards: tuple[int, float, float, float, Counter]  # labeled, sum, min, max; signals' counts (see _signal_counts)
 
 
 def finish(item: Finish) -> Written:
@@ -990,7 +990,7 @@ def finish(item: Finish) -> Written:
     own_at, taken = [_line_order(q) for q in own], 0
     reasons = Counter(q["reason"] for q in own)
     duplicates = np.array(sorted(item.duplicates), np.int64)
-    stats, outside, start, first = [(0, 0.0, math.inf, -math.inf)], 0, 0, item.first
+    stats, signals, start, first = [(0, 0.0, math.inf, -math.inf)], Counter(), 0, item.first
     with ExitStack() as stack:
         out = _PartOut(stack, "traces", item.index, TRACES_SCHEMA)
         quarantined = _PartOut(stack, "quarantine", item.index, QUARANTINE_SCHEMA)
@@ -1015,7 +1015,7 @@ def finish(item: Finish) -> Written:
                 kept[positions] = False
                 rows = rows.filter(kept)
             stats.append(_reward_stats(rows["final_reward"]))
-            outside += _outside_judge_range(rows["scores"])
+            signals += _signal_counts(rows)
             if not rows.num_rows:
                 continue
             out.write(rows.select(TRACES_SCHEMA.names))
@@ -1026,7 +1026,7 @@ def finish(item: Finish) -> Written:
         quarantined.add(own[taken:])
         quarantined.flush()
     labeled, total, low, high = zip(*stats)
-    return Written(out.written, quarantined.written, reasons, (sum(labeled), sum(total), min(low), max(high), outside))
+    return Written(out.written, quarantined.written, reasons, (sum(labeled), sum(total), min(low), max(high), signals))
 
 
 def _line_order(q: dict) -> tuple[str, int]:
@@ -1088,9 +1088,13 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
                      **{name: rest[name] for name in rest.column_names}}, schema=_SPILL_SCHEMA)
 
 
-def _outside_judge_range(scores: pa.ChunkedArray) -> int:
+def _signal_counts(rows: pa.Table) -> Counter:
+    """Of kept rows: how many carry each signal, and how many judge scores lie outside judge_range."""
     cfg = _JOB.reward
-    return rewards.judge_outside(scores, cfg.judge_score, *cfg.judge_range) if cfg.judge_weight > 0 else 0
+    counts = Counter({name: rows.num_rows - rows[f"{name}_reward"].null_count for name in rewards.SIGNALS})
+    if cfg.judge_weight > 0:
+        counts["judge_outside_range"] = rewards.judge_outside(rows["scores"], cfg.judge_score, *cfg.judge_range)
+    return counts
 
 
 def _reward_stats(column: pa.ChunkedArray) -> tuple[int, float, float, float]:
@@ -2106,6 +2110,12 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = version_name(start, end, digest.hexdigest())
+    kept = counts["traces"]
+    unseen = [name for name, w in reward.weights().items() if w > 0 and not stats.counts[name]]
+    if kept and unseen:  # a misspelt judge_score, say: the weight counts as 0 everywhere, or drops every label
+        log.warning("no trace of the %d kept carries a %s signal, weighted %s (missing=%s)%s", kept, " or ".join(unseen),
+                    " and ".join(str(getattr(reward, f"{name}_weight")) for name in unseen), reward.missing,
+                    f": no score named {reward.judge_score!r} with a number" if "judge" in unseen else "")
     if stats.outside:  # a judge of another scale than judge_range: its scores all count as 1 (or 0)
         log.warning("%d scores named %r lie outside judge_range %s and count as its nearer end: set "
                     "CTPIPE_REWARD__JUDGE_RANGE to the judge's scale", stats.outside, reward.judge_score,
@@ -2272,14 +2282,21 @@ class _Unformatted:
 
 class _RewardStats:
     def __init__(self):
-        self.n, self.total, self.low, self.high, self.outside = 0, 0.0, math.inf, -math.inf, 0
+        self.n, self.total, self.low, self.high, self.counts = 0, 0.0, math.inf, -math.inf, Counter()
 
-    def add(self, n: int, total: float, low: float, high: float, outside: int) -> None:
-        self.n, self.total, self.outside = self.n + n, self.total + total, self.outside + outside
+    def add(self, n: int, total: float, low: float, high: float, counts: Counter) -> None:
+        self.n, self.total = self.n + n, self.total + total
         self.low, self.high = min(self.low, low), max(self.high, high)
+        self.counts += counts
+
+    @property
+    def outside(self) -> int:
+        return self.counts["judge_outside_range"]
 
     def summary(self) -> dict:
-        said = {"judge_outside_range": self.outside} if self.outside else {}  # counted as the range's nearer end
+        # Scores outside the judge's range count as its nearer end; a signal no trace carries, as 0 or not at all.
+        said = {"judge_outside_range": self.outside} if self.outside else {}
+        said["signals"] = {name: self.counts[name] for name in rewards.SIGNALS}
         if not self.n:
             return {"labeled": 0, "mean": None, "min": None, "max": None, **said}
         return {"labeled": self.n, "mean": round(self.total / self.n, rewards.DECIMALS), "min": self.low, "max": self.high,

@@ -33,6 +33,7 @@ MissingPolicy = Literal["renormalize", "zero", "drop"]
 # Labels are rounded to this many places, and so are the gaps between them that DPO's margin is held
 # to: 0.7 - 0.2 is 0.49999999999999994 in binary, and a margin of 0.5 would refuse that pair.
 DECIMALS = 6
+SIGNALS = ("verifiable", "feedback", "judge")  # what a label combines (see RewardConfig.weights)
 
 
 def reward_gap(high, low):
@@ -342,8 +343,10 @@ def judge_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1
     counted &= np.isfinite(values)
     n = len(scores)
     scaled = np.clip((values[counted] - low) / (high - low), 0.0, 1.0)  # each score outside counts as its nearer end
-    count = np.bincount(parents[counted], minlength=n)
-    total = np.bincount(parents[counted], weights=scaled, minlength=n)  # summed in order, as sum() would
+    owner = parents[counted]
+    order = np.lexsort((scaled, owner))  # a trace's scores summed smallest first: their order in it changes no label
+    count = np.bincount(owner, minlength=n)
+    total = np.bincount(owner[order], weights=scaled[order], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         return total / count
 
