@@ -274,3 +274,16 @@ def test_latest_names_the_newest_interval_whatever_order_concurrent_runs_finish_
         for w in workers:
             w.join()
         assert (store / "LATEST").read_text().strip() == versions[-1], trial
+
+
+def test_a_write_that_fails_leaves_no_temporary_file_beside_its_path(tmp_path):
+    """A manifest or LATEST whose write failed (a full disk) left its hidden temporary file for good,
+    inside a version published later."""
+    from ctpipe.atomic import atomic_write_text
+
+    for exclusive in (False, True):
+        with pytest.raises(UnicodeEncodeError):  # the file is made, then its text fails, as a full disk fails it
+            atomic_write_text(tmp_path / "manifest.json", "\ud800", exclusive=exclusive)
+        assert list(tmp_path.iterdir()) == []
+    atomic_write_text(tmp_path / "LATEST", "v1", exclusive=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["LATEST"]

@@ -648,6 +648,29 @@ def test_a_weighted_signal_no_trace_carries_is_said_and_counted(tmp_path, caplog
     assert m.reward_stats["signals"]["judge"] == 2 and "carries a" not in caplog.text
 
 
+def test_a_local_file_replaced_while_it_is_read_fails_the_run_to_be_read_again(tmp_path, monkeypatch):
+    """A re-export renamed over a file while its blocks were read gave rows of two files (blocks cut at
+    the old one's offsets, read from the new one): a version of a source that never was, exit 0."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(*(trace(i) for i in range(1, 40))))
+    read, done = mat._read, []
+
+    def replaced_on_first_read(*args, **kwargs):
+        if not done:
+            done.append(True)
+            (src / "new.jsonl").write_bytes(lines(trace(0), *(trace(i) for i in range(1, 40))))
+            os.replace(src / "new.jsonl", src / "a.jsonl")
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(mat, "_read", replaced_on_first_read)
+    with pytest.raises(sources.SourceChanged, match=f"1 files of the source changed while they were read: {src / 'a.jsonl'}"):
+        run(src, tmp_path / "out", dataset=DatasetConfig(workers=1))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("2026*"))
+    monkeypatch.setattr(mat, "_read", read)
+    assert run(src, tmp_path / "out").counts["traces_in"] == 40  # read again, whole
+
+
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "What is 2 plus 3?", "It is 5."),

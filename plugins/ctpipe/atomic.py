@@ -40,11 +40,11 @@ def atomic_write_text(path: Path, text: str, *, exclusive: bool = False) -> None
     """Write ``path`` whole or not at all; with ``exclusive``, only where it is not yet
     (FileExistsError): a link of the written file, which never replaces one."""
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    tmp.write_text(text)
-    if not exclusive:
-        os.replace(tmp, path)
-        return
     try:
+        tmp.write_text(text)
+        if not exclusive:
+            os.replace(tmp, path)
+            return
         os.link(tmp, path)
     finally:
-        tmp.unlink()
+        tmp.unlink(missing_ok=True)  # linked, or half written on a full disk: never left beside ``path``

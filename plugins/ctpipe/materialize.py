@@ -2063,6 +2063,9 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         # Said before a run with no trace ends.
         for line in misplaced_lines(misplaced_report, dataset) + unjoined_lines(unjoined_report):
             log.warning("%s", line)
+        if changed := files.changed():  # what was read is of no one state of the source: read it again
+            raise sources.SourceChanged(f"{len(changed)} files of the source changed while they were read: "
+                                        + ", ".join(changed[:_SAID_FILES]) + (", ..." if len(changed) > _SAID_FILES else ""))
         if counts["traces_in"] == 0:
             staging.discard()
             return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files),
@@ -2140,9 +2143,14 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
                     "content_hash": content.hexdigest()},
             config=config,
         )
-    except BaseException:  # stopped while it publishes: what is still staged goes (a version moved in place stays)
+    except BaseException as e:  # stopped while it publishes: what is still staged goes (a version moved in place stays)
         with suppress(Exception):  # the store may be what failed: its error is the one said
             staging.discard()
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            room = f" ({_free(output.root)} free)" if output.local else ""
+            raise DiskFull(e.errno, f"no space left on the device of the dataset store {output.root}{room} while "
+                           f"publishing {version}: readers see a version once its manifest is written; free room and "
+                           "run again, which finishes it or finds it") from e
         raise
     output.remember(start, end, config, files.digest, manifest.version)
     log.info("%s: %d traces in %.1f s with %d workers: read, labeled and deduplicated in %.1f s, %d buckets paired "

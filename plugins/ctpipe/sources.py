@@ -360,6 +360,7 @@ class Files:
     def __init__(self, fs):
         self._fs = fs
         self._runs: list[tuple[str, bytes | tuple[str, ...]]] = []  # (folder, names of files listed one after another)
+        self._keys: list[bytes | None] = []  # of each run of local files, their keys as listed (see changed)
         self._renamed: dict[str, str] = {}  # the few read by another name than their own
         self._digest = hashlib.sha256()
         self._count = 0
@@ -372,7 +373,7 @@ class Files:
         Lines whatever their names say, unless their first bytes call for more (a file named as the
         source)."""
         for lo in range(0, len(names), self._CHUNK):
-            kept, lines, chunk = [], [], names[lo:lo + self._CHUNK]
+            kept, lines, keys, chunk = [], [], [], names[lo:lo + self._CHUNK]
             unnamed = [name for name in chunk if not name.endswith(SUFFIXES)]  # their first bytes say
             said = dict(zip(unnamed, _in_turn(lambda name: _sniffed(self._fs, folder + name), unnamed, self._fs)))
             for name in chunk:
@@ -381,30 +382,53 @@ class Files:
                 if read_as is None:
                     skipped[path] = NOT_READ
                     continue
-                size, line = self._keyed(path, infos[name] if infos else None)
+                size, key, line = self._keyed(path, infos[name] if infos else None)
                 if read_as != path:
                     self._renamed[path] = read_as
                 self.held += size * (_EXPANSION if read_as.endswith((*_COMPRESSED, ".parquet")) else 1)
                 lines.append(line)
+                keys.append(key)
                 kept.append(name)
             if kept:
                 self._digest.update("".join(lines).encode())
                 joined = "\0".join(kept)  # "\0" is in no local name; an object's may hold it
                 self._runs.append((folder, zlib.compress(os.fsencode(joined), 1) if joined.count("\0") == len(kept) - 1
                                    else tuple(kept)))
+                self._keys.append(zlib.compress("\0".join(keys).encode(), 1) if _local(self._fs) else None)
                 self._count += len(kept)
 
     def witness(self, folder: str, names: list[str], infos: dict[str, dict] | None) -> None:
         """Files of ``folder`` read only where records name them (Bedrock's bodies kept apart), not as
         records: in the digest all the same, so that a body that lands after its record (a copy job's
         order) has the interval built again, not the version that lacked it given back."""
-        self._digest.update("".join(self._keyed(folder + name, infos[name] if infos else None)[1] for name in names).encode())
+        self._digest.update("".join(self._keyed(folder + name, infos[name] if infos else None)[2] for name in names).encode())
 
-    def _keyed(self, path: str, info: dict | None) -> tuple[int, str]:
-        """(size, the digest's line) of a file: its path and what changes when it does (:func:`file_key`)."""
+    def _keyed(self, path: str, info: dict | None) -> tuple[int, str, str]:
+        """(size, what changes when the file does (:func:`file_key`), the digest's line: its path and that)."""
         size, key = file_key(self._fs, path, info)
         quote = json.encoder.encode_basestring_ascii  # what json.dumps writes of a string
-        return size, f"[{quote(path)}, {quote(key)}]\n"
+        return size, key, f"[{quote(path)}, {quote(key)}]\n"
+
+    def changed(self) -> list[str]:
+        """The local files whose size, modification time or inode are not what they were when listed
+        (or that are gone): asked once they are read. A file replaced or written while its blocks were
+        read gave rows of two files that never were one (blocks cut at the old one's offsets, read from
+        the new one), and only one that got shorter was caught. An object is read at the version it was
+        listed with, or refused (see :class:`Block`)."""
+        found = []
+        for (folder, names), keys in zip(self._runs, self._keys):
+            if keys is None:
+                continue
+            paths = [folder + name for name in (os.fsdecode(zlib.decompress(names)).split("\0")
+                                                 if isinstance(names, bytes) else names)]
+            for path, key in zip(paths, zlib.decompress(keys).decode().split("\0")):
+                try:
+                    now = file_key(self._fs, path)[1]
+                except OSError:
+                    now = None
+                if now != key:
+                    found.append(path)
+        return found
 
     @property
     def digest(self) -> str:
