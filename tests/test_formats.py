@@ -2220,3 +2220,9 @@ def test_a_langfuse_categorical_score_keeps_its_categorys_number_where_a_config_
     score = lambda r: pickle.loads(langfuse_entry(r)[3])[1]  # noqa: E731
     assert score({**row, "configId": "cfg1"}) == {"name": "judge", "value": 1.0, "label": "pass", "source": "eval"}
     assert score(row)["value"] is None  # no config: Langfuse's 0 is no number of the category's
+
+
+def test_a_helicone_boolean_score_and_a_number_of_one_name_are_both_kept():
+    """Its suffix taken off, the boolean replaced the number: the judge's 8 was lost to the later 1."""
+    (t,) = normalize({**HELICONE, "scores": {"judge": "8", "judge-hcone-bool": "1"}}, "auto")
+    assert [(s["name"], s["value"]) for s in t["scores"]] == [("judge", 8.0), ("judge", 1.0)]

@@ -872,17 +872,17 @@ def _helicone_scores(doc: dict, where: str) -> tuple[str | None, list[dict]]:
     ClickHouse keeps them (a number, maybe quoted; a boolean one's name with a suffix) or as its
     Postgres API gives them ({"value", "valueType"})."""
     given = _object(doc, "scores", f"{where}: ")
-    values = {}
+    values = []  # a boolean score and a number of one name are two scores (the judge's mean), not the later alone
     for name, value in given.items():
         value = _number(value.get("value") if isinstance(value, dict) else value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise FormatError("invalid_field", f"{where}: scores.{name}={value!r} is not a number")
-        values[name.removesuffix(_HELICONE_BOOLEAN)] = _finite(float(value), f"{where}: scores.{name}")
-    feedback = values.pop(_HELICONE_FEEDBACK, None)
+        values.append((name.removesuffix(_HELICONE_BOOLEAN), _finite(float(value), f"{where}: scores.{name}")))
+    feedback = next((v for k, v in reversed(values) if k == _HELICONE_FEEDBACK), None)
     rating = doc.get("feedback_rating")
     thumb = ("up" if feedback >= 1 else "down") if feedback is not None else \
         ("up" if rating else "down") if isinstance(rating, bool) else None
-    return thumb, [{"name": k, "value": v, "label": None, "source": "helicone"} for k, v in values.items()]
+    return thumb, [{"name": k, "value": v, "label": None, "source": "helicone"} for k, v in values if k != _HELICONE_FEEDBACK]
 
 
 def _anthropic_request(body: dict, where: str) -> dict:
