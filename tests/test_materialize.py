@@ -669,6 +669,18 @@ def test_a_local_file_replaced_while_it_is_read_fails_the_run_to_be_read_again(t
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("2026*"))
     monkeypatch.setattr(mat, "_read", read)
     assert run(src, tmp_path / "out").counts["traces_in"] == 40  # read again, whole
+    # A file appended to while it is read (the hour a shipper still writes) is read as it was listed.
+    done.clear()
+
+    def appended_on_first_read(*args, **kwargs):
+        if not done:
+            done.append(True)
+            with open(src / "a.jsonl", "ab") as f:
+                f.write(lines(trace(99)))
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(mat, "_read", appended_on_first_read)
+    assert run(src, tmp_path / "appended", dataset=DatasetConfig(workers=1)).counts["traces_in"] == 40
 
 
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):

@@ -410,11 +410,13 @@ class Files:
         return size, key, f"[{quote(path)}, {quote(key)}]\n"
 
     def changed(self) -> list[str]:
-        """The local files whose size, modification time or inode are not what they were when listed
-        (or that are gone): asked once they are read. A file replaced or written while its blocks were
-        read gave rows of two files that never were one (blocks cut at the old one's offsets, read from
-        the new one), and only one that got shorter was caught. An object is read at the version it was
-        listed with, or refused (see :class:`Block`)."""
+        """The local files replaced (another inode), cut shorter, or written again in place (another
+        modification time, the same size) since they were listed, or gone: asked once they are read. A
+        file replaced while its blocks were read gave rows of two files that never were one (blocks cut
+        at the old one's offsets, read from the new one), and only one that got shorter was caught. One
+        that grew is being appended to (the hour a log shipper still writes, read for late arrivals): its
+        bytes as listed are read, as they were. An object is read at the version it was listed with, or
+        refused (see :class:`Block`)."""
         found = []
         for (folder, names), keys in zip(self._runs, self._keys):
             if keys is None:
@@ -422,11 +424,13 @@ class Files:
             paths = [folder + name for name in (os.fsdecode(zlib.decompress(names)).split("\0")
                                                  if isinstance(names, bytes) else names)]
             for path, key in zip(paths, zlib.decompress(keys).decode().split("\0")):
+                size, mtime, inode = map(int, key.split(":"))
                 try:
-                    now = file_key(self._fs, path)[1]
+                    st = os.stat(path)
                 except OSError:
-                    now = None
-                if now != key:
+                    found.append(path)
+                    continue
+                if st.st_ino != inode or st.st_size < size or (st.st_size == size and st.st_mtime_ns != mtime):
                     found.append(path)
         return found
 
