@@ -2226,3 +2226,15 @@ def test_a_helicone_boolean_score_and_a_number_of_one_name_are_both_kept():
     """Its suffix taken off, the boolean replaced the number: the judge's 8 was lost to the later 1."""
     (t,) = normalize({**HELICONE, "scores": {"judge": "8", "judge-hcone-bool": "1"}}, "auto")
     assert [(s["name"], s["value"]) for s in t["scores"]] == [("judge", 8.0), ("judge", 1.0)]
+
+
+@pytest.mark.parametrize("written", ["NaN", "Infinity", "-Infinity"])
+def test_a_token_count_of_no_finite_number_in_a_span_is_non_finite_number(written):
+    """OTLP JSON writes a double's NaN as a string: it was invalid_field, where a line's NaN is non_finite_number."""
+    span = otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"),
+                 kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}])),
+                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}])),
+                 {"key": "gen_ai.usage.input_tokens", "value": {"doubleValue": written}}])
+    with pytest.raises(FormatError) as e:
+        normalize(span, "auto")
+    assert e.value.reason == "non_finite_number" and "usage.prompt_tokens" in str(e.value)

@@ -387,6 +387,8 @@ def _usage(prompt_tokens: Any, completion_tokens: Any, total_tokens: Any, answer
     prompt counted once a choice, never its answers counted again). Counts that are not counts come
     as they are, for the trace's validation to name."""
     given = (prompt_tokens, completion_tokens, total_tokens)
+    for name, count in zip(("prompt_tokens", "completion_tokens", "total_tokens"), given):
+        _finite(count, f"usage.{name}")  # NaN in an OTLP doubleValue: non_finite_number, as a line's NaN is
     if answers == 1 or not all(type(c) is int and 0 <= c < 2**63 for c in given):
         return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total_tokens}
     return {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
