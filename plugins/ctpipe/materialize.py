@@ -1778,7 +1778,8 @@ def _disk_full(e: OSError, spill_dir: str, output: Output, size: int) -> DiskFul
 def _spill_room(size: int) -> str:
     return (f"A source of {size / 1e6:,.0f} MB spills up to about {_SPILL_NEED['langfuse'] * size / 1e6:,.0f} MB "
             f"as what joins on disk (a Langfuse export, a batch's files, OTLP log records), "
-            f"{_SPILL_NEED['other'] * size / 1e6:,.0f} MB in other formats")
+            f"{_SPILL_NEED['other'] * size / 1e6:,.0f} MB in other formats, and a compressed file's largest member "
+            "waits there decompressed while its checksum is checked")
 
 
 def _free(path: str) -> str:
