@@ -708,8 +708,13 @@ class _Held:
             if disk is not None:
                 disk.close()
 
-    def rest(self) -> Iterator[bytes]:
-        """What was checked and is short of a block (never an empty piece, which ends the file for its reader)."""
+    def ending(self, checked: bool) -> Iterator[bytes]:
+        """The last pieces, once the stream has ended: what is held, if ``checked`` (a file cut short
+        damaged none of it; damage did), and what was carried short of a block (never an empty piece,
+        which ends the file for its reader)."""
+        if checked:
+            yield from self.checked()
+        self.drop()
         if self.carry:
             yield self.carry
         self.carry = b""
@@ -751,16 +756,14 @@ def _gunzip(f) -> Iterator[bytes]:
             held.add(d.flush())
             raise EOFError("compressed file ended before the end-of-stream marker was reached")
     except EOFError as e:
-        yield from held.checked()
-        yield from held.rest()
+        yield from held.ending(checked=True)
         raise _Damage("truncated_gzip", f"{type(e).__name__}: {e}") from None
     except isal_zlib.error as e:
-        held.drop()
-        yield from held.rest()
+        yield from held.ending(checked=False)
         raise _Damage("corrupt_gzip", f"{type(e).__name__}: {e} (the member it is in not read)") from None
     finally:
         held.drop()  # on any other error too (the store's): no file left behind
-    yield from held.rest()
+    yield from held.ending(checked=True)
 
 
 def _unzstd(f) -> Iterator[bytes]:
@@ -776,21 +779,18 @@ def _unzstd(f) -> Iterator[bytes]:
             held.add(piece)
             if getattr(stream, "at_frame_end", False):
                 yield from held.checked()
-        yield from held.checked()
+        yield from held.checked()  # the stream's end: its last frame's checksum is checked
     except OSError as e:
         # Arrow's own errors are plain OSErrors; the file's (a network error) keep their type and end the run.
         if type(e) is not OSError:
             raise
-        if str(e).startswith("Truncated"):
-            yield from held.checked()
-            yield from held.rest()
-            raise _Damage("truncated_zstd", f"zstd: {e}") from None
-        held.drop()
-        yield from held.rest()
-        raise _Damage("corrupt_zstd", f"zstd: {e} (the frames it is in not read)") from None
+        truncated = str(e).startswith("Truncated")
+        yield from held.ending(checked=truncated)
+        raise _Damage("truncated_zstd" if truncated else "corrupt_zstd",
+                      f"zstd: {e}" if truncated else f"zstd: {e} (the frames it is in not read)") from None
     finally:
         held.drop()
-    yield from held.rest()
+    yield from held.ending(checked=True)
 
 
 def _zstd_stream(f):
