@@ -1585,6 +1585,7 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
     row, refused = 1, []  # rows the parser refused, as it meets them: (number, why, text)
 
     def refuse(bad) -> str:
+        """pyarrow's handler of a row of another number of values than the header's (an ``InvalidRow``)."""
         refused.append((bad.number, f"{bad.actual_columns} values where the header has {bad.expected_columns}",
                         bad.text))
         return "skip"
@@ -1619,13 +1620,12 @@ def _csv_blocks(fs, file: str, name: str) -> Iterator[Block]:
                 if held and (len(values) != len(names) or size > BLOCK_BYTES):
                     row = yield from _row_blocks(file, row, _texts_batch(names, held))
                     held, size = [], 0
-                if len(values) != len(names):
+                if len(values) != len(names):  # refused as pyarrow's reader refuses it, its text as written again
                     line = io.StringIO()
                     csv.writer(line, lineterminator="").writerow(values)
-                    yield Block(file, row, damage=Item(
-                        file, row, reason="invalid_csv", detail=f"{len(values)} values where the header has {len(names)}",
-                        raw=line.getvalue().encode("utf-8", "surrogateescape").decode("utf-8", "replace")[:RAW_KEPT]))
-                    row += 1
+                    refuse(pcsv.InvalidRow(len(names), len(values), row,
+                                           line.getvalue().encode("utf-8", "surrogateescape").decode("utf-8", "replace")))
+                    yield from refused_before()
             if held:
                 row = yield from _row_blocks(file, row, _texts_batch(names, held))
             if stream.damage is not None:
