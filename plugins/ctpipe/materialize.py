@@ -103,10 +103,9 @@ _JOIN_SCHEMA = pa.schema([("part", pa.int64()), ("at", pa.int64()), ("kind", pa.
                           ("key", pa.binary()), ("value", pa.binary()), ("file", pa.string()), ("line", pa.int64())])
 _OUR_KEY = b'"trace_id"'  # in every line of our schema (unless escaped); of the others, only in Langfuse's snake_case rows
 _OTLP_KEY = b'"resourceSpans"'  # in every OTLP export (unless escaped)
-# Reasons that say a line is in no trace format at all (rather than a broken record of a known one):
-# a file whose every line fails so is reported by name, not guessed at.
-# Items that read as no trace format, damage included: a file of nothing else is named unrecognized (an
-# HTML error page saved as .csv, of a comma, or as .jsonl.gz, went unnamed, its items only counted).
+# Reasons that say an item is in no trace format at all (rather than a broken record of a known one),
+# damage included: a file of nothing else is reported by name, not guessed at (an HTML error page saved
+# as .csv, of a comma, or as .jsonl.gz, went unnamed, its items only counted).
 _UNRECOGNIZED = frozenset({"unknown_format", "invalid_json", "not_an_object", "invalid_utf8", "too_deeply_nested",
                         "invalid_csv", "unreadable_csv", "corrupt_gzip", "corrupt_zstd", "truncated_gzip",
                         "truncated_zstd", "unreadable_parquet"})
@@ -1775,6 +1774,10 @@ def _disk_full(e: OSError, spill_dir: str, output: Output, size: int) -> DiskFul
                     f"nothing was published")
 
 
+def _no_room(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def _spill_room(size: int) -> str:
     return (f"A source of {size / 1e6:,.0f} MB spills up to about {_SPILL_NEED['langfuse'] * size / 1e6:,.0f} MB "
             f"as what joins on disk (a Langfuse export, a batch's files, OTLP log records), "
@@ -2087,7 +2090,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
         paired = time.monotonic()
     except OSError as e:
         failed = True
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if _no_room(e):
             raise _disk_full(e, spill_dir, output, size) from e
         raise
     except BrokenProcessPool as e:  # retried by Airflow: a worker killed for memory may fit next time
@@ -2114,16 +2117,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             shutil.rmtree(spill_dir, ignore_errors=True)
 
     version = version_name(start, end, digest.hexdigest())
-    kept = counts["traces"]
-    unseen = [name for name, w in reward.weights().items() if w > 0 and not stats.counts[name]]
-    if kept and unseen:  # a misspelt judge_score, say: the weight counts as 0 everywhere, or drops every label
-        log.warning("no trace of the %d kept carries a %s signal, weighted %s (missing=%s)%s", kept, " or ".join(unseen),
-                    " and ".join(str(getattr(reward, f"{name}_weight")) for name in unseen), reward.missing,
-                    f": no score named {reward.judge_score!r} with a number" if "judge" in unseen else "")
-    if stats.outside:  # a judge of another scale than judge_range: its scores all count as 1 (or 0)
-        log.warning("%d scores named %r lie outside judge_range %s and count as its nearer end: set "
-                    "CTPIPE_REWARD__JUDGE_RANGE to the judge's scale", stats.outside, reward.judge_score,
-                    list(reward.judge_range))
+    stats.warn(reward, counts["traces"])
     unrecognized = unformatted.files()
     if unrecognized:
         log.warning("files with no trace in %s (all they hold is quarantined): %s",
@@ -2147,7 +2141,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     except BaseException as e:  # stopped while it publishes: what is still staged goes (a version moved in place stays)
         with suppress(Exception):  # the store may be what failed: its error is the one said
             staging.discard()
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if _no_room(e):
             room = f" ({_free(output.root)} free)" if output.local else ""
             raise DiskFull(e.errno, f"no space left on the device of the dataset store {output.root}{room} while "
                            f"publishing {version}: readers see a version once its manifest is written; free room and "
@@ -2301,6 +2295,20 @@ class _RewardStats:
     @property
     def outside(self) -> int:
         return self.counts["judge_outside_range"]
+
+    def warn(self, reward: RewardConfig, kept: int) -> None:
+        """Say what makes the labels other than the config meant: a weighted signal none of the ``kept``
+        traces carries (a misspelt judge_score: its weight counts as 0 everywhere, or drops every label),
+        and a judge of another scale than judge_range (its scores all count as 1, or 0)."""
+        unseen = [name for name, w in reward.weights().items() if w > 0 and not self.counts[name]]
+        if kept and unseen:
+            log.warning("no trace of the %d kept carries a %s signal, weighted %s (missing=%s)%s", kept,
+                        " or ".join(unseen), " and ".join(str(getattr(reward, f"{name}_weight")) for name in unseen),
+                        reward.missing, f": no score named {reward.judge_score!r} with a number" if "judge" in unseen else "")
+        if self.outside:
+            log.warning("%d scores named %r lie outside judge_range %s and count as its nearer end: set "
+                        "CTPIPE_REWARD__JUDGE_RANGE to the judge's scale", self.outside, reward.judge_score,
+                        list(reward.judge_range))
 
     def summary(self) -> dict:
         # Scores outside the judge's range count as its nearer end; a signal no trace carries, as 0 or not at all.
