@@ -88,17 +88,20 @@ def test_trigger_form_defaults_come_from_config(dagbag):
     assert dagbag.dags["eval_and_deploy"].params["alpha"] == Settings().gate.alpha
 
 
-def _task_in_other_settings(dag_id: str, task_id: str, printed: str, **env: str) -> str:
-    """What ``print(printed)`` shows of a task of the DAGs parsed with ``env`` added to the
-    environment (settings are read once per process, so in a process of its own)."""
-    code = (
-        "from airflow.dag_processing.dagbag import DagBag\n"
-        f"t = DagBag({str(ROOT / 'dags')!r}).dags[{dag_id!r}].get_task({task_id!r})\n"
-        f"print({printed})\n"
-    )
+def _in_other_settings(code: str, **env: str) -> str:
+    """The last line ``code`` prints, run with ``env`` added to the environment (settings are read
+    once per process, so in a process of its own)."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip().splitlines()[-1]
+
+
+def _task_in_other_settings(dag_id: str, task_id: str, printed: str, **env: str) -> str:
+    """What ``print(printed)`` shows of a task of the DAGs parsed with ``env`` added to the environment."""
+    return _in_other_settings(
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"t = DagBag({str(ROOT / 'dags')!r}).dags[{dag_id!r}].get_task({task_id!r})\n"
+        f"print({printed})\n", **env)
 
 
 def test_the_train_dag_launches_kuberay_jobs_when_configured(tmp_path):
@@ -130,7 +133,7 @@ def test_trace_to_dataset_waits_for_late_partitions_when_told(dagbag):
 def _next_run_after(last_start: str, last_end: str, **env: str) -> str:
     """The interval the scheduler's own reckoning (the serialized DAG's) gives trace_to_dataset's next
     scheduled run after one over [last_start, last_end), with the DAGs parsed with ``env``."""
-    code = (
+    return _in_other_settings(
         "import pendulum\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
         "from airflow.serialization.serialized_objects import DagSerialization\n"
@@ -139,11 +142,7 @@ def _next_run_after(last_start: str, last_end: str, **env: str) -> str:
         "dag = DagSerialization.from_dict(DagSerialization.to_dict(dag))\n"
         f"last = DagRunInfo.interval(pendulum.parse({last_start!r}), pendulum.parse({last_end!r}))\n"
         "i = dag.next_dagrun_info(last_automated_run_info=last).data_interval\n"
-        "print(dag.catchup, dag.start_date.isoformat(), i.start.isoformat(), i.end.isoformat())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip().splitlines()[-1]
+        "print(dag.catchup, dag.start_date.isoformat(), i.start.isoformat(), i.end.isoformat())\n", **env)
 
 
 def test_trace_to_dataset_catches_up_on_missed_hours_only_when_told():
