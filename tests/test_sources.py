@@ -192,6 +192,28 @@ def test_a_value_cut_short_in_a_stream_is_quarantined_with_what_follows_it(tmp_p
         ("b.json", 1, "non_finite_number", None), ("b.json", 3, None, {"n": 6})]
 
 
+@pytest.mark.parametrize("name", ["firehose-1-2026-11-22-10-00-00-uuid", "a.json.gz"])
+def test_a_value_cut_short_before_the_next_loses_only_itself(tmp_path, monkeypatch, name):
+    """A value whose last bytes are missing, followed by the next (``}{``, ``[1 {``: what no JSON text
+    holds within a value), is one ``invalid_json`` item, and the values after it are read, however
+    the pieces read cut the stream."""
+    import ctpipe.sources as sources
+
+    monkeypatch.setattr(sources, "BLOCK_BYTES", 256)
+    monkeypatch.setattr(sources, "MAX_RECORD_BYTES", 4000)
+    rng = random.Random(1)
+    records = [{"n": i, "text": rng.choice(['}{', "a\nb", ""]) + "x" * rng.randrange(200),
+                "nested": {"list": [{"m": i}, {"m": [i]}]}} for i in range(300)]
+    cut = set(rng.sample(range(299), 40))  # never the last: nothing follows it
+    # 40: white space past 64 bytes. The first pretty-printed: a first line that parses is JSON Lines'.
+    texts = [json.dumps(r, indent=rng.choice([None, 2, 40]) if r["n"] else 2) for r in records]
+    shorter = {i: rng.choice([texts[i][:-1], texts[i].rstrip("}] \n"), texts[i].rstrip("}] \n")[:-1]]) for i in cut}
+    data = "".join(shorter.get(i, t) + rng.choice(["", " ", "\n"]) for i, t in enumerate(texts))
+    (tmp_path / name).write_bytes(packed(name, data.encode()))
+    assert [(i.position, i.reason, i.doc) for i in read(str(tmp_path))] == [
+        (n, "invalid_json", None) if n - 1 in cut else (n, None, r) for n, r in enumerate(records, 1)]
+
+
 def _export_of(spans: list, resource: dict | None = None) -> bytes:
     return json.dumps({"resourceSpans": [{"resource": resource or {}, "scopeSpans": [{"scope": {"name": "s"},
                                                                                       "spans": spans}]}]}).encode()

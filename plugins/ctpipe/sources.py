@@ -912,6 +912,13 @@ class _Brackets:
         # each comparison cost more in page faults than the comparing (a third of an export's scan).
         self.scratch = np.zeros((2, 0), bool)
 
+    def state(self) -> tuple[bool, int, int]:
+        """What is carried into the next piece, to :meth:`restore` when a piece is read again shorter."""
+        return self.in_string, self.backslashes, self.depth
+
+    def restore(self, state: tuple[bool, int, int]) -> None:
+        self.in_string, self.backslashes, self.depth = state
+
     def marks(self, piece: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(positions, bytes, depth before, depth after) of each mark of ``piece``, the next of the stream."""
         b = np.frombuffer(piece, np.uint8)
@@ -955,27 +962,74 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
     records by default (``{"a":1}{"a":2}``, no delimiter), or pretty-printed ones, as pieces of JSON
     Lines: each newline outside a string made a space, and one put before every object or array that
     begins at the top level, but the first (see :class:`_Brackets`). A value that never closes takes
-    the rest of the stream into its line, which is quarantined (as too large, past 8 MB).
+    the rest of the stream into its line, which is quarantined (as too large, past 8 MB), unless
+    another value opens where no JSON text holds one (see :func:`_reopened`): the open one was cut
+    short, and the stream is read on from there.
 
     With ``array``, of the elements of one array: its brackets, and the commas between its elements,
     made spaces. An array too large to be a record (Langfuse's JSON export writes a window's rows as
     one) was one ``record_too_large`` item, all its records lost."""
-    brackets, begun = _Brackets(_SHAPING + b"," if array else _SHAPING), False
-    for piece in pieces:
-        if array and not begun and piece.strip(_BLANK):  # the array's opening bracket, the first value's
-            at = len(piece) - len(piece.lstrip(_BLANK))
-            piece = piece[:at] + b" " + piece[at + 1:]
-        marks, kind, before, _ = brackets.marks(piece)
-        starts = marks[_OPENS[kind] & (before == 0)]
-        out = np.frombuffer(piece, np.uint8).copy()
-        out[marks[_NEWLINES[kind]]] = ord(" ")
-        if array:  # between elements: a comma, or the closing bracket (one with none open)
-            out[marks[(before == 0) & ((kind == ord(",")) | _CLOSES[kind])]] = ord(" ")
-        if not begun:
-            if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
-                starts = starts[1:]  # the first value, after nothing but white space
-            begun = bool(piece.strip(_BLANK))
-        yield np.insert(out, starts, ord("\n")).tobytes()
+    brackets, begun, last = _Brackets(_SHAPING + b"," if array else _SHAPING), False, ord(",")
+    for rest in pieces:
+        while rest:
+            piece, rest = rest, b""
+            if array and not begun and piece.strip(_BLANK):  # the array's opening bracket, the first value's
+                at = len(piece) - len(piece.lstrip(_BLANK))
+                piece = piece[:at] + b" " + piece[at + 1:]
+            state = brackets.state()
+            marks, kind, before, _ = brackets.marks(piece)
+            cut = None if array else _reopened(piece, marks, kind, before, last)
+            if cut is not None:  # rare: read up to the value that opens there, then again from it
+                brackets.restore(state)
+                piece, rest = piece[:cut], piece[cut:]
+                marks, kind, before, _ = brackets.marks(piece)
+            starts = marks[_OPENS[kind] & (before == 0)]
+            out = np.frombuffer(piece, np.uint8).copy()
+            out[marks[_NEWLINES[kind]]] = ord(" ")
+            if array:  # between elements: a comma, or the closing bracket (one with none open)
+                out[marks[(before == 0) & ((kind == ord(",")) | _CLOSES[kind])]] = ord(" ")
+            if not begun:
+                if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
+                    starts = starts[1:]  # the first value, after nothing but white space
+                begun = bool(piece.strip(_BLANK))
+            last = _last_solid(piece, last)
+            if cut is not None:
+                brackets.depth = 0
+            yield np.insert(out, starts, ord("\n")).tobytes()
+
+
+_BLANKS = np.isin(np.arange(256), list(_BLANK))
+_BEFORE_A_VALUE = np.isin(np.arange(256), list(b":,["))  # what may come before a value within one
+
+
+def _reopened(piece: bytes, marks: np.ndarray, kind: np.ndarray, before: np.ndarray, last: int) -> int | None:
+    """Where in ``piece`` a value opens within another after anything but ``:``, ``,`` or ``[`` (white
+    space aside), which no JSON text holds (``}{``, ``"a": 1 {``): the one open was cut short, and
+    the stream goes on there. None where none does (the usual: a few operations on the marks);
+    ``last``: the stream's last byte before the piece that is not white space."""
+    opens = marks[_OPENS[kind] & (before > 0)]
+    if not len(opens):
+        return None
+    b = np.frombuffer(piece, np.uint8)
+    prior, waiting = np.full(len(opens), last), np.arange(len(opens))
+    for back in range(1, 65):  # the byte before each, then before those that are white space
+        at = opens[waiting] - back
+        prior[waiting] = np.where(at >= 0, b[np.maximum(at, 0)], last)
+        waiting = waiting[_BLANKS[prior[waiting]]]  # before the piece: `last`, not white space
+        if not len(waiting):
+            break
+    else:  # white space that long is rare: the last byte before it that is not
+        solid = np.flatnonzero(~_BLANKS[b])
+        at = np.searchsorted(solid, opens[waiting]) - 1
+        prior[waiting] = np.where(at >= 0, b[solid[np.maximum(at, 0)]], last)
+    wrong = np.flatnonzero(~_BEFORE_A_VALUE[prior])
+    return int(opens[wrong[0]]) if len(wrong) else None
+
+
+def _last_solid(piece: bytes, last: int) -> int:
+    """The last byte of ``piece`` that is not white space, or ``last`` where there is none (see :func:`_reopened`)."""
+    solid = piece.rstrip(_BLANK)
+    return solid[-1] if solid else last
 
 
 def _version(info: dict) -> tuple:
