@@ -717,6 +717,10 @@ def test_prompts_sharing_13_words_with_an_eval_set_are_excluded(tmp_path):
     assert again.version != m.version and again.quarantine_reasons == {"eval_contamination": 3}
     assert run(tmp_path / "a.jsonl", tmp_path / "out",
                dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")])).version == again.version
+    # Its items in another order, one twice: the same items, the same version.
+    (tmp_path / "eval.jsonl").write_bytes(lines({"question": "Tell me: what is 107 plus 5?"}, {"prompt": item}, {"prompt": item}))
+    assert run(tmp_path / "a.jsonl", tmp_path / "out",
+               dataset=DatasetConfig(eval_sets=[str(tmp_path / "eval.jsonl")])).version == again.version
 
 
 def test_a_missing_eval_set_is_named_and_leaves_nothing_behind(tmp_path, monkeypatch):

@@ -182,9 +182,11 @@ class DatasetConfig(_Section):
     )
     scrub_pii: bool = Field(True, description="Replace e-mail addresses, phone and card numbers and keys in the text.")
     decontamination_ngram: int = Field(13, ge=1, description="Word n-gram a prompt may not share with an eval item.")
-    eval_sets: list[str] = Field(
-        [], description="Further evaluation sets to decontaminate against (JSONL URIs with a prompt or question "
-        "field); the task's held-out questions always count.",
+    # NoDecode: from the environment, "a.jsonl,b.parquet" as well as the JSON '["a.jsonl", "b.parquet"]'.
+    eval_sets: Annotated[list[str], NoDecode] = Field(
+        [], description="Further evaluation sets to decontaminate against (URIs of files in any format the "
+        "materializer reads, with a prompt, question or problem text or a chat of messages), separated by commas; "
+        "the task's held-out questions always count.",
     )
     arrival_lag: timedelta = Field(
         timedelta(0), ge=timedelta(0),
@@ -200,6 +202,13 @@ class DatasetConfig(_Section):
         "that begin within arrival_lag after it.",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
+
+    @field_validator("eval_sets", mode="before")
+    @classmethod
+    def _uris(cls, v):
+        if isinstance(v, str):
+            return json.loads(v) if v.lstrip().startswith("[") else [u.strip() for u in v.split(",") if u.strip()]
+        return v
 
     def partition_lag(self) -> timedelta:
         """How much earlier than its partition a trace may have started."""

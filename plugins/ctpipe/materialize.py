@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctpipe import arith, columns, dedup, formats, pii, rewards, sources, traces
+from ctpipe import arith, columns, dedup, eval_sets, formats, pii, rewards, sources, traces
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
@@ -750,7 +750,8 @@ def _decontaminated(raw: pa.Table, part: Part) -> pa.Table:
     if not contaminated.any():
         return raw
     bad = pa.array(contaminated)
-    detail = f"a prompt shares a {_JOB.dataset.decontamination_ngram}-word sequence with an evaluation item"
+    n = _JOB.dataset.decontamination_ngram
+    detail = f"a prompt shares a {n}-word sequence with an evaluation item, or holds one shorter than {n} words whole"
     for row in raw.filter(bad).to_pylist():
         part.quarantine.append(_quarantined(row["source_file"], row["source_line"], "eval_contamination", detail,
                                             msgspec.json.encode({k: v for k, v in row.items()
@@ -1846,18 +1847,6 @@ _DEDUP_DETAIL = {
 }
 
 
-def _eval_items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
-    items = sorted(arith.splits(task).held_out_prompts())
-    for uri in dataset.eval_sets:
-        for item in sources.read(uri, "eval set"):
-            doc = item.doc
-            text = doc.get("prompt") or doc.get("question") if isinstance(doc, dict) else doc
-            if not isinstance(text, str):
-                raise sources.SourceError(f"eval set {uri!r} line {item.position}: no prompt or question text")
-            items.append(text)
-    return tuple(items)
-
-
 def materialize(
     source: str,
     out: str,
@@ -1896,7 +1885,7 @@ def materialize(
                               + ["..."] * (len(skipped) > 20)))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
-    eval_items = _eval_items(task, dataset)
+    eval_items = eval_sets.items(task, dataset)
     config = {"task": task.model_dump(), "reward": reward.model_dump(),
               "dataset": dataset.model_dump(exclude={"workers", "arrival_lag", "partitioned_by"}),
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
