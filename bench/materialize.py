@@ -173,12 +173,12 @@ def _duckdb_sql(src: Path, out: Path, eval_pattern: str) -> str:
     def norm(col: str) -> str:
         return f"trim(regexp_replace(lower({col}), '[[:punct:][:space:]]+', ' ', 'g'))"
 
-    def squash(col: str) -> str:  # dedup.squash: punctuation and spaces out, but arithmetic's signs and a number's separators
+    def squash(col: str) -> str:  # dedup.squash: prose's punctuation and spaces out, but a number's separators
         marked = f"lower({col})"
         for separator, mark in (("\\.", "·"), (",", "¸")):
             for _ in range(2):  # a match takes the digit after it: 1.2.3's second point is the second pass's
                 marked = f"regexp_replace({marked}, '([0-9]){separator}([0-9])', '\\1{mark}\\2', 'g')"
-        ignored = "[!\"#$&''(),.:;?@\\[\\\\\\]_`{|}~[:space:]]"
+        ignored = "[.,:;?''\"`[:space:]]"  # the punctuation of prose
         return f"regexp_replace({marked}, '{ignored}', '', 'g')"
 
     verified = ("CASE WHEN reference_answer IS NULL THEN NULL WHEN lower(trim(regexp_extract(completion, '####\\s*(\\S+)', 1))) "

@@ -19,8 +19,9 @@ def test_normalized_duplicates_share_a_fingerprint():
 
 
 def test_squash_is_the_same_for_ascii_and_other_text():
-    assert squash("Hello, World!") == "Hello, World!".lower().encode().translate(None, b", !")
-    assert squash("Ärger, ÖL!") == "ärgeröl".encode()
+    assert squash("Hello, World?") == "Hello, World?".lower().encode().translate(None, b", ?")
+    assert squash("Ärger, ÖL?") == "ärgeröl".encode()
+    assert squash("Ärger, ÖL！") == "ärgeröl!".encode()  # a full-width sign is the sign
 
 
 def test_keys_of_a_column_are_those_of_each_text():
@@ -51,14 +52,18 @@ def test_chat_keys_tell_chats_apart_by_role_text_order_and_length():
 
 
 @pytest.mark.parametrize("a, b", [("-5", "5"), ("1.5", "15"), ("It is 1,5.", "It is 15."), ("2+2", "2*2"),
-                                  ("x = 3", "x 3"), ("x^2", "x2"), ("10%", "10"), ("a < b", "a b")])
+                                  ("x = 3", "x 3"), ("x^2", "x2"), ("10%", "10"), ("a < b", "a b"),
+                                  ("x = 5", "x != 5"), ("5", "5!"), ("a && b", "a || b"), ("f(a)", "f[a]"),
+                                  ("~x", "x"), ("|x|", "x"), ("$5", "5"), ("a_b", "ab"), ("#### 5", "5")])
 def test_squash_keeps_what_changes_a_number_or_a_formula(a, b):
     assert squash(a) != squash(b)
     assert keys(pa.array([a, b]), normalized=True).tolist() == [fingerprint(a), fingerprint(b)]
 
 
 @pytest.mark.parametrize("a, b", [("It is 5.", "it is 5"), ("5. Then 6", "5 then 6"), ("1, 2, 3", "1 2 3"),
-                                  ("Paris, France.", "PARIS\u00a0FRANCE"), ("Ｉｔ ｉｓ １．５", "it is 1.5")])
+                                  ("Paris, France.", "PARIS\u00a0FRANCE"), ("Ｉｔ ｉｓ １．５", "it is 1.5"),
+                                  ("It's `ls`: \"ok\"; why?", "its ls ok why"),
+                                  ("te\ufe0fst\u034f x\U000e0041", "test x"), ("\u3164ok\u2060", "ok")])
 def test_squash_still_ignores_punctuation_that_ends_a_number_or_a_sentence(a, b):
     assert squash(a) == squash(b)
     assert keys(pa.array([a, b]), normalized=True).tolist() == [fingerprint(a), fingerprint(b)]
@@ -89,6 +94,23 @@ def test_a_prompt_sharing_13_words_with_an_eval_item_is_contaminated():
     assert index.overlaps("Hey, what is 57 plus 38? Thanks")
     assert not index.overlaps("What is 57 plus 39?")
     assert not NgramIndex([]).overlaps("anything")
+
+
+def test_in_scripts_written_without_spaces_each_character_is_a_word():
+    """A clause of Chinese, Japanese or Thai is no one word: an eval item's text is found with more
+    written around it, or with one clause of many left out."""
+    zh = "已知一个等差数列的首项是三，公差是四，求这个数列的第十项是多少"
+    ja = "太郎さんはりんごを三つ持っていて、花子さんから二つもらいました。全部でいくつですか"
+    th = "สมชายมีแอปเปิ้ลสามผลและได้รับเพิ่มอีกสองผลรวมเป็นกี่ผล"
+    index = NgramIndex([zh, ja, th])
+    assert index.overlaps_many(["请回答这个问题：" + zh + "？请详细解释", "質問です：" + ja, "คำถาม " + th + " ตอบ",
+                                zh.split("，", 1)[1], "请回答这个问题：求数列的和"]) == [True, True, True, True, False]
+
+
+def test_what_is_drawn_as_nothing_hides_no_eval_item():
+    index = NgramIndex([LONG_EVAL])
+    hidden = LONG_EVAL.replace("clips", "cl\ufe0fips").replace("April", "Ap\u034fril").replace("friends", "friends\U000e0020")
+    assert index.overlaps(hidden) and index.overlaps_array(pa.array([hidden, "ok"])).tolist() == [True, False]
 
 
 def test_a_column_is_checked_as_each_text_alone():

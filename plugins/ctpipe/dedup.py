@@ -1,7 +1,8 @@
 """Duplicates and evaluation contamination, decided on normalized words.
 
 * Exact duplicates share the same raw text; normalized duplicates the same :func:`squash` text
-  (case, whitespace and punctuation ignored, but not what changes a number or a formula's meaning).
+  (case, whitespace and the punctuation of prose ignored, but not what changes a number, a formula
+  or code).
   :func:`fingerprint` is that key, hashed; :func:`keys` gives either key of a whole column of texts,
   :func:`chat_keys` the exact key of whole chats.
 * A prompt is contaminated when it shares a word n-gram (13 words, as common practice) with an
@@ -30,12 +31,12 @@ _SEPARATORS = bytes.maketrans(_IGNORED, b" " * len(_IGNORED))
 _ASCII_LOWER = bytes.maketrans(string.ascii_uppercase.encode(), string.ascii_lowercase.encode())
 
 
-# What squash keeps of the punctuation normalize ignores: the signs of arithmetic and comparison, whose
-# loss made `-5` and `5`, or the answers to `2+2` and `2*2`, one text. And a decimal point or a
-# thousands' comma between two digits, made one of these bytes (kept; no text has them), for `1.5`
-# and `15` likewise.
-_MATH = b"+-*/=<>^%"
-_SQUASHED = bytes(c for c in _IGNORED if c not in _MATH)
+# What squash removes of ASCII: white space and the punctuation of prose. Every other sign is kept: the
+# signs of arithmetic and comparison, whose loss made `-5` and `5`, or the answers to `2+2` and `2*2`,
+# one text, and those of code and formulas (`x != 5`, `a || b`, `f[a]`, `|x|`, `5!`, `$5`). And a
+# decimal point or a thousands' comma between two digits, made one of these bytes (kept; no text has
+# them), for `1.5` and `15` likewise.
+_SQUASHED = b".,;:?'\"`" + string.whitespace.encode()
 _BETWEEN_DIGITS = {ord("."): 1, ord(","): 2}
 _SEPARATOR_IN_NUMBER = re.compile(rb"(?<=[0-9])[.,](?=[0-9])")
 
@@ -50,14 +51,28 @@ _ASCII_NORMAL = bytes.maketrans(string.ascii_uppercase.encode() + _IGNORED,
                                 string.ascii_lowercase.encode() + b" " * len(_IGNORED))
 
 
+# Unicode's default-ignorable code points that are no format character (Cf): a combining grapheme
+# joiner, variation selectors, Hangul fillers. Drawn as nothing, they would split a word, or make two
+# texts that read alike two texts.
+_IGNORABLE = [(0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+              (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A),
+              (0xE0000, 0xE0FFF)]
+# Scripts written with no space between words (Han, kana, Thai, Lao, Khmer, Myanmar): each character
+# counts as a word, or a clause would be one word and a prompt holding an eval item's text with more
+# around it would share none of its n-grams.
+_UNSPACED = re.compile("([\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
+                       "\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f])")
+
+
 @functools.cache
 def _unicode_ignored(to: str | None) -> dict[int, str | None]:
     """What normalization ignores past ASCII, as a str.translate table: the whitespace and punctuation
-    of every script (a no-break space, an ideographic one, « », ¿, 。) mapped ``to``, and the
-    invisible format characters (a zero-width space, a soft hyphen) removed. In the Basic
-    Multilingual Plane, where they all are but a few."""
-    table = {}
-    for c in range(0x80, 0x10000):
+    of every script (a no-break space, an ideographic one, « », ¿, 。) mapped ``to``, and what is drawn
+    as nothing (format characters such as a zero-width space or a soft hyphen, variation selectors,
+    tags: see :data:`_IGNORABLE`) removed. Punctuation and spaces are all in the Basic Multilingual
+    Plane but a few; format characters in the first two planes and the fourteenth."""
+    table = {c: None for lo, hi in _IGNORABLE for c in range(lo, hi + 1)}
+    for c in [*range(0x80, 0x20000), *range(0xE0000, 0xE1000)]:
         kind = unicodedata.category(chr(c))
         if kind == "Cf":
             table[c] = None
@@ -74,7 +89,7 @@ def _folded(text: str, to: str | None) -> str:
 
 
 def _normal_bytes(text: str) -> bytes:
-    text = text.lower() if text.isascii() else _folded(text, " ")
+    text = text.lower() if text.isascii() else _UNSPACED.sub(r" \1 ", _folded(text, " "))
     # A regex collapsing runs of spaces is twice as fast as bytes.split() and join on 1 KB texts.
     return _RUNS.sub(b" ", text.encode("utf-8", "surrogatepass").translate(_SEPARATORS)).strip(b" ")
 
@@ -88,12 +103,12 @@ def normalize(text: str) -> str:
 
 
 def squash(text: str) -> bytes:
-    """The normalized-duplicate form: case folded, punctuation and whitespace (of any script) removed,
-    but for the signs of arithmetic and a decimal point or comma within a number.
+    """The normalized-duplicate form: case folded, whitespace and the punctuation of prose (of any script)
+    removed, but not a decimal point or comma within a number, nor any other sign.
 
-    >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 !"), squash("It is 1.5.") == squash("It is 15")
+    >>> squash("What is 57 plus 38?") == squash("what is 57plus 38 ."), squash("It is 1.5.") == squash("It is 15")
     (True, False)
-    >>> squash("-5") == squash("5"), squash("2+2") == squash("2*2"), squash("**Paris**") == squash("Paris")
+    >>> squash("-5") == squash("5"), squash("x != 5") == squash("x = 5"), squash("**Paris**") == squash("Paris")
     (False, False, False)
     """
     if text.isascii():  # the common case, in one pass: translate lowers and deletes at once
