@@ -551,6 +551,43 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     assert published.replace("4111 1111 1111 1110", "").count("4111") == 2  # the reference, and the GRPO answer
 
 
+def test_texts_that_differ_only_in_what_is_scrubbed_alike_stay_two(tmp_path):
+    """Duplicates and pairing read the texts as written, as the labels do: two questions that read
+    alike once their numbers are scrubbed are two prompts, each with its answer, and a right answer
+    is not dropped as a duplicate of a wrong one that scrubs the same."""
+    (tmp_path / "a.jsonl").write_bytes(lines(
+        trace(1, "What is 734-256-1289?", "-811", reference_answer="-811"),
+        trace(2, "What is 734-256-1289?", "-812", reference_answer="-811"),
+        trace(3, "What is 415-555-1000?", "-140", reference_answer="-140"),
+        trace(4, "What is 415-555-1000?", "-811", reference_answer="-140"),
+        trace(5, "Which card?", "2441497819752768", reference_answer="2441497819752768"),
+        trace(6, "Which card?", "2441497819752818", reference_answer="2441497819752768"),
+    ))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
+    assert accounted(m) and m.quarantine_reasons == {}
+    assert [(r["prompt"], r["completion"], r["verifiable_reward"]) for r in table(m, "traces")] == [
+        ("What is <PHONE>?", "-811", 1.0), ("What is <PHONE>?", "-812", 0.0), ("What is <PHONE>?", "-140", 1.0),
+        ("What is <PHONE>?", "-811", 0.0), ("Which card?", "<CARD>", 1.0), ("Which card?", "<CARD>", 0.0)]
+    assert sorted(r["answer"] for r in table(m, "grpo")) == ["-140", "-811", "2441497819752768"]
+    # Published alike, the two cards make no pair: DPO learns nothing from two identical texts.
+    assert sorted((r["chosen"][-1]["content"], r["rejected"][-1]["content"]) for r in table(m, "dpo")) == [
+        ("-140", "-811"), ("-811", "-812")]
+
+
+def test_a_detail_quotes_a_value_cut_where_a_word_ends_and_scrubbed(tmp_path):
+    """A detail quotes the first 80 characters of a value it refuses: cut in an address or a number,
+    it kept a part no pattern saw (jane.smith@gma); as Python writes it, a no-break space was \\xa0."""
+    def log(text: str) -> dict:  # an OpenAI log whose message content is neither text nor parts: its detail quotes it
+        return {**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": {"text": text}}]}}
+
+    (tmp_path / "a.jsonl").write_bytes(lines(log("x" * 40 + " write to jane.smith@gmail.com or call 06\u00a012\u00a034"),
+                                             log("call 06\u00a012\u00a034\u00a056\u00a078")))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    cut, whole = table(m, "quarantine")
+    assert "jane" not in cut["detail"] and "gma" not in cut["detail"] and "x" * 40 + " write to…" in cut["detail"]
+    assert "call <PHONE>" in whole["detail"] and "call <PHONE>" in whole["raw"] and accounted(m)
+
+
 def test_a_value_a_quarantined_records_raw_text_is_cut_in_is_scrubbed_whole(tmp_path):
     """The raw text is published cut to 2,000 characters: a number, or a key, that the cut splits is
     scrubbed whole, not left in part; a key an answer's token limit cut before its end line too."""

@@ -101,6 +101,19 @@ class FormatError(ValueError):
         return type(self), (self.reason, str(self))
 
 
+# What a cut leaves of a word, then of a number (digits in groups): a part of an address or of a
+# phone or card number, which the scrubbing of the quarantine's details sees whole or not at all.
+_CUT_WORD = re.compile(r"[^\s'\",;]*\Z")
+_CUT_DIGITS = re.compile(r"[\d\s().+/-]*\Z")
+
+
+def _excerpt(value: Any, n: int = 80) -> str:
+    """The first ``n`` characters of ``value`` as text, for an error that quotes it, cut back to where
+    a word and a number end (and marked cut)."""
+    text = str(value)
+    return text if len(text) <= n else _CUT_DIGITS.sub("", _CUT_WORD.sub("", text[:n])) + "…"
+
+
 class _mapping:
     """Where a reader maps one document: a value of a type or range it did not expect, anywhere in
     user data, makes that document a FormatError (quarantined with its raw text), never a failed run.
@@ -486,7 +499,7 @@ def _text(content: Any, where: str, said: bool = False) -> str:
         return content
     # Anything else is refused, not read as no text: the chat would be another than the one served.
     if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
-        raise FormatError("invalid_field", f"{where}: {str(content)[:80]} is neither text nor a list of parts")
+        raise FormatError("invalid_field", f"{where}: {_excerpt(content)} is neither text nor a list of parts")
     _media((p.get("type") for p in content), where)
     if tool := next((kind for p in content if tool_part(kind := p.get("type"))), None):
         if said:
@@ -495,7 +508,7 @@ def _text(content: Any, where: str, said: bool = False) -> str:
     kinds = ("text", "refusal") if said else ("text",)
     texts = [p.get(kind) for p in content if (kind := p.get("type")) in kinds]
     if not all(isinstance(t, str) for t in texts):
-        raise FormatError("invalid_field", f"{where}: a part of {str(content)[:80]} holds no text")
+        raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
     return PART_SEPARATOR.join(texts)
 
 
@@ -504,10 +517,10 @@ def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
     not a list, or one of whose items is no message: left out, the chat would be another than the
     one served."""
     if not isinstance(messages, list):
-        raise FormatError("invalid_field", f"{where}={str(messages)[:80]} is not a list of messages")
+        raise FormatError("invalid_field", f"{where}={_excerpt(messages)} is not a list of messages")
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
-            raise FormatError("invalid_field", f"{where}[{i}]={str(m)[:80]} is not a message")
+            raise FormatError("invalid_field", f"{where}[{i}]={_excerpt(m)} is not a message")
         yield i, m
 
 
@@ -515,7 +528,7 @@ def _answers_of(outputs: Any, where: str, answer: Callable[[dict, str], str | Fo
     """Each choice of a list of answer messages (the ``i``-th named ``f"{where} {i}"``), as ``answer``
     reads it; one that is no message is a FormatError in its place, as an answer that is none is."""
     return [(i, answer(m, f"{where} {i}") if isinstance(m, dict)
-             else FormatError("invalid_field", f"{where} {i}={str(m)[:80]} is not a message"))
+             else FormatError("invalid_field", f"{where} {i}={_excerpt(m)} is not a message"))
             for i, m in enumerate(outputs if isinstance(outputs, list) else [])]
 
 
@@ -610,7 +623,7 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     is refused, its prompt missing the turns before."""
     for key in ("previous_response_id", "conversation"):  # the response repeats them, where a log keeps no request's
         if found := request.get(key) or response.get(key):
-            raise FormatError("invalid_field", f"{where}request.{key}={str(found)[:80]!r}: the prompt continues "
+            raise FormatError("invalid_field", f"{where}request.{key}={_excerpt(found)!r}: the prompt continues "
                                                "a conversation the Responses API kept, whose turns the log does not hold")
     if response.get("status") == "failed":
         raise FormatError("failed_request", f"{where}response {response.get('id')} failed: {str(response.get('error'))[:300]}")
@@ -621,7 +634,7 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     messages = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):  # left out, the prompt would be another than the one served
-            raise FormatError("invalid_field", f"{where}request.input[{i}]={str(item)[:80]} is not an item")
+            raise FormatError("invalid_field", f"{where}request.input[{i}]={_excerpt(item)} is not an item")
         if item.get("type") == "reasoning":
             continue
         # A tool's call or result, a web search's, ...: tool calls, refused where they are, as images are.
@@ -832,11 +845,11 @@ def _helicone_body(body: Any, where: str, chunks: bool = False) -> dict | list:
     if isinstance(body, str):
         raise FormatError("no_content", f"{where} is Helicone's text preview of it, not the body ({hint})")
     if not isinstance(body, dict) and not (chunks and isinstance(body, list) and body):
-        raise FormatError("no_content" if body is None else "invalid_field", f"{where}={repr(body)[:80]} is not an object")
+        raise FormatError("no_content" if body is None else "invalid_field", f"{where}={_excerpt(repr(body))} is not an object")
     if isinstance(body, list):
         return body
     if "helicone_message" in body and len(body) == 1:
-        raise FormatError("no_content", f"{where} holds no body, but Helicone's note {str(body['helicone_message'])[:200]!r} ({hint})")
+        raise FormatError("no_content", f"{where} holds no body, but Helicone's note {_excerpt(body['helicone_message'], 200)!r} ({hint})")
     if body.keys() == {"model"}:
         raise FormatError("no_content", f"{where} holds its model alone: Helicone was told to omit it (Helicone-Omit-Request "
                                         "or Helicone-Omit-Response)")
@@ -997,7 +1010,7 @@ def _gemini_request(body: dict, where: str) -> dict:
     ``user``, ``model`` or none, the user's) in OpenAI's shape."""
     cached = body.get("cachedContent", body.get("cached_content"))
     if cached:  # the prompt's start, kept server-side: not in the log
-        raise FormatError("invalid_field", f"{where}.cachedContent={str(cached)[:120]!r}: the prompt begins with content "
+        raise FormatError("invalid_field", f"{where}.cachedContent={_excerpt(cached, 120)!r}: the prompt begins with content "
                                            "Gemini kept (a context cache), which the log does not hold")
     system = body.get("systemInstruction", body.get("system_instruction"))
     messages = [{"role": "system", "content": _gemini_text(system, f"{where}.systemInstruction", True)[0]}] if system else []
@@ -1189,7 +1202,7 @@ def from_vertex(doc: dict) -> Iterator[dict | FormatError]:
         raise FormatError("failed_request", f"{call} failed{_error_said(response)}")
     if not isinstance(request, dict) or not isinstance(response, (dict, list)) or not response:
         side = "full_request" if not isinstance(request, dict) else "full_response"
-        raise FormatError("no_content", f"{call}: {side}={repr(doc.get(side))[:80]} holds no body")
+        raise FormatError("no_content", f"{call}: {side}={_excerpt(repr(doc.get(side)))} holds no body")
     request, response = _provider_bodies(request, response, call, "full_request", f"{doc.get('api_method')} of "
                                          f"{doc.get('model')} is not a chat completion (Gemini's generateContent, or "
                                          "Anthropic's messages API)")
@@ -1377,7 +1390,7 @@ def _otel_value(v: dict) -> Any:
 def _attrs(items: Any) -> dict[str, Any]:
     """OTLP attributes (``[{"key", "value"}]``) as a dict; items without a string key are passed over."""
     if items is not None and not isinstance(items, list):
-        raise FormatError("invalid_field", f"attributes={str(items)[:80]} is not a list")
+        raise FormatError("invalid_field", f"attributes={_excerpt(items)} is not a list")
     out = {}
     for a in items or []:
         if isinstance(a, dict) and isinstance(a.get("key"), str):
@@ -1386,7 +1399,7 @@ def _attrs(items: Any) -> dict[str, Any]:
                 out[a["key"]] = _otel_value(value)
             except (TypeError, ValueError, AttributeError, KeyError):
                 raise FormatError("invalid_field",
-                                  f"attribute {a['key']}: value={str(value)[:80]} is not an OTLP AnyValue") from None
+                                  f"attribute {a['key']}: value={_excerpt(value)} is not an OTLP AnyValue") from None
     return out
 
 
@@ -1396,7 +1409,7 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise FormatError("invalid_field", f"{where}{key}={str(value)[:80]} is not a list of objects")
+        raise FormatError("invalid_field", f"{where}{key}={_excerpt(value)} is not a list of objects")
     return value
 
 
@@ -1408,7 +1421,7 @@ def _parts_text(message: dict, where: str, said: bool = False) -> str:
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
-        raise FormatError("invalid_field", f"message parts={str(parts)[:80]} are not text parts")
+        raise FormatError("invalid_field", f"message parts={_excerpt(parts)} are not text parts")
     _media((p.get("type") for p in parts if isinstance(p, dict)), where)
     return PART_SEPARATOR.join(texts)
 
@@ -1436,7 +1449,7 @@ def _system_instructions(a: dict) -> list[dict]:
     except (TypeError, json.JSONDecodeError) as e:
         raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
     if not isinstance(parts, list):
-        raise FormatError("invalid_field", f"gen_ai.system_instructions={str(parts)[:80]} is not a list of parts")
+        raise FormatError("invalid_field", f"gen_ai.system_instructions={_excerpt(parts)} is not a list of parts")
     return [{"role": "system", "content": _parts_text({"parts": parts}, "gen_ai.system_instructions")}] if parts else []
 
 
@@ -1537,7 +1550,7 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
         return ""
     if isinstance(value, list):  # a text completion's prompt: a batch of them is not one trace's
         if len(value) != 1 or not isinstance(value[0], str):
-            raise FormatError("invalid_field", f"{where}={str(value)[:80]} is not one text")
+            raise FormatError("invalid_field", f"{where}={_excerpt(value)} is not one text")
         return value[0]
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
@@ -1825,7 +1838,7 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
             spans = ss.get("spans")
             for i, span in enumerate(spans if isinstance(spans, list) else _objects(ss, "spans", "scopeSpans[].")):
                 if not isinstance(span, dict):  # quarantined in its place, as a span that cannot be a trace is
-                    error = FormatError("invalid_field", f"scopeSpans[].spans[{i}]={str(span)[:80]} is not an object")
+                    error = FormatError("invalid_field", f"scopeSpans[].spans[{i}]={_excerpt(span)} is not an object")
                     error.record = span
                     yield error
                     continue
@@ -1975,7 +1988,7 @@ def _langfuse_messages(value: Any) -> list[dict]:
         return [{"role": "user", "content": value}]
     if isinstance(value, list):
         return [_chat_message(m, f"input[{i}]") for i, m in _messages_of(value, "input")]
-    raise FormatError("invalid_field", f"input={str(value)[:80]!r} is neither chat messages nor text")
+    raise FormatError("invalid_field", f"input={_excerpt(value)!r} is neither chat messages nor text")
 
 
 def _langfuse_answer(value: Any) -> str | FormatError:
@@ -2180,7 +2193,7 @@ def _batch_traces(line: dict, requests: Iterable[dict]) -> list[dict | FormatErr
                                         "interval's files")
     (request,) = distinct.values()
     if not _answering_url(request.get("url")):
-        raise FormatError("invalid_field", f"{where}: url={str(request.get('url'))[:80]!r} is neither a chat "
+        raise FormatError("invalid_field", f"{where}: url={_excerpt(request.get('url'))!r} is neither a chat "
                                            "completion nor a response")
     return list(from_openai({"request": _need(request, "body", dict, f"{where}: "),
                              "response": _need(response, "body", dict, f"{where}: response.")}))
@@ -2267,7 +2280,7 @@ def _event_content(text: str, where: str) -> dict:
     except json.JSONDecodeError as e:
         raise FormatError("invalid_json", f"{where} is not JSON: {e}") from None
     if not isinstance(body, dict):
-        raise FormatError("invalid_field", f"{where} is not an object: {text[:80]!r}")
+        raise FormatError("invalid_field", f"{where} is not an object: {_excerpt(text)!r}")
     return body
 
 

@@ -777,12 +777,16 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
     # keeps its numbers: GRPO's reward reads it in training.
     references, labels = labeler.labels(contents.take(prompt_at), completions, raw["reference_answer"].combine_chunks(),
                                         feedback, scores)
+    # Keyed as written too: two questions or answers that differ in a number scrubbed alike (What is
+    # 734-256-1289?) are no duplicates, and pairing does not take them for one prompt.
+    prompt_keys = dedup.chat_keys(roles, contents, offsets)
+    exact_keys = dedup.mix(prompt_keys, dedup.keys(completions))
+    near_keys = _near_key(prompt_keys, completions, labels[0])
     if job.dataset.scrub_pii:
         contents, completions = pii.scrub_array(contents, part.pii), pii.scrub_array(completions, part.pii, repeats=False)
         references, scores = pii.scrub_array(references, part.pii, numbers=False), _scrubbed_scores(scores, part.pii)
     messages = columns.chats(offsets, roles, contents)
     prompt = contents.take(prompt_at)
-    prompt_keys = dedup.chat_keys(roles, contents, offsets)
     model = raw["model"].combine_chunks()
     usage = raw["usage"].combine_chunks()
     out = {
@@ -809,8 +813,8 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "source_line": raw["source_line"],
         "id_key": pa.array(dedup.keys(raw["trace_id"].combine_chunks()), pa.uint64()),
         "prompt_key": pa.array(prompt_keys, pa.uint64()),
-        "exact_key": pa.array(dedup.mix(prompt_keys, dedup.keys(completions)), pa.uint64()),
-        "norm_key": pa.array(_near_key(prompt_keys, completions, labels[0]), pa.uint64()),
+        "exact_key": pa.array(exact_keys, pa.uint64()),
+        "norm_key": pa.array(near_keys, pa.uint64()),
     }
     return pa.Table.from_arrays([out[f.name] for f in _ROWS_SCHEMA], schema=_ROWS_SCHEMA)
 
@@ -943,11 +947,11 @@ def _keyed(part: Part, pieces: Iterable[pa.Table]) -> Part:
     held.close()
     part.keys = {name: np.concatenate(of) for name, of in zip(("id_key", "exact_key", "norm_key"), zip(*keys))}
     # Published with the version, as the traces are: scrubbed, then cut. A detail may quote a value
-    # (a content neither chat nor text).
+    # (a content neither chat nor text), as Python writes it.
     for field in ("raw", "detail") if part.quarantine else ():
         texts = pa.array([q[field] for q in part.quarantine], pa.string())
         if _JOB.dataset.scrub_pii:
-            texts = pii.scrub_array(pii.unescaped(texts) if field == "raw" else texts, part.pii, repeats=False)
+            texts = pii.scrub_array(pii.unescaped(texts, python=field == "detail"), part.pii, repeats=False)
             texts = pii.scrub_cut_short(texts, part.pii, within=RAW_CHARS) if field == "raw" else texts
         for q, text in zip(part.quarantine, pc.utf8_slice_codeunits(texts, 0, RAW_CHARS).to_pylist()):
             q[field] = text

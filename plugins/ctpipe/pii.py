@@ -85,6 +85,10 @@ _PHONE = re.compile(
 _KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]*token|session[_-]?id"
                r"|[\w-]*signature|sig|[\w-]*(?:api|encryption|private|signing|subscription|master|account"
                r"|shared[_-]?access)[_ -]?key")
+# In Python's patterns a label's words begin where a word does: tried at every character of a long
+# word (a DNA sequence, base64url data), `[\w-]*token` ran to the word's end each time, quadratic in
+# its length (a 20,000-character word took 17 s). RE2, linear whatever the pattern, has no lookbehind.
+_KEY_LABELS_AT = _KEY_LABELS.replace(r"[\w-]*", r"(?<![\w-])[\w-]*")
 _PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|пароль|密码|パスワード|비밀번호"
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
@@ -92,6 +96,7 @@ _PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtw
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
 _LABELLED = rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}|(?:{_PASSWORDS}){_WHITE}+is\b)"
+_LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT))
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
@@ -100,7 +105,7 @@ _SECRET = re.compile(
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    rf"|(?i:{_KEY_LABELS})[\"']?\s*{_GIVES}\s*[\"']?)"
+    rf"|(?i:{_KEY_LABELS_AT})[\"']?\s*{_GIVES}\s*[\"']?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
     rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
@@ -116,9 +121,10 @@ _SECRET = re.compile(
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
-                 "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY", "discord", "/bot", " -u", "--user", "sshpass")
-_LABELLED_AT = re.compile(_LABELLED)
-_MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,2}}\d){{8}}")  # 9+ digits close together: a phone or card may be here
+                 "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY", "discord", "/bot", " -u", "\t-u", "\n-u", "\r-u",
+                 "--user", "sshpass")
+# 9+ digits close together: a phone or card may be here (up to three between two: 030 / 1234 5678).
+_MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,3}}\d){{8}}")
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
 # the case-blind labels at every character, the most of a suspect's scrubbing.
 SECRETS_GATE = "|".join([re.escape(h) for h in _SECRET_HINTS] + [_LABELLED])
@@ -166,33 +172,51 @@ def scrub_cut_short(texts: pa.Array, found: Counter, within: int | None = None) 
     return pc.replace_with_mask(texts, hit, pa.array(clean, pa.string()))
 
 
-# A JSON escape of a character, or of a surrogate pair, not after an escaped backslash: one past
-# ASCII is written as its character, an ASCII one (a quote, \u0040) is left escaped.
-_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|[0-9a-fA-F]{4})")
+# An escape of a character after a run of backslashes: where the run is odd, an escape (after escaped
+# backslashes); where it is even, the escape of a text held in a string and escaped again (messages
+# kept as their JSON text, as OTLP's attributes hold them, in a raw line). JSON's (\uXXXX, a surrogate
+# pair's two), or Python's (\xXX, \uXXXX, \UXXXXXXXX: a detail quotes values as Python writes them),
+# which only an odd run makes.
+_JSON_ESCAPE = re.compile(r"(?<!\\)(\\+)u(?:([dD][89abAB][0-9a-fA-F]{2})\1u([dD][c-fC-F][0-9a-fA-F]{2})"
+                          r"|([0-9a-fA-F]{4}))")
+_PYTHON_ESCAPE = re.compile(r"(?<!\\)(\\+)(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
 
 
 def _character(m: re.Match) -> str:
-    code = m[2]
-    if len(code) > 4:  # a surrogate pair: one character
-        return m[1] + chr(0x10000 + ((int(code[:4], 16) - 0xD800) << 10) + int(code[6:], 16) - 0xDC00)
-    c = int(code, 16)
-    return m[0] if c < 0x80 or 0xD800 <= c < 0xE000 else m[1] + chr(c)
+    """An escape's character, where it can be written as itself: no control, format, private or
+    unassigned character, nor (JSON's) a quote or a backslash, which the JSON around it needs escaped."""
+    if m.re is _JSON_ESCAPE:
+        c = 0x10000 + ((int(m[2], 16) - 0xD800) << 10) + int(m[3], 16) - 0xDC00 if m[2] else int(m[4], 16)
+    else:
+        c = int(m[2] or m[3] or m[4], 16)
+    if (m.re is _JSON_ESCAPE and c in (0x22, 0x5C)) or c > 0x10FFFF or unicodedata.category(chr(c)).startswith("C"):
+        return m[0]
+    if len(m[1]) % 2 == 0:  # Python's text is not escaped twice: an escaped backslash and letters
+        return chr(c) if m.re is _JSON_ESCAPE else m[0]
+    return m[1][:-1] + chr(c)
 
 
-def unescaped(texts: pa.Array) -> pa.Array:
-    r"""Raw JSON ``texts`` with their escapes of characters past ASCII written as the characters, which
-    JSON allows: a writer of ASCII alone (Python's json.dumps, by default) escapes every such
-    character, and a number or an address right after one (电话：138-0013-8000, a no-break space
-    before a card) ran into the escape's hex digits, where no pattern saw it.
+def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:
+    r"""Raw JSON ``texts`` (or, with ``python``, texts quoting values as Python writes them) with their
+    escapes of characters written as the characters, but for what JSON needs escaped. A writer of
+    ASCII alone (Python's json.dumps, by default) escapes every character past it, Go's and Rails'
+    ``<``, ``>`` and ``&`` too: a number or an address right after one (电话：138-0013-8000, a
+    no-break space before a card, <jane@x.org>) ran into the escape's hex digits, where no pattern
+    saw it.
 
-    >>> unescaped(pa.array([r'{"q": "\u7535\u8bdd\uff1a138-0013-8000 \\u0041 \ud83d\ude00 \u0040"}'])).to_pylist()
-    ['{"q": "电话：138-0013-8000 \\\\u0041 😀 \\u0040"}']
+    >>> unescaped(pa.array([r'{"q": "\u7535\u8bdd\uff1a138-0013-8000 \\u0041 \ud83d\ude00 \u0022 \u003c"}'])).to_pylist()
+    ['{"q": "电话：138-0013-8000 A 😀 \\u0022 <"}']
+    >>> unescaped(pa.array([r'{"attr": "[{\"content\": \"\\uff1a138-0013-8000\"}]"}'])).to_pylist()
+    ['{"attr": "[{\\"content\\": \\"：138-0013-8000\\"}]"}']
+    >>> unescaped(pa.array([r"{'content': '06\xa012\xa034', 'x': '\\xa0'}"]), python=True).to_pylist()
+    ["{'content': '06\xa012\xa034', 'x': '\\\\xa0'}"]
     """
-    hit = pc.fill_null(pc.match_substring(texts, "\\u"), False)
+    hit = pc.fill_null(pc.match_substring_regex(texts, r"\\[xuU]" if python else r"\\u"), False)
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
-    written = [_ESCAPE.sub(_character, text) for text in texts.take(at).to_pylist()]
+    pattern = _PYTHON_ESCAPE if python else _JSON_ESCAPE
+    written = [pattern.sub(_character, text) for text in texts.take(at).to_pylist()]
     return pc.replace_with_mask(texts, hit, pa.array(written, pa.string()))
 
 
