@@ -73,7 +73,7 @@ def generate(path: Path, n: int, seed: int = 0, system_bytes: int = 0) -> None:
             out.write(previous + b"\n")
             continue
         if last is not None and roll > 0.98:  # the same answer again, other case and punctuation
-            rec = dict(last, trace_id=f"tr-{i:09d}", completion=last["completion"].upper() + "!")
+            rec = dict(last, trace_id=f"tr-{i:09d}", completion=last["completion"].upper().replace(" ", ", ", 1))
             out.write(enc.encode(rec) + b"\n")
             continue
         question, answer = rng.choice(questions)

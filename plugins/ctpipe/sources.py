@@ -1028,8 +1028,10 @@ def _reopened(piece: bytes, marks: np.ndarray, kind: np.ndarray, before: np.ndar
 
 def _last_solid(piece: bytes, last: int) -> int:
     """The last byte of ``piece`` that is not white space, or ``last`` where there is none (see :func:`_reopened`)."""
-    solid = piece.rstrip(_BLANK)
-    return solid[-1] if solid else last
+    end = len(piece)
+    while end and piece[end - 1] in _BLANK:  # not rstrip: a copy of the piece, for its last byte
+        end -= 1
+    return piece[end - 1] if end else last
 
 
 def _version(info: dict) -> tuple:
