@@ -551,6 +551,15 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     assert published.replace("4111 1111 1111 1110", "").count("4111") == 2  # the reference, and the GRPO answer
 
 
+def test_a_latency_of_minus_zero_is_published_as_zero(tmp_path):
+    import math
+
+    (tmp_path / "a.jsonl").write_bytes(json.dumps(trace(1)).replace('"latency_ms": 40.0', '"latency_ms": -0').encode() + b"\n")
+    assert '"latency_ms": -0' in (tmp_path / "a.jsonl").read_text()
+    latency = table(run(tmp_path / "a.jsonl", tmp_path / "out"), "traces")[0]["latency_ms"]
+    assert latency == 0 and math.copysign(1, latency) == 1
+
+
 def test_texts_that_differ_only_in_what_is_scrubbed_alike_stay_two(tmp_path):
     """Duplicates and pairing read the texts as written, as the labels do: two questions that read
     alike once their numbers are scrubbed are two prompts, each with its answer, and a right answer

@@ -804,7 +804,7 @@ def _rows(raw: pa.Table, part: Part) -> pa.Table:
         "scores": scores,
         "prompt_tokens": pc.struct_field(usage, "prompt_tokens"),
         "completion_tokens": pc.struct_field(usage, "completion_tokens"),
-        "latency_ms": raw["latency_ms"],
+        "latency_ms": pc.add(raw["latency_ms"], 0.0),  # -0.0 (a JSON "-0") as 0.0: IEEE adds them so
         "verifiable_reward": labels[0],
         "feedback_reward": labels[1],
         "judge_reward": labels[2],
