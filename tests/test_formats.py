@@ -564,6 +564,20 @@ def test_current_otel_system_instructions_are_the_first_message():
     assert e.value.reason == "invalid_json"
 
 
+@pytest.mark.parametrize("name", ["gen_ai.input.messages", "gen_ai.prompt"])
+def test_otel_messages_of_a_number_or_holding_nan_say_so(name):
+    """Not Python's type error, nor a NaN read and refused later as a field's: the attribute named."""
+    def refused(value) -> FormatError:
+        with pytest.raises(FormatError) as e:
+            normalize(otlp([kv("gen_ai.request.model", "m"), kv(name, value)]), "otel")
+        return e.value
+
+    number = refused(5)
+    assert number.reason == "invalid_field" and str(number).endswith(f"{name}=5 is neither JSON text nor structured messages")
+    nan = refused('[{"role": "user", "content": "hi", "x": NaN}]')
+    assert nan.reason == "non_finite_number" and f"{name} holds NaN" in str(nan)
+
+
 def test_only_model_calls_are_read_not_the_agent_tool_or_embedding_spans_around_them():
     messages = [kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": [{"type": "text", "content": "2+3?"}]}])),
                 kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "5"}]}]))]

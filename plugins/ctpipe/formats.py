@@ -1444,25 +1444,34 @@ def _system_instructions(a: dict) -> list[dict]:
     text = a.get("gen_ai.system_instructions")
     if not text:
         return []
-    try:
-        parts = _structured(text)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise FormatError("invalid_json", f"gen_ai.system_instructions is not JSON: {e}") from None
+    parts = _structured(text, "gen_ai.system_instructions")
     if not isinstance(parts, list):
         raise FormatError("invalid_field", f"gen_ai.system_instructions={_excerpt(parts)} is not a list of parts")
     return [{"role": "system", "content": _parts_text({"parts": parts}, "gen_ai.system_instructions")}] if parts else []
 
 
-def _structured(value: Any) -> Any:
+def _structured(value: Any, name: str) -> Any:
     """A content attribute's value: JSON text, as today's instrumentations write it, or the structured
-    AnyValue (arrays and key-value lists) that semconv asks for on spans where it can be recorded."""
-    return value if isinstance(value, (list, dict)) else _json_of(value)
+    AnyValue (arrays and key-value lists) that semconv asks for on spans where it can be recorded.
+    A NaN or an infinity in the text is ``non_finite_number``, as a line's is."""
+    if isinstance(value, (list, dict)):
+        return value
+    if not isinstance(value, str):
+        raise FormatError("invalid_field", f"{name}={_excerpt(value)} is neither JSON text nor structured messages")
 
+    def refuse(constant: str):
+        raise FormatError("non_finite_number", f"{name} holds {constant}, no number JSON has")
 
-def _json_of(text: Any) -> Any:
-    """``json.loads(text)``; text nested past what it goes is ``too_deeply_nested``, as a line is."""
     try:
-        return json.loads(text)
+        return _json_of(value, parse_constant=refuse)
+    except json.JSONDecodeError as e:
+        raise FormatError("invalid_json", f"{name} is not JSON: {e}") from None
+
+
+def _json_of(text: Any, **options) -> Any:
+    """``json.loads(text, **options)``; text nested past what it goes is ``too_deeply_nested``, as a line is."""
+    try:
+        return json.loads(text, **options)
     except RecursionError:
         raise FormatError("too_deeply_nested", "JSON text nested deeper than the JSON parser goes") from None
 
@@ -1476,21 +1485,16 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     each answer (its choice's index, its text or why it is no text answer) a choice of the model's,
     to be a trace of its own."""
     if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
-        try:
-            inputs = _structured(a.get("gen_ai.input.messages") or "[]")
-            outputs = _structured(a.get("gen_ai.output.messages") or "[]")
-        except (TypeError, json.JSONDecodeError) as e:
-            raise FormatError("invalid_json", f"gen_ai.input/output.messages is not JSON: {e}") from None
+        inputs = _structured(a.get("gen_ai.input.messages") or "[]", "gen_ai.input.messages")
+        outputs = _structured(a.get("gen_ai.output.messages") or "[]", "gen_ai.output.messages")
         messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
                                               for i, m in _messages_of(inputs, f"{where}: gen_ai.input.messages")]
         # Each message "represents a single output choice"; one that is no answer stands in its place.
         answers = _answers_of(outputs, f"{where}: output", _message_answer)
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
-        try:
-            prompt, completion = _structured(a.get("gen_ai.prompt") or "[]"), _structured(a.get("gen_ai.completion") or "[]")
-        except (TypeError, json.JSONDecodeError) as e:
-            raise FormatError("invalid_json", f"gen_ai.prompt/completion is not JSON: {e}") from None
+        prompt = _structured(a.get("gen_ai.prompt") or "[]", "gen_ai.prompt")
+        completion = _structured(a.get("gen_ai.completion") or "[]", "gen_ai.completion")
         if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
             raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds texts without their roles (as Spring AI "
                                                "1.0 writes it): which role each has cannot be told")
