@@ -53,6 +53,28 @@ def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     assert "gate.alpha" in capsys.readouterr().err
 
 
+def test_an_empty_source_or_out_is_refused_not_the_configured_store(settings, capsys):
+    for flag in ("--source", "--out"):
+        with pytest.raises(SystemExit):
+            main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", flag, " "])
+        assert f"{flag} is empty" in capsys.readouterr().err
+    assert not settings.datasets_dir.exists()
+
+
+def test_an_interval_not_ended_or_within_its_arrival_lag_is_not_built(settings, capsys, monkeypatch):
+    """The command's clock is the one that reads: no minute of skew, as a scheduler's run has. With an
+    arrival lag the DAG waits it out after the interval's end, and the command refuses until then."""
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    soon = ["materialize", "--start", (now - timedelta(hours=1)).isoformat(), "--end", (now + timedelta(seconds=45)).isoformat()]
+    assert main(soon) == 2 and "has not come yet" in capsys.readouterr().err
+    monkeypatch.setenv("CTPIPE_DATASET__ARRIVAL_LAG", "PT15M")
+    ended = ["materialize", "--start", (now - timedelta(hours=1)).isoformat(), "--end", (now - timedelta(minutes=1)).isoformat()]
+    assert main(ended) == 2
+    assert "and the arrival lag of 0:15:00 after it" in capsys.readouterr().err and not settings.datasets_dir.exists()
+
+
 def test_a_backfill_that_fails_names_the_interval_and_what_is_left(settings, capsys, monkeypatch, tmp_path):
     write_traces(settings.traces_dir, [trace(1)])
     monkeypatch.setenv("CTPIPE_DATASET__EVAL_SETS", json.dumps([str(tmp_path / "gone.jsonl")]))

@@ -1184,6 +1184,33 @@ def test_a_dataset_store_inside_the_source_is_not_read_back_as_traces(tmp_path, 
     assert run("src", src / "datasets").source["uri"] == str(src)
 
 
+def test_a_source_inside_the_store_is_read_whole_and_the_store_as_the_source_is_refused(tmp_path, caplog, monkeypatch):
+    """--source proj/traces --out proj: the versions sit beside the traces, not in them; the source
+    was taken for the store's folder and not read (0 traces, exit 0). --out as --source: refused."""
+    src = tmp_path / "proj" / "traces" / "date=2026-11-22" / "hour=10"
+    src.mkdir(parents=True)
+    (src / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 3?", str(i + 3)) for i in range(1, 4))))
+    m = run(tmp_path / "proj" / "traces", tmp_path / "proj")
+    assert m.counts["traces"] == 3 and "lies inside the source" not in caplog.text
+    monkeypatch.chdir(tmp_path / "proj")
+    assert run("traces", ".").version == m.version
+    with pytest.raises(sources.SourceError, match="is the source .*: its versions would be read back as traces"):
+        run(tmp_path / "proj" / "traces", tmp_path / "proj" / "traces" / ".")
+
+
+@pytest.mark.parametrize("above", ["exports/2026-01-05", "archive/2025/12/31", "date=2025-12-31"])
+def test_a_dated_folder_above_the_source_names_no_partition(tmp_path, above):
+    """Partitions are the folders below the source: one above it (a job's dated folder) made every
+    folder of the source a partition of that day, which the interval's run passed over whole, and
+    a flat source's records of other times."""
+    src = tmp_path / above / "traces"
+    (src / "date=2026-11-22" / "hour=10").mkdir(parents=True)
+    (src / "date=2026-11-22" / "hour=10" / "a.jsonl").write_bytes(lines(trace(1, "What is 1 plus 3?", "4")))
+    (src / "b.jsonl").write_bytes(lines(trace(2, "What is 2 plus 3?", "5")))
+    m = run(src, tmp_path / "out")
+    assert m.counts["traces"] == 2 and not m.source.get("misplaced")
+
+
 def test_a_worker_whose_parent_was_killed_ends(tmp_path):
     """SIGKILL (the OOM killer) runs no cleanup: a worker waiting on its queue would live on, holding its memory."""
     parent = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time\n"

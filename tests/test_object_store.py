@@ -119,7 +119,7 @@ def test_a_version_is_built_from_object_store_traces_and_published_there(store, 
     fs.pipe(firehose + ".gz", gzip.compress(b"".join(json.dumps(trace(i, f"What is {i} plus 1?", str(i + 1))).encode()
                                                      for i in (43, 44))))  # and no delimiter between its records
     fs.pipe("traces/date=2026-11-21/hour=10/part-a.jsonl", lines(trace(99, at=T0 - 24 * HOUR)))  # a day the run skips
-    listed, files, _ = sources.list_files(f"{scheme}://traces", keep=lambda folder: "2026-11-21" not in folder)
+    listed, files, _ = sources.list_files(f"{scheme}://traces", keep=lambda folder, root: "2026-11-21" not in folder)
     assert list(files) == [f"{hour}/part-a.jsonl.gz", f"{hour}/part-b.jsonl", f"{hour}/part-c.json", firehose, firehose + ".gz"]
     # The filesystem keeps the listings it made (opening an object takes its details from them): the
     # interval's folders, not the other day's, a dict for each object.

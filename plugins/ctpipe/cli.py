@@ -109,8 +109,13 @@ def _duration(text: str) -> timedelta:
 
 def cmd_materialize(args) -> int:
     from ctpipe.materialize import NoTraces, materialize, misplaced_lines, unjoined_lines
+    from ctpipe.pipeline import unfinished
 
     s = _settings()
+    # The same clock decides and reads: no skew. A lag: the DAG waits it out, and so must this.
+    if why := unfinished(args.end, s.dataset.arrival_lag, skew=timedelta(0)):
+        print(f"ctpipe materialize: --end {why}", file=sys.stderr)
+        return 2
     dataset = s.dataset.model_copy(update={"format": args.format}) if args.format else s.dataset
     source, out = args.source or s.trace_source or str(s.traces_dir), args.out or s.datasets_uri  # as the DAG reads
     step = args.every or (args.end - args.start)
@@ -239,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="stop Airflow and Ray").set_defaults(fn=cmd_down)
     sub.add_parser("build-base", help="build the base model").set_defaults(fn=cmd_build_base)
     p = sub.add_parser("materialize", help="build a dataset version without Airflow")
-    p.add_argument("--start", type=_aware, required=True)
-    p.add_argument("--end", type=_aware, required=True)
+    p.add_argument("--start", type=_aware, required=True, help="a time with its zone (2026-11-22T10:00:00Z); the "
+                   "interval is [start, end)")
+    p.add_argument("--end", type=_aware, required=True, help="a time with its zone, passed (and the arrival lag after it)")
     p.add_argument("--source", help="traces: a path or fsspec URI (default: trace_source, else the local trace store)")
     p.add_argument("--out", help="where versions are published (default: dataset_store, else the local dataset store)")
     p.add_argument("--format", choices=get_args(DatasetConfig.model_fields["format"].annotation), help="default: dataset.format")
@@ -266,12 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_k8s_serving)
     args = parser.parse_args(argv)
     if args.command == "materialize":
-        from ctpipe.pipeline import unfinished
-
         if args.end <= args.start:
             parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
-        if why := unfinished(args.end):
-            parser.error(f"--end {why}")
+        for flag in ("source", "out"):  # not the configured store in its place
+            if getattr(args, flag) is not None and not getattr(args, flag).strip():
+                parser.error(f"--{flag} is empty")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with sigterm_interrupts():  # the command cleans up after itself and says so

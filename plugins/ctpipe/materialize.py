@@ -134,6 +134,7 @@ class Job:
     # them (see formats.from_otel): set when a run meets both (see _HoldSpans).
     hold_spans: bool = False
     source: str = ""  # the source's URI: a copy of Bedrock's logs holds the bodies they keep apart
+    root: str = ""  # its folder's path (see sources.Files.root): partitions are named below it
 
 
 @dataclass
@@ -494,7 +495,7 @@ def _read(block: sources.Block, job: Job, part: Part, fast: tuple | None = None)
             slow_times += times
 
     # Which records are in the interval, and to which interval each rejected item belongs.
-    span = traces.partition_span(block.file)
+    span = traces.partition_span(block.file, job.root)
     if span is not None:
         _misplaced(part, span, job.dataset.partition_lag(), np.concatenate([fast_times, np.array(slow_times, np.int64)]))
     inside_fast = (fast_times >= lo) & (fast_times < hi)
@@ -671,7 +672,7 @@ def _read_fast(members: tuple[sources.Block, ...], got: tuple[tuple, ...], job: 
     parsed = pa.concat_tables([rows for _, rows, _ in got])
     times = pc.cast(parsed["start_time"], pa.int64()).to_numpy(zero_copy_only=False)
     of = np.repeat(np.arange(len(members)), counts)  # the file of each row
-    spans = [traces.partition_span(m.file) for m in members]
+    spans = [traces.partition_span(m.file, job.root) for m in members]
     for span in dict.fromkeys(spans):  # a partition at a time (files share a few): counts add up as file by file
         if span is not None:
             _misplaced(part, span, job.dataset.partition_lag(), times[np.array([s == span for s in spans])[of]])
@@ -1416,7 +1417,7 @@ def _within_partition(file: str, at: int) -> int:
     """``at`` (microseconds), brought within the times the partition of ``file`` may hold (see
     :func:`_holds`): the runs that read its folder are those whose intervals its times may fall in,
     so an item of a time it may not hold would go to a run that never reads it."""
-    span = traces.partition_span(file)
+    span = traces.partition_span(file, _JOB.root)
     if span is None:
         return at
     lo, hi = map(columns.micros, _holds(span, _JOB.dataset.partition_lag()))
@@ -1872,15 +1873,21 @@ def materialize(
     output = Output(out)
     # A store inside the source folder (--out under --source) would be read back as traces, each run
     # publishing another version. Local paths as they resolve: srcf/./store, srcf//store or a link
-    # name the same folder.
+    # name the same folder. A source inside the store (traces/ beside the versions) is read whole.
     here = os.path.realpath if output.local else str
     store = here(output.root).rstrip("/") + "/" if _protocol(source) == _protocol(out) else None
 
-    def keep(folder: str) -> bool:
-        if store and (here(folder).rstrip("/") + "/").startswith(store):
+    def resolved(folder: str) -> str:
+        return here(folder).rstrip("/") + "/"
+
+    def keep(folder: str, root: str) -> bool:
+        if store and folder == root and resolved(root) == store:  # the first folder listed
+            raise sources.SourceError(f"the dataset store {out!r} is the source {source!r}: its versions would be "
+                                      "read back as traces; give the store a folder of its own")
+        if store and resolved(folder).startswith(store) and not resolved(root).startswith(store):
             log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
             return False
-        return _may_hold(folder, start, end, lag)
+        return _may_hold(folder[len(root):], start, end, lag)
 
     fs, files, skipped = sources.list_files(source, keep=keep)
     if skipped:  # named in the manifest too, all of them, with why
@@ -1897,6 +1904,7 @@ def materialize(
         config["dataset"]["partition_lag_s"] = lag.total_seconds()
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
+        log.info("version %s was built before from these very files: found, not built again", known.version)
         return known
     build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
                               task=task, reward=reward, dataset=dataset)
@@ -1960,7 +1968,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     if shutil.disk_usage(spill_dir).free < need:  # a warning: much of a source may lie outside the interval
         log.warning("the spill folder %s has %s free. %s: set TMPDIR to a folder on a larger disk", spill_dir,
                     _free(spill_dir), _spill_room(size))
-    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans, source)
+    job = Job(start, end, task, reward, dataset, eval_items, staging, spill_dir, buckets, hold_spans, source, files.root)
     digest = hashlib.sha256(json.dumps({"interval": [start.isoformat(), end.isoformat()], "config": config,
                                         "code": CODE_VERSION}, sort_keys=True).encode())
     content = hashlib.sha256()  # of the source's blocks alone: the same data built otherwise has the same

@@ -83,14 +83,16 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
 _CLOCK_SKEW = timedelta(minutes=1)
 
 
-def unfinished(end: datetime) -> str | None:
+def unfinished(end: datetime, lag: timedelta = timedelta(0), skew: timedelta = _CLOCK_SKEW) -> str | None:
     """Why an interval that ends at ``end`` cannot be built yet, if it cannot: its traces are still
-    coming (and a version of part of them, announced, would be the interval's for good)."""
+    coming (and a version of part of them, announced, would be the interval's for good), until the
+    arrival ``lag`` after it. ``skew``: how far behind the clock that decided to build it this one may be."""
     now = datetime.now(timezone.utc)
-    if end <= now + _CLOCK_SKEW:
+    if end + lag <= now + skew:
         return None
-    return (f"{end.isoformat()} has not come yet (it is {now.isoformat(timespec='seconds')}): the interval's "
-            "traces are not all in; build it once it has passed")
+    waits = f" and the arrival lag of {lag} after it ({(end + lag).isoformat()})" if lag else ""
+    return (f"{end.isoformat()}{waits} has not come yet (it is {now.isoformat(timespec='seconds')}): the "
+            "interval's traces are not all in; build it once it has passed")
 
 
 def ready_at(params: dict[str, Any] | None, data_interval_end: datetime | None, lag: timedelta) -> str:

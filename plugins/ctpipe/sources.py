@@ -311,11 +311,12 @@ _REFUSED = re.compile(r"Credential|Auth|Forbidden|AccessDenied|Permission|Invali
 
 
 def list_files(uri: str, what: str = "source",
-               keep: Callable[[str], bool] = lambda folder: True) -> tuple[Any, Files, dict[str, str]]:
+               keep: Callable[[str, str], bool] = lambda folder, root: True) -> tuple[Any, Files, dict[str, str]]:
     """(filesystem, the source's files to read, the other files of a source folder, each with why it is
     not read), each in a stable order (of their paths), in the folders ``keep`` keeps (it is given
-    each folder's path, ending in "/"; a folder it refuses is not listed, nor any folder in it);
-    SourceError, naming the source as ``what``, when there is nothing.
+    each folder's path and the source folder's, both ending in "/"; a folder it refuses is not listed,
+    nor any folder in it); SourceError, naming the source as ``what``, when there is nothing. The
+    files' :attr:`Files.root` is the source folder's path (a file's own, when the source is one).
 
     Each file to read comes with the name it is read by: its own, or, for a file whose name ends in
     none of :data:`SUFFIXES`, a name with the suffix its first bytes call for (see :func:`_sniffed`),
@@ -338,8 +339,10 @@ def list_files(uri: str, what: str = "source",
             raise SourceError(f"{what} {uri!r} is neither a file nor a folder")
         cut = path.rfind("/") + 1
         files.add(path[:cut], [path[cut:]], None, skipped, as_named=True)
+        files.root = path
         return fs, files, skipped
-    for folder, names, infos in _listing(fs, path.rstrip("/") + "/", keep, set(), skipped):
+    files.root = root = path.rstrip("/") + "/"
+    for folder, names, infos in _listing(fs, root, lambda folder: keep(folder, root), set(), skipped):
         if _IN_BEDROCK_BODIES.search(folder):
             files.witness(folder, names, infos)
         else:
@@ -365,6 +368,7 @@ class Files:
         self._digest = hashlib.sha256()
         self._count = 0
         self.held = 0  # about how many bytes of records the files hold (see _EXPANSION)
+        self.root = ""  # the source folder's path, partitions are named below it (see list_files)
 
     def add(self, folder: str, names: list[str], infos: dict[str, dict] | None, skipped: dict[str, str],
             as_named: bool = False) -> None:

@@ -328,9 +328,11 @@ _PARTITION = re.compile(
 )
 
 
-def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
+def partition_span(path: str | Path, root: str = "") -> tuple[datetime, timedelta] | None:
     """The UTC start and length of the span a file's folders name (the innermost, where several do):
-    an hour, or a day where they name no hour; None outside those layouts.
+    an hour, or a day where they name no hour; None outside those layouts. Only the folders below
+    ``root`` count, the source's: a dated folder it is in (exports/2026-01-05/traces/) names no
+    partition of its files.
 
     Folders below the hour are inside it: the OpenTelemetry Collector's S3 exporter writes
     ``year=/month=/day=/hour=/minute=`` (or ``%Y/%m/%d/%H/%M``) by default.
@@ -353,9 +355,12 @@ def partition_span(path: str | Path) -> tuple[datetime, timedelta] | None:
     2026-11-22 00:00 +1 day, 0:00:00
     None
     None
+    >>> print(partition_span("jobs/2026-01-05/traces/a.jsonl", "jobs/2026-01-05/traces/"))
+    None
     """
     path = str(path)
-    return _folder_span(path[:path.rfind("/") + 1])
+    folder = path[:path.rfind("/") + 1]
+    return _folder_span(folder[len(root):] if folder.startswith(root) else "")
 
 
 @functools.lru_cache(maxsize=4096)
