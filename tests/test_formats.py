@@ -100,8 +100,10 @@ def test_an_openai_log_line_becomes_a_valid_trace():
 
 
 @pytest.mark.parametrize("messages, detail", [
-    ([{"role": "system", "content": {"type": "text", "text": "Be brief."}}], "request.messages[0]: {'type': 'text', "
-                                                                           "'text': 'Be brief.'} is neither text nor a list of parts"),
+    ([{"role": "system", "content": {"kind": "text", "value": "Be brief."}}], "request.messages[0]: {'kind': 'text', "
+                                                                             "'value': 'Be brief.'} is neither text nor a list of parts"),
+    ([{"role": "system", "content": [{"value": "Be brief."}]}], "request.messages[0]: [{'value': 'Be brief.'}] is neither "
+                                                               "text nor a list of parts"),
     ([None], "request.messages[0]=None is not a message"), (["stray"], "request.messages[0]=stray is not a message"),
     ([{"role": "user", "content": 12345}], "request.messages[0]: 12345 is neither text nor a list of parts"),
     ([{"role": "user", "content": ["plain"]}], "request.messages[0]: ['plain'] is neither text nor a list of parts"),
@@ -786,6 +788,12 @@ def test_openinference_llm_spans_are_read_from_their_flattened_messages():
         assert e.value.reason == reason
     chain = [kv("openinference.span.kind", "CHAIN"), kv("input.value", "2+2?"), kv("output.value", "4")]
     assert normalize(otlp(chain), "otel") == []
+    # Its google-genai instrumentor keeps Gemini's role "model"; a thinking model's reasoning parts are no answer.
+    gemini = [*llm[:-2], *message("input", 2, "model", "4"), *message("input", 3, "user", "And 3+3?"), *message("output", 0, "model", **{
+        "contents.0.message_content.type": "reasoning", "contents.0.message_content.text": "3+3 is 6.",
+        "contents.1.message_content.type": "text", "contents.1.message_content.text": "6"})]
+    (g,) = normalize(otlp(gemini), "otel")
+    assert [m["role"] for m in g["messages"]] == ["system", "user", "assistant", "user"] and g["completion"] == "6"
 
 
 def test_pydantic_ai_and_adk_media_parts_are_not_text():
@@ -844,6 +852,61 @@ def test_the_log_records_of_a_calls_messages_and_choices_join_its_span(named_by_
                      event("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {"tool_calls": [{"id": "c"}]}}))
     (refused,) = _with_logs(otlp(CONTENTLESS), tool_call)
     assert refused.reason == "no_text_answer" and "choice 0: the answer is a tool call" in str(refused)
+
+
+def test_the_log_records_other_instrumentations_write_are_read_as_they_mean():
+    """OpenLLMetry writes a choice's tool calls beside its message, and Anthropic's content blocks (its
+    thinking, then its text) each as a choice, a streamed one as a part alone; python-contrib's
+    Vertex AI instrumentation writes Gemini's parts ({"text": ...}), its google-genai one a Gemini
+    Content (model_dump: every key, most None) and no message in a choice."""
+    def answers(*records, system="openai") -> list:
+        stamped = [{**r, "attributes": [kv("gen_ai.system", system)]} for r in records]
+        return [t if isinstance(t, FormatError) else t["completion"]
+                for t in _with_logs(otlp(CONTENTLESS), logs(event("gen_ai.user.message", {"content": "2+3?"}), *stamped))]
+
+    beside = event("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {"content": "Let me add."},
+                                     "tool_calls": [{"id": "c", "type": "function", "function": {"name": "add"}}]})
+    (called,) = answers(beside)
+    assert called.reason == "no_text_answer" and "its text beside it no answer" in str(called)
+    blocks = [event("gen_ai.choice", {"index": i, "finish_reason": "end_turn", "message": {"content": text}})
+              for i, text in enumerate(["2 plus 3: 2+3 is 5.", "5"])]
+    assert [e.reason for e in answers(*blocks, system="anthropic")] == ["no_text_answer"] * 2
+    streamed = event("gen_ai.choice", {"index": 0, "finish_reason": "end_turn", "message": {"content": {"type": "text", "content": "5"}}})
+    assert answers(streamed, system="anthropic") == ["5"]
+    vertex = event("gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {"content": [{"text": "5"}], "role": "model"}})
+    assert answers(vertex, system="vertex_ai") == ["5"]
+    dumped = {"text": "5", "thought": None, "inline_data": None, "function_call": None, "file_data": None}
+    genai = event("gen_ai.choice", {"index": 0, "finish_reason": "STOP", "content": {"parts": [dumped], "role": "model"}})
+    assert answers(genai, system="gemini") == ["5"]
+    called = event("gen_ai.choice", {"index": 0, "finish_reason": "STOP", "content": {"parts": [
+        {**dumped, "text": None, "function_call": {"name": "add"}}], "role": "model"}})
+    assert answers(called, system="gemini")[0].reason == "no_text_answer"
+
+
+def test_a_langfuse_generation_of_the_responses_api_or_that_failed_is_read_as_it_was():
+    """langfuse.openai logs a Responses API call's output items (a reasoning model's reasoning first)
+    and its earlier turns' input_text/output_text parts; a call that failed is level ERROR, no output."""
+    from ctpipe.formats import _trace as generation
+
+    base = {"type": "GENERATION", "id": "g1", "traceId": "t1", "startTime": "2026-11-22T10:05:00Z", "model": "gpt-4.1"}
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "23", "annotations": []}]}
+    chat = [{"role": "user", "content": [{"type": "input_text", "text": "A prime above 10?"}]},
+            {"role": "assistant", "content": [{"type": "output_text", "text": "11"}]}, {"role": "user", "content": "Above 20?"}]
+    for output in (said, [{"type": "reasoning", "summary": []}, said]):
+        t = generation({**base, "input": chat, "output": output}, [], None)
+        assert t["completion"] == "23" and [m["content"] for m in t["messages"]] == ["A prime above 10?", "11", "Above 20?"]
+    with pytest.raises(FormatError, match=r"observation g1: the call failed \(level ERROR: RateLimitError\)") as e:
+        generation({**base, "input": chat, "output": None, "level": "ERROR", "statusMessage": "RateLimitError"}, [], None)
+    assert e.value.reason == "failed_request"
+
+
+def test_an_answer_that_is_json_text_is_its_text_not_parts():
+    """[{"type": "PERSON", "text": "Ada"}] is an extraction's answer, not content parts of types no one has."""
+    answer = json.dumps([{"type": "PERSON", "text": "Ada"}])
+    (t,) = normalize(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
+                           kv("gen_ai.prompt.0.content", "Who?"), kv("gen_ai.completion.0.role", "assistant"),
+                           kv("gen_ai.completion.0.content", answer)]), "otel")
+    assert t["completion"] == answer
 
 
 def test_log_records_join_in_the_order_of_their_times_and_records_without_content_are_no_content():

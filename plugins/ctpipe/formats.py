@@ -432,6 +432,14 @@ TOOL_TYPE_ENDINGS = ("tool_use", "tool_result", "_call", "_call_output", "_call_
 # Text parts are joined as vLLM joins them to render a message for a chat template: the model that
 # serves the trained checkpoint then sees the prompt it was trained on.
 PART_SEPARATOR = "\n"
+TEXT_PARTS = frozenset({"text", "input_text", "output_text"})  # the Responses API's too
+# A reasoning model's parts, dropped from what it said (its thinking is no answer).
+REASONING_PARTS = frozenset({"reasoning", "thinking", "redacted_thinking"})
+
+
+def _a_part(kind: Any) -> bool:
+    """Whether ``kind`` is a content part's type the readers know, not one of a JSON answer's own."""
+    return kind in TEXT_PARTS or kind in REASONING_PARTS or kind == "refusal" or kind in MEDIA_PARTS or tool_part(kind)
 
 
 def _media(kinds: Iterable[Any], where: str, media: Iterable[Any] = MEDIA_PARTS) -> None:
@@ -497,16 +505,29 @@ def _text(content: Any, where: str, said: bool = False) -> str:
         return ""
     if isinstance(content, str):
         return content
+    given = content
+    if isinstance(content, dict):  # a Gemini Content (google-genai's instrumentation), or one part alone (a stream's)
+        content = content["parts"] if isinstance(content.get("parts"), list) else [content]
     # Anything else is refused, not read as no text: the chat would be another than the one served.
     if not isinstance(content, list) or not all(isinstance(p, dict) for p in content):
-        raise FormatError("invalid_field", f"{where}: {_excerpt(content)} is neither text nor a list of parts")
+        raise FormatError("invalid_field", f"{where}: {_excerpt(given)} is neither text nor a list of parts")
+    if content and not any("type" in p for p in content):  # Gemini's parts, keyed by their kind (Vertex AI's)
+        parts = [{k: v for k, v in p.items() if v is not None} for p in content]  # google-genai's model_dump
+        if not all(_GEMINI_KEYS.intersection(p) for p in parts):
+            raise FormatError("invalid_field", f"{where}: {_excerpt(given)} is neither text nor a list of parts")
+        text, calls = _gemini_text({"parts": parts}, where, prompt=said)
+        if calls:
+            raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call")
+        return text
     _media((p.get("type") for p in content), where)
     if tool := next((kind for p in content if tool_part(kind := p.get("type"))), None):
         if said:
             _no_tool_call(f"a part of type {tool}", where)
         raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a part of type {tool})")
-    kinds = ("text", "refusal") if said else ("text",)
-    texts = [p.get(kind) for p in content if (kind := p.get("type")) in kinds]
+    kinds = TEXT_PARTS | {"refusal"} if said else TEXT_PARTS
+    # OpenAI's text is a part's "text" (a refusal's "refusal"), semconv's its "content".
+    texts = [p.get("refusal") if kind == "refusal" else p.get("text", p.get("content"))
+             for p in content if (kind := p.get("type")) in kinds]
     if not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
     return PART_SEPARATOR.join(texts)
@@ -542,6 +563,9 @@ _GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CO
 STOPPED = frozenset({"content_filter", "refusal", *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
 FAILED = "error"
 NOT_ANSWERS = STOPPED | {FAILED}
+# The finish reasons of an answer that called a tool (OpenAI's, semconv's, Anthropic's stop reason):
+# a writer may log the calls apart from the message, or not at all, and its text is no answer.
+TOOL_FINISHES = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
 
 
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
@@ -563,7 +587,7 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     if finish in STOPPED:
         return FormatError("no_text_answer", f"{where}: the answer was stopped, refused or by a safety check "
                                              f"(finish reason {finish!r})")
-    if tool_call:
+    if tool_call or finish in TOOL_FINISHES:
         beside = "not text" if blank else "its text beside it no answer"
         return FormatError("no_text_answer", f"{where}: the answer is a tool call, {beside}")
     if blank and (refusal or audio):
@@ -971,6 +995,7 @@ def _by_index(indices: Iterable[Any]) -> list[Any]:
 _GEMINI_TOOLS = ("functionCall", "functionResponse", "executableCode", "codeExecutionResult", "toolCall",
                  "toolResponse", "function_call", "function_response", "executable_code", "code_execution_result")
 _GEMINI_MEDIA = ("inlineData", "fileData", "inline_data", "file_data")
+_GEMINI_KEYS = frozenset({"text", "thought", *_GEMINI_TOOLS, *_GEMINI_MEDIA})  # what a Gemini part holds
 _CONVERSE_TOOLS = ("toolUse", "toolResult")
 _CONVERSE_MEDIA = ("image", "document", "video", "audio")
 # Bedrock's stop reasons of an answer its guardrails stopped.
@@ -1561,7 +1586,8 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
             parts = _json_of(value)
         except ValueError:
             return value
-        if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
+        # Parts, not an answer that is JSON text ([{"type": "PERSON", "text": "Ada"}], an extraction's).
+        if isinstance(parts, list) and parts and all(isinstance(p, dict) and _a_part(p.get("type")) for p in parts):
             return _text(parts, where, said)
     return str(value)
 
@@ -1660,16 +1686,18 @@ def _openinference(a: dict, span_id: str) -> dict:
             name = f"gen_ai.{'prompt' if m[1] == 'input' else 'completion'}.{m[2]}"
             if part := _OPENINFERENCE_PART.fullmatch(m[3]):
                 parts.setdefault((name, f"llm.{m[1]}_messages.{m[2]}"), {}).setdefault(int(part[1]), {})[part[2]] = value
-            elif m[3] in ("role", "content") or m[3].startswith("tool_calls."):
+            elif m[3] == "role":  # its google-genai instrumentor passes Gemini's own role through
+                mapped[f"{name}.role"] = "assistant" if value == "model" else value
+            elif m[3] == "content" or m[3].startswith("tool_calls."):
                 mapped[f"{name}.{m[3]}"] = value
             elif m[3].startswith("function_call_"):  # the legacy call: function_call_name, _arguments_json
                 mapped[f"{name}.function_call.{m[3].removeprefix('function_call_')}"] = value
     for (name, theirs), found in parts.items():
-        kinds = [found[j].get("type") for j in sorted(found)]
-        if any(kind != "text" for kind in kinds):
-            raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type "
-                                                  f"{next(k for k in kinds if k != 'text')}, which a text dataset cannot hold")
-        mapped.setdefault(f"{name}.content", PART_SEPARATOR.join(str(found[j].get("text", "")) for j in sorted(found)))
+        said = [found[j] for j in sorted(found) if found[j].get("type") not in REASONING_PARTS]  # thinking: no answer
+        if other := next((p["type"] for p in said if p.get("type") != "text"), None):
+            raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type {other}, which a "
+                                                  "text dataset cannot hold")
+        mapped.setdefault(f"{name}.content", PART_SEPARATOR.join(str(p.get("text", "")) for p in said))
     counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
               "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}
     return {**{k: v for k, v in counts.items() if v is not None}, **a, **mapped}
@@ -1998,6 +2026,8 @@ def _langfuse_messages(value: Any) -> list[dict]:
 def _langfuse_answer(value: Any) -> str | FormatError:
     """A generation's output: a text, an answer message (OpenAI's or of semconv's parts), or a list
     of one such message, as Langfuse keeps the output of a span it was sent over OpenTelemetry."""
+    if isinstance(value, list):  # a reasoning model's Responses items: its reasoning is no answer
+        value = [m for m in value if not (isinstance(m, dict) and m.get("type") in REASONING_PARTS)]
     if isinstance(value, list) and value and all(isinstance(m, dict) and "role" in m for m in value):
         if len(value) > 1:
             raise FormatError("invalid_field", f"output holds {len(value)} messages: which is the answer cannot be told")
@@ -2220,7 +2250,7 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
     Inference's tracing, Semantic Kernel's), come first, as records would. Records are
     taken in the order of their times: an exporter may write one span's batches to files whose names
     sort in any order (the Collector's S3 exporter names each with a random number)."""
-    details, messages, choices, evaluations = {}, [], [], []
+    details, messages, choices, evaluations, providers = {}, [], [], [], set()
     for ev in _objects(span, "events", f"span {span_id}: "):  # as Azure AI Inference's tracing writes them
         name, e = ev.get("name"), _attrs(ev.get("attributes"))
         if name == "gen_ai.client.inference.operation.details":  # as a log record's, but on the span (Strands')
@@ -2231,11 +2261,13 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
             choices.append(body) if name == "gen_ai.choice" else messages.append((_MESSAGE_EVENT.fullmatch(name)[1], body))
     for record in _in_time_order(records):
         name = _event_name(record)
+        said = _attrs(record.get("attributes"))
+        providers |= {said.get("gen_ai.provider.name"), said.get("gen_ai.system")}
         body = _otel_value(record["body"]) if isinstance(record.get("body"), dict) else None
         body = _stored_json(body)  # JSON text, as Semantic Kernel's Python logs an event's body
         body = body if isinstance(body, dict) else {}
         if name == "gen_ai.client.inference.operation.details":
-            details.update(_attrs(record.get("attributes")))
+            details.update(said)
         elif name == _EVALUATION:
             evaluations.append({"name": name, "attributes": record.get("attributes")})
         elif name == "gen_ai.choice":
@@ -2247,9 +2279,17 @@ def _logged_span_traces(span: dict, span_id: str, version: Any, records: list[di
         if not _recorded(messages, choices):
             return _otel_messages(a, where)
         prompt = [_prompt_message(body, f"{where}: gen_ai.{role}.message", role) for role, body in messages]
-        answers = [(body.get("index", 0), _answer(body["message"] if isinstance(body.get("message"), dict) else {},
-                                                  f"{where}: choice {body.get('index', 0)}", body.get("finish_reason")))
-                   for body in sorted(choices, key=lambda b: b.get("index") if isinstance(b.get("index"), int) else 0)]
+        ordered = sorted(choices, key=lambda b: b.get("index") if isinstance(b.get("index"), int) else 0)
+        # Anthropic answers one message (no n), of content blocks: OpenLLMetry logs each block as a
+        # choice, its thinking alike with its text.
+        blocks = len(ordered) > 1 and any("anthropic" in str(p).lower() for p in providers | {
+            a.get("gen_ai.provider.name"), a.get("gen_ai.system")})
+        answers = [(body.get("index", 0), FormatError("no_text_answer", f"{where}: choice {body.get('index', 0)} is one "
+                                                      "of the content blocks of Anthropic's answer, logged each as a "
+                                                      "choice: its thinking cannot be told from its text")
+                    if blocks else _answer(_choice_message(body), f"{where}: choice {body.get('index', 0)}",
+                                           body.get("finish_reason")))
+                   for body in ordered]
         return prompt, answers or [(0, "")]
 
     a = {**details, **_attrs(span.get("attributes"))}  # the span's own win
@@ -2288,6 +2328,14 @@ def _event_content(text: str, where: str) -> dict:
     return body
 
 
+def _choice_message(body: dict) -> dict:
+    """A choice's message, with the tool calls OpenLLMetry's events give beside it, not in it; or the
+    content google-genai's instrumentation gives in its place."""
+    message = body["message"] if isinstance(body.get("message"), dict) else \
+        {"content": body["content"]} if "content" in body else {}  # google-genai's: a Gemini Content, no message
+    return {**{k: body[k] for k in TOOL_FIELDS if body.get(k)}, **message}
+
+
 def _recorded(messages: list[tuple[str, dict]], choices: list[dict]) -> bool:
     """Whether the log records of a span's messages and choices hold any content: an instrumentation
     that was not asked to record it still logs an event per message and choice, without it."""
@@ -2321,7 +2369,11 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     usage = {k: _quoted_count(v) for k, v in (details or _object(given, "usage", f"observation {gid}: ")).items()}
     prompt_tokens = _langfuse_tokens(usage, "input", bool(details), g.get("promptTokens", 0))
     completion_tokens = _langfuse_tokens(usage, "output", bool(details), g.get("completionTokens", 0))
-    completion = _langfuse_answer(_stored_json(g.get("output")))
+    output = _stored_json(g.get("output"))
+    if g.get("level") == "ERROR" and (output is None or output == ""):  # the call failed: no answer, as elsewhere
+        raise FormatError("failed_request", f"observation {gid}: the call failed (level ERROR"
+                                            + (f": {_excerpt(g['statusMessage'], 200)})" if g.get("statusMessage") else ")"))
+    completion = _langfuse_answer(output)
     if isinstance(completion, str) and _stored_json(g.get("tool_calls")):  # enriched exports list the calls apart
         completion = _text_answer(completion, f"observation {gid}: output", tool_call=True)
     if isinstance(completion, FormatError):
