@@ -90,7 +90,7 @@ def unfinished(end: datetime, lag: timedelta = timedelta(0), skew: timedelta = _
     now = datetime.now(timezone.utc)
     if end + lag <= now + skew:
         return None
-    waits = f" and the arrival lag of {lag} after it ({(end + lag).isoformat()})" if lag else ""
+    waits = f" and the arrival lag of {lag} after it end at {(end + lag).isoformat()}, which" if lag else ""
     return (f"{end.isoformat()}{waits} has not come yet (it is {now.isoformat(timespec='seconds')}): the "
             "interval's traces are not all in; build it once it has passed")
 
