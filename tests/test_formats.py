@@ -900,6 +900,29 @@ def test_a_langfuse_generation_of_the_responses_api_or_that_failed_is_read_as_it
     assert e.value.reason == "failed_request"
 
 
+def test_a_cited_answer_is_one_text_and_retrieved_context_is_not_passed_over():
+    """Anthropic (and Converse) split an answer with citations into blocks within its sentences: joined
+    with a new line, the answer read "According to the source, \nthe grass is green\n."; Converse's
+    cited words were dropped. Retrieved context in a prompt (search_result, searchResult) was dropped
+    without a word: the question without it is another one."""
+    from ctpipe.formats import _anthropic_response, _converse_text, _text
+
+    blocks = [{"type": "text", "text": "According to the source, "},
+              {"type": "text", "text": "the grass is green", "citations": [{"type": "search_result_location"}]},
+              {"type": "text", "text": "."}]
+    said = _anthropic_response({"content": [{"type": "thinking", "thinking": "Hm."}, *blocks], "stop_reason": "end_turn"})
+    assert said["choices"][0]["message"]["content"] == "According to the source, the grass is green."
+    converse = [{"text": "According to the source, "}, {"citationsContent": {"content": [{"text": "the grass is green"}],
+                                                                           "citations": []}}, {"text": "."}]
+    assert _converse_text(converse, "output", prompt=False) == ("According to the source, the grass is green.", [])
+    with pytest.raises(FormatError, match="holds a part of type search_result, which is not read as text") as e:
+        _text([{"type": "search_result", "content": [{"type": "text", "text": "Grass is green."}]},
+               {"type": "text", "text": "What colour is grass?"}], "request.messages[0]", said=True)
+    assert e.value.reason == "non_text_content"
+    with pytest.raises(FormatError, match="holds a block of type searchResult"):
+        _converse_text([{"searchResult": {"content": []}}, {"text": "What colour?"}], "messages[0]", prompt=True)
+
+
 def test_an_answer_that_is_json_text_is_its_text_not_parts():
     """[{"type": "PERSON", "text": "Ada"}] is an extraction's answer, not content parts of types no one has."""
     answer = json.dumps([{"type": "PERSON", "text": "Ada"}])
@@ -907,6 +930,14 @@ def test_an_answer_that_is_json_text_is_its_text_not_parts():
                            kv("gen_ai.prompt.0.content", "Who?"), kv("gen_ai.completion.0.role", "assistant"),
                            kv("gen_ai.completion.0.content", answer)]), "otel")
     assert t["completion"] == answer
+    from ctpipe.formats import _text
+
+    with pytest.raises(FormatError, match="is neither text nor a list of parts"):  # no Gemini parts, whose texts join
+        _text([{"text": "Ada", "label": "PERSON"}, {"text": "Paris", "label": "LOC"}], "output")
+    mixed = json.dumps([{"type": "text", "text": "What colour?"}, {"type": "search_result", "content": []}])
+    with pytest.raises(FormatError, match="holds a part of type search_result"):  # parts, one of a kind not read
+        normalize(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", mixed),
+                        kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "Green.")]), "otel")
 
 
 def test_log_records_join_in_the_order_of_their_times_and_records_without_content_are_no_content():

@@ -551,6 +551,16 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     assert published.replace("4111 1111 1111 1110", "").count("4111") == 2  # the reference, and the GRPO answer
 
 
+def test_a_tool_call_finish_reason_is_no_answer_on_the_fast_path_too(tmp_path):
+    """A log with text and the finish reason tool_calls but no calls listed: the reader refused it, the
+    fast path (which reads such logs by the column) published its text as the answer."""
+    log = json.loads(json.dumps(OPENAI))
+    log["response"]["choices"][0].update({"finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Let me look."}})
+    (tmp_path / "a.jsonl").write_bytes(lines(*[{**log, "response": {**log["response"], "id": f"c{i}"}} for i in range(50)]))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert m.quarantine_reasons == {"no_text_answer": 50} and accounted(m)
+
+
 def test_a_latency_of_minus_zero_is_published_as_zero(tmp_path):
     import math
 
@@ -587,7 +597,7 @@ def test_a_detail_quotes_a_value_cut_where_a_word_ends_and_scrubbed(tmp_path):
     """A detail quotes the first 80 characters of a value it refuses: cut in an address or a number,
     it kept a part no pattern saw (jane.smith@gma); as Python writes it, a no-break space was \\xa0."""
     def log(text: str) -> dict:  # an OpenAI log whose message content is neither text nor parts: its detail quotes it
-        return {**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": {"text": text}}]}}
+        return {**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": {"note": text}}]}}
 
     (tmp_path / "a.jsonl").write_bytes(lines(log("x" * 40 + " write to jane.smith@gmail.com or call 06\u00a012\u00a034"),
                                              log("call 06\u00a012\u00a034\u00a056\u00a078")))

@@ -572,7 +572,7 @@ def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | Non
         "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
         "messages": _with_system(messages.offsets, message["role"], _texts(message["content"], formats.PART_SEPARATOR),
                                  has_system, _texts(system, formats.PART_SEPARATOR)),
-        "completion": _texts(_fields(_fields(answer["output"])["message"])["content"], formats.PART_SEPARATOR),
+        "completion": _texts(_fields(_fields(answer["output"])["message"])["content"], ""),  # one answer, as the reader joins it
         "usage": pa.StructArray.from_arrays([prompt_tokens, usage["outputTokens"], usage["totalTokens"]], fields=list(_USAGE)),
         "latency_ms": latency,
         **_unlabelled(n),
@@ -1055,8 +1055,9 @@ class _OlderMessage(_PlainMessage):
     def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
         if isinstance(self.content, str):
             return self.content
+        # Any part but text (read apart, dropped, refused as a kind not read): the reader's to read.
         texts = [p.text for p in self.content if p.type == "text"]
-        if any(_read_apart(p.type) for p in self.content) or None in texts:
+        if any(p.type != "text" for p in self.content) or None in texts:
             return None
         return formats.PART_SEPARATOR.join(texts)
 

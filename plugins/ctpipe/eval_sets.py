@@ -31,7 +31,7 @@ def items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
                 raise sources.SourceError(f"eval set {uri!r} line {item.position}: no text in "
                                           f"{'/'.join(FIELDS)}{why}")
             found.update(texts)
-            short += [t for t in texts if len(dedup.words(t)) < dataset.decontamination_ngram]
+            short += [t for t in texts if 0 < len(dedup.words(t)) < dataset.decontamination_ngram]  # "???": no words
         if short:  # "Why?" would quarantine every prompt holding the word
             log.warning("%d texts of eval set %s are shorter than %d words: a chat holding one whole is "
                         "contaminated (the shortest: %r)", len(short), uri, dataset.decontamination_ngram,

@@ -513,7 +513,9 @@ def _text(content: Any, where: str, said: bool = False) -> str:
         raise FormatError("invalid_field", f"{where}: {_excerpt(given)} is neither text nor a list of parts")
     if content and not any("type" in p for p in content):  # Gemini's parts, keyed by their kind (Vertex AI's)
         parts = [{k: v for k, v in p.items() if v is not None} for p in content]  # google-genai's model_dump
-        if not all(_GEMINI_KEYS.intersection(p) for p in parts):
+        # Each a part of Gemini's, of its keys alone, its text text: not a JSON answer's objects
+        # ([{"text": "Ada", "label": "PERSON"}]), whose texts joined would be another answer.
+        if not all(p and p.keys() <= _GEMINI_PART and isinstance(p.get("text", ""), str) for p in parts):
             raise FormatError("invalid_field", f"{where}: {_excerpt(given)} is neither text nor a list of parts")
         text, calls = _gemini_text({"parts": parts}, where, prompt=said)
         if calls:
@@ -524,6 +526,10 @@ def _text(content: Any, where: str, said: bool = False) -> str:
         if said:
             _no_tool_call(f"a part of type {tool}", where)
         raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a part of type {tool})")
+    # A part of a kind not read (retrieved context such as Anthropic's search_result, a kind unknown
+    # here) is refused, not passed over: the message without it is another one.
+    if other := next((kind for p in content if not (_a_part(kind := p.get("type")))), None):
+        raise FormatError("non_text_content", f"{where} holds a part of type {other}, which is not read as text")
     kinds = TEXT_PARTS | {"refusal"} if said else TEXT_PARTS
     # OpenAI's text is a part's "text" (a refusal's "refusal"), semconv's its "content".
     texts = [p.get("refusal") if kind == "refusal" else p.get("text", p.get("content"))
@@ -562,10 +568,10 @@ _GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CO
 # (OpenTelemetry's instrumentations give a stream that failed "error", after writing its text so far).
 STOPPED = frozenset({"content_filter", "refusal", *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
 FAILED = "error"
-NOT_ANSWERS = STOPPED | {FAILED}
 # The finish reasons of an answer that called a tool (OpenAI's, semconv's, Anthropic's stop reason):
 # a writer may log the calls apart from the message, or not at all, and its text is no answer.
 TOOL_FINISHES = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
+NOT_ANSWERS = STOPPED | {FAILED} | TOOL_FINISHES  # the fast paths leave these to the readers
 
 
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
@@ -654,6 +660,8 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     items = request.get("input")
     items = [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else []
     instructions = request.get("instructions") or response.get("instructions")
+    if isinstance(instructions, list):  # a stored prompt's (prompt: {id, version}): input items of their own
+        items, instructions = [*instructions, *items], None
     system = [{"role": "system", "content": instructions}] if instructions else []
     messages = []
     for i, item in enumerate(items):
@@ -677,7 +685,8 @@ def _from_responses_api(request: dict, response: dict, where: str) -> tuple[dict
     return {**request, "messages": system + messages}, {
         **response, "object": "chat.completion", "created": response.get("created_at"),
         "choices": [{"index": 0, "message": answer_message,
-                     "finish_reason": "content_filter" if incomplete.get("reason") == "content_filter" else "stop"}],
+                     "finish_reason": {"content_filter": "content_filter", "max_output_tokens": "length"}.get(
+                         incomplete.get("reason"), "stop")}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": answer, "total_tokens": usage.get("total_tokens",
                                                                                              _total(prompt, answer))}
         if usage else {}}
@@ -944,7 +953,10 @@ def _anthropic_response(body: dict) -> dict:
     model's is), for :func:`from_openai`. Its prompt's count is of all its input tokens: Anthropic
     counts those read from or written to its prompt cache apart, OpenAI's count holds them."""
     blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
-    message = {"role": "assistant", "content": [b for b in blocks if b.get("type") == "text"],
+    texts = [b for b in blocks if b.get("type") == "text"]
+    # One answer in blocks: cited words are blocks of their own within its sentences, joined as they are.
+    said = "".join(b["text"] for b in texts) if all(isinstance(b.get("text"), str) for b in texts) else texts
+    message = {"role": "assistant", "content": said,
                # its tools' calls and those it ran itself (server_tool_use, as a web search): no answer to train on
                "tool_calls": [b for b in blocks if str(b.get("type")).endswith("tool_use")] or None}
     # Stopped for a refusal: its classifiers intervened, as a content filter does, whatever text came before.
@@ -995,9 +1007,15 @@ def _by_index(indices: Iterable[Any]) -> list[Any]:
 _GEMINI_TOOLS = ("functionCall", "functionResponse", "executableCode", "codeExecutionResult", "toolCall",
                  "toolResponse", "function_call", "function_response", "executable_code", "code_execution_result")
 _GEMINI_MEDIA = ("inlineData", "fileData", "inline_data", "file_data")
-_GEMINI_KEYS = frozenset({"text", "thought", *_GEMINI_TOOLS, *_GEMINI_MEDIA})  # what a Gemini part holds
+# What a Gemini part may hold (both spellings: the REST API's, the Python SDK's model_dump's).
+_GEMINI_PART = frozenset({"text", "thought", "thoughtSignature", "thought_signature", "videoMetadata", "video_metadata",
+                          "partMetadata", "part_metadata", "mediaResolution", "media_resolution", *_GEMINI_TOOLS,
+                          *_GEMINI_MEDIA})
 _CONVERSE_TOOLS = ("toolUse", "toolResult")
 _CONVERSE_MEDIA = ("image", "document", "video", "audio")
+# What a Converse block read holds: any other (retrieved context, a searchResult) is refused, not passed over.
+_CONVERSE_KEYS = frozenset({"text", "guardContent", "citationsContent", "reasoningContent", "cachePoint",
+                            *_CONVERSE_TOOLS, *_CONVERSE_MEDIA})
 # Bedrock's stop reasons of an answer its guardrails stopped.
 _CONVERSE_FILTERED = frozenset({"guardrail_intervened", "content_filtered"})
 # Input tokens Converse (and Amazon Nova's API) counts apart from inputTokens: read from or written
@@ -1094,15 +1112,20 @@ def _converse_text(blocks: Any, where: str, prompt: bool) -> tuple[str, list[dic
     """(the text of a Converse message's content blocks, its reasoning left out; its tools' calls).
     Text a guardrail was to check (``guardContent``) is text of the message."""
     blocks, calls = _keyed_parts(blocks, where, prompt, _CONVERSE_TOOLS, _CONVERSE_MEDIA)
+    if other := next((next(iter(b), None) for b in blocks if not _CONVERSE_KEYS.intersection(b)), None):
+        raise FormatError("non_text_content", f"{where} holds a block of type {other}, which is not read as text")
     texts = []
     for b in blocks:
         guarded = b.get("guardContent") if isinstance(b.get("guardContent"), dict) else {}
         _keyed_parts([guarded], f"{where} (guardContent)", prompt, (), _CONVERSE_MEDIA)  # an image to guard
+        cited = b.get("citationsContent") if isinstance(b.get("citationsContent"), dict) else {}
+        if cited:  # an answer's cited words, within its sentences
+            texts += [c["text"] for c in cited.get("content") or [] if isinstance(c, dict) and isinstance(c.get("text"), str)]
         text = b.get("text", guarded.get("text") if isinstance(guarded.get("text"), dict) else None)
         text = text.get("text") if isinstance(text, dict) else text
         if isinstance(text, str):
             texts.append(text)
-    return PART_SEPARATOR.join(texts), calls
+    return (PART_SEPARATOR if prompt else "").join(texts), calls
 
 
 def _converse_request(body: dict, where: str) -> dict:
@@ -1586,8 +1609,10 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
             parts = _json_of(value)
         except ValueError:
             return value
-        # Parts, not an answer that is JSON text ([{"type": "PERSON", "text": "Ada"}], an extraction's).
-        if isinstance(parts, list) and parts and all(isinstance(p, dict) and _a_part(p.get("type")) for p in parts):
+        # Parts (one of a kind not read is then refused), not an answer that is JSON text
+        # ([{"type": "PERSON", "text": "Ada"}], an extraction's).
+        if (isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts)
+                and any(_a_part(p["type"]) for p in parts)):
             return _text(parts, where, said)
     return str(value)
 
@@ -1694,7 +1719,7 @@ def _openinference(a: dict, span_id: str) -> dict:
                 mapped[f"{name}.function_call.{m[3].removeprefix('function_call_')}"] = value
     for (name, theirs), found in parts.items():
         said = [found[j] for j in sorted(found) if found[j].get("type") not in REASONING_PARTS]  # thinking: no answer
-        if other := next((p["type"] for p in said if p.get("type") != "text"), None):
+        if other := next((p.get("type", "none") for p in said if p.get("type") != "text"), None):
             raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type {other}, which a "
                                                   "text dataset cannot hold")
         mapped.setdefault(f"{name}.content", PART_SEPARATOR.join(str(p.get("text", "")) for p in said))

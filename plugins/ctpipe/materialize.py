@@ -1900,6 +1900,7 @@ def materialize(
     config = {"task": task.model_dump(), "reward": reward.model_dump(),
               "dataset": dataset.model_dump(exclude={"workers", "arrival_lag", "partitioned_by"}),
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
+    config["dataset"]["eval_sets"] = sorted(set(dataset.eval_sets))  # what they hold counts, not their order
     if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
         config["dataset"]["partition_lag_s"] = lag.total_seconds()
     known = output.known_version(start, end, config, files.digest)

@@ -189,11 +189,16 @@ def _character(m: re.Match) -> str:
         c = 0x10000 + ((int(m[2], 16) - 0xD800) << 10) + int(m[3], 16) - 0xDC00 if m[2] else int(m[4], 16)
     else:
         c = int(m[2] or m[3] or m[4], 16)
+    run = len(m[1])
     if (m.re is _JSON_ESCAPE and c in (0x22, 0x5C)) or c > 0x10FFFF or unicodedata.category(chr(c)).startswith("C"):
         return m[0]
-    if len(m[1]) % 2 == 0:  # Python's text is not escaped twice: an escaped backslash and letters
-        return chr(c) if m.re is _JSON_ESCAPE else m[0]
-    return m[1][:-1] + chr(c)
+    if m.re is _JSON_ESCAPE and m[2] and run > 2:  # a backslash between the two halves: no pair
+        return m[0]
+    if run % 2:  # an escape, after escaped backslashes
+        return m[1][:-1] + chr(c)
+    # Even: escaped backslashes, and letters, unless the text they are in is JSON whose own run there
+    # is odd (2, 6, ...: its escape, escaped again). Python's text is not escaped twice.
+    return m[1][:-2] + chr(c) if m.re is _JSON_ESCAPE and run % 4 == 2 else m[0]
 
 
 def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:

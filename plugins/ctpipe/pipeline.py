@@ -88,11 +88,12 @@ def unfinished(end: datetime, lag: timedelta = timedelta(0), skew: timedelta = _
     coming (and a version of part of them, announced, would be the interval's for good), until the
     arrival ``lag`` after it. ``skew``: how far behind the clock that decided to build it this one may be."""
     now = datetime.now(timezone.utc)
-    if end + lag <= now + skew:
+    if end <= now + skew - lag:  # not end + lag: past year 9999
         return None
-    waits = f" and the arrival lag of {lag} after it end at {(end + lag).isoformat()}, which" if lag else ""
-    return (f"{end.isoformat()}{waits} has not come yet (it is {now.isoformat(timespec='seconds')}): the "
-            "interval's traces are not all in; build it once it has passed")
+    at = f"(it is {now.isoformat(timespec='seconds')}): the interval's traces are not all in"
+    if lag:
+        return f"{end.isoformat()} and the arrival lag of {lag} after it have not passed {at}; build it once they have"
+    return f"{end.isoformat()} has not come yet {at}; build it once it has passed"
 
 
 def ready_at(params: dict[str, Any] | None, data_interval_end: datetime | None, lag: timedelta) -> str:

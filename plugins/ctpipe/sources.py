@@ -974,9 +974,10 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
     made spaces. An array too large to be a record (Langfuse's JSON export writes a window's rows as
     one) was one ``record_too_large`` item, all its records lost."""
     brackets, begun, last = _Brackets(_SHAPING + b"," if array else _SHAPING), False, ord(",")
-    for rest in pieces:
-        while rest:
-            piece, rest = rest, b""
+    for whole in pieces:
+        queue = [whole]
+        while queue:
+            piece = queue.pop()
             if array and not begun and piece.strip(_BLANK):  # the array's opening bracket, the first value's
                 at = len(piece) - len(piece.lstrip(_BLANK))
                 piece = piece[:at] + b" " + piece[at + 1:]
@@ -986,6 +987,9 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
             if cut is not None:  # rare: read up to the value that opens there, then again from it
                 brackets.restore(state)
                 piece, rest = piece[:cut], piece[cut:]
+                # The rest a little at a time: read again whole after each cut, a piece of many values
+                # cut short took time quadratic in their number (8,000 in 10 s).
+                queue += [rest[i:i + _AFTER_A_CUT] for i in range(0, len(rest), _AFTER_A_CUT)][::-1]
                 marks, kind, before, _ = brackets.marks(piece)
             starts = marks[_OPENS[kind] & (before == 0)]
             out = np.frombuffer(piece, np.uint8).copy()
@@ -1003,6 +1007,7 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
 
 
 _BLANKS = np.isin(np.arange(256), list(_BLANK))
+_AFTER_A_CUT = 1 << 12  # bytes read at a time after a value cut short (see _a_value_a_line)
 _BEFORE_A_VALUE = np.isin(np.arange(256), list(b":,["))  # what may come before a value within one
 
 
