@@ -92,6 +92,28 @@ def test_a_backfill_that_fails_names_the_interval_and_what_is_left(settings, cap
     assert "gone.jsonl" in json.loads(out)["error"] and "gone.jsonl" in err
 
 
+def test_an_interrupted_backfill_says_where_it_stopped(settings, capsys, monkeypatch):
+    import ctpipe.materialize
+
+    built = []
+
+    def materialize(source, out, start, end, **config):
+        if built:
+            raise KeyboardInterrupt
+        built.append(start)
+        return real(source, out, start, end, **config)
+
+    real = ctpipe.materialize.materialize
+    monkeypatch.setattr(ctpipe.materialize, "materialize", materialize)
+    write_traces(settings.traces_dir, [trace(1)])
+    argv = ["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T13:00:00+00:00", "--every", "1h"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert ("ctpipe materialize: [2026-11-22T11:00:00+00:00, 2026-11-22T12:00:00+00:00) stopped; "
+            "[2026-11-22T12:00:00+00:00, 2026-11-22T13:00:00+00:00) not built") in err
+    assert err.rstrip().endswith("ctpipe materialize: interrupted")
+
+
 def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):
     write_traces(settings.traces_dir, [trace(1)])
     (tmp_path / "afile").write_text("x")

@@ -127,6 +127,12 @@ def cmd_materialize(args) -> int:
             end = args.end
         try:
             m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a backfill says where it stopped (main says how)
+            if args.every:
+                left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
+                print(f"ctpipe materialize: [{start.isoformat()}, {end.isoformat()}) stopped{left}. The same "
+                      "command builds what is left: the versions built come back at once", file=sys.stderr)
+            raise
         except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
             said = f"{type(e).__name__}: {e}"
             if args.json:  # a script reads the failure where it reads the versions, one interval or many
