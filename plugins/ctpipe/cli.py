@@ -125,13 +125,15 @@ def cmd_materialize(args) -> int:
             end = min(start + step, args.end)
         except OverflowError:  # a slice past year 9999 ends where the interval does
             end = args.end
+        # Where a backfill stopped, and what it left, if it stops in this interval.
+        at = f"[{start.isoformat()}, {end.isoformat()})"
+        left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
         try:
             m = materialize(source, out, start, end, task=s.task, reward=s.reward, dataset=dataset)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a backfill says where it stopped (main says how)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (main says which)
             if args.every:
-                left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
-                print(f"ctpipe materialize: [{start.isoformat()}, {end.isoformat()}) stopped{left}. The same "
-                      "command builds what is left: the versions built come back at once", file=sys.stderr)
+                print(f"ctpipe materialize: {at} stopped{left}. The same command builds what is left: the "
+                      "versions built come back at once", file=sys.stderr)
             raise
         except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
             said = f"{type(e).__name__}: {e}"
@@ -139,8 +141,7 @@ def cmd_materialize(args) -> int:
                 print(json.dumps({"start": start.isoformat(), "end": end.isoformat(), "error": said}), flush=True)
             if not args.every or logging.getLogger().isEnabledFor(logging.DEBUG):
                 raise
-            left = f"; [{end.isoformat()}, {args.end.isoformat()}) not built" if end < args.end else ""
-            print(f"ctpipe materialize: [{start.isoformat()}, {end.isoformat()}) failed: {said}{left}. The same "
+            print(f"ctpipe materialize: {at} failed: {said}{left}. The same "
                   "command builds what is left once the cause is mended: the versions built come back at once",
                   file=sys.stderr)
             return 1
