@@ -182,23 +182,25 @@ _JSON_ESCAPE = re.compile(r"(?<!\\)(\\+)u(?:([dD][89abAB][0-9a-fA-F]{2})\1u([dD]
 _PYTHON_ESCAPE = re.compile(r"(?<!\\)(\\+)(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
 
 
-def _character(m: re.Match) -> str:
-    """An escape's character, where it can be written as itself: no control, format, private or
-    unassigned character, nor (JSON's) a quote or a backslash, which the JSON around it needs escaped."""
-    if m.re is _JSON_ESCAPE:
-        c = 0x10000 + ((int(m[2], 16) - 0xD800) << 10) + int(m[3], 16) - 0xDC00 if m[2] else int(m[4], 16)
-    else:
-        c = int(m[2] or m[3] or m[4], 16)
+def _writable(c: int) -> bool:
+    """Whether a character can be written as itself: no control, format, private or unassigned one."""
+    return c <= 0x10FFFF and not unicodedata.category(chr(c)).startswith("C")
+
+
+def _json_character(m: re.Match) -> str:
+    """A JSON escape's character (not a quote or a backslash, which the JSON around it needs escaped),
+    after an odd run of backslashes, or after a run of 2, 6, ...: the escape of JSON held in JSON."""
     run = len(m[1])
-    if (m.re is _JSON_ESCAPE and c in (0x22, 0x5C)) or c > 0x10FFFF or unicodedata.category(chr(c)).startswith("C"):
+    c = 0x10000 + ((int(m[2], 16) - 0xD800) << 10) + int(m[3], 16) - 0xDC00 if m[2] else int(m[4], 16)
+    if c in (0x22, 0x5C) or not _writable(c) or (m[2] and run > 2):  # a backslash between a pair's halves
         return m[0]
-    if m.re is _JSON_ESCAPE and m[2] and run > 2:  # a backslash between the two halves: no pair
-        return m[0]
-    if run % 2:  # an escape, after escaped backslashes
-        return m[1][:-1] + chr(c)
-    # Even: escaped backslashes, and letters, unless the text they are in is JSON whose own run there
-    # is odd (2, 6, ...: its escape, escaped again). Python's text is not escaped twice.
-    return m[1][:-2] + chr(c) if m.re is _JSON_ESCAPE and run % 4 == 2 else m[0]
+    return m[1][:-1] + chr(c) if run % 2 else m[1][:-2] + chr(c) if run % 4 == 2 else m[0]
+
+
+def _python_character(m: re.Match) -> str:
+    """A Python escape's character, after an odd run of backslashes (Python's text is not escaped twice)."""
+    c = int(m[2] or m[3] or m[4], 16)
+    return m[1][:-1] + chr(c) if len(m[1]) % 2 and _writable(c) else m[0]
 
 
 def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:
@@ -220,8 +222,8 @@ def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
-    pattern = _PYTHON_ESCAPE if python else _JSON_ESCAPE
-    written = [pattern.sub(_character, text) for text in texts.take(at).to_pylist()]
+    pattern, character = (_PYTHON_ESCAPE, _python_character) if python else (_JSON_ESCAPE, _json_character)
+    written = [pattern.sub(character, text) for text in texts.take(at).to_pylist()]
     return pc.replace_with_mask(texts, hit, pa.array(written, pa.string()))
 
 
