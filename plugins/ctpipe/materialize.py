@@ -1887,7 +1887,7 @@ def materialize(
         if store and resolved(folder).startswith(store) and not resolved(root).startswith(store):
             log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
             return False
-        return _may_hold(folder[len(root):], start, end, lag)
+        return _may_hold(folder, root, start, end, lag)
 
     fs, files, skipped = sources.list_files(source, keep=keep)
     if skipped:  # named in the manifest too, all of them, with why
@@ -2247,11 +2247,12 @@ def _buckets_for(size: int) -> int:
     return max(1, math.ceil(size / _BUCKET_BYTES))
 
 
-def _may_hold(folder: str, start: datetime, end: datetime, lag: timedelta) -> bool:
+def _may_hold(folder: str, root: str, start: datetime, end: datetime, lag: timedelta) -> bool:
     """False only for a folder (ending in "/") of a partition (an hour or a day) that cannot hold a
-    record started in the interval: one that ends before it, or begins more than ``lag`` after it.
+    record started in the interval (its partition named below the source folder ``root``): one that
+    ends before it, or begins more than ``lag`` after it.
     The folders in it are inside it (see traces.partition_span), so they are not listed either."""
-    span = traces.partition_span(folder)
+    span = traces.partition_span(folder, root)
     if span is None:
         return True
     lo, hi = _holds(span, lag)
