@@ -23,7 +23,7 @@ def items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
     """Every item's texts, each once and sorted: their order and repeats change no verdict, nor the version."""
     found = set(arith.splits(task).held_out_prompts())
     for uri in dataset.eval_sets:
-        short: list[str] = []
+        short: list[tuple[int, str]] = []  # (words, text) of those shorter than n words
         for item in sources.read(uri, "eval set"):
             texts = _texts(item.doc)
             if not texts:
@@ -31,11 +31,12 @@ def items(task: TaskConfig, dataset: DatasetConfig) -> tuple[str, ...]:
                 raise sources.SourceError(f"eval set {uri!r} line {item.position}: no text in "
                                           f"{'/'.join(FIELDS)}{why}")
             found.update(texts)
-            short += [t for t in texts if 0 < len(dedup.words(t)) < dataset.decontamination_ngram]  # "???": no words
+            lengths = [(len(dedup.words(t)), t) for t in texts]
+            short += [(n, t) for n, t in lengths if 0 < n < dataset.decontamination_ngram]  # "???": no words
         if short:  # "Why?" would quarantine every prompt holding the word
             log.warning("%d texts of eval set %s are shorter than %d words: a chat holding one whole is "
                         "contaminated (the shortest: %r)", len(short), uri, dataset.decontamination_ngram,
-                        min(short, key=lambda t: (len(dedup.words(t)), t)))
+                        min(short)[1])
     return tuple(sorted(found))
 
 
