@@ -305,6 +305,17 @@ def test_a_password_s_label_before_words_or_code_keeps_them(text):
     ("请发送邮件到我的邮箱zhangwei@163.com谢谢您的帮助", "请发送邮件到我的邮箱<EMAIL>谢谢您的帮助"),
     ("ご連絡はtanaka@example.jpまでお願いいたします", "ご連絡は<EMAIL>までお願いいたします"),
     ("이메일은 kim.minsu@naver.com입니다.", "이메일은 <EMAIL>입니다."), ("jane@corp.local", "<EMAIL>"),
+    # text run on past an address: a sentence, a bracket, Chinese after a Chinese top-level domain
+    ("write to jane.doe@example.com.Thanks a lot", "write to <EMAIL>.Thanks a lot"),
+    ("mail jane@example.com(work) or jane@example.co.uk(home)", "mail <EMAIL>(work) or <EMAIL>(home)"),
+    ("请发到zhang@例子.中国谢谢", "请发到<EMAIL>谢谢"),
+    # a card after an abbreviation's dot or in slashes, a phone after its label or in full-width digits
+    ("Card No.4111 1111 1111 1111 exp", "Card No.<CARD> exp"), ("card 4111/1111/1111/1111", "card <CARD>"),
+    ("Tel415-555-0100 or FAX030 12345678", "Tel<PHONE> or FAX<PHONE>"), ("call ４１５-５５５-０１００ now", "call <PHONE> now"),
+    ("电话１３８-００１３-８０００", "电话<PHONE>"),
+    # what is kept of a number read in ASCII digits stays as written
+    ("card ４１１１ １１１１ １１１１ １１１１ １２/２６", "card <CARD> １２/２６"),
+    ("４１１１ １１１１ １１１１ １１１１ and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０", "<CARD> and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０"),
     # a URL's user holding a digit is a key (a Sentry DSN)
     ("dsn=https://abc123def@o123456.ingest.sentry.io/1234567", "dsn=https://<SECRET>@o123456.ingest.sentry.io/1234567"),
 ])
@@ -316,7 +327,8 @@ def test_numbers_beside_other_numbers_and_addresses_in_other_scripts_are_scrubbe
     "git clone git@github.com:openai/openai-python.git", "pip install 'pkg @ git+ssh://git@github.com/org/pkg.git@main'",
     "logits = h@self.lm_head.weight.T", "out = x@self.weight.T + self.bias", "y = X@theta.values", "loss = a@b.sum",
     "url(logo@2x.png); srcset='hero@3x.jpg 3x'", "getty@tty1.service, wg-quick@wg0.service", "this@MainActivity.context",
-    "scores: 010 020 030 040 050 060", "1 000 000 000",
+    "scores: 010 020 030 040 050 060", "1 000 000 000", "h = x@y.to(device)", "r = job@pool.run()",
+    "lr 1.4111 1111 1111 1111", "ratio 4111/1111/1111/1112", "全角の数字２０２６年１１月３０日",
 ])
 def test_code_and_lists_of_numbers_are_kept(text):
     assert scrub(text) == text
@@ -339,6 +351,8 @@ def test_code_and_lists_of_numbers_are_kept(text):
     ("curl -u admin:S3cr3tPass! https://ci.example.com", "curl -u admin:<SECRET> https://ci.example.com"),
     ("mysql -u root -pS3cretPass123 mydb", "mysql -u root -p<SECRET> mydb"), ("sshpass -p 'Hunter2024!' ssh", "sshpass -p '<SECRET>' ssh"),
     ("https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/send", "https://api.telegram.org/bot<SECRET>/send"),
+    ("my api key is 3f9a8c7d6e5b4a39281706f5e4d3c2b1a0998877", "my api key is <SECRET>"),
+    ("The access token is: ya_4f8a9c7d6e5b4a39281706f5e4", "The access token is: <SECRET>"),
 ])
 def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text, scrubbed):
     assert scrub(text) == scrubbed
@@ -346,6 +360,7 @@ def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text,
 
 @pytest.mark.parametrize("text", ["max_tokens=1024", "Each token: a word piece", "password: ********", "sig=2",
                                   "my password is incorrect", "docker run -u 1000:1000 img", "ssh -p 2222 host",
-                                  "get_session_token_from_environment_variable()", "process.env.CLIENT_SECRET"])
+                                  "get_session_token_from_environment_variable()", "process.env.CLIENT_SECRET",
+                                  "the next token is predicted", "my api key is invalid", "the access token is expired"])
 def test_counts_words_and_masks_after_a_label_are_kept(text):
     assert scrub(text) == text

@@ -11,6 +11,7 @@ written, so one that is not kept still labels right.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import unicodedata
 from collections import Counter
@@ -37,8 +38,8 @@ _CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400
 _LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-]))(?!')[\w{_MARKS}.%+'-]+" + _AT
 # A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
 # scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address).
-_EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}})"
-                    rf"(?![^\W{_CJK}]|[{_MARKS}(]|\.[^\W\d_]|:[\w~.-]*/)")
+_EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}}|[{_CJK}]{{2,}})"
+                    rf"(?![^\W{_CJK}]|[{_MARKS}]|\.[^\W\d_]|:[\w~.-]*/)")
 # A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the
 # password; a user alone holding a digit is a key (Sentry's DSNs: https://<key>@o1.ingest.sentry.io/1).
 _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@]*)(?=@)")
@@ -47,9 +48,10 @@ _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@
 _SPACES = " \u00a0\u2009\u202f"
 _DASH = "\u2010-\u2013\u2212\uff0d"
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
-# after a space, a dash or a dot (or two spaces).
-_CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
-_CARD = re.compile(rf"(?<![\d.-])(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
+# after a space, a dash, a dot or a slash (or two spaces). Not a decimal's digits (3.4111...), but
+# after an abbreviation's dot (Card No.4111...).
+_CARD_SEP = f"[./{_SPACES}-]{{0,2}}"
+_CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
                    rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}})(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
@@ -57,8 +59,9 @@ _CARD = re.compile(rf"(?<![\d.-])(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP
 # seconds ("10:00:01.040000+00:00", which every raw line holds), nor the last groups of a number
 # written in groups of three ("1 000 000 000", "192.168.100.200"), nor before a group of three digits
 # more (a list: 010 020 030 040 050 060). Before a shorter number (415-555-0132 24 hours, 030 12345678
-# 9-17 Uhr), or beside a comma (a CSV row: 34,415-555-0132,41), it is one.
-_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-]))(?<!\d[.:{_SPACES}])"
+# 9-17 Uhr), or beside a comma (a CSV row: 34,415-555-0132,41), it is one. After its label with no
+# space (Tel415-555-0100): the label's last letters, four at most, as the runs' windows hold.
+_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])|(?<=(?i:tel|fax|mob))|(?<=(?i:cell)))(?<!\d[.:{_SPACES}])"
 _ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|\.\d|[:{_SPACES}]\d{{3}})"  # an extension after an x (415-555-0100x23) stays
 _SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
@@ -95,7 +98,7 @@ _PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtw
 # Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
-_LABELLED = rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}|(?:{_PASSWORDS}){_WHITE}+is\b)"
+_LABELLED = rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+is\b)"
 _LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT))
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
@@ -105,7 +108,7 @@ _SECRET = re.compile(
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    rf"|(?i:{_KEY_LABELS_AT})[\"']?\s*{_GIVES}\s*[\"']?)"
+    rf"|(?i:{_KEY_LABELS_AT})(?:[\"']?\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)\s*[\"']?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
     rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
@@ -268,6 +271,10 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
 # Top-level domains of private networks, which the public list leaves out: addresses all the same.
 _PRIVATE_TLDS = frozenset({"local", "internal", "corp", "lan", "home", "intranet", "localdomain", "private"})
 _CJK_RUN = re.compile(f"[{_CJK}]*")
+# An address a "(" follows is one where its domain is no object's (jane@example.com(work)): many
+# top-level domains are methods' names too (x@y.to(device), a@b.run(), w@v.app()).
+_BEFORE_PARENTHESIS = re.compile(r"\.(?:(?:co|com|org|net|ac|gov|edu)\.[a-z]{2}|com|org|net|edu|gov)\Z")
+_LAST_LABEL = re.compile(r"\.([^\W\d_]{2,})\Z")
 
 
 @functools.cache
@@ -277,17 +284,42 @@ def _public_suffixes():
     return PublicSuffixList()
 
 
+def _a_tld(tld: str) -> bool:
+    tld = tld.lower()
+    return tld in _PRIVATE_TLDS or _public_suffixes().publicsuffix("x." + tld, accept_unknown=False) is not None
+
+
 def _address(counts: Counter):
     """The replacement of an :data:`_EMAIL` match: an address's placeholder where its top-level domain
     is one (PyTorch's X@W.values, logo@2x.png and getty@tty1.service are not), after the Chinese,
-    Japanese or Korean text it ran into."""
+    Japanese or Korean text it ran into and before what runs on past its domain (see :func:`_ending`)."""
     def replace(m: re.Match) -> str:
-        tld = m["tld"].lower()
-        if tld not in _PRIVATE_TLDS and _public_suffixes().publicsuffix("x." + tld, accept_unknown=False) is None:
+        ending = _ending(m)
+        if ending is None:
             return m.group()
-        return m.group()[:_CJK_RUN.match(m.group()).end()] + _counted(counts, "email", "<EMAIL>")
+        address, rest = ending
+        if not rest and m.string.startswith("(", m.end()) and not _BEFORE_PARENTHESIS.search(address.lower()):
+            return m.group()
+        return address[:_CJK_RUN.match(address).end()] + _counted(counts, "email", "<EMAIL>") + rest
 
     return replace
+
+
+def _ending(m: re.Match) -> tuple[str, str] | None:
+    """The address of an :data:`_EMAIL` match and what ran on past its domain with no space: a
+    sentence (jane@example.com.Thanks), or text in the script of a top-level domain written in
+    Chinese or Japanese (张伟@例子.中国谢谢); None where its top-level domain is none."""
+    address, tld = m.group(), m["tld"]
+    if _CJK_RUN.fullmatch(tld):  # the longest start of the run that is a top-level domain
+        k = next((k for k in range(len(tld), 1, -1) if _a_tld(tld[:k])), 0)
+        return (address[:len(address) - len(tld) + k], tld[k:]) if k else None
+    if _a_tld(tld):
+        return address, ""
+    head = address[:-len(tld) - 1]
+    last = _LAST_LABEL.search(head)
+    if tld[0].isupper() and tld[1:].islower() and last and _a_tld(last[1]):
+        return head, address[len(head):]
+    return None
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
@@ -358,6 +390,9 @@ def _phone(counts: Counter):
 # runs as well.
 _NUMBER_RUNS = re.compile(rf"[\d().+/{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
 _DIGIT = re.compile(r"\d")
+# The digits of every script as ASCII's, one character for one: the patterns' ranges ([2-9]) are ASCII's,
+# and Chinese and Japanese text writes numbers in full-width digits (４１５-５５５-０１００).
+_ASCII_DIGITS = {c: 48 + unicodedata.digit(chr(c)) for c in range(0x80, 0x20000) if unicodedata.category(chr(c)) == "Nd"}
 
 
 def _numbers(text: str, counts: Counter) -> str:
@@ -370,16 +405,30 @@ def _numbers(text: str, counts: Counter) -> str:
 
 
 def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
-    """``pattern.sub(replace, text)``, scanning only the ``runs`` of ``text`` (and four characters around)."""
+    """``pattern.sub(replace, text)``, scanning only the ``runs`` of ``text`` (and four characters
+    around), its digits read as ASCII's."""
     out, done = [], 0
     for run in runs:
         start, end = run.span()
         a, b = max(start - 4, 0), min(end + 4, len(text))
-        window = pattern.sub(replace, text[a:b])
-        middle = window[start - a:len(window) - (b - end)]  # the characters around it never change
+        replaced = _sub_as_written(pattern, replace, text[a:b])
+        middle = replaced[start - a:len(replaced) - (b - end)]  # the characters around it never change
         if middle != run.group():
             out += [text[done:start], middle]
             done = end
+    return "".join(out + [text[done:]]) if out else text
+
+
+def _sub_as_written(pattern: re.Pattern, replace, text: str) -> str:
+    """``pattern.sub(replace, text)`` over ``text`` read with ASCII digits, what is kept (between
+    matches, a match not replaced, a match's end kept: a card's expiry) as written."""
+    plain = text.translate(_ASCII_DIGITS)
+    out, done = [], 0
+    for m in pattern.finditer(plain):
+        new = replace(m)
+        kept = len(os.path.commonprefix([new[::-1], m.group()[::-1]]))
+        out += [text[done:m.start()], new[:len(new) - kept]]
+        done = m.end() - kept
     return "".join(out + [text[done:]]) if out else text
 
 
