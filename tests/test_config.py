@@ -52,6 +52,12 @@ def test_a_judge_range_reads_as_two_numbers_with_or_without_brackets(monkeypatch
     assert Settings().reward.judge_range == expected
 
 
+def test_an_empty_feedback_score_names_none(monkeypatch):
+    monkeypatch.setenv("CTPIPE_REWARD__FEEDBACK_SCORE", "")
+    monkeypatch.setenv("CTPIPE_REWARD__FEEDBACK_RANGE", "1,5")
+    assert Settings().reward.feedback_score == "" and Settings().reward.feedback_range == (1.0, 5.0)
+
+
 @pytest.mark.parametrize("field, value, said", [
     ("verifiable_weight", "inf", "reward.verifiable_weight"), ("judge_weight", "1e309", "reward.judge_weight"),
     ("judge_range", "0,NaN", "reward.judge_range.1"), ("judge_range", "[0, Infinity]", "reward.judge_range.1"),
@@ -59,6 +65,9 @@ def test_a_judge_range_reads_as_two_numbers_with_or_without_brackets(monkeypatch
     ("judge_range", "-1e308,1e308", r"judge_range=\[-1e\+308, 1e\+308\] is wider than a float holds"),
     ("judge_range", "0;10", "'0;10' is not two numbers separated by a comma, as 0,10 is"),
     ("judge_score", " ", "reward.judge_score"),
+    ("feedback_range", "5,1", r"feedback_range=\[5.0, 1.0\] must be increasing"),
+    ("feedback_score", " ", "feedback_score=' ' is blank: empty names none"),
+    ("feedback_score", "judge", "feedback_score and judge_score are both 'judge'"),
     ("feedback_weight", "1e308", r"the reward weights sum past a float's range \(inf\)"),
     ("verifier", "none", "verifier='none' gives no verifiable signal: verifiable_weight=0.8 must be 0"),
 ])

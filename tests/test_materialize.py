@@ -688,6 +688,39 @@ def test_judge_scores_outside_the_judge_range_are_counted_and_said(tmp_path, cap
     assert "judge_outside_range" not in m.reward_stats
 
 
+def test_a_feedback_score_is_user_feedback_where_a_trace_has_no_thumb_or_rating(tmp_path, caplog):
+    """Langfuse's SDKs keep a thumb as a score named user-feedback (BOOLEAN: 1 up, 0 down), which
+    the export's rows carry; a thumb the trace holds comes first, and a score of another scale is said."""
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.Table.from_pylist([
+        {"id": f"obs-{i}", "traceId": f"lf-{i}", "type": "GENERATION", "startTime": "2026-11-22T09:33:20Z",
+         "endTime": "2026-11-22T09:33:21Z", "model": "m", "input": [{"role": "user", "content": f"What is {i} plus 1?"}],
+         "output": {"role": "assistant", "content": str(i + 1)}} for i in (1, 2, 3)
+    ]), src / "langfuse-observations.parquet")
+    (src / "langfuse-scores.jsonl").write_bytes(lines(
+        {"id": "s-1", "traceId": "lf-1", "name": "user-feedback", "value": 1, "dataType": "BOOLEAN",
+         "stringValue": "True", "source": "API"},
+        {"id": "s-2", "traceId": "lf-2", "observationId": "obs-2", "name": "user-feedback", "value": 0,
+         "dataType": "NUMERIC", "source": "API", "comment": "wrong"}))
+    (src / "ours.jsonl").write_bytes(lines(
+        trace(4, "What is 4 plus 1?", "5", feedback={"thumb": "down", "rating": None},
+              scores=[{"name": "user-feedback", "value": 1.0, "source": "api"}]),
+        trace(5, "What is 5 plus 1?", "6", feedback={"thumb": None, "rating": None},
+              scores=[{"name": "user-feedback", "value": 4.0, "source": "api"}])))
+    reward = RewardConfig(feedback_weight=1.0, verifiable_weight=0.0)
+    m = run(src, tmp_path / "out", T0 - HOUR, T0 + HOUR, reward=reward)
+    assert {r["trace_id"]: r["feedback_reward"] for r in table(m, "traces")} == \
+           {"lf-1:obs-1": 1.0, "lf-2:obs-2": 0.0, "lf-3:obs-3": None, "t4": 0.0, "t5": 1.0}
+    assert m.reward_stats["signals"]["feedback"] == 4 and m.reward_stats["feedback_outside_range"] == 1
+    assert "1 scores named 'user-feedback' lie outside feedback_range [0.0, 1.0]" in caplog.text
+    assert "CTPIPE_REWARD__FEEDBACK_RANGE" in caplog.text
+    ratings = run(src, tmp_path / "ratings", T0 - HOUR, T0 + HOUR, reward=reward.model_copy(update={"feedback_range": (1.0, 5.0)}))
+    assert {r["trace_id"]: r["feedback_reward"] for r in table(ratings, "traces")}["t5"] == 0.75
+    unnamed = run(src, tmp_path / "none", T0 - HOUR, T0 + HOUR, reward=reward.model_copy(update={"feedback_score": ""}))
+    assert unnamed.reward_stats["signals"]["feedback"] == 1  # t4's thumb alone
+
+
 def test_a_weighted_signal_no_trace_carries_is_said_and_counted(tmp_path, caplog):
     """A misspelt judge_score (the score is "Judge") weighted the judge over nothing: under zero every
     label was cut by the judge's share, under drop none was labeled, and nothing said why."""

@@ -121,13 +121,19 @@ class RewardConfig(_Section):
     # NoDecode: from the environment, "0,10" as well as the JSON "[0, 10]".
     judge_range: Annotated[tuple[FiniteFloat, FiniteFloat], NoDecode] = Field(
         (0.0, 1.0), description="The judge score's scale, mapped onto [0, 1] (a score outside it counts as its end).")
+    feedback_score: str = Field(
+        "user-feedback", description="Name of the score that counts as user feedback where a trace has no thumb or "
+        "rating, as Langfuse's SDKs name it (case counts; empty: none).")
+    feedback_range: Annotated[tuple[FiniteFloat, FiniteFloat], NoDecode] = Field(
+        (0.0, 1.0), description="The feedback score's scale, mapped onto [0, 1]: Langfuse's thumbs are 1 up, 0 down; "
+        "1,5 for ratings.")
     missing: Literal["renormalize", "zero", "drop"] = Field(
         "renormalize",
         description="A signal a trace lacks: renormalize the weights over the present ones; zero: count it 0; "
         "drop: leave the trace unlabeled.",
     )
 
-    @field_validator("judge_range", mode="before")
+    @field_validator("judge_range", "feedback_range", mode="before")
     @classmethod
     def _two_numbers(cls, v):
         if isinstance(v, str):
@@ -155,10 +161,16 @@ class RewardConfig(_Section):
                 raise ValueError(f"answer_regex={self.answer_regex!r} has no group to read the answer from")
         except re.error as e:
             raise ValueError(f"answer_regex={self.answer_regex!r} is not a regex: {e}") from None
-        if self.judge_range[1] <= self.judge_range[0]:
-            raise ValueError(f"judge_range={list(self.judge_range)} must be increasing")
-        if not math.isfinite(self.judge_range[1] - self.judge_range[0]):
-            raise ValueError(f"judge_range={list(self.judge_range)} is wider than a float holds")
+        for name in ("judge_range", "feedback_range"):
+            low, high = getattr(self, name)
+            if high <= low:
+                raise ValueError(f"{name}={[low, high]} must be increasing")
+            if not math.isfinite(high - low):
+                raise ValueError(f"{name}={[low, high]} is wider than a float holds")
+        if self.feedback_score.isspace():
+            raise ValueError(f"feedback_score={self.feedback_score!r} is blank: empty names none")
+        if self.feedback_score == self.judge_score:  # one score would count twice, under two weights
+            raise ValueError(f"feedback_score and judge_score are both {self.judge_score!r}")
         return self
 
     def weights(self) -> dict[str, float]:

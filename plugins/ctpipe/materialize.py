@@ -197,11 +197,14 @@ class Labeler:
             found = [None if r is None else self.verify(c, r) for c, r in zip(completions.to_pylist(), given.to_pylist())]
         else:
             found = [None] * len(prompts)
-        low, high = self.cfg.judge_range
+        given_feedback = rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating"))
+        if self.cfg.feedback_score:  # a thumb or rating the trace holds comes first
+            scored = rewards.score_rewards(scores, self.cfg.feedback_score, *self.cfg.feedback_range)
+            given_feedback = np.where(np.isnan(given_feedback), scored, given_feedback)
         signals = {
             "verifiable": np.array([math.nan if v is None else v for v in found], float),
-            "feedback": rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating")),
-            "judge": rewards.judge_rewards(scores, self.cfg.judge_score, low, high),
+            "feedback": given_feedback,
+            "judge": rewards.score_rewards(scores, self.cfg.judge_score, *self.cfg.judge_range),
         }
         final = rewards.combine_columns(signals, self.weights, self.cfg.missing, len(prompts))
         return references, [pa.array(x, pa.float64(), from_pandas=True) for x in (*signals.values(), final)]
@@ -1094,11 +1097,14 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
 
 
 def _signal_counts(rows: pa.Table) -> Counter:
-    """Of kept rows: how many carry each signal, and how many judge scores lie outside judge_range."""
+    """Of kept rows: how many carry each signal, and how many judge (and feedback) scores lie outside
+    their range."""
     cfg = _JOB.reward
     counts = Counter({name: rows.num_rows - rows[f"{name}_reward"].null_count for name in rewards.SIGNALS})
     if cfg.judge_weight > 0:
-        counts["judge_outside_range"] = rewards.judge_outside(rows["scores"], cfg.judge_score, *cfg.judge_range)
+        counts["judge_outside_range"] = rewards.scores_outside(rows["scores"], cfg.judge_score, *cfg.judge_range)
+    if cfg.feedback_weight > 0 and cfg.feedback_score:
+        counts["feedback_outside_range"] = rewards.scores_outside(rows["scores"], cfg.feedback_score, *cfg.feedback_range)
     return counts
 
 
@@ -2295,27 +2301,26 @@ class _RewardStats:
         self.low, self.high = min(self.low, low), max(self.high, high)
         self.counts += counts
 
-    @property
-    def outside(self) -> int:
-        return self.counts["judge_outside_range"]
-
     def warn(self, reward: RewardConfig, kept: int) -> None:
         """Say what makes the labels other than the config meant: a weighted signal none of the ``kept``
         traces carries (a misspelt judge_score: its weight counts as 0 everywhere, or drops every label),
-        and a judge of another scale than judge_range (its scores all count as 1, or 0)."""
+        and a judge or feedback score of another scale than its range (its scores all count as 1, or 0)."""
         unseen = [name for name, w in reward.weights().items() if w > 0 and not self.counts[name]]
         if kept and unseen:
             log.warning("no trace of the %d kept carries a %s signal, weighted %s (missing=%s)%s", kept,
                         " or ".join(unseen), " and ".join(str(getattr(reward, f"{name}_weight")) for name in unseen),
                         reward.missing, f": no score named {reward.judge_score!r} with a number" if "judge" in unseen else "")
-        if self.outside:
-            log.warning("%d scores named %r lie outside judge_range %s and count as its nearer end: set "
-                        "CTPIPE_REWARD__JUDGE_RANGE to the judge's scale", self.outside, reward.judge_score,
-                        list(reward.judge_range))
+        for signal in ("judge", "feedback"):
+            if self.counts[f"{signal}_outside_range"]:
+                log.warning("%d scores named %r lie outside %s_range %s and count as its nearer end: set "
+                            "CTPIPE_REWARD__%s_RANGE to the %s's scale", self.counts[f"{signal}_outside_range"],
+                            getattr(reward, f"{signal}_score"), signal, list(getattr(reward, f"{signal}_range")),
+                            signal.upper(), signal)
 
     def summary(self) -> dict:
-        # Scores outside the judge's range count as its nearer end; a signal no trace carries, as 0 or not at all.
-        said = {"judge_outside_range": self.outside} if self.outside else {}
+        # Scores outside their range count as its nearer end; a signal no trace carries, as 0 or not at all.
+        said = {f"{signal}_outside_range": self.counts[f"{signal}_outside_range"] for signal in ("judge", "feedback")
+                if self.counts[f"{signal}_outside_range"]}
         said["signals"] = {name: self.counts[name] for name in rewards.SIGNALS}
         if not self.n:
             return {"labeled": 0, "mean": None, "min": None, "max": None, **said}

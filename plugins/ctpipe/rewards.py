@@ -2,14 +2,14 @@
 
 * verifiable: :func:`math_reward` (math-verify: ``1/2`` equals ``0.5``, LaTeX or plain),
   :func:`exact_reward`, :func:`regex_reward`;
-* user feedback: :func:`feedback_reward` (thumbs, 1-5 ratings);
+* user feedback: :func:`feedback_reward` (thumbs, 1-5 ratings), else a score named as feedback's;
 * judge scores carried in the trace: :func:`judge_reward`.
 
 :func:`combine` makes the label: a weighted mean over the signals present, with a policy for
 missing ones. Every function is deterministic, so a re-run labels every trace the same.
 
 The feedback, judge and label rules are written once, over whole columns (:func:`feedback_rewards`,
-:func:`judge_rewards`, :func:`combine_columns`, NaN standing for an absent signal), as the
+:func:`score_rewards`, :func:`combine_columns`, NaN standing for an absent signal), as the
 materializer applies them to a million traces; the one-trace functions call them.
 """
 
@@ -331,10 +331,10 @@ def judge_reward(scores: list[dict], name: str, low: float = 0.0, high: float = 
     numbers = [{"name": s.get("name"), "value": s.get("value")} for s in scores
                if isinstance(s.get("value"), (int, float)) and not isinstance(s.get("value"), bool)]
     column = pa.array([numbers], pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())])))
-    return _scalar(judge_rewards(column, name, low, high))
+    return _scalar(score_rewards(column, name, low, high))
 
 
-def judge_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1.0) -> np.ndarray:
+def score_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1.0) -> np.ndarray:
     """:func:`judge_reward` of each trace's scores (a list of structs with a name and a value), NaN where none counts."""
     flat = scores.flatten()
     parents = pc.list_parent_indices(scores).to_numpy(zero_copy_only=False)
@@ -351,11 +351,11 @@ def judge_rewards(scores: pa.Array, name: str, low: float = 0.0, high: float = 1
         return total / count
 
 
-def judge_outside(scores: pa.Array | pa.ChunkedArray, name: str, low: float, high: float) -> int:
-    """How many of the scores called ``name`` lie outside [low, high], which :func:`judge_rewards` counts
-    as the nearer end: a judge of another scale than the configured one.
+def scores_outside(scores: pa.Array | pa.ChunkedArray, name: str, low: float, high: float) -> int:
+    """How many of the scores called ``name`` lie outside [low, high], which :func:`score_rewards` counts
+    as the nearer end: a judge (or feedback) of another scale than the configured one.
 
-    >>> judge_outside(pa.array([[{"name": "judge", "value": 8.0}, {"name": "tone", "value": 3.0}], []]), "judge", 0, 1)
+    >>> scores_outside(pa.array([[{"name": "judge", "value": 8.0}, {"name": "tone", "value": 3.0}], []]), "judge", 0, 1)
     1
     """
     flat = (scores.combine_chunks() if isinstance(scores, pa.ChunkedArray) else scores).flatten()
