@@ -59,6 +59,9 @@ from ctpipe.pii import scrub
     ("npm_abcdefghijklmnopqrstuvwxyz0123456789", "secret"), ("whsec_abcdefghijklmnopqrstuvwxyz12", "secret"),
     ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "secret"),
     ("AccountKey=abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ==", "secret"),
+    # A US social security number, dashed; an IBAN, grouped or bare.
+    ("SSN 536-22-1234 on file", "ssn"), ("IBAN DE89 3704 0044 0532 0130 00", "iban"),
+    ("wire to GB82WEST12345698765432.", "iban"), ("NL91 ABNA 0417 1643 00", "iban"),
 ])
 def test_each_kind_is_replaced_and_counted(text, kind):
     found = Counter()
@@ -313,6 +316,9 @@ def test_a_password_s_label_before_words_or_code_keeps_them(text):
     ("Card No.4111 1111 1111 1111 exp", "Card No.<CARD> exp"), ("card 4111/1111/1111/1111", "card <CARD>"),
     ("Tel415-555-0100 or FAX030 12345678", "Tel<PHONE> or FAX<PHONE>"), ("call ４１５-５５５-０１００ now", "call <PHONE> now"),
     ("电话１３８-００１３-８０００", "电话<PHONE>"),
+    # an IBAN before words that look like a group of its; each number of a text as its own kind
+    ("IBAN DE89 3704 0044 0532 0130 00 BIC COBADEFFXXX", "IBAN <IBAN> BIC COBADEFFXXX"),
+    ("call 415-555-0100 or 536-22-1234, card 4111 1111 1111 1111", "call <PHONE> or <SSN>, card <CARD>"),
     # what is kept of a number read in ASCII digits stays as written
     ("card ４１１１ １１１１ １１１１ １１１１ １２/２６", "card <CARD> １２/２６"),
     ("４１１１ １１１１ １１１１ １１１１ and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０", "<CARD> and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０"),
@@ -329,6 +335,8 @@ def test_numbers_beside_other_numbers_and_addresses_in_other_scripts_are_scrubbe
     "url(logo@2x.png); srcset='hero@3x.jpg 3x'", "getty@tty1.service, wg-quick@wg0.service", "this@MainActivity.context",
     "scores: 010 020 030 040 050 060", "1 000 000 000", "h = x@y.to(device)", "r = job@pool.run()",
     "lr 1.4111 1111 1111 1111", "ratio 4111/1111/1111/1112", "全角の数字２０２６年１１月３０日",
+    # no social security number ever issued, no IBAN (its check digits wrong), a number of other groups
+    "ssn 666-12-1234 or 900-12-1234", "DE89 3704 0044 0532 0130 01", "order 123-45-67890", "part 12-345-6789",
 ])
 def test_code_and_lists_of_numbers_are_kept(text):
     assert scrub(text) == text

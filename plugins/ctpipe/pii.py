@@ -2,9 +2,10 @@
 
 Each kind has a cheap pre-check (a substring or a short pattern) that rules most texts out before
 its full pattern runs, so the common case (no PII) costs a few substring searches. What is found
-is replaced by a placeholder naming the kind (``<EMAIL>``, ``<PHONE>``, ``<CARD>``, ``<SECRET>``)
-and counted per kind. Card numbers must start and be as long as a card network's, and pass the
-Luhn check, so order numbers and most long answers are kept; rewards are labeled from the texts as
+is replaced by a placeholder naming the kind (``<EMAIL>``, ``<PHONE>``, ``<CARD>``, ``<SSN>``,
+``<IBAN>``, ``<SECRET>``) and counted per kind. Card numbers must start and be as long as a card
+network's, and pass the Luhn check, IBANs and social security numbers pass their own checks, so
+order numbers and most long answers are kept; rewards are labeled from the texts as
 written, so one that is not kept still labels right.
 """
 
@@ -364,6 +365,35 @@ def _card(counts: Counter):
     return replace
 
 
+# A US social security number, in its dashed form alone (bare, nine digits are any number's), of an
+# area, group and serial ever issued (python-stdnum: not 000, 666 or 9xx, not the famous ones).
+_SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-]|\.\d)")
+# An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
+# digits and its country's length and layout, python-stdnum) with its last groups dropped until it
+# is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)(?![A-Za-z0-9])")
+
+
+def _ssn(counts: Counter):
+    from stdnum.us import ssn
+
+    return lambda m: _counted(counts, "ssn", "<SSN>") if ssn.is_valid(m.group()) else m.group()
+
+
+def _iban(counts: Counter):
+    from stdnum import iban
+
+    def replace(m: re.Match) -> str:
+        number = m.group()
+        while " " in number and not iban.is_valid(number):
+            number = number.rsplit(" ", 1)[0]
+        if not iban.is_valid(number):
+            return m.group()
+        return _counted(counts, "iban", "<IBAN>") + m.group()[len(number):]
+
+    return replace
+
+
 # A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
 _LIST_GOES_ON = re.compile(rf"([{_SPACES}])\d+(?=\1\d|[{_SPACES}]*(?:[\n,;.)\]]|\Z))")
 
@@ -396,12 +426,17 @@ _ASCII_DIGITS = {c: 48 + unicodedata.digit(chr(c)) for c in range(0x80, 0x20000)
 
 
 def _numbers(text: str, counts: Counter) -> str:
-    """``text`` with card numbers, then phone numbers, replaced, when it has nine digits close together."""
+    """``text`` with IBANs, card numbers, social security numbers, then phone numbers, replaced, when it
+    has nine digits close together."""
     runs = list(_NUMBER_RUNS.finditer(text))
     if not any(_MANY_DIGITS.search(run.group()) for run in runs):
         return text
-    carded = _in_runs(text, runs, _CARD, _card(counts))  # runs found again only where a card changed it
-    return _in_runs(carded, runs if carded is text else _NUMBER_RUNS.finditer(carded), _PHONE, _phone(counts))
+    out = _IBAN.sub(_iban(counts), text)  # letters and all: in no run
+    for pattern, replace in ((_CARD, _card(counts)), (_SSN, _ssn(counts)), (_PHONE, _phone(counts))):
+        if out is not text:  # the runs found again only where one changed the text
+            runs, text = list(_NUMBER_RUNS.finditer(out)), out
+        out = _in_runs(out, runs, pattern, replace)
+    return out
 
 
 def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
