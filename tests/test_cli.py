@@ -18,6 +18,12 @@ def test_materialize_prints_the_counts(settings, capsys):
     assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["traces_in"], out["rows"]["traces"], out["quarantined"], out["quarantine_reasons"]) == (2, 1, 1, {"invalid_json": 1})
+    assert out["found"] is True  # the first run built it: the same files make the same version, found
+    write_traces(settings.traces_dir, [trace(1), trace(2)])
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["found"] is False
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00"]) == 0
+    assert "(found: built before from these very files)" in capsys.readouterr().out
 
 
 def test_materialize_reads_and_publishes_where_the_dag_does(settings, capsys, monkeypatch, tmp_path):

@@ -150,7 +150,7 @@ def cmd_materialize(args) -> int:
             print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
                               **({"version": None, **{k: v for k, v in dataclasses.asdict(m).items() if k != "interval"}}
                                  if empty else {
-                                  **m.asset_extra(), "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
+                                  **m.asset_extra(), "found": m.found, "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
                                   "skipped_files": m.source.get("skipped_files", {}),
                                   "misplaced": m.source.get("misplaced", {}),
@@ -159,7 +159,8 @@ def cmd_materialize(args) -> int:
             print("\n  ".join(m.lines(dataset)))
         else:
             c = m.counts
-            print(f"{start.isoformat()} .. {end.isoformat()}: version {m.version}\n"
+            found = " (found: built before from these very files)" if m.found else ""
+            print(f"{start.isoformat()} .. {end.isoformat()}: version {m.version}{found}\n"
                   f"  traces in {c['traces_in']} = {c['traces']} rows + {c['quarantined']} quarantined "
                   f"{json.dumps(m.quarantine_reasons)}; {c.get('outside_interval', 0)} records of other times\n"
                   f"  {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} DPO pairs; reward {json.dumps(m.reward_stats)}\n"

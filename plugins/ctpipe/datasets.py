@@ -35,7 +35,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -183,6 +183,8 @@ class Manifest:
     scrubbed: dict = field(default_factory=dict)  # PII replaced, per kind
     source: dict = field(default_factory=dict)  # uri, files, formats, content_hash
     schemas: dict = field(default_factory=dict)  # table -> Arrow schema, as text
+    # Found by the run that returned it, built before from the same files: not in manifest.json.
+    found: bool = field(default=False, compare=False)
 
     def part_paths(self, table: str, root: str | Path | None = None) -> list[str]:
         """The files of ``table``, in row order, under ``root``: where the version is seen from (a
@@ -503,7 +505,7 @@ class Output:
         except DatasetNotFound:  # the version was removed since: build it again
             return None
         self.point_latest(manifest)
-        return manifest
+        return replace(manifest, found=True)
 
     def remember(self, start, end, config: dict, files_digest: str, version: str) -> None:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
