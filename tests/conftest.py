@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -16,7 +17,9 @@ from pathlib import Path
 import pytest
 
 # Airflow reads its home at import time: keep tests away from the user's installation.
-os.environ.setdefault("AIRFLOW_HOME", str(Path(tempfile.mkdtemp(prefix="ctpipe-airflow-"))))
+if "AIRFLOW_HOME" not in os.environ:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="ctpipe-airflow-")
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 
 from ctpipe.config import Settings

@@ -1,8 +1,11 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -155,6 +158,35 @@ def test_ctrl_c_or_sigterm_mid_run_is_a_message_and_leaves_nothing_behind(settin
     assert err.strip().endswith("terminated" if signum == signal.SIGTERM else "interrupted") and "Traceback" not in err
     assert os.listdir(tmp_path / "out") == [] and os.listdir(tmp_path / "tmp") == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_terminal_s_ctrl_c_reaches_the_workers_too_and_none_prints_a_traceback(tmp_path):
+    """A terminal sends Ctrl-C to its whole process group: workers still importing (or waiting for a
+    task) printed tracebacks of their own above the command's one line."""
+    write_traces(tmp_path / "src", [trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(30_000)])  # > 8 MB: workers
+    command = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+              "from ctpipe.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", command, "materialize", "--source", str(tmp_path / "src"),
+                          "--out", str(tmp_path / "out"), "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00"],
+                         env={**os.environ, "CTPIPE_DATASET__WORKERS": "2"}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+
+    def importing(child: str) -> bool:  # a worker's Python is up: it reads what it imports
+        try:
+            return b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes() and \
+                b"libarrow" in Path(f"/proc/{child}/maps").read_bytes()
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 60
+    while p.poll() is None and time.monotonic() < deadline and \
+            sum(map(importing, Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split())) < 2:
+        time.sleep(0.005)
+    os.killpg(p.pid, signal.SIGINT)  # as a terminal does
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err.decode()
+    assert b"Traceback" not in err and err.decode().rstrip().endswith("ctpipe materialize: interrupted")
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
 
 def test_sigterm_interrupts_the_work_within_and_only_there():

@@ -278,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kserve", action="store_true",
                    help="a KServe InferenceService (canaryTrafficPercent) instead of Deployments and an HTTPRoute")
     p.set_defaults(fn=cmd_k8s_serving)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:  # in what a flag's check imports
+        print("ctpipe: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     if args.command == "materialize":
         if args.end <= args.start:
             parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")

@@ -39,6 +39,7 @@ import math
 import os
 import pickle
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -1546,6 +1547,19 @@ def _main_left_alone() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Processes spawned meanwhile keep Ctrl-C's SIGINT blocked for good. A terminal sends it to every
+    process of its group, and a worker it reached printed a traceback of its own (in its imports, or
+    waiting for a task); this process alone stops the run, and a Ctrl-C pressed meanwhile reaches it
+    once they are started."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 class _Pool:
     """Worker processes for both steps (processing blocks, then pairing buckets), started once: a
     spawned worker costs about a second of imports, as much as it processes of a 100k-trace source.
@@ -1566,7 +1580,7 @@ class _Pool:
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
                                          initargs=(job, os.getpid()))
                         for _ in range(workers)] if workers > 1 or not alarms else []
-        with _environment(_WORKER_ALLOCATORS), _main_left_alone():
+        with _environment(_WORKER_ALLOCATORS), _main_left_alone(), _interrupts_held():
             for pool in self.workers:
                 pool.submit(int)  # starts its process now, under these settings
 
