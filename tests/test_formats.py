@@ -1833,6 +1833,28 @@ def test_a_helicone_stream_is_read_from_its_chunks():
         normalize({**HELICONE, "response_body": streamed(call)}, "auto")
 
 
+def test_an_openai_log_of_a_stream_is_read_from_its_chunks_or_its_events_text():
+    """A proxy logs a streamed call's response as it came: the chunks, or the server-sent events' text."""
+    chunks = [_chunk(0, {"role": "assistant", "content": ""}), _chunk(0, {"content": "The answer"}),
+              _chunk(0, {"content": " is 5."}, "stop"),
+              {**_chunk(0, {}), "choices": [], "usage": {"prompt_tokens": 19, "completion_tokens": 6, "total_tokens": 25}}]
+    events = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    for response in (chunks, events):
+        doc = {**OPENAI, "request": {**OPENAI["request"], "stream": True}, "response": response}
+        assert detect(doc) == "openai"
+        (t,) = normalize(doc, "auto")
+        assert (t["trace_id"], t["completion"], t["model"]["name"], t["usage"]["total_tokens"]) == \
+               ("chatcmpl-S", "The answer is 5.", "gpt-4o-mini", 25)
+    cut = {**OPENAI, "response": chunks[:2] + [_chunk(0, {}, "content_filter")]}
+    with pytest.raises(FormatError, match="stopped by the content filter"):
+        normalize(cut, "auto")
+    with pytest.raises(FormatError, match="response: line 1 of its stream is no JSON: {\"id\": \"chatcmpl-S"):
+        normalize({**OPENAI, "response": events[:150] + "\n\n" + events[300:]}, "auto")
+    two = [_chunk(0, {"role": "assistant", "content": "Five"}), _chunk(1, {"role": "assistant", "content": "5"}, "stop"),
+           _chunk(0, {}, "stop")]
+    assert [t["completion"] for t in normalize({**OPENAI, "response": two}, "auto")] == ["Five", "5"]
+
+
 # A call of OpenAI's Responses API, as a log keeps it (request beside response) and as Helicone does.
 RESPONSES_REQUEST = {"model": "gpt-4.1-mini", "instructions": "Be brief.",
                      "input": [{"role": "user", "content": [{"type": "input_text", "text": "What is 2 plus 3?"}]}]}

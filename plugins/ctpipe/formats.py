@@ -155,6 +155,8 @@ def detect(doc: Any) -> Format | None:
     if "choices" in (response if isinstance(response, dict) else doc) and \
             "messages" in (request if isinstance(request, dict) else doc):
         return "openai"
+    if isinstance(request, dict) and "messages" in request and _streamed_response(response):
+        return "openai"  # a response logged as its stream
     if _batch_kind(doc) or _failed_call(doc) or _portkey(doc) or _litellm(doc) or _spend_log(doc):
         return "openai"
     if isinstance(request, dict) and "input" in request and isinstance(response, dict) and response.get("object") == "response":
@@ -741,6 +743,33 @@ def _call_times(doc: dict, response: dict) -> tuple[float, float]:
     return _need(response, "created", (int, float), "response."), latency
 
 
+def _stream_chunks(value: Any) -> list | None:
+    """The chunks of a response logged as its stream, as proxies log one: a list of chunk objects, or
+    the server-sent events' text (``data: {...}`` lines, up to ``data: [DONE]``); None for any other
+    value. A line that is no JSON is FormatError ``invalid_json``, naming it."""
+    if isinstance(value, list):
+        return value if value and all(isinstance(c, dict) for c in value) and \
+            any("choices" in c or "type" in c for c in value) else None
+    if not isinstance(value, str) or not value.lstrip().startswith(("data:", "event:")):
+        return None
+    chunks = []
+    for n, line in enumerate(value.splitlines(), 1):
+        payload = line[5:].strip() if line.startswith("data:") else None
+        if payload and payload != "[DONE]":
+            try:
+                chunks.append(json.loads(payload))
+            except ValueError:
+                raise FormatError("invalid_json", f"response: line {n} of its stream is no JSON: {_excerpt(payload)}") from None
+    return chunks or None
+
+
+def _streamed_response(value: Any) -> bool:
+    try:
+        return _stream_chunks(value) is not None
+    except FormatError:  # a stream, damaged: its reader says where
+        return True
+
+
 # Where a converter of another API's answer (Gemini's) puts its refusal of one choice, for from_openai
 # to give in its place: a key no JSON document's choice can hold a FormatError under.
 _REFUSED = "ctpipe_refused"
@@ -768,11 +797,15 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         raise FormatError("no_content", f"LiteLLM wrote {_LITELLM_REDACTED!r} for the messages (its "
                                         "turn_off_message_logging, or a request's redaction): no prompt or answer to read")
     request = doc.get("request") if isinstance(doc.get("request"), dict) else doc
-    response = doc.get("response") if isinstance(doc.get("response"), dict) else doc
+    response = doc.get("response") if isinstance(doc.get("response"), dict) else _stream_chunks(doc.get("response")) or doc
     if "choices" not in response:  # another API's bodies, as gateways log them: Anthropic's, the Responses API's, ...
         if _litellm(doc):
             request = _litellm_request(doc, response)
-        request, response = _chat_bodies(request, response, f"call {response.get('id')}", "request") or (request, response)
+        streamed = isinstance(response, list)
+        call = f"call {next((c.get('id') for c in response if c.get('id')), None) if streamed else response.get('id')}"
+        request, response = _chat_bodies(request, response, call, "request") or (request, response)
+        if isinstance(response, list):
+            raise FormatError("invalid_field", f"{call}: its response is a stream of no chat API's chunks")
     messages = _need(request, "messages", list, "request.")
     rid = _need(response, "id", str, "response.")
     model = _need(response, "model", str, "response.")
@@ -895,9 +928,13 @@ def _streamed(response: dict) -> dict:
     filter stopped read as an answer) nor their indices (the choices of ``n`` > 1 read as one)."""
     choices: dict[Any, dict] = {}
     usage = response.get("usage")
+    response = dict(response)
     for chunk in response["streamed_data"]:
         if not isinstance(chunk, dict):
             continue
+        for key in ("id", "model", "created", "system_fingerprint"):  # the call's, where its log kept the chunks alone
+            if response.get(key) is None:
+                response[key] = chunk.get(key)
         usage = chunk["usage"] if isinstance(chunk.get("usage"), dict) else usage
         for c in chunk.get("choices") or []:
             delta = c.get("delta") if isinstance(c, dict) else None
