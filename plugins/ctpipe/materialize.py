@@ -198,13 +198,13 @@ class Labeler:
             found = [None if r is None else self.verify(c, r) for c, r in zip(completions.to_pylist(), given.to_pylist())]
         else:
             found = [None] * len(prompts)
-        given_feedback = rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating"))
+        feedback_signal = rewards.feedback_rewards(pc.struct_field(feedback, "thumb"), pc.struct_field(feedback, "rating"))
         if self.cfg.feedback_score:  # a thumb or rating the trace holds comes first
             scored = rewards.score_rewards(scores, self.cfg.feedback_score, *self.cfg.feedback_range)
-            given_feedback = np.where(np.isnan(given_feedback), scored, given_feedback)
+            feedback_signal = np.where(np.isnan(feedback_signal), scored, feedback_signal)
         signals = {
             "verifiable": np.array([math.nan if v is None else v for v in found], float),
-            "feedback": given_feedback,
+            "feedback": feedback_signal,
             "judge": rewards.score_rewards(scores, self.cfg.judge_score, *self.cfg.judge_range),
         }
         final = rewards.combine_columns(signals, self.weights, self.cfg.missing, len(prompts))
@@ -2324,17 +2324,17 @@ class _RewardStats:
             log.warning("no trace of the %d kept carries a %s signal, weighted %s (missing=%s)%s", kept,
                         " or ".join(unseen), " and ".join(str(getattr(reward, f"{name}_weight")) for name in unseen),
                         reward.missing, f": no score named {reward.judge_score!r} with a number" if "judge" in unseen else "")
-        for signal in ("judge", "feedback"):
-            if self.counts[f"{signal}_outside_range"]:
+        for kind in ("judge", "feedback"):
+            if self.counts[f"{kind}_outside_range"]:
                 log.warning("%d scores named %r lie outside %s_range %s and count as its nearer end: set "
-                            "CTPIPE_REWARD__%s_RANGE to the %s's scale", self.counts[f"{signal}_outside_range"],
-                            getattr(reward, f"{signal}_score"), signal, list(getattr(reward, f"{signal}_range")),
-                            signal.upper(), signal)
+                            "CTPIPE_REWARD__%s_RANGE to the %s's scale", self.counts[f"{kind}_outside_range"],
+                            getattr(reward, f"{kind}_score"), kind, list(getattr(reward, f"{kind}_range")),
+                            kind.upper(), kind)
 
     def summary(self) -> dict:
         # Scores outside their range count as its nearer end; a signal no trace carries, as 0 or not at all.
-        said = {f"{signal}_outside_range": self.counts[f"{signal}_outside_range"] for signal in ("judge", "feedback")
-                if self.counts[f"{signal}_outside_range"]}
+        said = {f"{kind}_outside_range": self.counts[f"{kind}_outside_range"] for kind in ("judge", "feedback")
+                if self.counts[f"{kind}_outside_range"]}
         said["signals"] = {name: self.counts[name] for name in rewards.SIGNALS}
         if not self.n:
             return {"labeled": 0, "mean": None, "min": None, "max": None, **said}
