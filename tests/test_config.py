@@ -52,6 +52,15 @@ def test_a_judge_range_reads_as_two_numbers_with_or_without_brackets(monkeypatch
     assert Settings().reward.judge_range == expected
 
 
+def test_one_score_for_both_the_judge_and_feedback_fails_where_both_are_weighted(monkeypatch):
+    monkeypatch.setenv("CTPIPE_REWARD__FEEDBACK_SCORE", "judge")
+    assert Settings().reward.feedback_score == "judge"  # the judge weighs nothing: counted once
+    monkeypatch.setenv("CTPIPE_REWARD__JUDGE_WEIGHT", "0.5")
+    with pytest.raises(ValidationError, match="both 'judge': its scores would count twice, as feedback and as the "
+                                              "judge's; set CTPIPE_REWARD__FEEDBACK_SCORE to another name or to nothing"):
+        Settings()
+
+
 def test_an_empty_feedback_score_names_none(monkeypatch):
     monkeypatch.setenv("CTPIPE_REWARD__FEEDBACK_SCORE", "")
     monkeypatch.setenv("CTPIPE_REWARD__FEEDBACK_RANGE", "1,5")
@@ -67,7 +76,6 @@ def test_an_empty_feedback_score_names_none(monkeypatch):
     ("judge_score", " ", "reward.judge_score"),
     ("feedback_range", "5,1", r"feedback_range=\[5.0, 1.0\] must be increasing"),
     ("feedback_score", " ", "feedback_score=' ' is blank: empty names none"),
-    ("feedback_score", "judge", "feedback_score and judge_score are both 'judge'"),
     ("feedback_weight", "1e308", r"the reward weights sum past a float's range \(inf\)"),
     ("verifier", "none", "verifier='none' gives no verifiable signal: verifiable_weight=0.8 must be 0"),
 ])

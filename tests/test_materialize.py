@@ -704,8 +704,8 @@ def test_a_feedback_score_is_user_feedback_where_a_trace_has_no_thumb_or_rating(
         {"id": "s-2", "traceId": "lf-2", "observationId": "obs-2", "name": "user-feedback", "value": 0,
          "dataType": "NUMERIC", "source": "API", "comment": "wrong"}))
     (src / "ours.jsonl").write_bytes(lines(
-        trace(4, "What is 4 plus 1?", "5", feedback={"thumb": "down", "rating": None},
-              scores=[{"name": "user-feedback", "value": 1.0, "source": "api"}]),
+        trace(4, "What is 4 plus 1?", "5", feedback={"thumb": "down", "rating": None},  # its score unused: not counted
+              scores=[{"name": "user-feedback", "value": 4.0, "source": "api"}]),
         trace(5, "What is 5 plus 1?", "6", feedback={"thumb": None, "rating": None},
               scores=[{"name": "user-feedback", "value": 4.0, "source": "api"}])))
     reward = RewardConfig(feedback_weight=1.0, verifiable_weight=0.0)

@@ -318,7 +318,16 @@ def test_a_password_s_label_before_words_or_code_keeps_them(text):
     ("电话１３８-００１３-８０００", "电话<PHONE>"),
     # an IBAN before words that look like a group of its; each number of a text as its own kind
     ("IBAN DE89 3704 0044 0532 0130 00 BIC COBADEFFXXX", "IBAN <IBAN> BIC COBADEFFXXX"),
-    ("call 415-555-0100 or 536-22-1234, card 4111 1111 1111 1111", "call <PHONE> or <SSN>, card <CARD>"),
+    ("call 415-555-0100, SSN 536-22-1234, card 4111 1111 1111 1111", "call <PHONE>, SSN <SSN>, card <CARD>"),
+    # a social security number after its label, however written; an IBAN in no-break spaces
+    ("my social security number is 536 22 1234.", "my social security number is <SSN>."), ("SSN:536221234", "SSN:<SSN>"),
+    ("IBAN DE89\xa03704\xa00044\xa00532\xa00130\xa000 ok", "IBAN <IBAN> ok"),
+    # text run on past a plain domain: any word, Markdown's italics, an underscore
+    ("jane.doe@gmail.com.thanks", "<EMAIL>.thanks"), ("jane.doe@gmail.com.I'll", "<EMAIL>.I'll"),
+    ("jane.doe@gmail.com.谢谢", "<EMAIL>.谢谢"), ("write _jane.doe@gmail.com_ now", "write _<EMAIL>_ now"),
+    ("jane.doe@gmail.com_thanks", "<EMAIL>_thanks"), ("Mobile415-555-0100, Phone0171 1234567", "Mobile<PHONE>, Phone<PHONE>"),
+    # a card after another number and a slash
+    ("ref 2184/4111 1111 1111 1111", "ref 2184/<CARD>"),
     # what is kept of a number read in ASCII digits stays as written
     ("card ４１１１ １１１１ １１１１ １１１１ １２/２６", "card <CARD> １２/２６"),
     ("４１１１ １１１１ １１１１ １１１１ and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０", "<CARD> and ０１０ ０２０ ０３０ ０４０ ０５０ ０６０"),
@@ -337,6 +346,9 @@ def test_numbers_beside_other_numbers_and_addresses_in_other_scripts_are_scrubbe
     "lr 1.4111 1111 1111 1111", "ratio 4111/1111/1111/1112", "全角の数字２０２６年１１月３０日",
     # no social security number ever issued, no IBAN (its check digits wrong), a number of other groups
     "ssn 666-12-1234 or 900-12-1234", "DE89 3704 0044 0532 0130 01", "order 123-45-67890", "part 12-345-6789",
+    # no label: a sum, an order's number; code's objects named like domains before "(" or more names
+    "What is 250-15-1200?", "Order #536-22-1234", "y = x@self.net(h)", "z = W@model.org(x)", "q = x@self.net.Wq",
+    "foo@bar.py.Module", "x = self_q@k.T",
 ])
 def test_code_and_lists_of_numbers_are_kept(text):
     assert scrub(text) == text
@@ -369,6 +381,8 @@ def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text,
 @pytest.mark.parametrize("text", ["max_tokens=1024", "Each token: a word piece", "password: ********", "sig=2",
                                   "my password is incorrect", "docker run -u 1000:1000 img", "ssh -p 2222 host",
                                   "get_session_token_from_environment_variable()", "process.env.CLIENT_SECRET",
-                                  "the next token is predicted", "my api key is invalid", "the access token is expired"])
+                                  "the next token is predicted", "my api key is invalid", "the access token is expired",
+                                  "The URL to get the access token is https://oauth2.googleapis.com/token",
+                                  "the token is bert-base-uncased/vocab.txt:30522"])
 def test_counts_words_and_masks_after_a_label_are_kept(text):
     assert scrub(text) == text

@@ -169,8 +169,10 @@ class RewardConfig(_Section):
                 raise ValueError(f"{name}={[low, high]} is wider than a float holds")
         if self.feedback_score.isspace():
             raise ValueError(f"feedback_score={self.feedback_score!r} is blank: empty names none")
-        if self.feedback_score == self.judge_score:  # one score would count twice, under two weights
-            raise ValueError(f"feedback_score and judge_score are both {self.judge_score!r}")
+        if self.feedback_score == self.judge_score and self.feedback_weight > 0 and self.judge_weight > 0:
+            raise ValueError(f"feedback_score and judge_score are both {self.judge_score!r}: its scores would count "
+                             "twice, as feedback and as the judge's; set CTPIPE_REWARD__FEEDBACK_SCORE to another name "
+                             "or to nothing")
         return self
 
     def weights(self) -> dict[str, float]:

@@ -1104,8 +1104,11 @@ def _signal_counts(rows: pa.Table) -> Counter:
     counts = Counter({name: rows.num_rows - rows[f"{name}_reward"].null_count for name in rewards.SIGNALS})
     if cfg.judge_weight > 0:
         counts["judge_outside_range"] = rewards.scores_outside(rows["scores"], cfg.judge_score, *cfg.judge_range)
-    if cfg.feedback_weight > 0 and cfg.feedback_score:
-        counts["feedback_outside_range"] = rewards.scores_outside(rows["scores"], cfg.feedback_score, *cfg.feedback_range)
+    if cfg.feedback_weight > 0 and cfg.feedback_score:  # of the rows whose feedback is the score's: no thumb, no rating
+        scored = np.isnan(rewards.feedback_rewards(rows["feedback_thumb"].combine_chunks(),
+                                                   rows["feedback_rating"].combine_chunks()))
+        counts["feedback_outside_range"] = rewards.scores_outside(
+            rows["scores"].filter(pa.array(scored)), cfg.feedback_score, *cfg.feedback_range)
     return counts
 
 

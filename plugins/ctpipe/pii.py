@@ -34,13 +34,14 @@ _MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.categ
 # letters are no top-level domain's, and those before an address are kept (see _address).
 _CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
         "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff")
-# A local part and its "@": begun where a word begins (or after a raw line's escaped new line), not by
-# an apostrophe, which quotes it ('jane@x.org'), nor as a URL's user (ssh://git@github.com/...).
-_LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-]))(?!')[\w{_MARKS}.%+'-]+" + _AT
+# A local part and its "@": begun where a word begins (or after a raw line's escaped new line, or an
+# underscore: Markdown's italics, _jane@x.org_), not by an apostrophe, which quotes it ('jane@x.org'),
+# nor as a URL's user (ssh://git@github.com/...).
+_LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![^\W_]|[{_MARKS}.%+-]))(?!['_])[\w{_MARKS}.%+'-]+" + _AT
 # A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
 # scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address).
 _EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}}|[{_CJK}]{{2,}})"
-                    rf"(?![^\W{_CJK}]|[{_MARKS}]|\.[^\W\d_]|:[\w~.-]*/)")
+                    rf"(?![^\W_{_CJK}]|[{_MARKS}]|\.[^\W\d_]{{2}}|:[\w~.-]*/)")
 # A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the
 # password; a user alone holding a digit is a key (Sentry's DSNs: https://<key>@o1.ingest.sentry.io/1).
 _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@]*)(?=@)")
@@ -49,11 +50,12 @@ _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@
 _SPACES = " \u00a0\u2009\u202f"
 _DASH = "\u2010-\u2013\u2212\uff0d"
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
-# after a space, a dash, a dot or a slash (or two spaces). Not a decimal's digits (3.4111...), but
-# after an abbreviation's dot (Card No.4111...).
-_CARD_SEP = f"[./{_SPACES}-]{{0,2}}"
+# after a space, a dash or a dot (or two spaces), or all after slashes (a slash before a card is
+# another number's: 2184/4111 1111 1111 1111). Not a decimal's digits (3.4111...), but after an
+# abbreviation's dot (Card No.4111...).
+_CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
 _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
-                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}})(?![\d-]|\.\d)")
+                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|\d{{4}}/\d{{4}}/\d{{4}}/\d{{1,4}})(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
 # on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
@@ -61,8 +63,9 @@ _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_
 # written in groups of three ("1 000 000 000", "192.168.100.200"), nor before a group of three digits
 # more (a list: 010 020 030 040 050 060). Before a shorter number (415-555-0132 24 hours, 030 12345678
 # 9-17 Uhr), or beside a comma (a CSV row: 34,415-555-0132,41), it is one. After its label with no
-# space (Tel415-555-0100): the label's last letters, four at most, as the runs' windows hold.
-_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])|(?<=(?i:tel|fax|mob))|(?<=(?i:cell)))(?<!\d[.:{_SPACES}])"
+# space (Tel415-555-0100, Mobile0171 1234567): the label's last letters, four at most, as the runs'
+# windows hold.
+_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])|(?<=(?i:tel|fax|mob))|(?<=(?i:cell|hone|bile)))(?<!\d[.:{_SPACES}])"
 _ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|\.\d|[:{_SPACES}]\d{{3}})"  # an extension after an x (415-555-0100x23) stays
 _SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
@@ -109,8 +112,12 @@ _SECRET = re.compile(
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    rf"|(?i:{_KEY_LABELS_AT})(?:[\"']?\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)\s*[\"']?)"
+    rf"|(?i:{_KEY_LABELS_AT})[\"']?\s*{_GIVES}\s*[\"']?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
+    # A key said in a sentence (my API key is 3f9a...): a token alone, not a URL or a path (the URL to
+    # get the token is https://..., the token is bert-base/vocab.txt:30522).
+    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+is(?:\s*{_GIVES})?\s*[\"']?)"
+    r"(?=[A-Za-z0-9_.-]*\d)[A-Za-z0-9_.-]{20,}(?![A-Za-z0-9_.:/-])"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
     rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
     # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
@@ -260,7 +267,7 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["quoted"] or m["bare"] or m["cli"] or "")
+        text = _SECRET.sub(lambda m: (m["keep"] or m["said"] or m["quoted"] or m["bare"] or m["cli"] or "")
                            + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
@@ -272,10 +279,12 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
 # Top-level domains of private networks, which the public list leaves out: addresses all the same.
 _PRIVATE_TLDS = frozenset({"local", "internal", "corp", "lan", "home", "intranet", "localdomain", "private"})
 _CJK_RUN = re.compile(f"[{_CJK}]*")
-# An address a "(" follows is one where its domain is no object's (jane@example.com(work)): many
-# top-level domains are methods' names too (x@y.to(device), a@b.run(), w@v.app()).
-_BEFORE_PARENTHESIS = re.compile(r"\.(?:(?:co|com|org|net|ac|gov|edu)\.[a-z]{2}|com|org|net|edu|gov)\Z")
-_LAST_LABEL = re.compile(r"\.([^\W\d_]{2,})\Z")
+_CJK_TLD_CHARS = 6  # the longest top-level domain in those scripts (ファッション)
+# A domain no code's object is named like (example.com, uni.ac.uk): what runs on past it with no
+# space (jane@example.com.Thanks, jane@example.com.谢谢) or a "(" after it (jane@example.com(work))
+# leaves it an address; many top-level domains are attributes' and methods' names too (x@self.net(h),
+# x@y.to(device), foo@bar.py.Module).
+_PLAIN_DOMAIN = re.compile(r"\.(?:(?:co|com|org|net|ac|gov|edu)\.[a-z]{2}|com|edu|gov)\Z")
 
 
 @functools.cache
@@ -299,7 +308,7 @@ def _address(counts: Counter):
         if ending is None:
             return m.group()
         address, rest = ending
-        if not rest and m.string.startswith("(", m.end()) and not _BEFORE_PARENTHESIS.search(address.lower()):
+        if not rest and m.string.startswith("(", m.end()) and not _PLAIN_DOMAIN.search(address.lower()):
             return m.group()
         return address[:_CJK_RUN.match(address).end()] + _counted(counts, "email", "<EMAIL>") + rest
 
@@ -307,20 +316,18 @@ def _address(counts: Counter):
 
 
 def _ending(m: re.Match) -> tuple[str, str] | None:
-    """The address of an :data:`_EMAIL` match and what ran on past its domain with no space: a
-    sentence (jane@example.com.Thanks), or text in the script of a top-level domain written in
-    Chinese or Japanese (张伟@例子.中国谢谢); None where its top-level domain is none."""
+    """The address of an :data:`_EMAIL` match and what ran on past its domain with no space: text in
+    the script of a top-level domain written in Chinese or Japanese (张伟@例子.中国谢谢), or anything
+    after a plain domain (jane@example.com.Thanks); None where its top-level domain is none."""
     address, tld = m.group(), m["tld"]
     if _CJK_RUN.fullmatch(tld):  # the longest start of the run that is a top-level domain
-        k = next((k for k in range(len(tld), 1, -1) if _a_tld(tld[:k])), 0)
-        return (address[:len(address) - len(tld) + k], tld[k:]) if k else None
-    if _a_tld(tld):
+        k = next((k for k in range(min(len(tld), _CJK_TLD_CHARS), 1, -1) if _a_tld(tld[:k])), 0)
+        if k:
+            return address[:len(address) - len(tld) + k], tld[k:]
+    elif _a_tld(tld):
         return address, ""
     head = address[:-len(tld) - 1]
-    last = _LAST_LABEL.search(head)
-    if tld[0].isupper() and tld[1:].islower() and last and _a_tld(last[1]):
-        return head, address[len(head):]
-    return None
+    return (head, address[len(head):]) if _PLAIN_DOMAIN.search(head.lower()) else None
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
@@ -365,19 +372,27 @@ def _card(counts: Counter):
     return replace
 
 
-# A US social security number, in its dashed form alone (bare, nine digits are any number's), of an
-# area, group and serial ever issued (python-stdnum: not 000, 666 or 9xx, not the famous ones).
-_SSN = re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-]|\.\d)")
+# A US social security number after its label (SSN, social security number), however written
+# (536-22-1234, 536 22 1234, 536221234): unlabelled, three, two and four digits are as often a sum
+# (250-15-1200) or an order's number. Of an area, group and serial ever issued (python-stdnum).
+_SSN = re.compile(rf"(?i:\bssn\b|\bsocial[{_SPACES}]+security\b)[^\d\n]{{0,24}}?(?<![\d-])"
+                  rf"(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-]?)\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
 # An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
 # digits and its country's length and layout, python-stdnum) with its last groups dropped until it
 # is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?: [A-Z0-9]{4}){2,7}(?: [A-Z0-9]{1,4})?)(?![A-Za-z0-9])")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-Z0-9]{4}){2,7}(?:[ \xa0][A-Z0-9]{1,4})?)(?![A-Za-z0-9])")
+_LAST_GROUP = re.compile(r"[ \xa0][A-Z0-9]{1,4}\Z")
 
 
 def _ssn(counts: Counter):
     from stdnum.us import ssn
 
-    return lambda m: _counted(counts, "ssn", "<SSN>") if ssn.is_valid(m.group()) else m.group()
+    def replace(m: re.Match) -> str:
+        if not ssn.is_valid(re.sub(r"\D", "", m["number"])):
+            return m.group()
+        return m.group()[:m.start("number") - m.start()] + _counted(counts, "ssn", "<SSN>")
+
+    return replace
 
 
 def _iban(counts: Counter):
@@ -385,8 +400,8 @@ def _iban(counts: Counter):
 
     def replace(m: re.Match) -> str:
         number = m.group()
-        while " " in number and not iban.is_valid(number):
-            number = number.rsplit(" ", 1)[0]
+        while not iban.is_valid(number) and _LAST_GROUP.search(number):
+            number = _LAST_GROUP.sub("", number)
         if not iban.is_valid(number):
             return m.group()
         return _counted(counts, "iban", "<IBAN>") + m.group()[len(number):]
@@ -426,14 +441,14 @@ _ASCII_DIGITS = {c: 48 + unicodedata.digit(chr(c)) for c in range(0x80, 0x20000)
 
 
 def _numbers(text: str, counts: Counter) -> str:
-    """``text`` with IBANs, card numbers, social security numbers, then phone numbers, replaced, when it
-    has nine digits close together."""
+    """``text`` with IBANs, social security numbers, card numbers, then phone numbers, replaced, when
+    it has nine digits close together."""
     runs = list(_NUMBER_RUNS.finditer(text))
     if not any(_MANY_DIGITS.search(run.group()) for run in runs):
         return text
-    out = _IBAN.sub(_iban(counts), text)  # letters and all: in no run
-    for pattern, replace in ((_CARD, _card(counts)), (_SSN, _ssn(counts)), (_PHONE, _phone(counts))):
-        if out is not text:  # the runs found again only where one changed the text
+    out = _SSN.sub(_ssn(counts), _IBAN.sub(_iban(counts), text))  # letters and all: in no run
+    for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):
+        if out != text:  # the runs found again only where one changed the text
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
         out = _in_runs(out, runs, pattern, replace)
     return out
@@ -457,6 +472,8 @@ def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
 def _sub_as_written(pattern: re.Pattern, replace, text: str) -> str:
     """``pattern.sub(replace, text)`` over ``text`` read with ASCII digits, what is kept (between
     matches, a match not replaced, a match's end kept: a card's expiry) as written."""
+    if text.isascii():
+        return pattern.sub(replace, text)
     plain = text.translate(_ASCII_DIGITS)
     out, done = [], 0
     for m in pattern.finditer(plain):
