@@ -65,7 +65,9 @@ _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_
 # 9-17 Uhr), or beside a comma (a CSV row: 34,415-555-0132,41), it is one. After its label with no
 # space (Tel415-555-0100, Mobile0171 1234567): the label's last letters, four at most, as the runs'
 # windows hold.
-_STARTS = rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])|(?<=(?i:tel|fax|mob))|(?<=(?i:cell|hone|bile)))(?<!\d[.:{_SPACES}])"
+_STARTS = (rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])"
+           r"|(?<=[lxbeLXBE])(?:(?<=(?i:tel|fax|mob))|(?<=(?i:cell|hone|bile))))"  # the last letter first: cheaper
+           rf"(?<!\d[.:{_SPACES}])")
 _ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|\.\d|[:{_SPACES}]\d{{3}})"  # an extension after an x (415-555-0100x23) stays
 _SEP = f"[.{_SPACES}{_DASH}-]"
 _PHONE = re.compile(
@@ -375,6 +377,7 @@ def _card(counts: Counter):
 # A US social security number after its label (SSN, social security number), however written
 # (536-22-1234, 536 22 1234, 536221234): unlabelled, three, two and four digits are as often a sum
 # (250-15-1200) or an order's number. Of an area, group and serial ever issued (python-stdnum).
+_SSN_HINTS = ("ssn", "SSN", "Ssn", "ocial", "OCIAL")
 _SSN = re.compile(rf"(?i:\bssn\b|\bsocial[{_SPACES}]+security\b)[^\d\n]{{0,24}}?(?<![\d-])"
                   rf"(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-]?)\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
 # An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
@@ -382,6 +385,7 @@ _SSN = re.compile(rf"(?i:\bssn\b|\bsocial[{_SPACES}]+security\b)[^\d\n]{{0,24}}?
 # is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-Z0-9]{4}){2,7}(?:[ \xa0][A-Z0-9]{1,4})?)(?![A-Za-z0-9])")
 _LAST_GROUP = re.compile(r"[ \xa0][A-Z0-9]{1,4}\Z")
+_IBAN_CHARS = 42  # the longest, 34 characters, in groups of four
 
 
 def _ssn(counts: Counter):
@@ -444,14 +448,38 @@ def _numbers(text: str, counts: Counter) -> str:
     """``text`` with IBANs, social security numbers, card numbers, then phone numbers, replaced, when
     it has nine digits close together."""
     runs = list(_NUMBER_RUNS.finditer(text))
-    if not any(_MANY_DIGITS.search(run.group()) for run in runs):
+    long = [run for run in runs if _MANY_DIGITS.search(run.group())]
+    if not long:
         return text
-    out = _SSN.sub(_ssn(counts), _IBAN.sub(_iban(counts), text))  # letters and all: in no run
+    out = _ibans(text, long, counts)
+    if any(hint in out for hint in _SSN_HINTS):
+        out = _SSN.sub(_ssn(counts), out)
     for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):
         if out != text:  # the runs found again only where one changed the text
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
         out = _in_runs(out, runs, pattern, replace)
     return out
+
+
+def _ibans(text: str, runs: list[re.Match], counts: Counter) -> str:
+    """``text`` with the IBANs around its long ``runs`` of digits replaced: every IBAN holds one (its
+    account's digits), within an IBAN's length of it. Scanning whole texts for one cost as much as
+    the rest of their numbers' scrubbing."""
+    windows: list[list[int]] = []  # around each run, those that overlap merged: each part scanned once
+    for run in runs:
+        start, end = max(run.start() - _IBAN_CHARS, 0), min(run.end() + _IBAN_CHARS, len(text))
+        if windows and start <= windows[-1][1]:
+            windows[-1][1] = end
+        else:
+            windows.append([start, end])
+    replace, out, done = _iban(counts), [], 0
+    for start, end in windows:
+        for m in _IBAN.finditer(text, start, end):
+            new = replace(m)
+            if new != m.group():
+                out += [text[done:m.start()], new]
+                done = m.end()
+    return "".join(out + [text[done:]]) if out else text
 
 
 def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
