@@ -1853,6 +1853,19 @@ def test_an_openai_log_of_a_stream_is_read_from_its_chunks_or_its_events_text():
     two = [_chunk(0, {"role": "assistant", "content": "Five"}), _chunk(1, {"role": "assistant", "content": "5"}, "stop"),
            _chunk(0, {}, "stop")]
     assert [t["completion"] for t in normalize({**OPENAI, "response": two}, "auto")] == ["Five", "5"]
+    # Azure's first chunk names no call ("", 0): the call is the later chunks'; a comment and data: null say nothing
+    azure = [{"choices": [], "created": 0, "id": "", "model": "", "object": "", "prompt_filter_results": []}, *chunks]
+    (t,) = normalize({**OPENAI, "response": azure}, "auto")
+    assert (t["trace_id"], t["model"]["name"], t["completion"]) == ("chatcmpl-S", "gpt-4o-mini", "The answer is 5.")
+    (t,) = normalize({**OPENAI, "response": ": OPENROUTER PROCESSING\n\ndata: null\n\n" + events}, "auto")
+    assert t["completion"] == "The answer is 5."
+    # cut short (no finish reason), or broken off by an error: no whole answer
+    for cut in (chunks[:2], chunks[:2] + [{"error": {"message": "The server had an error", "type": "server_error"}}],
+                chunks[:2] + [{"object": "error", "message": "vLLM ran out of memory"}]):
+        with pytest.raises(FormatError, match="failed_request|stream ended before choice 0's answer did"):
+            normalize({**OPENAI, "response": cut}, "auto")
+    finished = chunks[:3] + [{"error": {"message": "late"}}]  # an error after the answer finished leaves it whole
+    assert normalize({**OPENAI, "response": finished}, "auto")[0]["completion"] == "The answer is 5."
 
 
 # A call of OpenAI's Responses API, as a log keeps it (request beside response) and as Helicone does.

@@ -239,7 +239,17 @@ def cmd_k8s_serving(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _interrupted(e: BaseException | None) -> bool:
+    """Whether ``e`` is Ctrl-C's, or was raised by it: one in a class's creation comes wrapped (Python's
+    RuntimeError "Error calling __set_name__", as pydantic's models are made)."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _parser() -> argparse.ArgumentParser:
     from ctpipe.config import DatasetConfig  # the formats a run may be told, from their one place
 
     parser = argparse.ArgumentParser(prog="ctpipe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -278,9 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kserve", action="store_true",
                    help="a KServe InferenceService (canaryTrafficPercent) instead of Deployments and an HTTPRoute")
     p.set_defaults(fn=cmd_k8s_serving)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
+        parser = _parser()
         args = parser.parse_args(argv)
-    except KeyboardInterrupt:  # in what a flag's check imports
+    except BaseException as e:  # Ctrl-C in what the flags and their checks import
+        if not _interrupted(e):
+            raise
         print("ctpipe: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     if args.command == "materialize":

@@ -224,18 +224,20 @@ def _litellm(doc: dict) -> bool:
     return doc.get("call_type") in _LITELLM_CALLS and "messages" in doc and "response" in doc
 
 
-def _litellm_request(doc: dict, response: dict) -> dict:
+def _litellm_request(doc: dict, response: dict | list) -> dict:
     """The request of LiteLLM's log of a call of another API, as that API's: its messages, and the
     parameters LiteLLM keeps apart (``model_parameters``: the Responses API's ``instructions`` and
     ``previous_response_id``; not Anthropic's ``system``, which LiteLLM leaves out of its logs as
     prompt content, so that a call whose system prompt is not there is ``invalid_field``: the
     prompt served cannot be told)."""
     params = doc.get("model_parameters") if isinstance(doc.get("model_parameters"), dict) else {}
-    if response.get("object") == "response":  # the input, which LiteLLM logs as its messages
+    if isinstance(response, dict) and response.get("object") == "response":  # the input, which LiteLLM logs as its messages
         return {**params, "input": doc.get("messages")}
     request = {**params, "messages": doc.get("messages")}
     messages = request["messages"] if isinstance(request["messages"], list) else []
-    if "content" in response and not request.get("system") and not any(
+    anthropic = "content" in response if isinstance(response, dict) else \
+        any(c.get("type") == "message_start" for c in response)  # or its stream's events
+    if anthropic and not request.get("system") and not any(
             isinstance(m, dict) and m.get("role") == "system" for m in messages):
         raise FormatError("invalid_field", f"call {doc.get('id')}: LiteLLM's log of an Anthropic messages call holds "
                                            "no system prompt (LiteLLM leaves `system` out of its logs): the prompt "
@@ -750,16 +752,19 @@ def _stream_chunks(value: Any) -> list | None:
     if isinstance(value, list):
         return value if value and all(isinstance(c, dict) for c in value) and \
             any("choices" in c or "type" in c for c in value) else None
-    if not isinstance(value, str) or not value.lstrip().startswith(("data:", "event:")):
+    # Its fields' names, or a comment (OpenRouter's ": OPENROUTER PROCESSING"), begin it.
+    if not isinstance(value, str) or not value.lstrip().startswith(("data:", "event:", "id:", "retry:", ":")):
         return None
     chunks = []
     for n, line in enumerate(value.splitlines(), 1):
         payload = line[5:].strip() if line.startswith("data:") else None
         if payload and payload != "[DONE]":
             try:
-                chunks.append(json.loads(payload))
+                chunk = json.loads(payload)
             except ValueError:
                 raise FormatError("invalid_json", f"response: line {n} of its stream is no JSON: {_excerpt(payload)}") from None
+            if isinstance(chunk, dict):  # data: null says nothing
+                chunks.append(chunk)
     return chunks or None
 
 
@@ -925,16 +930,22 @@ def _helicone_body(body: Any, where: str, chunks: bool = False) -> dict | list:
 def _streamed(response: dict) -> dict:
     """A streamed chat completion with its choices rebuilt from its chunks (``streamed_data``) by their
     index: Helicone's own merge of them keeps neither a choice's finish reason (a stream the content
-    filter stopped read as an answer) nor their indices (the choices of ``n`` > 1 read as one)."""
+    filter stopped read as an answer) nor their indices (the choices of ``n`` > 1 read as one). A
+    choice the stream gave no finish reason is ``failed_request`` in its place: the stream was cut
+    short, or an error broke it off."""
     choices: dict[Any, dict] = {}
-    usage = response.get("usage")
+    usage, error = response.get("usage"), None
     response = dict(response)
     for chunk in response["streamed_data"]:
         if not isinstance(chunk, dict):
             continue
         for key in ("id", "model", "created", "system_fingerprint"):  # the call's, where its log kept the chunks alone
-            if response.get(key) is None:
-                response[key] = chunk.get(key)
+            if not response.get(key) and chunk.get(key):  # Azure's first chunk: "" and 0 (its prompt filter's results)
+                response[key] = chunk[key]
+        if isinstance(chunk.get("error"), dict):  # an error in the stream's place (OpenAI's, vLLM's)
+            error = chunk["error"]
+        elif chunk.get("object") == "error":
+            error = chunk
         usage = chunk["usage"] if isinstance(chunk.get("usage"), dict) else usage
         for c in chunk.get("choices") or []:
             delta = c.get("delta") if isinstance(c, dict) else None
@@ -949,6 +960,10 @@ def _streamed(response: dict) -> dict:
             for key in (*TOOL_FIELDS, "audio"):
                 message[key] = message.get(key) or delta.get(key)
             got["finish_reason"] = c.get("finish_reason") or got["finish_reason"]
+    for i, choice in choices.items():  # a stream cut short, or broken off by an error: its answer goes on past it
+        if choice["finish_reason"] is None:
+            said = f": {_excerpt(str(error.get('message') or error), 300)}" if error else " (no finish reason)"
+            choice[_REFUSED] = FormatError("failed_request", f"the stream ended before choice {i}'s answer did{said}")
     return {**response, "choices": [choices[i] for i in _by_index(choices)], "usage": usage}
 
 
@@ -1216,7 +1231,7 @@ def _chat_bodies(request: dict, response: dict | list, call: str, request_at: st
         return _gemini_request(request, where), _gemini_response(chunks, call)
     if isinstance(response, list):
         kinds = {k for c in chunks for k in (c.get("type"), *c)}
-        if "message_start" in kinds or "error" in kinds:
+        if "message_start" in kinds or any(c.get("type") == "error" for c in chunks):
             response = _anthropic_streamed(chunks, call)
         elif kinds & {"messageStart", "contentBlockDelta", "messageStop"}:
             response = _converse_streamed(chunks)

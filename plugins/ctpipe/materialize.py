@@ -1612,8 +1612,14 @@ class _Pool:
         """``fn()`` in this process and in every worker: what each of them holds."""
         return [fn(), *(pool.submit(fn).result() for pool in self.workers)]
 
-    def close(self) -> None:
+    def close(self, stop: bool = False) -> None:
+        """End the workers once the tasks they began are done; with ``stop`` (a run that failed, or was
+        interrupted: Ctrl-C does not reach them, see :func:`_interrupts_held`), at once: nothing they
+        would still write is wanted, and a worker still importing or writing a part held the run up."""
         for pool in self.workers:
+            if stop:
+                for process in list((pool._processes or {}).values()):  # public only from Python 3.14 (kill_workers)
+                    process.kill()
             pool.shutdown(cancel_futures=True)
 
 
@@ -2129,7 +2135,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     finally:
         try:
             if pool is not None:
-                pool.close()  # waits for the tasks the workers have begun: no part is written after this
+                pool.close(stop=failed)  # no part is written after this
         except BaseException:  # stopped (SIGTERM) while it waits: what was staged goes all the same
             failed = True
             raise

@@ -35,9 +35,11 @@ _MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.categ
 _CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
         "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff")
 # A local part and its "@": begun where a word begins (or after a raw line's escaped new line, or an
-# underscore: Markdown's italics, _jane@x.org_), not by an apostrophe, which quotes it ('jane@x.org'),
+# underscore that begins one: Markdown's italics, _jane@x.org_; not after each of a word's, which
+# scanned a snake_case word again from each), not by an apostrophe, which quotes it ('jane@x.org'),
 # nor as a URL's user (ssh://git@github.com/...).
-_LOCAL_AT = rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![^\W_]|[{_MARKS}.%+-]))(?!['_])[\w{_MARKS}.%+'-]+" + _AT
+_LOCAL_AT = (rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-])|(?<=_)(?<![\w{_MARKS}.%+-]_))"
+             rf"(?!['_])[\w{_MARKS}.%+'-]+" + _AT)
 # A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
 # scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address).
 _EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}}|[{_CJK}]{{2,}})"
@@ -51,11 +53,11 @@ _SPACES = " \u00a0\u2009\u202f"
 _DASH = "\u2010-\u2013\u2212\uff0d"
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
 # after a space, a dash or a dot (or two spaces), or all after slashes (a slash before a card is
-# another number's: 2184/4111 1111 1111 1111). Not a decimal's digits (3.4111...), but after an
+# another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a decimal's digits (3.4111...), but after an
 # abbreviation's dot (Card No.4111...).
 _CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
 _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
-                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|\d{{4}}/\d{{4}}/\d{{4}}/\d{{1,4}})(?![\d-]|\.\d)")
+                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|(?<!/)\d{{4}}/\d{{4}}/\d{{4}}/\d{{1,4}}(?!/))(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
 # on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
@@ -116,10 +118,12 @@ _SECRET = re.compile(
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
     rf"|(?i:{_KEY_LABELS_AT})[\"']?\s*{_GIVES}\s*[\"']?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
-    # A key said in a sentence (my API key is 3f9a...): a token alone, not a URL or a path (the URL to
-    # get the token is https://..., the token is bert-base/vocab.txt:30522).
+    # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
+    # letters and digits in a row, not a URL, a path or a name (the URL to get the token is https://...,
+    # the token is bert-base/vocab.txt:30522, the model is gpt-4o-mini-2024-07-18).
     rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+is(?:\s*{_GIVES})?\s*[\"']?)"
-    r"(?=[A-Za-z0-9_.-]*\d)[A-Za-z0-9_.-]{20,}(?![A-Za-z0-9_.:/-])"
+    r"(?![a-z][a-z0-9+.-]*://)(?=[A-Za-z0-9_.+/=-]*?[A-Za-z0-9]{12})(?=[A-Za-z0-9_.+/=-]*\d)"
+    r"[A-Za-z0-9_.+/=-]{20,}(?![A-Za-z0-9_.+/=:-])"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
     rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
     # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
@@ -310,8 +314,8 @@ def _address(counts: Counter):
         if ending is None:
             return m.group()
         address, rest = ending
-        if not rest and m.string.startswith("(", m.end()) and not _PLAIN_DOMAIN.search(address.lower()):
-            return m.group()
+        if not rest and m.string[m.end():m.end() + 1] in ("(", "_") and not _PLAIN_DOMAIN.search(address.lower()):
+            return m.group()  # x@self.net(h), x@self.in_proj_weight
         return address[:_CJK_RUN.match(address).end()] + _counted(counts, "email", "<EMAIL>") + rest
 
     return replace
@@ -374,12 +378,16 @@ def _card(counts: Counter):
     return replace
 
 
-# A US social security number after its label (SSN, social security number), however written
-# (536-22-1234, 536 22 1234, 536221234): unlabelled, three, two and four digits are as often a sum
-# (250-15-1200) or an order's number. Of an area, group and serial ever issued (python-stdnum).
+# US social security numbers, in a text that names one (SSN, SSNs, customer_ssn, social security
+# number, Social-Security-Number): in groups anywhere (a table's column, a second one after the
+# label), or bare after the label (SSN: 536221234). In a text that names none, three, two and four
+# digits are as often a sum (250-15-1200) or an order's number, and are kept. Of an area, group and
+# serial ever issued (python-stdnum).
 _SSN_HINTS = ("ssn", "SSN", "Ssn", "ocial", "OCIAL")
-_SSN = re.compile(rf"(?i:\bssn\b|\bsocial[{_SPACES}]+security\b)[^\d\n]{{0,24}}?(?<![\d-])"
-                  rf"(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-]?)\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
+_SSN_LABEL = r"(?i:ssns?(?![a-z])|social[\s_-]*security)"
+_SSN_NAMED = re.compile(_SSN_LABEL)
+_SSN = re.compile(rf"(?P<label>{_SSN_LABEL}[^\d\n]{{0,24}}?)(?<![\d-])(?P<bare>\d{{9}})(?![\d-])"
+                  rf"|(?<![\d-])(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-])\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
 # An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
 # digits and its country's length and layout, python-stdnum) with its last groups dropped until it
 # is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
@@ -392,9 +400,9 @@ def _ssn(counts: Counter):
     from stdnum.us import ssn
 
     def replace(m: re.Match) -> str:
-        if not ssn.is_valid(re.sub(r"\D", "", m["number"])):
+        if not ssn.is_valid(re.sub(r"\D", "", m["bare"] or m["number"])):
             return m.group()
-        return m.group()[:m.start("number") - m.start()] + _counted(counts, "ssn", "<SSN>")
+        return (m["label"] or "") + _counted(counts, "ssn", "<SSN>")
 
     return replace
 
@@ -452,7 +460,7 @@ def _numbers(text: str, counts: Counter) -> str:
     if not long:
         return text
     out = _ibans(text, long, counts)
-    if any(hint in out for hint in _SSN_HINTS):
+    if any(hint in out for hint in _SSN_HINTS) and _SSN_NAMED.search(out):
         out = _SSN.sub(_ssn(counts), out)
     for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):
         if out != text:  # the runs found again only where one changed the text
