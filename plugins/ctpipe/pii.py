@@ -56,8 +56,8 @@ _DASH = "\u2010-\u2013\u2212\uff0d"
 # another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a decimal's digits (3.4111...), but after an
 # abbreviation's dot (Card No.4111...).
 _CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
-_CARD = re.compile(rf"(?<![\d-])(?<!\d\.)(?:\d{{4}}(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
-                   rf"|\d{{4}}{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|(?<!/)\d{{4}}/\d{{4}}/\d{{4}}/\d{{1,4}}(?!/))(?![\d-]|\.\d)")
+_CARD = re.compile(rf"(?<![\d-])(?<!\d\.)\d{{4}}(?:(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
+                   rf"|{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|(?<!/\d{{4}})/\d{{4}}/\d{{4}}/\d{{1,4}}(?!/))(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
 # inside a word or a longer number (its letters in ASCII: Chinese text runs into the number it gives,
 # on both sides), but after a raw JSON line's escaped new line ("\n" ends in a letter); not a time's
@@ -391,9 +391,11 @@ _SSN = re.compile(rf"(?P<label>{_SSN_LABEL}[^\d\n]{{0,24}}?)(?<![\d-])(?P<bare>\
 # An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
 # digits and its country's length and layout, python-stdnum) with its last groups dropped until it
 # is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
-_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-Z0-9]{4}){2,7}(?:[ \xa0][A-Z0-9]{1,4})?)(?![A-Za-z0-9])")
+# Begun by a capital, not by a word's start (which Python's re then tried at every character): its
+# scan skips to the capitals, four times as fast.
+_IBAN = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-Z0-9]{4}){2,7}(?:[ \xa0][A-Z0-9]{1,4})?)"
+                   r"(?![A-Za-z0-9])")
 _LAST_GROUP = re.compile(r"[ \xa0][A-Z0-9]{1,4}\Z")
-_IBAN_CHARS = 42  # the longest, 34 characters, in groups of four
 
 
 def _ssn(counts: Counter):
@@ -456,10 +458,9 @@ def _numbers(text: str, counts: Counter) -> str:
     """``text`` with IBANs, social security numbers, card numbers, then phone numbers, replaced, when
     it has nine digits close together."""
     runs = list(_NUMBER_RUNS.finditer(text))
-    long = [run for run in runs if _MANY_DIGITS.search(run.group())]
-    if not long:
+    if not any(_MANY_DIGITS.search(run.group()) for run in runs):
         return text
-    out = _ibans(text, long, counts)
+    out = _IBAN.sub(_iban(counts), text)  # letters and all: in no run
     if any(hint in out for hint in _SSN_HINTS) and _SSN_NAMED.search(out):
         out = _SSN.sub(_ssn(counts), out)
     for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):
@@ -467,27 +468,6 @@ def _numbers(text: str, counts: Counter) -> str:
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
         out = _in_runs(out, runs, pattern, replace)
     return out
-
-
-def _ibans(text: str, runs: list[re.Match], counts: Counter) -> str:
-    """``text`` with the IBANs around its long ``runs`` of digits replaced: every IBAN holds one (its
-    account's digits), within an IBAN's length of it. Scanning whole texts for one cost as much as
-    the rest of their numbers' scrubbing."""
-    windows: list[list[int]] = []  # around each run, those that overlap merged: each part scanned once
-    for run in runs:
-        start, end = max(run.start() - _IBAN_CHARS, 0), min(run.end() + _IBAN_CHARS, len(text))
-        if windows and start <= windows[-1][1]:
-            windows[-1][1] = end
-        else:
-            windows.append([start, end])
-    replace, out, done = _iban(counts), [], 0
-    for start, end in windows:
-        for m in _IBAN.finditer(text, start, end):
-            new = replace(m)
-            if new != m.group():
-                out += [text[done:m.start()], new]
-                done = m.end()
-    return "".join(out + [text[done:]]) if out else text
 
 
 def _in_runs(text: str, runs, pattern: re.Pattern, replace) -> str:
