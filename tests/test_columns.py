@@ -222,6 +222,8 @@ OPENAI_LINES = {
     "no metadata": openai_line(("metadata", ...)),
     "metadata null": openai_line(("metadata", None)),
     "metadata empty": openai_line(("metadata", {})),
+    "a stored completion's metadata": openai_line(("metadata", ...), ("response.metadata", {"thumb": "down", "rating": "2"})),
+    "the request's metadata": openai_line(("metadata", None), ("request.metadata", {"thumb": "down"})),
     "version empty, fingerprint": openai_line(("metadata.model_version", "")),
     "no version, fingerprint null": openai_line(("metadata.model_version", ...), ("response.system_fingerprint", None)),
     "fingerprint empty": openai_line(("metadata.model_version", None), ("response.system_fingerprint", "")),

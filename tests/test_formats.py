@@ -1392,6 +1392,11 @@ def test_a_rating_kept_as_text_is_a_number():
     """OpenAI's stored completions keep every metadata value as text."""
     (t,) = normalize({**OPENAI, "metadata": {"rating": "4", "thumb": "up"}}, "openai")
     assert decode(json.dumps(t)).feedback.rating == 4.0
+    # A stored completion keeps it in the completion (the response), as the request gave it (store=True).
+    bare = {k: v for k, v in OPENAI.items() if k != "metadata"}
+    for side in ("response", "request"):
+        (t,) = normalize({**bare, side: {**bare[side], "metadata": {"rating": "2", "thumb": "down"}}}, "openai")
+        assert (t["feedback"]["thumb"], decode(json.dumps(t)).feedback.rating) == ("down", 2.0)
 
 
 def test_a_blank_prompt_is_refused_naming_it():

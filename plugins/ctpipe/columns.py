@@ -96,6 +96,7 @@ _SHAPE = msgspec.json.Decoder(_Shape)
 
 class _OpenAIRequest(msgspec.Struct):
     messages: list[_PlainMessage]
+    metadata: msgspec.UnsetType = msgspec.UNSET  # a stored completion's feedback, where the log's has none: the reader's
 
 
 class _OpenAIChoice(msgspec.Struct):
@@ -106,6 +107,7 @@ class _OpenAIChoice(msgspec.Struct):
 class _OpenAIResponse(msgspec.Struct):
     id: str
     choices: list[_OpenAIChoice] = []
+    metadata: msgspec.UnsetType = msgspec.UNSET  # as the request's
 
 
 class _OpenAIShape(msgspec.Struct):

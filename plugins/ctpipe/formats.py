@@ -814,7 +814,8 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     messages = _need(request, "messages", list, "request.")
     rid = _need(response, "id", str, "response.")
     model = _need(response, "model", str, "response.")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    # The log's metadata, else the stored completion's (its response), else the request's (store=True's)
+    meta = next((m for m in (doc.get("metadata"), response.get("metadata"), request.get("metadata")) if isinstance(m, dict)), {})
     usage = _object(response, "usage", "response.")
     start, latency_ms = _call_times(doc, response)
     choices = _need(response, "choices", list, "response.")
