@@ -1391,13 +1391,14 @@ def test_every_bedrock_record_of_a_block_gets_the_same_answer_together_and_plain
     taken = taken_together(BEDROCK_LINES, columns.parse_bedrock_lines, openai_exact)
     assert {"plain", "streamed", "no system", "system empty", "system of two blocks", "a message of two blocks", "turns",
             "cached", "cached, Nova's names", "cache null", "profile ARN", "no latency", "metrics null", "latency null",
-            "latency fractional", "time with a fraction", "max tokens", "unicode", "request metadata"} <= taken
+            "latency fractional", "time with a fraction", "unicode", "request metadata"} <= taken
     assert not taken & {"ARN ending in a slash", "no model", "no id", "latency negative", "time with an offset",
                         "time without a zone", "time of BigQuery's kind", "tool use", "guardrail", "an image",
                         "guarded text", "reasoning", "an error", "body kept apart", "no usage", "no total",
                         "input count null", "no role", "unknown role", "no user", "blank answer", "no answer blocks",
                         "also ours", "also OpenAI's", "a text prompt too", "a fingerprint", "guardrail's flag",
-                        "InvokeModel", "text null", "role a number"}
+                        "InvokeModel", "text null", "role a number",
+                        "max tokens"}  # an answer cut off: the reader's, as the run says (truncated_answers)
 
 
 def test_any_value_anywhere_in_a_bedrock_record_takes_the_fast_path_only_as_the_reader_reads_it():
@@ -1493,7 +1494,7 @@ def test_every_vertex_row_of_a_block_gets_the_same_answer_together_and_plain_one
     taken = taken_together(lines, columns.parse_vertex_lines, openai_exact)
     assert {"plain", "as BigQuery exports it", "pretty-printed text", "latency fractional", "no system", "system null",
             "system of no parts", "system of two parts", "a thought in the prompt", "a signature", "no role", "role system",
-            "turns", "tools offered", "max tokens", "finish null", "no finish", "an answer in parts", "no usage",
+            "turns", "tools offered", "finish null", "no finish", "an answer in parts", "no usage",
             "usage null", "usage empty", "counts of 0 left out", "no total", "no model version", "model version empty",
             "logged in microseconds", "prompt feedback beside"} <= taken
     assert not taken & {"text of text", "id a number", "id empty", "no metadata", "metadata null", "latency as text",
@@ -1501,7 +1502,8 @@ def test_every_vertex_row_of_a_block_gets_the_same_answer_together_and_plain_one
                         "a function's result", "two candidates", "no candidates", "safety", "a call it failed to make",
                         "a function call", "an answer of thoughts alone", "a blank answer", "a count null",
                         "a count a float", "a count negative", "no model at all", "an error", "chunks",
-                        "logged with an offset", "logged without a zone", "also ours", "also OpenAI's", "Claude's"}
+                        "logged with an offset", "logged without a zone", "also ours", "also OpenAI's", "Claude's",
+                        "max tokens"}  # an answer cut off: the reader's, as the run says (truncated_answers)
     assert columns.parse_vertex_lines([VERTEX_LINES["plain"], VERTEX_LINES["logged on February 30th"]]) is None
 
 

@@ -2386,3 +2386,43 @@ def test_a_token_count_of_no_finite_number_in_a_span_is_non_finite_number(writte
     with pytest.raises(FormatError) as e:
         normalize(span, "auto")
     assert e.value.reason == "non_finite_number" and "usage.prompt_tokens" in str(e.value)
+
+
+@pytest.fixture
+def refusing_truncated():
+    """The readers as a run of truncated_answers=quarantine has them."""
+    from ctpipe import formats
+
+    token = formats.REFUSE_TRUNCATED.set(True)
+    yield
+    formats.REFUSE_TRUNCATED.reset(token)
+
+
+def _cut_off() -> dict[str, dict]:
+    """A call of each API whose answer its token limit cut off, in its own words."""
+    openai = copy.deepcopy(OPENAI)
+    openai["response"]["choices"][0]["finish_reason"] = "length"
+    vertex = copy.deepcopy(VERTEX)
+    vertex["full_response"]["candidates"][0]["finishReason"] = "MAX_TOKENS"
+    anthropic = {**HELICONE, "provider": "ANTHROPIC", "target_url": "https://api.anthropic.com/v1/messages",
+                 "request_body": {"model": "claude-sonnet-4-5", "max_tokens": 2, "system": "Be brief.",
+                                  "messages": [{"role": "user", "content": "What is 2 plus 3?"}]},
+                 "response_body": {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                                   "content": [{"type": "text", "text": "The sum"}], "stop_reason": "max_tokens",
+                                   "usage": {"input_tokens": 15, "output_tokens": 2}}}
+    return {"openai": openai, "vertex": vertex, "anthropic": anthropic}
+
+
+def test_an_answer_cut_off_at_its_token_limit_is_kept_unless_the_run_refuses_it():
+    for name, doc in _cut_off().items():
+        (t,) = normalize(doc, "auto")
+        assert t["completion"], name  # kept, as written: its label judges it
+
+
+def test_an_answer_cut_off_is_truncated_answer_where_the_run_refuses_it(refusing_truncated):
+    for name, doc in _cut_off().items():
+        with pytest.raises(FormatError, match="the answer was cut off at its token limit") as refused:
+            normalize(doc, "auto")
+        assert refused.value.reason == "truncated_answer", name
+    (t,) = normalize(OPENAI, "auto")  # a whole answer: read
+    assert t["completion"] == "5"

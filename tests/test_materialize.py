@@ -2563,3 +2563,31 @@ def test_otlp_times_are_cut_to_the_microsecond_never_rounded_into_another_hour(t
         assert m.counts["traces_in"] == 2 and m.counts["outside_interval"] == 2
         assert [r["start_time"] for r in table(m, "traces")] == [T0 + HOUR - timedelta(microseconds=1)] * 2
     assert fast.source["formats"] == exact.source["formats"] == {"otel": 4}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_answers_cut_off_at_their_token_limit_are_quarantined_where_the_run_says(tmp_path, monkeypatch, workers):
+    """truncated_answers=quarantine: in the workers too, on the fast path as on the reader's; the
+    process's readers keep them again after the run."""
+    from ctpipe import formats
+
+    if workers > 1:
+        monkeypatch.setattr(mat, "_IN_PROCESS_BYTES", 0)
+    logs = []
+    for i in range(40):
+        log = json.loads(json.dumps(OPENAI))
+        log["response"].update(id=f"chatcmpl-{i}", created=OPENAI["response"]["created"] + i)
+        log["request"]["messages"][-1]["content"] = f"What is {i} plus 1?"
+        log["response"]["choices"][0]["message"]["content"] = str(i + 1) if i % 4 else "The sum of"
+        log["response"]["choices"][0]["finish_reason"] = "stop" if i % 4 else "length"
+        logs.append(log)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "log.jsonl").write_bytes(lines(*logs))
+    start = datetime.fromtimestamp(OPENAI["response"]["created"], timezone.utc) - HOUR
+    kept = run(tmp_path / "src", tmp_path / "kept", start, start + 2 * HOUR, dataset=DatasetConfig(workers=workers))
+    assert kept.counts["traces"] == 40 and not kept.quarantine_reasons
+    refused = run(tmp_path / "src", tmp_path / "refused", start, start + 2 * HOUR,
+                  dataset=DatasetConfig(workers=workers, truncated_answers="quarantine"))
+    assert refused.counts["traces"] == 30 and refused.quarantine_reasons == {"truncated_answer": 10} and accounted(refused)
+    assert "cut off at its token limit (finish reason 'length')" in table(refused, "quarantine")[0]["detail"]
+    assert formats.REFUSE_TRUNCATED.get() is False

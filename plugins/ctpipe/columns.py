@@ -492,7 +492,7 @@ class _ConverseOutput(msgspec.Struct):
 
 class _ConverseAnswer(msgspec.Struct):
     output: _ConverseOutput
-    stopReason: Literal["end_turn", "max_tokens", "stop_sequence"]
+    stopReason: Literal["end_turn", "stop_sequence"]  # one cut off ("max_tokens") the reader's, as the run says
     system_fingerprint: msgspec.UnsetType = msgspec.UNSET  # a model version, where the reader would take one
     guardrail: msgspec.UnsetType = msgspec.field(default=msgspec.UNSET, name="amazon-bedrock-guardrailAction")
 
@@ -746,7 +746,7 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "latency_ms": pa.array(latency, pa.float64()),
         **_unlabelled(n),
     }
-    sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP", "MAX_TOKENS"])))
+    sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP"])))  # MAX_TOKENS: as the run says
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
 
@@ -1261,7 +1261,7 @@ def _messages(encoded: list[str | None], decoder: msgspec.json.Decoder,
         for m in messages:
             roles.append(m.role)
             texts.append(m.text())
-            if getattr(m, "finish_reason", None) in formats.NOT_ANSWERS:  # the reader refuses its answer
+            if getattr(m, "finish_reason", None) in formats.not_answers():  # the reader refuses its answer
                 sure[i] = False
         if None in texts[first:]:  # parts the reader refuses (an image, a file): it decides
             texts[first:] = [""] * (len(texts) - first)
@@ -1444,9 +1444,9 @@ def _ok(mask) -> np.ndarray:
 
 
 def _not_answers(finish_reasons: pa.Array) -> np.ndarray:
-    """Where a finish reason says the answer is none (:data:`formats.NOT_ANSWERS`): the reader's to refuse.
+    """Where a finish reason says the answer is none (:func:`formats.not_answers`): the reader's to refuse.
     Its set is made an array here, not at import, which would import pandas in the workers."""
-    return _ok(pc.is_in(finish_reasons, value_set=pa.array(sorted(formats.NOT_ANSWERS))))
+    return _ok(pc.is_in(finish_reasons, value_set=pa.array(sorted(formats.not_answers()))))
 
 
 def _all_per_row(element_ok: np.ndarray, parents: np.ndarray, n: int) -> np.ndarray:

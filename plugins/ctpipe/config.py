@@ -216,6 +216,10 @@ class DatasetConfig(_Section):
         "that begin within arrival_lag after it.",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
+    truncated_answers: Literal["keep", "quarantine"] = Field(
+        "keep", description="An answer cut off at its token limit (finish reason length, max_tokens, MAX_TOKENS): "
+        "keep it, its label judging it (a classifier's one-token answers end so too), or quarantine it as "
+        "truncated_answer (as a DPO pair's chosen answer it teaches stopping mid-sentence).")
 
     @field_validator("eval_sets", mode="before")
     @classmethod

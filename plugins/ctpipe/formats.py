@@ -78,6 +78,7 @@ import math
 import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -576,6 +577,17 @@ FAILED = "error"
 # a writer may log the calls apart from the message, or not at all, and its text is no answer.
 TOOL_FINISHES = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
 NOT_ANSWERS = STOPPED | {FAILED} | TOOL_FINISHES  # the fast paths leave these to the readers
+# Finish reasons of an answer cut off at its token limit (OpenAI's and semconv's "length", Anthropic's
+# and Converse's "max_tokens", Gemini's "MAX_TOKENS"): kept, or refused where the run says so
+# (DatasetConfig.truncated_answers, set here for the run by the materializer): a classifier's
+# one-token answers end so as often as a long answer cut short does.
+TRUNCATED = frozenset({"length", "max_tokens", "MAX_TOKENS", "model_context_window_exceeded"})
+REFUSE_TRUNCATED: ContextVar[bool] = ContextVar("refuse_truncated", default=False)
+
+
+def not_answers() -> frozenset[str]:
+    """:data:`NOT_ANSWERS`, and :data:`TRUNCATED` where this run refuses answers cut off."""
+    return NOT_ANSWERS | TRUNCATED if REFUSE_TRUNCATED.get() else NOT_ANSWERS
 
 
 def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool = False,
@@ -600,6 +612,9 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     if tool_call or finish in TOOL_FINISHES:
         beside = "not text" if blank else "its text beside it no answer"
         return FormatError("no_text_answer", f"{where}: the answer is a tool call, {beside}")
+    if finish in TRUNCATED and REFUSE_TRUNCATED.get():
+        return FormatError("truncated_answer", f"{where}: the answer was cut off at its token limit (finish reason "
+                                               f"{finish!r})")
     if blank and (refusal or audio):
         return FormatError("no_text_answer", f"{where}: the answer is {'a refusal' if refusal else 'audio'}, not text")
     return text

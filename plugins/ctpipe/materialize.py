@@ -49,6 +49,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextvars import Token
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -231,13 +232,15 @@ _JOINED_BYTES = 0
 _JOINED_COUNTS = np.zeros((3, 0), np.int64)
 
 
-def _init(job: Job) -> None:
+def _init(job: Job) -> Token:
+    """Ready this process for ``job``; the token of the readers' policy for answers cut off, set for it."""
     global _JOB, _LABELER, _EVAL, _SPILLED_PROMPTS, _JOINED_BYTES, _JOINED_COUNTS
     _JOB, _LABELER = job, Labeler(job.reward)
     _JOINED.clear()
     _JOINED_BYTES, _JOINED_COUNTS = 0, np.zeros((3, job.buckets), np.int64)
     _SPILLED_PROMPTS = dedup.Recent(_PROMPT_SLOTS, bool)
     _EVAL = dedup.NgramIndex(job.eval_items, job.dataset.decontamination_ngram)
+    return formats.REFUSE_TRUNCATED.set(job.dataset.truncated_answers == "quarantine")
 
 
 class _NoPandas:
@@ -1572,7 +1575,7 @@ class _Pool:
     """
 
     def __init__(self, job: Job, workers: int):
-        _init(job)  # this process labels small sources itself
+        self.policy = _init(job)  # this process labels small sources itself
         if workers > 1:
             _map_large_buffers()
         # math-verify's time limits are signal alarms, which only a process's main thread may set: run
@@ -1621,6 +1624,7 @@ class _Pool:
                 for process in list((pool._processes or {}).values()):  # public only from Python 3.14 (kill_workers)
                     process.kill()
             pool.shutdown(cancel_futures=True)
+        formats.REFUSE_TRUNCATED.reset(self.policy)  # the readers' default again, for whatever this process reads next
 
 
 # ------------------------------------------------------------------------------------------ pairing
