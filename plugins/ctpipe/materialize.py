@@ -49,8 +49,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextvars import Token
 from contextlib import ExitStack, contextmanager, suppress
+from contextvars import Token
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from multiprocessing import get_context
