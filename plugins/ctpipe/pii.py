@@ -53,8 +53,8 @@ _SPACES = " \u00a0\u2009\u202f"
 _DASH = "\u2010-\u2013\u2212\uff0d"
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
 # after a space, a dash or a dot (or two spaces), or all after slashes (a slash before a card is
-# another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a decimal's digits (3.4111...), but after an
-# abbreviation's dot (Card No.4111...).
+# another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a
+# decimal's digits (3.4111...), but after an abbreviation's dot (Card No.4111...).
 _CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
 _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)\d{{4}}(?:(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
                    rf"|{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|(?<!/\d{{4}})/\d{{4}}/\d{{4}}/\d{{1,4}}(?!/))(?![\d-]|\.\d)")
@@ -388,7 +388,7 @@ _SSN_LABEL = r"(?i:ssns?(?![a-z])|social[\s_-]*security)"
 _SSN_NAMED = re.compile(_SSN_LABEL)
 _SSN = re.compile(rf"(?P<label>{_SSN_LABEL}[^\d\n]{{0,24}}?)(?<![\d-])(?P<bare>\d{{9}})(?![\d-])"
                   rf"|(?<![\d-])(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-])\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
-# An IBAN, bare or in groups of four after single spaces, as banks print it; checked (its check
+# An IBAN, bare or in groups of four after single spaces (no-break ones too), as banks print it; checked (its check
 # digits and its country's length and layout, python-stdnum) with its last groups dropped until it
 # is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
 # Begun by a capital, not by a word's start (which Python's re then tried at every character): its
