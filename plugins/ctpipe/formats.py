@@ -765,10 +765,8 @@ def _stream_chunks(value: Any) -> list | None:
     the server-sent events' text (``data: {...}`` lines, up to ``data: [DONE]``); None for any other
     value. A line that is no JSON is FormatError ``invalid_json``, naming it."""
     if isinstance(value, list):
-        return value if value and all(isinstance(c, dict) for c in value) and \
-            any("choices" in c or "type" in c for c in value) else None
-    # Its fields' names, or a comment (OpenRouter's ": OPENROUTER PROCESSING"), begin it.
-    if not isinstance(value, str) or not value.lstrip().startswith(("data:", "event:", "id:", "retry:", ":")):
+        return value if _chunk_list(value) else None
+    if not isinstance(value, str) or not value.lstrip().startswith(_STREAM_FIELDS):
         return None
     chunks = []
     for n, line in enumerate(value.splitlines(), 1):
@@ -784,10 +782,21 @@ def _stream_chunks(value: Any) -> list | None:
 
 
 def _streamed_response(value: Any) -> bool:
-    try:
-        return _stream_chunks(value) is not None
-    except FormatError:  # a stream, damaged: its reader says where
-        return True
+    """Whether :func:`_stream_chunks` finds a stream, or a damaged one, in ``value``, told without
+    reading its chunks' JSON (which its reader does): :func:`detect` asks it of every log."""
+    if isinstance(value, list):
+        return _chunk_list(value)
+    return isinstance(value, str) and value.lstrip().startswith(_STREAM_FIELDS) and _STREAM_OBJECT.search(value) is not None
+
+
+def _chunk_list(value: list) -> bool:
+    return bool(value) and all(isinstance(c, dict) for c in value) and any("choices" in c or "type" in c for c in value)
+
+
+# What begins the server-sent events' text: its fields' names, or a comment (OpenRouter's
+# ": OPENROUTER PROCESSING"); and a line of one of its chunks (an object: data: null says nothing).
+_STREAM_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+_STREAM_OBJECT = re.compile(r"^data:[ \t]*\{", re.M)
 
 
 # Where a converter of another API's answer (Gemini's) puts its refusal of one choice, for from_openai
