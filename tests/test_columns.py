@@ -73,6 +73,7 @@ LINES = {
     "no messages": line(messages=[]),
     "unknown role": line(messages=[{"role": "bot", "content": "hi"}, {"role": "user", "content": "x"}]),
     "no user": line(messages=[{"role": "system", "content": "hi"}]),
+    "an assistant's last turn": line(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello"}]),
     "null content": line(messages=[{"role": "user", "content": None}]),
     "a tool call": line(messages=[*CALLED, {"role": "user", "content": "And tomorrow?"}]),
     "a function call": line(messages=[{"role": "assistant", "content": "", "function_call": {"name": "w"}},
@@ -216,6 +217,7 @@ def line_of(base: dict, changes: tuple[tuple[str, object], ...]) -> bytes:
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
+PREFILL = [{"role": "user", "content": "What is 2 plus 3?"}, {"role": "assistant", "content": "The sum is"}]
 TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
 OPENAI_LINES = {
     "plain": openai_line(),
@@ -283,6 +285,9 @@ OPENAI_LINES = {
     "unknown role": openai_line(("request.messages.0.role", "bot")),
     "no role": openai_line(("request.messages.0.role", ...)),
     "no user": openai_line(("request.messages.1.role", "assistant")),
+    "an assistant's last turn": openai_line(("request.messages", PREFILL)),
+    "an assistant's last turn, continued": openai_line(("request.messages", PREFILL), ("request.continue_final_message", True)),
+    "an assistant's last turn, a prefix": openai_line(("request.messages", [PREFILL[0], {**PREFILL[1], "prefix": True}])),
     "request null": openai_line(("request", None), ("messages", OPENAI["request"]["messages"])),
     "flat": json.dumps({**OPENAI["response"], "messages": OPENAI["request"]["messages"]}).encode(),
     "empty id": openai_line(("response.id", "")),
@@ -752,6 +757,9 @@ OTEL_LINES = {
     "input an object": otel_line(inputs={"role": "user"}),
     "message without role": otel_line(inputs=[{"parts": [{"type": "text", "content": "hi"}]}]),
     "unknown role": otel_line(inputs=[{"role": "bot", "parts": []}, GENAI_INPUT[1]]),
+    "a prefill": otel_line(inputs=[*GENAI_INPUT, {"role": "assistant", "parts": [{"type": "text", "content": "The sum is"}]}],
+                           gen_ai__provider__name="anthropic"),
+    "an assistant's last turn": otel_line(inputs=[*GENAI_INPUT, {"role": "assistant", "parts": [{"type": "text", "content": "Hm"}]}]),
     "content outside parts": otel_line(inputs=[{"role": "user", "content": "hi"}]),
     "an image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "image", "url": "u"}, {"type": "text", "content": "hi"}]}]),
     "pydantic-ai's image part": otel_line(inputs=[{"role": "user", "parts": [{"type": "text", "content": "hi"},
@@ -1052,6 +1060,7 @@ def test_an_otlp_export_with_any_value_anywhere_gets_the_readers_rows_or_none():
 
 
 # Langfuse generations, as the join hands them over: the line, its trace's version and its scores.
+AGAIN = {"role": "user", "content": "And 3 plus 4?"}  # after an assistant's turn: a prompt ending in one is the reader's
 LANGFUSE = {
     "id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00.25Z",
     "endTime": "2026-11-22T10:00:01.5+00:00", "model": "assistant", "version": None, "parentObservationId": None,
@@ -1153,12 +1162,12 @@ LANGFUSE_LINES = {
     "a tool call in the input": langfuse_line(("input", [*LANGFUSE["input"], {"role": "assistant", "tool_calls": [TOOL_CALL]},
                                                          {"role": "tool", "content": "5"}])),
     "no tool calls in the input": langfuse_line(("input", [*LANGFUSE["input"], {"role": "assistant", "content": "5",
-                                                                                 "tool_calls": None}])),
+                                                                                 "tool_calls": None}, AGAIN])),
     # LangChain's messages, as Langfuse's callback handler logs them.
     "a LangChain tool call in the input": langfuse_line(("input", [*LANGFUSE["input"], {
         "role": "assistant", "content": "", "additional_kwargs": {"tool_calls": [TOOL_CALL]}}, {"role": "tool", "content": "5"}])),
     "LangChain's arguments in the input": langfuse_line(("input", [*LANGFUSE["input"], {
-        "role": "assistant", "content": "5", "additional_kwargs": {}}])),
+        "role": "assistant", "content": "5", "additional_kwargs": {}}, AGAIN])),
     "LangChain's arguments in the output": langfuse_line(("output.additional_kwargs", {"refusal": None})),
     "output a LangChain tool call": langfuse_line(("output.additional_kwargs", {"tool_calls": [TOOL_CALL]})),
     "output an invalid tool call": langfuse_line(("output.invalid_tool_calls", [{"name": "add", "args": "{"}])),
@@ -1167,7 +1176,7 @@ LANGFUSE_LINES = {
                                                                   "invalid_tool_calls": [],
                                                                   "additional_kwargs": {"tool_calls": []}})),
     "LangChain's prompt without calls": langfuse_line(("input", [*LANGFUSE["input"], {
-        "role": "assistant", "content": "5", "tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": {}}])),
+        "role": "assistant", "content": "5", "tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": {}}, AGAIN])),
     "no user": langfuse_line(("input.1.role", "assistant")),
     "output as text": langfuse_line(("output", "5")),
     "output without content": langfuse_line(("output", {"role": "assistant"})),
@@ -1359,6 +1368,8 @@ BEDROCK_LINES = {
     "no role": bedrock_line((f"{_IN}.messages.0.role", ...)),
     "unknown role": bedrock_line((f"{_IN}.messages.0.role", "bot")),
     "no user": bedrock_line((f"{_IN}.messages.0.role", "assistant")),
+    "a prefill": bedrock_line((f"{_IN}.messages", [{"role": "user", "content": [{"text": "What is 2 plus 3?"}]},
+                                                    {"role": "assistant", "content": [{"text": "The sum is"}]}])),
     "blank answer": bedrock_line((f"{_OUT}.output.message.content", [{"text": " \u3000"}])),
     "no answer blocks": bedrock_line((f"{_OUT}.output.message.content", [])),
     "no prompt blocks": bedrock_line((f"{_IN}.messages.0.content", [])),

@@ -2092,6 +2092,62 @@ def _bedrock(operation="Converse", request=None, response=None, **fields):
     return doc
 
 
+def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
+    """A prefill (the assistant's turn a prompt ends in, which the answer continues: Anthropic's and
+    Converse's APIs always, Mistral's and DeepSeek's for one marked ``prefix``, vLLM's when asked) is
+    taken out of the prompt and put before the answer: left as a turn of its own, a chat template
+    would close it and open another before the answer. OpenAI's API answers in a turn of its own."""
+    asked = [{"role": "user", "content": "Give 2 plus 3 as JSON."}]
+    said = [{"role": "system", "content": "Be brief."}, *asked]
+
+    def anthropic(prefill, answer=({"type": "text", "text": " 5}"},)):
+        return {**HELICONE, "provider": "ANTHROPIC", "request_body": {
+            "model": "claude-sonnet-4-5", "max_tokens": 512, "system": "Be brief.",
+            "messages": [*asked, {"role": "assistant", "content": prefill}]},
+            "response_body": {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                              "content": list(answer), "stop_reason": "end_turn",
+                              "usage": {"input_tokens": 15, "output_tokens": 3}}}
+
+    for prefill in ('{"sum":', [{"type": "text", "text": '{"sum":'}]):
+        (t,) = normalize(anthropic(prefill), "auto")
+        assert (t["messages"], t["completion"]) == (said, '{"sum": 5}')
+    tool = anthropic("Let me add.", [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}])
+    with pytest.raises(FormatError) as e:
+        normalize(tool, "auto")
+    assert e.value.reason == "no_text_answer"
+
+    converse = _bedrock(request={**BEDROCK["input"]["inputBodyJson"], "messages": [
+        {"role": "user", "content": [{"text": "Give 2 plus 3 as JSON."}]}, {"role": "assistant", "content": [{"text": '{"sum":'}]}]},
+        response={**BEDROCK["output"]["outputBodyJson"], "output": {"message": {"role": "assistant", "content": [{"text": " 5}"}]}}})
+    (t,) = normalize(converse, "auto")
+    assert (t["messages"], t["completion"]) == (said, '{"sum": 5}')
+
+    def openai(last: dict, **request):
+        log = copy.deepcopy(OPENAI)
+        log["request"].update(messages=[*said, last], **request)
+        log["response"]["choices"][0]["message"]["content"] = " 5}"
+        (t,) = normalize(log, "auto")
+        return t["messages"], t["completion"]
+
+    prefill = {"role": "assistant", "content": '{"sum":'}
+    assert openai(prefill, continue_final_message=True) == openai({**prefill, "prefix": True}) == (said, '{"sum": 5}')
+    assert openai(prefill) == openai(prefill, continue_final_message=False) == ([*said, prefill], " 5}")
+
+    def span(**values):
+        inputs = [{"role": "user", "parts": [{"type": "text", "content": asked[0]["content"]}]},
+                  {"role": "assistant", "parts": [{"type": "text", "content": '{"sum":'}]}]
+        attributes = [kv("gen_ai.input.messages", json.dumps(inputs)),
+                      kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": " 5}"}]}])),
+                      *(kv(k, v) for k, v in values.items())]
+        (t,) = normalize(otlp(attributes), "auto")
+        return t["messages"], t["completion"]
+
+    for claude in ({"gen_ai.provider.name": "anthropic"}, {"gen_ai.system": "Anthropic"},
+                   {"gen_ai.provider.name": "aws.bedrock", "gen_ai.request.model": "anthropic.claude-sonnet-4-5-v1:0"}):
+        assert span(**{"gen_ai.request.model": "m", **claude}) == (asked, '{"sum": 5}')
+    assert span(**{"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-5"})[1] == " 5}"
+
+
 def test_a_bedrock_invocation_log_gives_its_call_through_any_of_its_apis():
     assert detect(BEDROCK) == "bedrock"
     (t,) = normalize(BEDROCK, "auto")

@@ -1487,6 +1487,10 @@ def _canonical(col: dict[str, pa.Array], n: int) -> np.ndarray:
     ok &= _all_per_row(_ok(known), parents, n)
     prompt_at = prompts_at(roles, parents, n)
     ok &= prompt_at >= 0
+    # A chat ending in the assistant's turn: a prefill that some APIs' answers continue, which their
+    # readers join to the answer (formats._continues); rare, and theirs to tell.
+    last = np.append(parents[1:] != parents[:-1], True)[:len(parents)]
+    ok[parents[last & _ok(pc.equal(roles, "assistant"))]] = False
     has = np.flatnonzero(prompt_at >= 0)
     ok[has] &= _ok(pc.match_substring_regex(flat.field("content").take(pa.array(prompt_at[has])), _NOT_SPACE))
 

@@ -846,6 +846,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
     prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in _messages_of(messages, "request.messages")]
+    prefill = prompt.pop()["content"] if _continues(request, messages) else ""
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
@@ -864,12 +865,30 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
             "end_time": _iso(start + latency_ms / 1000, f"response {rid}: created + latency_ms, or endTime"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
             "messages": prompt,
-            "completion": answer,
+            "completion": prefill + answer,
             "usage": _usage(*(usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")), len(choices)),
             "feedback": {"thumb": meta.get("thumb"), "rating": _number(meta.get("rating"))},
             "latency_ms": latency_ms,
             "scores": [],
         }
+
+
+def _continues(request: dict, messages: list) -> bool:
+    """Whether a call's answer continues its prompt's last message, the assistant's (a "prefill", which
+    steers an answer's start: ``{`` for JSON): as Anthropic's and Converse's APIs always do (their
+    readers mark it so, :func:`_prefilled`), as Mistral's and DeepSeek's do for one marked ``prefix``,
+    and vLLM's when asked (``continue_final_message``). Its trace's answer is then the whole turn,
+    that message's text and the answer's; left in the prompt, a chat template would end that turn
+    and open a new one before the answer."""
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and (last.get("prefix") is True or request.get("continue_final_message") is True)
+
+
+def _prefilled(messages: list) -> list:
+    """A prompt's messages, the last marked as the one its answer continues where it is the assistant's
+    (see :func:`_continues`), for an API whose answer always does."""
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    return [*messages[:-1], {**last, "prefix": True}] if last.get("role") == "assistant" else messages
 
 
 # ------------------------------------------------------------------------------------------ helicone
@@ -1022,7 +1041,7 @@ def _anthropic_request(body: dict, where: str) -> dict:
                       f"{where}.messages[{i}]")
         _media(kinds, f"{where}.messages[{i}]")  # here, where its place is its own
     system = body.get("system")
-    return {**body, "messages": [{"role": "system", "content": system}, *messages] if system else messages}
+    return {**body, "messages": _prefilled([{"role": "system", "content": system}, *messages] if system else messages)}
 
 
 def _anthropic_response(body: dict) -> dict:
@@ -1213,7 +1232,7 @@ def _converse_request(body: dict, where: str) -> dict:
     for i, m in enumerate(body.get("messages") or []):
         m = m if isinstance(m, dict) else {}
         messages.append({"role": m.get("role"), "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True)[0]})
-    return {**body, "messages": messages}
+    return {**body, "messages": _prefilled(messages)}
 
 
 def _converse_response(body: dict, call: str) -> dict:
@@ -2033,6 +2052,9 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         said = f"span {span_id}: the call failed (status ERROR: {str(status.get('message') or a.get('error.type'))[:300]})"
         answers = [(i, FormatError("failed_request", said) if isinstance(c, str) and not c.strip() else c)
                    for i, c in answers]
+    if messages and messages[-1]["role"] == "assistant" and _claude(a):  # a prefill (see _continues)
+        prefill, messages = messages[-1]["content"], messages[:-1]
+        answers = [(i, prefill + c if isinstance(c, str) else c) for i, c in answers]
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     except (KeyError, TypeError, ValueError):
@@ -2054,6 +2076,14 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         "latency_ms": (end - start) / 1e6,
         "scores": scores,
     } for index, completion in answers]
+
+
+def _claude(a: dict) -> bool:
+    """Whether a span's call is to a model of Anthropic's, which answers a prompt ending in the
+    assistant's turn by continuing it, whichever platform serves it (the semconv's provider
+    ``anthropic``, OpenLLMetry's ``Anthropic``, or a Claude model on Bedrock or Vertex AI)."""
+    said = (a.get(k) for k in ("gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model", "gen_ai.response.model"))
+    return any(isinstance(v, str) and ("anthropic" in v.lower() or "claude" in v.lower()) for v in said)
 
 
 def _evaluation_score(attributes: Any, span_id: str) -> dict:
