@@ -189,6 +189,22 @@ def test_a_terminal_s_ctrl_c_reaches_the_workers_too_and_none_prints_a_traceback
     assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
 
 
+def test_a_ctrl_c_while_the_command_loads_is_its_one_line_too():
+    """The ``ctpipe`` command loads its modules (pydantic's among them) before its own handling begins:
+    a Ctrl-C then printed Python's traceback."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["ctpipe"] == "ctpipe.__main__:main"
+    loading = "import builtins, sys\nreal = builtins.__import__\n" \
+              "def load(name, *a, **k):\n    if name == 'pydantic':\n        raise KeyboardInterrupt\n    return real(name, *a, **k)\n" \
+              "builtins.__import__ = load\nfrom ctpipe.__main__ import main\nsys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", loading, "materialize", "--help"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "ctpipe: interrupted\n", "")
+    done = subprocess.run([sys.executable, "-m", "ctpipe", "k8s", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "render" in done.stdout
+
+
 def test_sigterm_interrupts_the_work_within_and_only_there():
     """As the CLI's commands, so trace_to_dataset's task: Airflow's task runner, when a task is marked
     failed, only calls on_kill and lets it go on publishing."""

@@ -27,7 +27,7 @@ from typing import get_args
 
 from pydantic import ValidationError
 
-from ctpipe.errors import Terminated, sigterm_interrupts
+from ctpipe.errors import Terminated, interrupted, sigterm_interrupts
 
 
 def _settings():
@@ -239,16 +239,6 @@ def cmd_k8s_serving(args) -> int:
     return 0
 
 
-def _interrupted(e: BaseException | None) -> bool:
-    """Whether ``e`` is Ctrl-C's, or was raised by it: one in a class's creation comes wrapped (Python's
-    RuntimeError "Error calling __set_name__", as pydantic's models are made)."""
-    while e is not None:
-        if isinstance(e, KeyboardInterrupt):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
-
-
 def _parser() -> argparse.ArgumentParser:
     from ctpipe.config import DatasetConfig  # the formats a run may be told, from their one place
 
@@ -296,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = _parser()
         args = parser.parse_args(argv)
     except BaseException as e:  # Ctrl-C in what the flags and their checks import
-        if not _interrupted(e):
+        if not interrupted(e):
             raise
         print("ctpipe: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -23,6 +23,16 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the work is, so that what it holds is cleaned up as for Ctrl-C."""
 
 
+def interrupted(e: BaseException | None) -> bool:
+    """Whether ``e`` is Ctrl-C's, or was raised by it: one in a class's creation comes wrapped (Python's
+    RuntimeError "Error calling __set_name__", as pydantic's models are made)."""
+    while e is not None:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _terminate(signum, frame) -> None:
     # Its message is what a task's log ends with when the task is marked failed or its run stopped.
     raise Terminated("SIGTERM (the task marked failed or its run stopped, a timeout, a shutdown): stopped where it "
