@@ -2094,11 +2094,17 @@ def _bedrock(operation="Converse", request=None, response=None, **fields):
 
 def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
     """A prefill (the assistant's turn a prompt ends in, which the answer continues: Anthropic's and
-    Converse's APIs always, Mistral's and DeepSeek's for one marked ``prefix``, vLLM's when asked) is
-    taken out of the prompt and put before the answer: left as a turn of its own, a chat template
-    would close it and open another before the answer. OpenAI's API answers in a turn of its own."""
+    Converse's APIs always, vLLM's when asked, Mistral's and DeepSeek's for a turn marked ``prefix``,
+    a Claude or Nova model through any gateway) is taken out of the prompt and put before the answer,
+    once: left as a turn of its own, TRL's preference layout renders prompt + chosen as two turns.
+    OpenAI's API answers in a turn of its own; an answer that is none stays none."""
     asked = [{"role": "user", "content": "Give 2 plus 3 as JSON."}]
     said = [{"role": "system", "content": "Be brief."}, *asked]
+    whole = '{"sum": 5}'
+
+    def read(doc) -> tuple[list, str]:
+        (t,) = normalize(doc, "auto")
+        return t["messages"], t["completion"]
 
     def anthropic(prefill, answer=({"type": "text", "text": " 5}"},)):
         return {**HELICONE, "provider": "ANTHROPIC", "request_body": {
@@ -2108,44 +2114,57 @@ def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
                               "content": list(answer), "stop_reason": "end_turn",
                               "usage": {"input_tokens": 15, "output_tokens": 3}}}
 
-    for prefill in ('{"sum":', [{"type": "text", "text": '{"sum":'}]):
-        (t,) = normalize(anthropic(prefill), "auto")
-        assert (t["messages"], t["completion"]) == (said, '{"sum": 5}')
-    tool = anthropic("Let me add.", [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}])
+    for prefill in ('{"sum":', [{"type": "text", "text": '{"sum":', "cache_control": {"type": "ephemeral"}}]):
+        assert read(anthropic(prefill)) == (said, whole)
     with pytest.raises(FormatError) as e:
-        normalize(tool, "auto")
+        normalize(anthropic("Let me add.", [{"type": "tool_use", "id": "t1", "name": "add", "input": {}}]), "auto")
     assert e.value.reason == "no_text_answer"
+    for answer in ([], [{"type": "text", "text": " "}]):  # no answer: not the prefill alone
+        assert read(anthropic('{"sum":', answer))[1].strip() == ""
 
     converse = _bedrock(request={**BEDROCK["input"]["inputBodyJson"], "messages": [
         {"role": "user", "content": [{"text": "Give 2 plus 3 as JSON."}]}, {"role": "assistant", "content": [{"text": '{"sum":'}]}]},
         response={**BEDROCK["output"]["outputBodyJson"], "output": {"message": {"role": "assistant", "content": [{"text": " 5}"}]}}})
-    (t,) = normalize(converse, "auto")
-    assert (t["messages"], t["completion"]) == (said, '{"sum": 5}')
+    assert read(converse) == (said, whole)
 
-    def openai(last: dict, **request):
+    def openai(last: dict, answer=" 5}", model="gpt-5", **request):
         log = copy.deepcopy(OPENAI)
-        log["request"].update(messages=[*said, last], **request)
-        log["response"]["choices"][0]["message"]["content"] = " 5}"
-        (t,) = normalize(log, "auto")
-        return t["messages"], t["completion"]
+        log["request"].update(messages=[*said, last], model=model, **request)
+        log["response"].update(model=model)
+        log["response"]["choices"][0]["message"]["content"] = answer
+        return read(log)
 
     prefill = {"role": "assistant", "content": '{"sum":'}
-    assert openai(prefill, continue_final_message=True) == openai({**prefill, "prefix": True}) == (said, '{"sum": 5}')
-    assert openai(prefill) == openai(prefill, continue_final_message=False) == ([*said, prefill], " 5}")
+    assert openai(prefill, continue_final_message=True) == (said, whole)  # vLLM
+    assert openai(prefill, whole, continue_final_message=True, echo=True) == (said, whole)  # vLLM, echoing it
+    assert openai({**prefill, "prefix": True}) == (said, whole)  # DeepSeek: what follows
+    assert openai({**prefill, "prefix": True}, whole) == (said, whole)  # Mistral: the whole turn
+    for model in ("claude-sonnet-4-5", "anthropic/claude-sonnet-4.5", "us.anthropic.claude-sonnet-4-5-v1:0",
+                  "claude-3-5-sonnet@20240620", "amazon.nova-pro-v1:0"):  # through a gateway: LiteLLM, OpenRouter, ...
+        assert openai(prefill, model=model) == (said, whole), model
+    for model in ("gpt-5", "Qwen3-8B-Claude-4.5-Opus-Distill"):  # OpenAI's API, vLLM without the flag
+        assert openai(prefill, model=model) == openai(prefill, model=model, continue_final_message=False) == \
+            ([*said, prefill], " 5}")
 
-    def span(**values):
+    def span(output=" 5}", **values):
         inputs = [{"role": "user", "parts": [{"type": "text", "content": asked[0]["content"]}]},
                   {"role": "assistant", "parts": [{"type": "text", "content": '{"sum":'}]}]
-        attributes = [kv("gen_ai.input.messages", json.dumps(inputs)),
-                      kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": " 5}"}]}])),
+        outputs = [{"role": "assistant", "parts": [{"type": "text", "content": output}]}] if output is not None else []
+        attributes = [kv("gen_ai.input.messages", json.dumps(inputs)), kv("gen_ai.output.messages", json.dumps(outputs)),
                       *(kv(k, v) for k, v in values.items())]
         (t,) = normalize(otlp(attributes), "auto")
         return t["messages"], t["completion"]
 
-    for claude in ({"gen_ai.provider.name": "anthropic"}, {"gen_ai.system": "Anthropic"},
-                   {"gen_ai.provider.name": "aws.bedrock", "gen_ai.request.model": "anthropic.claude-sonnet-4-5-v1:0"}):
-        assert span(**{"gen_ai.request.model": "m", **claude}) == (asked, '{"sum": 5}')
+    for provider in ({"gen_ai.provider.name": "anthropic"}, {"gen_ai.system": "Anthropic"},
+                     {"gen_ai.provider.name": "aws.bedrock", "gen_ai.request.model": "anthropic.claude-sonnet-4-5-v1:0"},
+                     {"gen_ai.provider.name": "openai", "gen_ai.request.model": "claude-sonnet-4-5"}):
+        assert span(**{"gen_ai.request.model": "m", **provider}) == (asked, whole)
+        assert span(None, **{"gen_ai.request.model": "m", **provider})[1] == ""  # none recorded: not the prefill alone
     assert span(**{"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-5"})[1] == " 5}"
+
+    (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
+                     "model": "claude-3-5-sonnet-20241022", "input": [*asked, prefill], "output": {"role": "assistant", "content": " 5}"}}])
+    assert (t["messages"], t["completion"]) == (asked, whole)
 
 
 def test_a_bedrock_invocation_log_gives_its_call_through_any_of_its_apis():

@@ -846,7 +846,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
     prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in _messages_of(messages, "request.messages")]
-    prefill = prompt.pop()["content"] if _continues(request, messages) else ""
+    prompt, prefill = _prefill(prompt, _continues(request, messages, model, request.get("model")))
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
@@ -865,7 +865,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
             "end_time": _iso(start + latency_ms / 1000, f"response {rid}: created + latency_ms, or endTime"),
             "model": {"name": model, "version": str(meta.get("model_version") or response.get("system_fingerprint") or model)},
             "messages": prompt,
-            "completion": prefill + answer,
+            "completion": _whole_turn(prefill, answer),
             "usage": _usage(*(usage.get(k, 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")), len(choices)),
             "feedback": {"thumb": meta.get("thumb"), "rating": _number(meta.get("rating"))},
             "latency_ms": latency_ms,
@@ -873,22 +873,64 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
         }
 
 
-def _continues(request: dict, messages: list) -> bool:
-    """Whether a call's answer continues its prompt's last message, the assistant's (a "prefill", which
-    steers an answer's start: ``{`` for JSON): as Anthropic's and Converse's APIs always do (their
-    readers mark it so, :func:`_prefilled`), as Mistral's and DeepSeek's do for one marked ``prefix``,
-    and vLLM's when asked (``continue_final_message``). Its trace's answer is then the whole turn,
-    that message's text and the answer's; left in the prompt, a chat template would end that turn
-    and open a new one before the answer."""
+# A prefill: the assistant's turn a prompt ends in, which the answer continues (``{`` to steer a JSON
+# answer). Its trace's answer is the whole turn, that turn's text and the answer's: left in the
+# prompt, a chat template would close that turn and open another before the answer (TRL's
+# preference layout renders prompt + chosen so). How an answer holds it, by API:
+_AFTER = "after"  # the answer is what follows it (Anthropic's messages API, Converse, vLLM's continue_final_message)
+_WHOLE = "whole"  # the answer holds it already (vLLM's continue_final_message with echo)
+_EITHER = "either"  # told by the answer's start: Mistral's prefix gives the whole turn, DeepSeek's what follows
+_CONTINUED = "_continued"  # a reader's mark on a prompt's last message that its API's answer continues
+# The models that continue a prompt's last turn whichever API or gateway serves them (OpenRouter,
+# LiteLLM, Bedrock, Vertex AI): Anthropic's (claude-sonnet-4-5, anthropic/claude-..., us.anthropic.claude-...,
+# claude-3-5-sonnet@20240620) and Amazon Nova; a name merely holding the word (Qwen3-8B-Claude-Distill) is none.
+_PREFILLING_MODEL = re.compile(r"(?:^|[/.:])(?:claude[-@.]|amazon\.nova-)", re.IGNORECASE)
+
+
+def prefilling_model(*names: Any) -> bool:
+    """Whether any of ``names`` is a model's that continues a prompt ending in the assistant's turn."""
+    return any(isinstance(n, str) and _PREFILLING_MODEL.search(n) for n in names)
+
+
+def _continues(request: dict, messages: list, *models: Any) -> str | None:
+    """How a call's answer holds the prefill its prompt ends in (see above), or None where it ends in
+    no turn its answer continues (OpenAI's API answers in a turn of its own): marked by its reader,
+    asked for (``continue_final_message``, vLLM's; ``prefix``, Mistral's and DeepSeek's), or by the
+    model."""
     last = messages[-1] if messages else {}
-    return last.get("role") == "assistant" and (last.get("prefix") is True or request.get("continue_final_message") is True)
+    if last.get("role") != "assistant":
+        return None
+    if request.get("continue_final_message") is True:
+        return _WHOLE if request.get("echo") is True else _AFTER
+    if last.get("prefix") is True:
+        return _EITHER
+    return _AFTER if last.get(_CONTINUED) or prefilling_model(*models) else None
 
 
 def _prefilled(messages: list) -> list:
-    """A prompt's messages, the last marked as the one its answer continues where it is the assistant's
-    (see :func:`_continues`), for an API whose answer always does."""
+    """A prompt's messages, the last marked as the one its answer continues where it is the assistant's,
+    for an API whose answer always does (see :func:`_continues`)."""
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
-    return [*messages[:-1], {**last, "prefix": True}] if last.get("role") == "assistant" else messages
+    return [*messages[:-1], {**last, _CONTINUED: True}] if last.get("role") == "assistant" else messages
+
+
+def _prefill(prompt: list[dict], how: str | None) -> tuple[list[dict], tuple[str, str | None]]:
+    """(a prompt's messages without the prefill it ends in, (that prefill's text, how the answer holds
+    it)), for :func:`_whole_turn`; the prompt as it is where its answer continues no turn."""
+    if not how or not prompt or prompt[-1]["role"] != "assistant":
+        return prompt, ("", None)
+    return prompt[:-1], (prompt[-1]["content"], how)
+
+
+def _whole_turn(prefill: tuple[str, str | None], answer: Any) -> Any:
+    """The whole turn of an answer that continues a prefill (see :func:`_prefill`). An answer that is
+    none (a refusal in its place, a blank one, none recorded) stays what it is: the prefill alone is
+    no answer."""
+    text, how = prefill
+    if not text or not isinstance(answer, str) or not answer.strip() or how == _WHOLE or \
+            (how == _EITHER and answer.startswith(text)):
+        return answer
+    return text + answer
 
 
 # ------------------------------------------------------------------------------------------ helicone
@@ -2052,9 +2094,8 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
         said = f"span {span_id}: the call failed (status ERROR: {str(status.get('message') or a.get('error.type'))[:300]})"
         answers = [(i, FormatError("failed_request", said) if isinstance(c, str) and not c.strip() else c)
                    for i, c in answers]
-    if messages and messages[-1]["role"] == "assistant" and _claude(a):  # a prefill (see _continues)
-        prefill, messages = messages[-1]["content"], messages[:-1]
-        answers = [(i, prefill + c if isinstance(c, str) else c) for i, c in answers]
+    messages, prefill = _prefill(messages, _AFTER if _prefilling(a) else None)
+    answers = [(i, _whole_turn(prefill, c)) for i, c in answers]
     try:
         start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     except (KeyError, TypeError, ValueError):
@@ -2078,12 +2119,13 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     } for index, completion in answers]
 
 
-def _claude(a: dict) -> bool:
-    """Whether a span's call is to a model of Anthropic's, which answers a prompt ending in the
-    assistant's turn by continuing it, whichever platform serves it (the semconv's provider
-    ``anthropic``, OpenLLMetry's ``Anthropic``, or a Claude model on Bedrock or Vertex AI)."""
-    said = (a.get(k) for k in ("gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model", "gen_ai.response.model"))
-    return any(isinstance(v, str) and ("anthropic" in v.lower() or "claude" in v.lower()) for v in said)
+def _prefilling(a: dict) -> bool:
+    """Whether a span's call is to a model that continues a prompt ending in the assistant's turn (see
+    :func:`_continues`): its provider Anthropic (semconv's ``anthropic``, OpenLLMetry's ``Anthropic``), or
+    its model one that does on any platform."""
+    providers = (a.get(k) for k in ("gen_ai.provider.name", "gen_ai.system"))
+    return any(isinstance(p, str) and p.lower() == "anthropic" for p in providers) or \
+        prefilling_model(a.get("gen_ai.request.model"), a.get("gen_ai.response.model"))
 
 
 def _evaluation_score(attributes: Any, span_id: str) -> dict:
@@ -2511,14 +2553,15 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     if isinstance(completion, FormatError):
         raise completion
     model = g.get("model") or g.get("providedModelName") or ""  # the name in Langfuse's observations API v2
+    messages, prefill = _prefill(_langfuse_messages(_stored_json(g.get("input"))), _AFTER if prefilling_model(model) else None)
     return {
         "trace_id": f"{tid}:{gid}",
         "start_time": _iso(start, f"observation {gid}: startTime"),
         "end_time": _iso(end, f"observation {gid}: endTime"),
         # An export of enriched observations has no trace rows: each row holds its trace's release.
         "model": {"name": model, "version": str(g.get("version") or version or g.get("release") or model)},
-        "messages": _langfuse_messages(_stored_json(g.get("input"))),
-        "completion": completion,
+        "messages": messages,
+        "completion": _whole_turn(prefill, completion),
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,  # null: not counted, as missing
                   "total_tokens": _total(prompt_tokens, completion_tokens) if usage.get("total") is None else usage["total"]},
         "feedback": {"thumb": None, "rating": None},
