@@ -388,6 +388,24 @@ def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_forma
     assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
 
 
+def test_openllmetrys_bedrock_spans_give_a_prompts_converse_blocks_as_their_text():
+    """OpenLLMetry's Bedrock instrumentation writes a Converse call's messages as the JSON text of
+    their content blocks, which were published as that JSON; its answers it writes as text, and an
+    answer that is JSON of such objects is an extraction's, read as written."""
+    blocks = [{"text": "What is 2 plus 3?"}, {"text": "Be brief."}]  # joined as Converse's reader joins them
+    (t,) = normalize(otlp([kv("gen_ai.system", "AWS"), kv("gen_ai.request.model", "llama3-70b-instruct-v1:0"),
+                           kv("llm.request.type", "chat"), kv("gen_ai.prompt.0.role", "user"),
+                           kv("gen_ai.prompt.0.content", json.dumps(blocks)), kv("gen_ai.completion.0.role", "assistant"),
+                           kv("gen_ai.completion.0.content", json.dumps([{"text": "5"}]))]), "otel")
+    assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "What is 2 plus 3?\nBe brief."}], '[{"text": "5"}]')
+    image = [{"text": "What is this?"}, {"image": {"format": "png", "source": {"bytes": "..."}}}]
+    from ctpipe.formats import from_otel
+
+    (refused,) = from_otel(otlp([kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", json.dumps(image)),
+                                 kv("gen_ai.completion.0.content", "A cat.")]))
+    assert isinstance(refused, FormatError) and refused.reason == "non_text_content"
+
+
 def test_openais_legacy_function_role_is_the_tool_role_it_became():
     """Logs of the functions API (before tools) hold a function's result as role "function", which
     refused the whole trace; chat templates know it as "tool". (An application may put one in the
@@ -2093,11 +2111,11 @@ def _bedrock(operation="Converse", request=None, response=None, **fields):
 
 
 def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
-    """A prefill (the assistant's turn a prompt ends in, which the answer continues: Anthropic's and
-    Converse's APIs always, vLLM's when asked, Mistral's and DeepSeek's for a turn marked ``prefix``,
-    a Claude or Nova model through any gateway) is taken out of the prompt and put before the answer,
-    once: left as a turn of its own, TRL's preference layout renders prompt + chosen as two turns.
-    OpenAI's API answers in a turn of its own; an answer that is none stays none."""
+    """A prefill (the assistant's turn a prompt ends in, which the answer continues: Anthropic's API
+    always, vLLM's when asked, Mistral's and DeepSeek's for a turn marked ``prefix``, a Claude or Nova
+    model through any API or gateway) is taken out of the prompt and put before the answer, once:
+    left as a turn of its own, TRL's preference layout renders prompt + chosen as two turns. OpenAI's
+    API answers in a turn of its own; an answer that is none stays none."""
     asked = [{"role": "user", "content": "Give 2 plus 3 as JSON."}]
     said = [{"role": "system", "content": "Be brief."}, *asked]
     whole = '{"sum": 5}'
@@ -2126,10 +2144,13 @@ def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
         {"role": "user", "content": [{"text": "Give 2 plus 3 as JSON."}]}, {"role": "assistant", "content": [{"text": '{"sum":'}]}]},
         response={**BEDROCK["output"]["outputBodyJson"], "output": {"message": {"role": "assistant", "content": [{"text": " 5}"}]}}})
     assert read(converse) == (said, whole)
+    llama = _bedrock(modelId="meta.llama3-70b-instruct-v1:0", request=converse["input"]["inputBodyJson"],
+                     response=converse["output"]["outputBodyJson"])
+    assert read(llama)[1] == " 5}"  # Converse's API passes it on: the model's to continue, or not
 
-    def openai(last: dict, answer=" 5}", model="gpt-5", **request):
+    def openai(last: dict, answer=" 5}", model="gpt-5", asked=None, messages=said, **request):
         log = copy.deepcopy(OPENAI)
-        log["request"].update(messages=[*said, last], model=model, **request)
+        log["request"].update(messages=[*messages, last], model=asked or model, **request)
         log["response"].update(model=model)
         log["response"]["choices"][0]["message"]["content"] = answer
         return read(log)
@@ -2137,14 +2158,22 @@ def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
     prefill = {"role": "assistant", "content": '{"sum":'}
     assert openai(prefill, continue_final_message=True) == (said, whole)  # vLLM
     assert openai(prefill, whole, continue_final_message=True, echo=True) == (said, whole)  # vLLM, echoing it
-    assert openai({**prefill, "prefix": True}) == (said, whole)  # DeepSeek: what follows
-    assert openai({**prefill, "prefix": True}, whole) == (said, whole)  # Mistral: the whole turn
-    for model in ("claude-sonnet-4-5", "anthropic/claude-sonnet-4.5", "us.anthropic.claude-sonnet-4-5-v1:0",
-                  "claude-3-5-sonnet@20240620", "amazon.nova-pro-v1:0"):  # through a gateway: LiteLLM, OpenRouter, ...
+    assert openai(prefill, '{"sum":', continue_final_message=True, echo=True) == (said, "")  # nothing said: no answer
+    assert openai(prefill, continue_final_message=True, messages=[]) == ([prefill], " 5}")  # no prompt: its validation's
+    assert openai({**prefill, "prefix": True}) == (said, whole)  # another's: what follows, told by its start
+    assert openai({**prefill, "prefix": True}, whole) == (said, whole)  # ... or the whole turn
+    deepseek = {"role": "assistant", "content": "[", "prefix": True}
+    assert openai(deepseek, "[1, 0], [0, 1]]", "deepseek-chat") == (said, "[[1, 0], [0, 1]]")  # what follows, always
+    assert openai(deepseek, "[[1, 0], [0, 1]]", "mistral-large-latest") == (said, "[[1, 0], [0, 1]]")  # the whole turn
+    for model in ("claude-sonnet-4-5", "anthropic/claude-3.5-sonnet:beta", "us.anthropic.claude-sonnet-4-5-v1:0",
+                  "bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0", "vertex_ai/claude-3-5-sonnet@20240620",
+                  "amazon.nova-pro-v1:0", "amazon/nova-lite-v1"):  # through a gateway: LiteLLM, OpenRouter, ...
         assert openai(prefill, model=model) == (said, whole), model
-    for model in ("gpt-5", "Qwen3-8B-Claude-4.5-Opus-Distill"):  # OpenAI's API, vLLM without the flag
+    for model in ("gpt-5", "Qwen3-8B-Claude-4.5-Opus-Distill", "someone/claude-distill-qwen", "ft:gpt-4o:acme:claude-style:x",
+                  "reedmayhew/claude-3.7-sonnet-reasoning-gemma3-12B"):  # OpenAI's API, vLLM without the flag, others'
         assert openai(prefill, model=model) == openai(prefill, model=model, continue_final_message=False) == \
-            ([*said, prefill], " 5}")
+            ([*said, prefill], " 5}"), model
+    assert openai(prefill, model="gpt-4o", asked="claude-sonnet-4-5")[1] == " 5}"  # a gateway's fallback answered
 
     def span(output=" 5}", **values):
         inputs = [{"role": "user", "parts": [{"type": "text", "content": asked[0]["content"]}]},
@@ -2161,6 +2190,8 @@ def test_an_answer_that_continues_the_assistants_last_turn_is_that_whole_turn():
         assert span(**{"gen_ai.request.model": "m", **provider}) == (asked, whole)
         assert span(None, **{"gen_ai.request.model": "m", **provider})[1] == ""  # none recorded: not the prefill alone
     assert span(**{"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-5"})[1] == " 5}"
+    assert span(**{"gen_ai.system": "AWS", "gen_ai.request.model": "nova-pro-v1:0"}) == (asked, whole)  # OpenLLMetry's
+    assert span(**{"gen_ai.request.model": "claude-sonnet-4-5", "gen_ai.response.model": "gpt-4o"})[1] == " 5}"
 
     (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z",
                      "model": "claude-3-5-sonnet-20241022", "input": [*asked, prefill], "output": {"role": "assistant", "content": " 5}"}}])

@@ -846,7 +846,7 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
     if not choices:
         raise FormatError("empty_completion", f"response {rid} has no choices")
     prompt = [_prompt_message(m, f"request.messages[{i}]") for i, m in _messages_of(messages, "request.messages")]
-    prompt, prefill = _prefill(prompt, _continues(request, messages, model, request.get("model")))
+    prompt, prefill = _prefill(prompt, _continues(request, messages, model))
     for position, choice in enumerate(choices):
         message = choice.get("message") if isinstance(choice, dict) else None
         if not isinstance(message, dict):
@@ -877,34 +877,59 @@ def from_openai(doc: dict) -> Iterator[dict | FormatError | Held]:
 # answer). Its trace's answer is the whole turn, that turn's text and the answer's: left in the
 # prompt, a chat template would close that turn and open another before the answer (TRL's
 # preference layout renders prompt + chosen so). How an answer holds it, by API:
-_AFTER = "after"  # the answer is what follows it (Anthropic's messages API, Converse, vLLM's continue_final_message)
-_WHOLE = "whole"  # the answer holds it already (vLLM's continue_final_message with echo)
-_EITHER = "either"  # told by the answer's start: Mistral's prefix gives the whole turn, DeepSeek's what follows
+_AFTER = "after"  # the answer is what follows it (Anthropic's, vLLM's continue_final_message, DeepSeek's prefix)
+_WHOLE = "whole"  # the answer holds it already (vLLM's continue_final_message with echo, Mistral's prefix)
+_EITHER = "either"  # another's prefix: told by the answer's start
 _CONTINUED = "_continued"  # a reader's mark on a prompt's last message that its API's answer continues
-# The models that continue a prompt's last turn whichever API or gateway serves them (OpenRouter,
-# LiteLLM, Bedrock, Vertex AI): Anthropic's (claude-sonnet-4-5, anthropic/claude-..., us.anthropic.claude-...,
-# claude-3-5-sonnet@20240620) and Amazon Nova; a name merely holding the word (Qwen3-8B-Claude-Distill) is none.
-_PREFILLING_MODEL = re.compile(r"(?:^|[/.:])(?:claude[-@.]|amazon\.nova-)", re.IGNORECASE)
+# Model ids, split at "/" and ":" (a gateway's, a cloud's, an ARN's parts), by what their prefix gives:
+# the models that continue a prompt's last turn whichever API or gateway serves them, Anthropic's
+# (claude-sonnet-4-5, anthropic/claude-3.5-sonnet:beta, us.anthropic.claude-..., models/claude-...@...)
+# and Amazon Nova (amazon.nova-pro-v1:0, amazon/nova-lite-v1, nova-pro-v1:0); DeepSeek's, whose
+# prefix answer follows it; Mistral's, whose prefix answer holds it. A model of another's named after
+# one (someone/claude-distill-qwen, ft:gpt-4o:acme:claude-style:x) is none of them: an id is told by
+# its own name (a first part), or by one after its maker's or a gateway's name.
+_PREFILLING = re.compile(r"(?:[a-z]{2,7}\.)?(?:anthropic\.claude-|amazon\.nova-)", re.IGNORECASE)
+_MODEL_NAMES = {_AFTER: re.compile(r"claude-(?:\d|instant|v\d|opus|sonnet|haiku)|nova-(?:pro|lite|micro|premier)", re.IGNORECASE),
+                "deepseek": re.compile(r"deepseek-", re.IGNORECASE),
+                "mistral": re.compile(r"(?:open-)?(?:mistral|mixtral|ministral|magistral|codestral|devstral|pixtral)-", re.IGNORECASE)}
+_MAKERS = frozenset({"anthropic", "amazon", "deepseek", "deepseek-ai", "mistral", "mistralai", "models", "bedrock", "vertex_ai",
+                     "openrouter", "litellm_proxy", "azure_ai"})
 
 
-def prefilling_model(*names: Any) -> bool:
-    """Whether any of ``names`` is a model's that continues a prompt ending in the assistant's turn."""
-    return any(isinstance(n, str) and _PREFILLING_MODEL.search(n) for n in names)
+def model_kind(name: Any) -> str | None:
+    """Which of the kinds above a model's id names (``after``: one that continues a prefill), or None.
+
+    >>> [model_kind(n) for n in ("claude-sonnet-4-5", "us.anthropic.claude-3-5-sonnet-20240620-v1:0", "gpt-4o",
+    ...                          "someone/claude-distill-qwen", "mistral-large-latest", "deepseek/deepseek-chat")]
+    ['after', 'after', None, None, 'mistral', 'deepseek']
+    """
+    parts = re.split(r"[/:]", name) if isinstance(name, str) else []
+    for i, part in enumerate(parts):
+        if _PREFILLING.match(part):
+            return _AFTER
+        if i == 0 or parts[i - 1].lower() in _MAKERS:
+            kind = next((k for k, named in _MODEL_NAMES.items() if named.match(part)), None)
+            if kind:
+                return kind
+    return None
 
 
-def _continues(request: dict, messages: list, *models: Any) -> str | None:
+def _continues(request: dict, messages: list, model: Any) -> str | None:
     """How a call's answer holds the prefill its prompt ends in (see above), or None where it ends in
-    no turn its answer continues (OpenAI's API answers in a turn of its own): marked by its reader,
-    asked for (``continue_final_message``, vLLM's; ``prefix``, Mistral's and DeepSeek's), or by the
-    model."""
+    no turn its answer continues (OpenAI's API answers in a turn of its own): asked for
+    (``continue_final_message``, vLLM's; ``prefix``, Mistral's and DeepSeek's), marked by its reader, or
+    by the model that answered (not the one asked for: a gateway's fallback answers for it)."""
     last = messages[-1] if messages else {}
     if last.get("role") != "assistant":
         return None
     if request.get("continue_final_message") is True:
         return _WHOLE if request.get("echo") is True else _AFTER
+    kind = model_kind(model)
+    if last.get(_CONTINUED) or kind == _AFTER:
+        return _AFTER
     if last.get("prefix") is True:
-        return _EITHER
-    return _AFTER if last.get(_CONTINUED) or prefilling_model(*models) else None
+        return {"deepseek": _AFTER, "mistral": _WHOLE}.get(kind, _EITHER)
+    return None
 
 
 def _prefilled(messages: list) -> list:
@@ -916,21 +941,23 @@ def _prefilled(messages: list) -> list:
 
 def _prefill(prompt: list[dict], how: str | None) -> tuple[list[dict], tuple[str, str | None]]:
     """(a prompt's messages without the prefill it ends in, (that prefill's text, how the answer holds
-    it)), for :func:`_whole_turn`; the prompt as it is where its answer continues no turn."""
-    if not how or not prompt or prompt[-1]["role"] != "assistant":
+    it)), for :func:`_whole_turn`; the prompt as it is where its answer continues no turn, or where the
+    prefill is all it holds (which its validation names)."""
+    if not how or len(prompt) < 2 or prompt[-1]["role"] != "assistant":
         return prompt, ("", None)
     return prompt[:-1], (prompt[-1]["content"], how)
 
 
 def _whole_turn(prefill: tuple[str, str | None], answer: Any) -> Any:
     """The whole turn of an answer that continues a prefill (see :func:`_prefill`). An answer that is
-    none (a refusal in its place, a blank one, none recorded) stays what it is: the prefill alone is
-    no answer."""
+    none (a refusal in its place, a blank one, none recorded, or the prefill alone where the answer
+    holds it) stays none: the prefill alone is no answer."""
     text, how = prefill
-    if not text or not isinstance(answer, str) or not answer.strip() or how == _WHOLE or \
-            (how == _EITHER and answer.startswith(text)):
+    if not text or not isinstance(answer, str):
         return answer
-    return text + answer
+    if how == _WHOLE or (how == _EITHER and answer.startswith(text)):
+        return answer if answer[len(text):].strip() else ""
+    return text + answer if answer.strip() else answer
 
 
 # ------------------------------------------------------------------------------------------ helicone
@@ -1274,7 +1301,7 @@ def _converse_request(body: dict, where: str) -> dict:
     for i, m in enumerate(body.get("messages") or []):
         m = m if isinstance(m, dict) else {}
         messages.append({"role": m.get("role"), "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True)[0]})
-    return {**body, "messages": _prefilled(messages)}
+    return {**body, "messages": messages}  # a prefill its model's, not the API's (see _continues)
 
 
 def _converse_response(body: dict, call: str) -> dict:
@@ -1752,6 +1779,11 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
         if (isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts)
                 and any(_a_part(p["type"]) for p in parts)):
             return _text(parts, where, said)
+        # A prompt's Converse content blocks, as OpenLLMetry's Bedrock instrumentation writes them
+        # ([{"text": ...}], keyed by their kind); its answers it writes as text.
+        if (said and isinstance(parts, list) and parts and any("text" in p for p in parts if isinstance(p, dict))
+                and all(isinstance(p, dict) and p and p.keys() <= _CONVERSE_KEYS for p in parts)):
+            return _converse_text(parts, where, True)[0]
     return str(value)
 
 
@@ -2122,10 +2154,10 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
 def _prefilling(a: dict) -> bool:
     """Whether a span's call is to a model that continues a prompt ending in the assistant's turn (see
     :func:`_continues`): its provider Anthropic (semconv's ``anthropic``, OpenLLMetry's ``Anthropic``), or
-    its model one that does on any platform."""
+    the model that answered (else the one asked for) one that does on any platform."""
     providers = (a.get(k) for k in ("gen_ai.provider.name", "gen_ai.system"))
-    return any(isinstance(p, str) and p.lower() == "anthropic" for p in providers) or \
-        prefilling_model(a.get("gen_ai.request.model"), a.get("gen_ai.response.model"))
+    model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model")
+    return any(isinstance(p, str) and p.lower() == "anthropic" for p in providers) or model_kind(model) == _AFTER
 
 
 def _evaluation_score(attributes: Any, span_id: str) -> dict:
@@ -2553,7 +2585,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     if isinstance(completion, FormatError):
         raise completion
     model = g.get("model") or g.get("providedModelName") or ""  # the name in Langfuse's observations API v2
-    messages, prefill = _prefill(_langfuse_messages(_stored_json(g.get("input"))), _AFTER if prefilling_model(model) else None)
+    messages, prefill = _prefill(_langfuse_messages(_stored_json(g.get("input"))), _AFTER if model_kind(model) == _AFTER else None)
     return {
         "trace_id": f"{tid}:{gid}",
         "start_time": _iso(start, f"observation {gid}: startTime"),
