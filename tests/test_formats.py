@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from ctpipe import traces
-from ctpipe.formats import FormatError, detect, normalize
+from ctpipe.formats import FormatError, detect, from_otel, normalize
 from ctpipe.traces import InvalidTrace, decode
 
 OPENAI = {
@@ -399,11 +399,53 @@ def test_openllmetrys_bedrock_spans_give_a_prompts_converse_blocks_as_their_text
                            kv("gen_ai.completion.0.content", json.dumps([{"text": "5"}]))]), "otel")
     assert (t["messages"], t["completion"]) == ([{"role": "user", "content": "What is 2 plus 3?\nBe brief."}], '[{"text": "5"}]')
     image = [{"text": "What is this?"}, {"image": {"format": "png", "source": {"bytes": "..."}}}]
-    from ctpipe.formats import from_otel
-
     (refused,) = from_otel(otlp([kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", json.dumps(image)),
                                  kv("gen_ai.completion.0.content", "A cat.")]))
     assert isinstance(refused, FormatError) and refused.reason == "non_text_content"
+
+
+def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_them():
+    """What OpenLLMetry's instrumentations write under the older flattened names, as their source
+    shows it: each was lost, misread or published wrong."""
+    def read(*attributes, **values):
+        return list(from_otel(otlp([kv("gen_ai.request.model", "m"), *attributes, *(kv(k, v) for k, v in values.items())])))
+
+    user, answer = kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.completion.0.content", "5")
+    asked = [kv("gen_ai.prompt.0.content", "What is 2 plus 3?"), user]
+    # Its LangChain callback handler (0.53, 0.54) names its model calls' operation "llm_request".
+    (t,) = read(*asked, answer, **{"gen_ai.operation.name": "llm_request", "llm.request.type": "chat"})
+    assert t["completion"] == "5"
+    # Its Bedrock instrumentation (to 0.56) wrote each Claude message's role, and the last one's
+    # content at index 0: the prompt cannot be told. Mistral's and others' record an assistant's turn
+    # of tool calls as its role alone.
+    (e,) = read(kv("gen_ai.prompt.0.content", '"Hi"'), user, kv("gen_ai.prompt.1.role", "assistant"),
+                kv("gen_ai.prompt.2.role", "user"), answer)
+    assert (e.reason, "gen_ai.prompt.1 (role 'assistant') has no content" in str(e)) == ("invalid_field", True)
+    (e,) = read(*asked, kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.2.role", "tool"),
+                kv("gen_ai.prompt.2.content", '{"temp": 21}'), answer)
+    assert e.reason == "tool_call_in_prompt"
+    (t,) = read(kv("gen_ai.prompt.0.role", "system"), kv("gen_ai.prompt.1.role", "user"),
+                kv("gen_ai.prompt.1.content", "What is 2 plus 3?"), answer)
+    assert t["messages"][0] == {"role": "system", "content": ""}  # a blank system prompt is one
+    # ... and a Converse answer's role at index 0, each of its blocks' text at its own index.
+    (t,) = read(*asked, kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.1.content", "The capital is "),
+                kv("gen_ai.completion.2.content", "Paris."))
+    assert (t["trace_id"].count(":"), t["completion"]) == (1, "The capital is Paris.")
+    (a, b) = read(*asked, kv("gen_ai.completion.0.content", "5"), kv("gen_ai.completion.1.content", "five"))  # choices
+    assert (a["completion"], b["completion"]) == ("5", "five")
+    # Its Anthropic instrumentation (to 0.53) wrote the finish reason at index 0, where thinking then went.
+    (e,) = read(*asked, kv("gen_ai.completion.0.finish_reason", "refusal"), kv("gen_ai.completion.0.role", "thinking"),
+                kv("gen_ai.completion.0.content", "Hm."), kv("gen_ai.completion.1.role", "assistant"),
+                kv("gen_ai.completion.1.content", "I will help you build a"))
+    assert e.reason == "no_text_answer"
+    for finish in ("pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC"):  # passed on raw
+        (e,) = read(*asked, answer, kv("gen_ai.completion.0.finish_reason", finish))
+        assert e.reason == "no_text_answer", finish
+    # google-genai's instrumentation gives a model's turn Gemini's role, "model"; Cohere's "chatbot".
+    for role in ("model", "chatbot"):
+        (t,) = read(*asked, kv("gen_ai.prompt.1.role", role), kv("gen_ai.prompt.1.content", "4?"),
+                    kv("gen_ai.prompt.2.role", "user"), kv("gen_ai.prompt.2.content", "Again."), answer)
+        assert [m["role"] for m in t["messages"]] == ["user", "assistant", "user"]
 
 
 def test_openais_legacy_function_role_is_the_tool_role_it_became():

@@ -1185,10 +1185,11 @@ class _Evaluations:
 def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa.Array, np.ndarray]:
     """Per span, the messages and the completion of the flattened older names for the spans
     ``chosen`` (none for the others), as the reader reads them: ``gen_ai.prompt.<i>.role`` (user when
-    there is none) and ``.content`` ("" when there is none) of each index present, and
+    there is none) and ``.content`` ("" for a system message without one) of each index present, and
     ``gen_ai.completion.0.content`` ("" when there is none); and whether each span's are read so:
     texts, indices from 0 without a gap (no more than :data:`_MOST_FLATTENED`), none that the reader
-    may read as JSON parts, no tool calls, and one choice, not stopped by the content filter."""
+    may read as JSON parts, no tool calls, no other turn without content, and one choice, not
+    stopped by the content filter."""
     spans, roles, contents = [], [], []
     ok, going = np.ones(len(chosen), bool), chosen.copy()
     read = np.zeros(len(chosen), np.int64)  # the prompt's keys read, to be all of them
@@ -1205,6 +1206,7 @@ def _flattened(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, pa
         content, content_ok = attrs.pick(content_at[at], _STRING)
         role, role_ok = attrs.pick(role_at[at], _STRING)
         ok[at] &= content_ok & role_ok & ~_ok(pc.match_substring_regex(content, _JSON_LIST))
+        ok[at] &= (content_at[at] >= 0) | _ok(pc.equal(role, "system"))  # a turn not recorded: the reader's to refuse
         spans.append(at)
         roles.append(pc.fill_null(role, "user"))
         contents.append(pc.fill_null(content, ""))

@@ -494,10 +494,15 @@ def _chat_message(m: dict, where: str) -> dict:
     return _prompt_parts(m, where) if m.get("parts") is not None else _prompt_message(m, where)
 
 
+# Roles by other names, as chat templates know them: OpenAI's legacy ``function`` (a function's
+# result, before tools came) is the ``tool`` role that took its place; Gemini's ``model`` and
+# Cohere's ``chatbot`` (as OpenLLMetry's and LlamaIndex's messages keep them) are the assistant's.
+_ROLES = {"function": "tool", "model": "assistant", "chatbot": "assistant"}
+
+
 def _role(role: Any) -> Any:
-    """A role of OpenAI's messages: the legacy ``function`` (a function's result, before tools came)
-    as the ``tool`` role that took its place, which chat templates know."""
-    return "tool" if role == "function" else role
+    """A role of OpenAI's messages (see :data:`_ROLES`)."""
+    return _ROLES.get(role, role) if isinstance(role, str) else role
 
 
 def _text(content: Any, where: str, said: bool = False) -> str:
@@ -571,7 +576,10 @@ _GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CO
 # safety check stopped (Gemini's reasons, as Google's instrumentation passes them on, included), one
 # refused partway (Anthropic's "refusal", after the text it streamed), and one an error broke off
 # (OpenTelemetry's instrumentations give a stream that failed "error", after writing its text so far).
-STOPPED = frozenset({"content_filter", "refusal", *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
+# Anthropic's "pause_turn" is a turn its server tools paused, its text so far; Converse's and Titan's
+# filter reasons come raw from OpenLLMetry's Bedrock instrumentation, as Cohere's do from its own.
+STOPPED = frozenset({"content_filter", "refusal", "pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC",
+                     *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
 FAILED = "error"
 # The finish reasons of an answer that called a tool (OpenAI's, semconv's, Anthropic's stop reason):
 # a writer may log the calls apart from the message, or not at all, and its text is no answer.
@@ -581,7 +589,7 @@ NOT_ANSWERS = STOPPED | {FAILED} | TOOL_FINISHES  # the fast paths leave these t
 # and Converse's "max_tokens", Gemini's "MAX_TOKENS"): kept, or refused where the run says so
 # (DatasetConfig.truncated_answers, set here for the run by the materializer): a classifier's
 # one-token answers end so as often as a long answer cut short does.
-TRUNCATED = frozenset({"length", "max_tokens", "MAX_TOKENS", "model_context_window_exceeded"})
+TRUNCATED = frozenset({"length", "LENGTH", "max_tokens", "MAX_TOKENS", "model_context_window_exceeded"})
 REFUSE_TRUNCATED: ContextVar[bool] = ContextVar("refuse_truncated", default=False)
 
 
@@ -1560,7 +1568,7 @@ def _bedrock_latency(response: dict | list) -> float:
 # The operations of a span that is a model call (or none: older instrumentations name none). An
 # agent's span (invoke_agent, create_agent) carries messages too, the whole conversation's or its
 # final answer, which the model calls under it already hold; a tool's or an embedding's is no answer.
-MODEL_CALLS = ("chat", "text_completion", "generate_content",
+MODEL_CALLS = ("chat", "text_completion", "generate_content", "llm_request",  # the last OpenLLMetry's LangChain spans' (0.53, 0.54)
                # Semantic Kernel's own names for them (.NET and Python)
                "chat.completions", "chat.streaming_completions", "text.completions", "text.streaming_completions")
 # What a span without an operation's name says it is, where its instrumentation predates them
@@ -1647,7 +1655,7 @@ def _prompt_parts(m: dict, where: str) -> dict:
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
     kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
-    return {"role": m.get("role"), "content": _parts_text(m, where, said=True)}
+    return {"role": _role(m.get("role")), "content": _parts_text(m, where, said=True)}
 
 
 def _system_instructions(a: dict) -> list[dict]:
@@ -1736,20 +1744,58 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     for i in sorted(found["prompt"]):
         _no_tool_call(next((f for f in TOOL_FIELDS if any(k.startswith(f"{f}.") for k in found["prompt"][i])), None),
                       f"{where}: gen_ai.prompt.{i}")
+    for at, i in enumerate(prompt):
+        _recorded_content(a, i, found["prompt"][i], prompt[at + 1] if at + 1 < len(prompt) else None, where)
     messages = [_flat_message(a, f"gen_ai.prompt.{i}", found["prompt"][i], where) for i in prompt]
     answers = []
-    for i in sorted(i for i, fields in found["completion"].items()
-                    if fields & {"role", "content"} and a.get(f"gen_ai.completion.{i}.role") != "thinking"):
-        fields, content = found["completion"][i], f"gen_ai.completion.{i}.content"
+    for indices in _flat_choices(a, found["completion"]):
+        fields = set().union(*(found["completion"][i] for i in indices))
+        # OpenLLMetry's Anthropic instrumentation (to 0.53) wrote the finish reason at index 0 before
+        # a thinking block took that index: the answer's, where it has none of its own.
+        finish = next((a[f"gen_ai.completion.{i}.finish_reason"] for i in (*indices, 0)
+                       if f"gen_ai.completion.{i}.finish_reason" in a), None)
         try:
-            answer = _text_answer(_flat_content(a.get(content), f"{where}: {content}"),
-                                  f"{where}: completion {i}", refusal="refusal" in fields,
-                                  tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields),
-                                  finish=a.get(f"gen_ai.completion.{i}.finish_reason"))
+            text = "".join(_flat_content(a.get(f"gen_ai.completion.{i}.content"), f"{where}: gen_ai.completion.{i}.content")
+                           for i in indices)
+            answer = _text_answer(text, f"{where}: completion {indices[0]}", refusal="refusal" in fields,
+                                  tool_call=any(f.startswith(("tool_calls.", "function_call.")) for f in fields), finish=finish)
         except FormatError as e:  # in its place: the other choices are traces all the same
             answer = e
-        answers.append((i, answer))
+        answers.append((indices[0], answer))
     return messages, answers or [(0, "")]
+
+
+def _recorded_content(a: dict, i: int, fields: set[str], following: int | None, where: str) -> None:
+    """FormatError for a flattened message that has a role and no content (but a system prompt's,
+    which may be blank): an instrumentation that did not record it, not an empty turn. An
+    assistant's turn whose tool calls were not recorded (Mistral's, Cohere's, Together's, an older
+    LlamaIndex's), before a tool's result, is ``tool_call_in_prompt``; OpenLLMetry's Bedrock
+    instrumentation (to 0.56) wrote every message's role and the last one's content at index 0."""
+    role = a.get(f"gen_ai.prompt.{i}.role")
+    if "content" in fields or "role" not in fields or role == "system":
+        return
+    if role == "assistant" and following is not None and a.get(f"gen_ai.prompt.{following}.role") == "tool":
+        raise FormatError("tool_call_in_prompt", f"{where}: gen_ai.prompt.{i} is an assistant's turn without its content, "
+                                                 "before a tool's result: its tool calls were not recorded")
+    raise FormatError("invalid_field", f"{where}: gen_ai.prompt.{i} (role {role!r}) has no content: it was not recorded, "
+                                       "and the prompt served cannot be told")
+
+
+def _flat_choices(a: dict, found: dict[int, set[str]]) -> list[list[int]]:
+    """The flattened completion's indices of each choice, in order: one an index, but that where index 0
+    names a role and a later index names none, that index holds a content block of the choice before
+    it (OpenLLMetry's Bedrock instrumentation, to 0.56, wrote a Converse answer's blocks so); a
+    model's thinking (role ``thinking``) is none."""
+    indices = sorted(i for i, fields in found.items()
+                     if fields & {"role", "content"} and a.get(f"gen_ai.completion.{i}.role") != "thinking")
+    blocks = "role" in found.get(0, set())
+    choices: list[list[int]] = []
+    for i in indices:
+        if choices and blocks and "role" not in found[i]:
+            choices[-1].append(i)
+        else:
+            choices.append([i])
+    return choices
 
 
 def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
