@@ -363,20 +363,22 @@ def _parts(texts: list[str], key: str = "text") -> list[dict]:
     return [{"type": "text", key: t} for t in texts]
 
 
-def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_format():
+def test_a_prompts_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_and_an_answers_as_written():
     """vLLM joins a message's text parts with a newline for the chat template: the model serving the
-    checkpoint sees "Question:\n2+3?", so it is trained on that, not on "Question:2+3?"."""
+    checkpoint sees "Question:\n2+3?", so it is trained on that, not on "Question:2+3?". An answer is
+    one text however its writer cut it into parts (an instrumentation a part per Anthropic block,
+    which citations cut mid-sentence, or per Gemini part, which cuts anywhere)."""
     doc = json.loads(json.dumps(OPENAI))
     doc["request"]["messages"][0]["content"] = _parts(["Question:", "2+3?"])
     doc["response"]["choices"][0]["message"]["content"] = _parts(["It is", "5."])
     (t,) = normalize(doc, "openai")
-    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
+    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is5."
     (t,) = normalize(otlp([kv("gen_ai.request.model", "m"),
                            kv("gen_ai.system_instructions", json.dumps(_parts(["Be brief.", "Be kind."], "content"))),
                            kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": _parts(["Question:", "2+3?"], "content")}])),
                            kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": _parts(["It is", "5."], "content")}]))]),
                      "otel")
-    assert [m["content"] for m in t["messages"]] == ["Be brief.\nBe kind.", "Question:\n2+3?"] and t["completion"] == "It is\n5."
+    assert [m["content"] for m in t["messages"]] == ["Be brief.\nBe kind.", "Question:\n2+3?"] and t["completion"] == "It is5."
     (t,) = normalize(otlp([kv("gen_ai.prompt", json.dumps([{"role": "user", "content": _parts(["Question:", "2+3?"])}])),
                            kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": "5"}]))]), "otel")
     assert t["messages"][0]["content"] == "Question:\n2+3?"
@@ -385,7 +387,16 @@ def test_text_parts_are_joined_on_a_new_line_as_vllm_renders_them_in_every_forma
     assert t["messages"][0]["content"] == "Question:\n2+3?"
     (t,) = _joined([{"id": "g1", "traceId": "t1", "type": "GENERATION", "startTime": "2026-11-22T10:00:00Z", "model": "m",
                      "input": [{"role": "user", "content": _parts(["Question:", "2+3?"])}], "output": _parts(["It is", "5."])}])
-    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is\n5."
+    assert t["messages"][0]["content"] == "Question:\n2+3?" and t["completion"] == "It is5."
+
+
+    (t,) = normalize(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps([
+        {"role": "user", "parts": [{"type": "text", "content": "Capital?"}]}])), kv("gen_ai.output.messages", json.dumps([
+        {"role": "assistant", "parts": _parts(["The capital is ", "Paris", "."], "content")}]))]), "otel")
+    assert t["completion"] == "The capital is Paris."
+    (t,) = normalize(otlp([kv("gen_ai.completion", json.dumps([{"role": "assistant", "content": _parts(["fox jum", "ps"])}])),
+                           kv("gen_ai.prompt", json.dumps([{"role": "user", "content": "Say it."}]))]), "otel")
+    assert t["completion"] == "fox jumps"
 
 
 def test_openllmetrys_bedrock_spans_give_a_prompts_converse_blocks_as_their_text():

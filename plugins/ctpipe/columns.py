@@ -1025,21 +1025,21 @@ class _GenAIMessage(msgspec.Struct):
         return _parts_text(self.parts)
 
 
-def _read_apart(kind: str) -> bool:
-    """Whether the reader reads a part of this type otherwise than a text part: refuses it (an image, a
-    file, a tool's call or result) or reads it as its own (a refusal)."""
-    return kind in formats.MEDIA_PARTS or kind == "refusal" or formats.tool_part(kind)
+class _GenAIAnswer(_GenAIMessage):
+    def text(self) -> str | None:
+        return _parts_text(self.parts, "")  # one answer's parts, as written (formats._parts_answer)
 
 
-def _parts_text(parts: list[_Part]) -> str | None:
-    """As formats._parts_text reads them; None for parts the reader reads apart (:func:`_read_apart`)
-    or for none (a message whose content was not recorded)."""
+def _parts_text(parts: list[_Part], joined: str = formats.PART_SEPARATOR) -> str | None:
+    """As formats._parts_text reads them; None for parts the reader reads apart (a part of any type but
+    text or reasoning, which it drops: it refuses the others, or reads a refusal as its own) or for
+    none (a message whose content was not recorded)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if not parts or any(_read_apart(p.type) for p in parts):
+    if not parts or any(p.type != "text" and p.type not in formats.REASONING_PARTS for p in parts):
         return None
-    return formats.PART_SEPARATOR.join([p.content for p in parts if p.type == "text"])
+    return joined.join([p.content for p in parts if p.type == "text"])
 
 
 class _TextPart(msgspec.Struct):
@@ -1054,20 +1054,27 @@ class _OlderMessage(_PlainMessage):
     content: str | list[_TextPart] = ""
     finish_reason: str | None = None
 
-    def text(self) -> str | None:  # as formats._text reads it; None for parts it refuses, and refusals
-        if isinstance(self.content, str):
+    def text(self, joined: str = formats.PART_SEPARATOR) -> str | None:  # as formats._text reads it; None for
+        if isinstance(self.content, str):                                  # parts it refuses, and refusals
             return self.content
         # Any part but text (read apart, dropped, refused as a kind not read): the reader's to read.
         texts = [p.text for p in self.content if p.type == "text"]
         if any(p.type != "text" for p in self.content) or None in texts:
             return None
-        return formats.PART_SEPARATOR.join(texts)
+        return joined.join(texts)
+
+
+class _OlderAnswer(_OlderMessage):
+    def text(self) -> str | None:
+        return super().text("")  # one answer's parts, as written
 
 
 _OTEL_SHAPE = msgspec.json.Decoder(_OtelShape)
 _GENAI_MESSAGES = msgspec.json.Decoder(list[_GenAIMessage])
+_GENAI_ANSWERS = msgspec.json.Decoder(list[_GenAIAnswer])
 _PARTS = msgspec.json.Decoder(list[_Part])  # gen_ai.system_instructions
 _OLDER_MESSAGES = msgspec.json.Decoder(list[_OlderMessage])
+_OLDER_ANSWERS = msgspec.json.Decoder(list[_OlderAnswer])
 _ANY_VALUE = pa.struct([("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
                         ("boolValue", pa.bool_())])
 _ATTRIBUTES = pa.list_(pa.struct([("key", pa.string()), ("value", _ANY_VALUE)]))
@@ -1234,7 +1241,7 @@ def _older_json(attrs: _Attributes, chosen: np.ndarray) -> tuple[pa.ListArray, p
     (prompt, prompt_ok), (completion, completion_ok) = (attrs.get(name, _STRING) for name in _OLDER_JSON)
     at = np.flatnonzero(chosen)
     messages, messages_ok = _messages(prompt.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
-    answers, answers_ok = _messages(completion.take(pa.array(at)).to_pylist(), _OLDER_MESSAGES)
+    answers, answers_ok = _messages(completion.take(pa.array(at)).to_pylist(), _OLDER_ANSWERS)
     ok = ~chosen | (prompt_ok & completion_ok)
     ok[at] &= messages_ok & answers_ok & (pc.list_value_length(answers).to_numpy(zero_copy_only=False) <= 1)
     texts = _joined(answers)
@@ -1362,7 +1369,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     ok &= instructions_ok[rows]
     messages, prompts_ok = _messages(inputs[0].take(take).to_pylist(), _GENAI_MESSAGES,
                                      instructions.take(take).to_pylist())
-    answers, answers_ok = _messages(outputs[0].take(take).to_pylist(), _GENAI_MESSAGES)
+    answers, answers_ok = _messages(outputs[0].take(take).to_pylist(), _GENAI_ANSWERS)
     ok &= prompts_ok & answers_ok & _ok(pc.less_equal(pc.list_value_length(answers), 1))  # a trace per choice: the reader's
     completion = _joined(answers)
     for named, older_messages, older_completion, _ in older:

@@ -506,8 +506,9 @@ def _role(role: Any) -> Any:
 
 
 def _text(content: Any, where: str, said: bool = False) -> str:
-    """Message content as text: a string, or OpenAI's list of typed parts (text parts joined, and with
-    ``said``, of an earlier turn, an assistant's refusal parts, which are what it said then);
+    """Message content as text: a string, or OpenAI's list of typed parts (with ``said``, of an earlier
+    turn, its text parts joined on a new line and an assistant's refusal parts, which are what it said
+    then; without, an answer's, its text parts as written, one text however its writer cut it up);
     FormatError ``non_text_content`` for one holding an image, audio or a file; for one holding a
     tool's call or result (:func:`tool_part`), ``tool_call_in_prompt`` in an earlier turn and
     ``no_text_answer`` in an answer."""
@@ -546,7 +547,7 @@ def _text(content: Any, where: str, said: bool = False) -> str:
              for p in content if (kind := p.get("type")) in kinds]
     if not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
-    return PART_SEPARATOR.join(texts)
+    return (PART_SEPARATOR if said else "").join(texts)
 
 
 def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
@@ -657,7 +658,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
     """The text of an answer message of semconv's typed parts, or the FormatError of one that is none,
     to stand in its place beside the other choices."""
     try:
-        text, parts = _parts_text(m, where), m.get("parts") or []
+        text, parts = _parts_text(m, where, joined=""), m.get("parts") or []  # one answer's parts, as written
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
         return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
                             finish=m.get("finish_reason"))
@@ -1634,17 +1635,22 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     return value
 
 
-def _parts_text(message: dict, where: str, said: bool = False) -> str:
+def _parts_text(message: dict, where: str, said: bool = False, joined: str = PART_SEPARATOR) -> str:
     """The text of a message of semconv's typed parts (with ``said``, of an earlier turn, its refusal
-    parts too, as :func:`_text` reads OpenAI's)."""
+    parts too, as :func:`_text` reads OpenAI's), joined by ``joined``. A part of a kind not read as
+    text (an Anthropic ``search_result`` an instrumentation passes on as it is) is refused, not
+    passed over, as a medium is; a reasoning part is dropped, a tool's is its caller's to refuse."""
     parts = message.get("parts") or []
     kinds = ("text", "refusal") if said else ("text",)
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
     if texts is None or not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"message parts={_excerpt(parts)} are not text parts")
-    _media((p.get("type") for p in parts if isinstance(p, dict)), where)
-    return PART_SEPARATOR.join(texts)
+    types = [p.get("type") for p in parts if isinstance(p, dict)]
+    _media(types, where)
+    if other := next((k for k in types if k not in ("text", "refusal") and k not in REASONING_PARTS and not tool_part(k)), None):
+        raise FormatError("non_text_content", f"{where} holds a part of type {other}, which is not read as text")
+    return joined.join(texts)
 
 
 def _prompt_parts(m: dict, where: str) -> dict:
@@ -1938,7 +1944,8 @@ def _openinference(a: dict, span_id: str) -> dict:
         if other := next((p.get("type", "none") for p in said if p.get("type") != "text"), None):
             raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type {other}, which a "
                                                   "text dataset cannot hold")
-        mapped.setdefault(f"{name}.content", PART_SEPARATOR.join(str(p.get("text", "")) for p in said))
+        joined = "" if name.startswith("gen_ai.completion") else PART_SEPARATOR  # an answer's, as written
+        mapped.setdefault(f"{name}.content", joined.join(str(p.get("text", "")) for p in said))
     counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
               "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}
     return {**{k: v for k, v in counts.items() if v is not None}, **a, **mapped}
