@@ -761,6 +761,10 @@ OTEL_LINES = {
                                                                          {"type": "text", "content": "5."}]}]),
     "a part of another kind": otel_line(inputs=[{"role": "user", "parts": [{"type": "search_result", "content": "2+3=5"},
                                                                            {"type": "text", "content": "What is 2 plus 3?"}]}]),
+    "a block's JSON beside a text part": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "text", "content": json.dumps({"reasoningContent": {"reasoningText": {"text": "2+3"}}})},
+        {"type": "text", "content": "5"}]}]),
+    "an answer of JSON": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": '{"sum": 5}'}]}]),
     "a reasoning part": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "reasoning", "content": "2+3"},
                                                                          {"type": "text", "content": "5"}]}]),
     "older JSON, an answer in parts": otel_line(json_named(completion=[{"role": "assistant", "content": [

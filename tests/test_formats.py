@@ -459,6 +459,35 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
         assert [m["role"] for m in t["messages"]] == ["user", "assistant", "user"]
 
 
+def test_content_blocks_an_instrumentation_writes_as_text_parts_of_their_json_are_those_blocks():
+    """OpenLLMetry's Bedrock (0.57 on) and LangChain (0.55 on) instrumentations write a block they have
+    no part for as a text part of its JSON beside the message's others: a Converse answer's reasoning
+    was published before its text, a cache point in its prompt, a PDF's base64 as a question."""
+    def read(inputs, outputs):
+        parts = [{"role": "user", "parts": inputs}], [{"role": "assistant", "parts": outputs, "finish_reason": "stop"}]
+        return list(from_otel(otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.request.model", "m"),
+                                    kv("gen_ai.input.messages", json.dumps(parts[0])),
+                                    kv("gen_ai.output.messages", json.dumps(parts[1]))])))
+
+    def text(value):
+        return {"type": "text", "content": value if isinstance(value, str) else json.dumps(value)}
+
+    asked = [text("What is 2+3?")]
+    (t,) = read(asked, [text({"reasoningContent": {"reasoningText": {"text": "2 plus 3", "signature": "s"}}}), text("5")])
+    assert t["completion"] == "5"
+    (t,) = read([*asked, text({"cachePoint": {"type": "default"}})], [text({"type": "redacted_thinking", "data": "E"}), text("5")])
+    assert (t["messages"][0]["content"], t["completion"]) == ("What is 2+3?", "5")
+    (t,) = read(asked, [text({"citationsContent": {"content": [{"text": "It is "}], "citations": []}}), text("5.")])
+    assert t["completion"] == "It is 5."
+    (e,) = read([text({"type": "document", "source": {"type": "base64", "data": "JVBER"}}), text("Summarise")], [text("It says")])
+    assert e.reason == "non_text_content"
+    (e,) = read([text({"toolResult": {"toolUseId": "t", "content": [{"text": "5"}]}}), *asked], [text("5")])
+    assert e.reason == "tool_call_in_prompt"
+    for answer in ({"type": "image", "label": "cat"}, {"reasoningContent": "x"}):  # alone, an answer of JSON
+        (t,) = read(asked, [text(answer)])
+        assert t["completion"] == json.dumps(answer)
+
+
 def test_openais_legacy_function_role_is_the_tool_role_it_became():
     """Logs of the functions API (before tools) hold a function's result as role "function", which
     refused the whole trace; chat templates know it as "tool". (An application may put one in the

@@ -1037,7 +1037,8 @@ def _parts_text(parts: list[_Part], joined: str = formats.PART_SEPARATOR) -> str
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
     if one is not None and one.type == "text":
         return one.content
-    if not parts or any(p.type != "text" and p.type not in formats.REASONING_PARTS for p in parts):
+    if not parts or any(p.type != "text" and p.type not in formats.REASONING_PARTS or p.content.startswith("{")
+                        for p in parts):  # or a block's JSON beside others (formats._blocks)
         return None
     return joined.join([p.content for p in parts if p.type == "text"])
 

@@ -78,6 +78,7 @@ import math
 import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -658,7 +659,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
     """The text of an answer message of semconv's typed parts, or the FormatError of one that is none,
     to stand in its place beside the other choices."""
     try:
-        text, parts = _parts_text(m, where, joined=""), m.get("parts") or []  # one answer's parts, as written
+        text, parts = _parts_text(m, where, joined=""), _blocks(m.get("parts")) or []  # one answer's parts, as written
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
         return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
                             finish=m.get("finish_reason"))
@@ -1635,12 +1636,47 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     return value
 
 
+# Content blocks that OpenLLMetry's Bedrock (0.57 on) and LangChain (0.55 on) instrumentations write
+# as a text part of the block's JSON, beside a message's other parts, as the kinds of part they are:
+# Anthropic's by their type, Converse's by their one key (a guarded text is its text; a cache point
+# nothing).
+_CONVERSE_BLOCKS = {"reasoningContent": "reasoning", "toolUse": "tool_call", "toolResult": "tool_call_response",
+                    "image": "image", "document": "document", "video": "video", "audio": "audio",
+                    "searchResult": "search_result", "citationsContent": "text", "guardContent": "text", "cachePoint": None}
+_ANTHROPIC_BLOCKS = frozenset({"thinking", "redacted_thinking", "image", "document", "search_result", "container_upload"})
+
+
+def _blocks(parts: Any) -> Any:
+    """A message's semconv parts, each text part of a content block's JSON (see above) as that block's
+    kind of part; one part alone is text whatever it holds (an answer of JSON)."""
+    if not isinstance(parts, list) or len(parts) < 2:
+        return parts
+    out = []
+    for p in parts:
+        text, block = p.get("content") if isinstance(p, dict) and p.get("type") == "text" else None, None
+        if isinstance(text, str) and text.startswith("{"):
+            with suppress(ValueError):
+                block = _json_of(text)
+        kind = block.get("type") if isinstance(block, dict) else None
+        if isinstance(kind, str) and (kind in _ANTHROPIC_BLOCKS or tool_part(kind)):
+            out.append({"type": kind, "content": block.get("text", "")})
+        elif isinstance(block, dict) and len(block) == 1 and next(iter(block)) in _CONVERSE_BLOCKS:
+            key = next(iter(block))
+            if _CONVERSE_BLOCKS[key] == "text":  # a guarded text, or an answer's words that cite
+                out.append({"type": "text", "content": _converse_text([block], "", prompt=False)[0]})
+            elif _CONVERSE_BLOCKS[key]:
+                out.append({"type": _CONVERSE_BLOCKS[key], "content": ""})
+        else:
+            out.append(p)
+    return out
+
+
 def _parts_text(message: dict, where: str, said: bool = False, joined: str = PART_SEPARATOR) -> str:
     """The text of a message of semconv's typed parts (with ``said``, of an earlier turn, its refusal
     parts too, as :func:`_text` reads OpenAI's), joined by ``joined``. A part of a kind not read as
     text (an Anthropic ``search_result`` an instrumentation passes on as it is) is refused, not
     passed over, as a medium is; a reasoning part is dropped, a tool's is its caller's to refuse."""
-    parts = message.get("parts") or []
+    parts = _blocks(message.get("parts")) or []
     kinds = ("text", "refusal") if said else ("text",)
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
@@ -1659,7 +1695,7 @@ def _prompt_parts(m: dict, where: str) -> dict:
     parts = m.get("parts")
     if not parts:  # as OpenTelemetry's OpenAI instrumentation writes a message whose content was a list
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
-    kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+    kinds = [p.get("type") for p in _blocks(parts) if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
     return {"role": _role(m.get("role")), "content": _parts_text(m, where, said=True)}
 
