@@ -765,6 +765,8 @@ OTEL_LINES = {
         {"type": "text", "content": json.dumps({"reasoningContent": {"reasoningText": {"text": "2+3"}}})},
         {"type": "text", "content": "5"}]}]),
     "an answer of JSON": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": '{"sum": 5}'}]}]),
+    "a chat session's message": otel_line(with_span({"name": "vertexai.send_message"})),
+    "a span of another name": otel_line(with_span({"name": "openai.chat"})),
     "a reasoning part": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "reasoning", "content": "2+3"},
                                                                          {"type": "text", "content": "5"}]}]),
     "older JSON, an answer in parts": otel_line(json_named(completion=[{"role": "assistant", "content": [

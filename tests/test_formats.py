@@ -452,6 +452,11 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     for finish in ("pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC"):  # passed on raw
         (e,) = read(*asked, answer, kv("gen_ai.completion.0.finish_reason", finish))
         assert e.reason == "no_text_answer", finish
+    # Its Vertex AI instrumentation (and OpenLIT's) records a ChatSession's new message alone.
+    doc = otlp([kv("gen_ai.request.model", "gemini-1.5-pro"), *asked, answer])
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "vertexai.send_message"
+    (e,) = from_otel(doc)
+    assert e.reason == "invalid_field" and "new message alone" in str(e)
     # google-genai's instrumentation gives a model's turn Gemini's role, "model"; Cohere's "chatbot".
     for role in ("model", "chatbot"):
         (t,) = read(*asked, kv("gen_ai.prompt.1.role", role), kv("gen_ai.prompt.1.content", "4?"),

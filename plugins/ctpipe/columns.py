@@ -1096,6 +1096,7 @@ _NANOS = r"^[0-9]{1,19}$"
 # inside the messages' JSON text fail their typed decoding instead.
 _JSON_NULL = re.compile(rb"[:,\[][ \t\r]*null")
 _OLDER_JSON = ("gen_ai.prompt", "gen_ai.completion")  # the older names of JSON messages
+_SESSION_SPANS = tuple(f'"{name}"'.encode() for name in formats.CHAT_SESSION_SPANS)  # the reader refuses them
 _MOST_FLATTENED = 64  # messages of the flattened older names read here; a longer prompt is left to the reader
 _PROMPT_KEYS = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.(role|content)$"  # a flattened message's, as the reader finds them
 _TEXT_PROMPT = r"^gen_ai\.prompt\.(0|[1-9][0-9]*)\.user$"  # a text completion's prompt: the reader's
@@ -1297,7 +1298,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     block pyarrow refuses.
     """
     shaped = [i for i in _shaped(lines, _OTEL_SHAPE)
-              if not (b"null" in lines[i] and _JSON_NULL.search(lines[i])) and b'"trace_id"' not in lines[i]]
+              if not (b"null" in lines[i] and _JSON_NULL.search(lines[i])) and b'"trace_id"' not in lines[i]
+              and not any(name in lines[i] for name in _SESSION_SPANS)]
     chosen = [lines[i] for i in shaped]
     table = _read_json(chosen, _OTEL_PARSE)
     if table is None:

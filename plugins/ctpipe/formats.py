@@ -2187,6 +2187,9 @@ def from_otel(doc: dict, hold_spans: bool = False) -> Iterator[dict | FormatErro
 
 
 STRANDS = "strands-agents"  # Strands Agents' gen_ai.system (gen_ai.provider.name, with semconv's latest)
+# The spans of Vertex AI's ChatSession.send_message (OpenLLMetry's and OpenLIT's instrumentations),
+# which record the message sent and not the chat before it, nor its system instruction.
+CHAT_SESSION_SPANS = ("vertexai.send_message", "vertexai.send_message_streaming")
 
 
 def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) -> list[dict | FormatError] | None:
@@ -2205,6 +2208,9 @@ def _span_traces(span: dict, span_id: str, resource: dict, a: dict, content_of) 
     if content is None:  # a model call's without content: in log records, if anywhere
         return None
     messages, answers = content
+    if span.get("name") in CHAT_SESSION_SPANS:
+        raise FormatError("invalid_field", f"span {span_id} ({span['name']}) records a chat session's new message "
+                                           "alone, not the chat before it: the prompt served cannot be told")
     if STRANDS in (a.get("gen_ai.system"), a.get("gen_ai.provider.name")) and not any(
             m.get("role") == "system" for m in messages):
         raise FormatError("invalid_field", f"span {span_id}: Strands Agents keeps an agent's system prompt on its "
