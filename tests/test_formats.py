@@ -452,6 +452,13 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     for finish in ("pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC"):  # passed on raw
         (e,) = read(*asked, answer, kv("gen_ai.completion.0.finish_reason", finish))
         assert e.reason == "no_text_answer", finish
+    # Its OpenAI instrumentation writes a text completion's prompt of token ids as its first id, a
+    # batch's prompts each at its index.
+    for prompts in ([kv("gen_ai.prompt.0.user", 1212)], [kv("gen_ai.prompt.0.user", "a"), kv("gen_ai.prompt.1.user", "b")]):
+        (e,) = read(*prompts, answer, **{"llm.request.type": "completion"})
+        assert e.reason == "invalid_field", prompts
+    (t,) = read(kv("gen_ai.prompt.0.user", "Once upon"), answer, **{"llm.request.type": "completion"})
+    assert t["messages"] == [{"role": "user", "content": "Once upon"}]
     # Its Vertex AI instrumentation (and OpenLIT's) records a ChatSession's new message alone.
     doc = otlp([kv("gen_ai.request.model", "gemini-1.5-pro"), *asked, answer])
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "vertexai.send_message"

@@ -1783,6 +1783,10 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content", "user"})
     if not prompt:
         return None
+    batch = [i for i in prompt if "user" in found["prompt"][i]]
+    if len(batch) > 1:  # OpenLLMetry's OpenAI instrumentation writes a batch's prompts at their own indices
+        raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds {len(batch)} prompts of a text completion "
+                                           "(a batch): which prompt each choice answers cannot be told")
     for i in sorted(found["prompt"]):
         _no_tool_call(next((f for f in TOOL_FIELDS if any(k.startswith(f"{f}.") for k in found["prompt"][i])), None),
                       f"{where}: gen_ai.prompt.{i}")
@@ -1843,6 +1847,9 @@ def _flat_choices(a: dict, found: dict[int, set[str]]) -> list[list[int]]:
 def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
     """The flattened message ``name`` (``gen_ai.prompt.<i>``) of fields ``fields``."""
     if not fields & {"role", "content"}:  # a text completion's prompt: gen_ai.prompt.<i>.user alone
+        if not isinstance(a[f"{name}.user"], (str, list)):  # a prompt of token ids, of which it wrote the first
+            raise FormatError("invalid_field", f"{where}: {name}.user={_excerpt(a[f'{name}.user'])} is no text: a "
+                                               "prompt of token ids")
         return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user", True)}
     return {"role": _role(a.get(f"{name}.role", "user")), "content": _flat_content(a.get(f"{name}.content"),
                                                                                     f"{where}: {name}.content", True)}
