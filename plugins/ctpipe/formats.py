@@ -659,7 +659,7 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
     """The text of an answer message of semconv's typed parts, or the FormatError of one that is none,
     to stand in its place beside the other choices."""
     try:
-        text, parts = _parts_text(m, where, joined=""), _blocks(m.get("parts")) or []  # one answer's parts, as written
+        text, parts = _parts_text(m, where, joined=""), _blocks(m.get("parts"), where) or []  # one answer's parts, as written
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
         return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
                             finish=m.get("finish_reason"))
@@ -906,10 +906,10 @@ _MAKERS = frozenset({"anthropic", "amazon", "deepseek", "deepseek-ai", "mistral"
                      "openrouter", "litellm_proxy", "azure_ai"})
 
 
-def model_kind(name: Any) -> str | None:
+def _model_kind(name: Any) -> str | None:
     """Which of the kinds above a model's id names (``after``: one that continues a prefill), or None.
 
-    >>> [model_kind(n) for n in ("claude-sonnet-4-5", "us.anthropic.claude-3-5-sonnet-20240620-v1:0", "gpt-4o",
+    >>> [_model_kind(n) for n in ("claude-sonnet-4-5", "us.anthropic.claude-3-5-sonnet-20240620-v1:0", "gpt-4o",
     ...                          "someone/claude-distill-qwen", "mistral-large-latest", "deepseek/deepseek-chat")]
     ['after', 'after', None, None, 'mistral', 'deepseek']
     """
@@ -934,7 +934,7 @@ def _continues(request: dict, messages: list, model: Any) -> str | None:
         return None
     if request.get("continue_final_message") is True:
         return _WHOLE if request.get("echo") is True else _AFTER
-    kind = model_kind(model)
+    kind = _model_kind(model)
     if last.get(_CONTINUED) or kind == _AFTER:
         return _AFTER
     if last.get("prefix") is True:
@@ -1646,7 +1646,7 @@ _CONVERSE_BLOCKS = {"reasoningContent": "reasoning", "toolUse": "tool_call", "to
 _ANTHROPIC_BLOCKS = frozenset({"thinking", "redacted_thinking", "image", "document", "search_result", "container_upload"})
 
 
-def _blocks(parts: Any) -> Any:
+def _blocks(parts: Any, where: str) -> Any:
     """A message's semconv parts, each text part of a content block's JSON (see above) as that block's
     kind of part; one part alone is text whatever it holds (an answer of JSON)."""
     if not isinstance(parts, list) or len(parts) < 2:
@@ -1663,7 +1663,7 @@ def _blocks(parts: Any) -> Any:
         elif isinstance(block, dict) and len(block) == 1 and next(iter(block)) in _CONVERSE_BLOCKS:
             key = next(iter(block))
             if _CONVERSE_BLOCKS[key] == "text":  # a guarded text, or an answer's words that cite
-                out.append({"type": "text", "content": _converse_text([block], "", prompt=False)[0]})
+                out.append({"type": "text", "content": _converse_text([block], where, prompt=False)[0]})
             elif _CONVERSE_BLOCKS[key]:
                 out.append({"type": _CONVERSE_BLOCKS[key], "content": ""})
         else:
@@ -1676,7 +1676,7 @@ def _parts_text(message: dict, where: str, said: bool = False, joined: str = PAR
     parts too, as :func:`_text` reads OpenAI's), joined by ``joined``. A part of a kind not read as
     text (an Anthropic ``search_result`` an instrumentation passes on as it is) is refused, not
     passed over, as a medium is; a reasoning part is dropped, a tool's is its caller's to refuse."""
-    parts = _blocks(message.get("parts")) or []
+    parts = _blocks(message.get("parts"), where) or []
     kinds = ("text", "refusal") if said else ("text",)
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
@@ -1695,7 +1695,7 @@ def _prompt_parts(m: dict, where: str) -> dict:
     parts = m.get("parts")
     if not parts:  # as OpenTelemetry's OpenAI instrumentation writes a message whose content was a list
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
-    kinds = [p.get("type") for p in _blocks(parts) if isinstance(p, dict)] if isinstance(parts, list) else []
+    kinds = [p.get("type") for p in _blocks(parts, where) if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
     return {"role": _role(m.get("role")), "content": _parts_text(m, where, said=True)}
 
@@ -2259,7 +2259,7 @@ def _prefilling(a: dict) -> bool:
     the model that answered (else the one asked for) one that does on any platform."""
     providers = (a.get(k) for k in ("gen_ai.provider.name", "gen_ai.system"))
     model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model")
-    return any(isinstance(p, str) and p.lower() == "anthropic" for p in providers) or model_kind(model) == _AFTER
+    return any(isinstance(p, str) and p.lower() == "anthropic" for p in providers) or _model_kind(model) == _AFTER
 
 
 def _evaluation_score(attributes: Any, span_id: str) -> dict:
@@ -2687,7 +2687,7 @@ def _trace(g: dict, scores: list[dict], version: str | None) -> dict:
     if isinstance(completion, FormatError):
         raise completion
     model = g.get("model") or g.get("providedModelName") or ""  # the name in Langfuse's observations API v2
-    messages, prefill = _prefill(_langfuse_messages(_stored_json(g.get("input"))), _AFTER if model_kind(model) == _AFTER else None)
+    messages, prefill = _prefill(_langfuse_messages(_stored_json(g.get("input"))), _AFTER if _model_kind(model) == _AFTER else None)
     return {
         "trace_id": f"{tid}:{gid}",
         "start_time": _iso(start, f"observation {gid}: startTime"),
