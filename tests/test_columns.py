@@ -764,6 +764,12 @@ OTEL_LINES = {
     "a block's JSON beside a text part": otel_line(outputs=[{"role": "assistant", "parts": [
         {"type": "text", "content": json.dumps({"reasoningContent": {"reasoningText": {"text": "2+3"}}})},
         {"type": "text", "content": "5"}]}]),
+    "an answer of a reasoning block's JSON": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "text", "content": json.dumps({"reasoningContent": {"reasoningText": {"text": "2+3"}}})}]}]),
+    "Strands Agents' reasoning part": otel_line(outputs=[{"role": "assistant", "parts": [
+        {"type": "reasoningContent", "content": {"reasoningText": {"text": "2+3"}}}, {"type": "text", "content": "5"}]}]),
+    "an earlier answer in parts": otel_line(inputs=[*GENAI_INPUT, {"role": "assistant", "parts": [
+        {"type": "text", "content": "It is "}, {"type": "text", "content": "5."}]}, GENAI_INPUT[1]]),
     "an answer of JSON": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": '{"sum": 5}'}]}]),
     "a chat session's message": otel_line(with_span({"name": "vertexai.send_message"})),
     "a span of another name": otel_line(with_span({"name": "openai.chat"})),

@@ -495,9 +495,35 @@ def test_content_blocks_an_instrumentation_writes_as_text_parts_of_their_json_ar
     assert e.reason == "non_text_content"
     (e,) = read([text({"toolResult": {"toolUseId": "t", "content": [{"text": "5"}]}}), *asked], [text("5")])
     assert e.reason == "tool_call_in_prompt"
-    for answer in ({"type": "image", "label": "cat"}, {"reasoningContent": "x"}):  # alone, an answer of JSON
-        (t,) = read(asked, [text(answer)])
+    for answer in ({"type": "image", "label": "cat"}, {"reasoningContent": "x"}, {"document": "invoice"}):  # JSON answers
+        (t,) = read(asked, [text(answer)])  # alone
         assert t["completion"] == json.dumps(answer)
+        (t,) = read(asked, [{"type": "reasoning", "content": "Hm."}, text(answer)])  # beside a reasoning part
+        assert t["completion"] == json.dumps(answer)
+    (t,) = read([text("Summarise this event:"), text({"type": "thinking", "thinking": "idle"})], [text("ok")])
+    assert t["messages"][0]["content"] == 'Summarise this event:\n{"type": "thinking", "thinking": "idle"}'  # no block's shape
+    (t,) = read(asked, [text({"reasoningContent": {"reasoningText": {"text": "2 plus"}}})])  # cut off while thinking
+    assert t["completion"] == ""
+    # Strands Agents writes a Converse block as a part of the block's key and value.
+    (t,) = read([*asked, {"type": "cachePoint", "content": {"type": "default"}}],
+                [{"type": "reasoningContent", "content": {"reasoningText": {"text": "2 plus 3"}}}, text("5")])
+    assert (t["messages"][0]["content"], t["completion"]) == ("What is 2+3?", "5")
+
+
+def test_an_assistants_earlier_answer_in_a_prompt_is_joined_as_its_own_trace_joined_it():
+    """An answer's parts are one text, joined as written; replayed in the next call's prompt, the same
+    parts were joined on a new line, and the chat disagreed with itself."""
+    parts = [{"type": "text", "content": t} for t in ("The capital is ", "Paris", ".")]
+    inputs = [{"role": "user", "parts": [{"type": "text", "content": "Capital of France?"}]}, {"role": "assistant", "parts": parts},
+              {"role": "user", "parts": [{"type": "text", "content": "And"}, {"type": "text", "content": "of Spain?"}]}]
+    (t,) = from_otel(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.input.messages", json.dumps(inputs)),
+                           kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": parts}]))]))
+    assert [m["content"] for m in t["messages"]] == ["Capital of France?", "The capital is Paris.", "And\nof Spain?"]
+    assert t["completion"] == "The capital is Paris."
+    doc = copy.deepcopy(OPENAI)
+    doc["request"]["messages"][1:1] = [{"role": "assistant", "content": [{"type": "text", "text": t} for t in ("It is ", "4.")]}]
+    (t,) = normalize(doc, "openai")
+    assert t["messages"][1] == {"role": "assistant", "content": "It is 4."}
 
 
 def test_openais_legacy_function_role_is_the_tool_role_it_became():

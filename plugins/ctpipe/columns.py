@@ -1021,8 +1021,8 @@ class _GenAIMessage(msgspec.Struct):
     parts: list[_Part] = []
     finish_reason: str | None = None
 
-    def text(self) -> str | None:
-        return _parts_text(self.parts)
+    def text(self) -> str | None:  # an assistant's earlier answer's parts as written (formats._turn_joined)
+        return _parts_text(self.parts, "" if self.role == "assistant" else formats.PART_SEPARATOR)
 
 
 class _GenAIAnswer(_GenAIMessage):
@@ -1035,10 +1035,10 @@ def _parts_text(parts: list[_Part], joined: str = formats.PART_SEPARATOR) -> str
     text or reasoning, which it drops: it refuses the others, or reads a refusal as its own) or for
     none (a message whose content was not recorded)."""
     one = parts[0] if len(parts) == 1 else None  # the common case, without a join
-    if one is not None and one.type == "text":
+    if one is not None and one.type == "text" and not formats.text_block(one.content):
         return one.content
-    if not parts or any(p.type != "text" and p.type not in formats.REASONING_PARTS or p.content.startswith("{")
-                        for p in parts):  # or a block's JSON beside others (formats._blocks)
+    if not parts or any(p.type != "text" and p.type not in formats.REASONING_PARTS or formats.text_block(p.content)
+                        for p in parts):  # or a content block's JSON (formats._blocks)
         return None
     return joined.join([p.content for p in parts if p.type == "text"])
 
@@ -1055,14 +1055,16 @@ class _OlderMessage(_PlainMessage):
     content: str | list[_TextPart] = ""
     finish_reason: str | None = None
 
-    def text(self, joined: str = formats.PART_SEPARATOR) -> str | None:  # as formats._text reads it; None for
-        if isinstance(self.content, str):                                  # parts it refuses, and refusals
+    def text(self, joined: str | None = None) -> str | None:
+        """As formats._text reads it (an assistant's earlier answer's parts as written, others' on a new
+        line, or ``joined``); None for parts it refuses, and refusals."""
+        if isinstance(self.content, str):
             return self.content
         # Any part but text (read apart, dropped, refused as a kind not read): the reader's to read.
         texts = [p.text for p in self.content if p.type == "text"]
         if any(p.type != "text" for p in self.content) or None in texts:
             return None
-        return joined.join(texts)
+        return (("" if self.role == "assistant" else formats.PART_SEPARATOR) if joined is None else joined).join(texts)
 
 
 class _OlderAnswer(_OlderMessage):

@@ -480,13 +480,20 @@ def _no_tool_call(found: Any, where: str) -> None:
 def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     """A prompt's message as OpenAI shapes them (its content a text or typed parts; ``role`` when it
     names none); FormatError ``tool_call_in_prompt`` for one holding tool calls. An assistant's
-    earlier refusal (``refusal`` beside a null content) is its text: what the model said then."""
+    earlier refusal (``refusal`` beside a null content) is its text: what the model said then; its
+    earlier answer's parts are joined as written, as the answer's were (:func:`_turn_joined`)."""
     _no_tool_call(tool_calls_in(m), where)
     if m.get("audio"):  # an assistant's spoken answer, referred to by id
         raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
-    refusal = m.get("refusal")
-    text = _text(m.get("content"), where, said=True) or (refusal if isinstance(refusal, str) else "")
-    return {"role": _role(m.get("role") or role), "content": text}
+    refusal, role = m.get("refusal"), _role(m.get("role") or role)
+    text = _text(m.get("content"), where, said=True, joined=_turn_joined(role)) or (refusal if isinstance(refusal, str) else "")
+    return {"role": role, "content": text}
+
+
+def _turn_joined(role: Any) -> str:
+    """What a prompt's message's text parts are joined by: a new line, as vLLM renders them, but an
+    assistant's earlier answer's, joined as written, the text its own trace's answer has."""
+    return "" if role == "assistant" else PART_SEPARATOR
 
 
 def _chat_message(m: dict, where: str) -> dict:
@@ -506,10 +513,11 @@ def _role(role: Any) -> Any:
     return _ROLES.get(role, role) if isinstance(role, str) else role
 
 
-def _text(content: Any, where: str, said: bool = False) -> str:
+def _text(content: Any, where: str, said: bool = False, joined: str | None = None) -> str:
     """Message content as text: a string, or OpenAI's list of typed parts (with ``said``, of an earlier
     turn, its text parts joined on a new line and an assistant's refusal parts, which are what it said
-    then; without, an answer's, its text parts as written, one text however its writer cut it up);
+    then; without, an answer's, its text parts as written, one text however its writer cut it up;
+    ``joined`` says otherwise);
     FormatError ``non_text_content`` for one holding an image, audio or a file; for one holding a
     tool's call or result (:func:`tool_part`), ``tool_call_in_prompt`` in an earlier turn and
     ``no_text_answer`` in an answer."""
@@ -548,7 +556,7 @@ def _text(content: Any, where: str, said: bool = False) -> str:
              for p in content if (kind := p.get("type")) in kinds]
     if not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
-    return (PART_SEPARATOR if said else "").join(texts)
+    return ((PART_SEPARATOR if said else "") if joined is None else joined).join(texts)
 
 
 def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
@@ -1636,38 +1644,74 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
     return value
 
 
-# Content blocks that OpenLLMetry's Bedrock (0.57 on) and LangChain (0.55 on) instrumentations write
-# as a text part of the block's JSON, beside a message's other parts, as the kinds of part they are:
-# Anthropic's by their type, Converse's by their one key (a guarded text is its text; a cache point
-# nothing).
-_CONVERSE_BLOCKS = {"reasoningContent": "reasoning", "toolUse": "tool_call", "toolResult": "tool_call_response",
-                    "image": "image", "document": "document", "video": "video", "audio": "audio",
-                    "searchResult": "search_result", "citationsContent": "text", "guardContent": "text", "cachePoint": None}
-_ANTHROPIC_BLOCKS = frozenset({"thinking", "redacted_thinking", "image", "document", "search_result", "container_upload"})
+# Content blocks that instrumentations give a message's parts as they are: OpenLLMetry's Bedrock (0.57
+# on) and LangChain (0.55 on) ones as a text part of the block's JSON, Strands Agents' as a part of the
+# block's key for its type and its value for its content. Read as the kinds of part they are:
+# Converse's by their one key (a guarded or cited text is its text; a cache point nothing), others' by
+# their type. A block is told by its shape, which a model's JSON answer seldom has, and, as a text
+# part, only beside another text part, but a reasoning block or a cache point, which is never an answer.
+_CONVERSE_BLOCKS = {"reasoningContent": ("reasoning", {"reasoningText", "redactedContent"}),
+                    "cachePoint": (None, {"type"}), "guardContent": ("text", {"text", "image"}),
+                    "citationsContent": ("text", {"content", "citations"}), "toolUse": ("tool_call", {"toolUseId"}),
+                    "toolResult": ("tool_call_response", {"toolUseId"}), "searchResult": ("search_result", {"source"}),
+                    **{k: (k, {"source", "format"}) for k in ("image", "document", "video", "audio")}}
+_TYPED_BLOCKS = {"thinking": {"signature"}, "redacted_thinking": {"data"},
+                 "reasoning": {"reasoning", "summary", "encrypted_content"}, "image": {"source", "url", "base64", "file_id"},
+                 "document": {"source"}, "search_result": {"source"}, "container_upload": {"file_id"},
+                 "image_url": {"image_url"}, "input_audio": {"input_audio"}, "file": {"file", "file_id"},
+                 "audio": {"source", "url", "base64"}, "video": {"source", "url", "base64"}, "tool_use": {"input"},
+                 "server_tool_use": {"input"}, "tool_result": {"tool_use_id"}, "function_call": {"arguments"}}
+_NEVER_ANSWERS = ("reasoning", None)  # the kinds a lone text part of a block's JSON is read as
+
+
+def _block(value: Any, where: str, key: str | None = None) -> dict | None:
+    """The part a content block (``value``; under ``key``, a Converse block's own) is as its kind of
+    part (see above), or None where it is no block, or nothing to read (a cache point: {})."""
+    if key is None and isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _CONVERSE_BLOCKS:
+        key, value = next(iter(value)), next(iter(value.values()))
+    if key in _CONVERSE_BLOCKS:
+        kind, shape = _CONVERSE_BLOCKS[key]
+        if not (isinstance(value, dict) and shape & value.keys()):
+            return None
+        return {} if kind is None else {"type": "text", "content": _converse_text([{key: value}], where, False)[0]} \
+            if kind == "text" else {"type": kind, "content": ""}
+    kind = value.get("type") if isinstance(value, dict) else None
+    if isinstance(kind, str) and _TYPED_BLOCKS.get(kind, set()) & value.keys():
+        return {"type": "reasoning" if kind in REASONING_PARTS else kind, "content": ""}
+    return None
+
+
+def text_block(text: str) -> bool:
+    """Whether a text part's text is a content block's JSON (see above): the fast paths leave its
+    message to the readers."""
+    if not text.startswith("{"):
+        return False
+    try:
+        return _block(_json_of(text), "") is not None
+    except ValueError:  # no JSON
+        return False
+    except FormatError:  # a block the reader refuses
+        return True
 
 
 def _blocks(parts: Any, where: str) -> Any:
-    """A message's semconv parts, each text part of a content block's JSON (see above) as that block's
-    kind of part; one part alone is text whatever it holds (an answer of JSON)."""
-    if not isinstance(parts, list) or len(parts) < 2:
+    """A message's semconv parts, each part that is a content block (see above) as the kind of part
+    it is."""
+    if not isinstance(parts, list):
         return parts
+    texts = sum(isinstance(p, dict) and p.get("type") == "text" for p in parts)
     out = []
     for p in parts:
-        text, block = p.get("content") if isinstance(p, dict) and p.get("type") == "text" else None, None
-        if isinstance(text, str) and text.startswith("{"):
+        kind, content = (p.get("type"), p.get("content")) if isinstance(p, dict) else (None, None)
+        block = _block(content, where, kind) if kind in _CONVERSE_BLOCKS else None  # Strands Agents'
+        if kind == "text" and isinstance(content, str) and content.startswith("{"):
             with suppress(ValueError):
-                block = _json_of(text)
-        kind = block.get("type") if isinstance(block, dict) else None
-        if isinstance(kind, str) and (kind in _ANTHROPIC_BLOCKS or tool_part(kind)):
-            out.append({"type": kind, "content": block.get("text", "")})
-        elif isinstance(block, dict) and len(block) == 1 and next(iter(block)) in _CONVERSE_BLOCKS:
-            key = next(iter(block))
-            if _CONVERSE_BLOCKS[key] == "text":  # a guarded text, or an answer's words that cite
-                out.append({"type": "text", "content": _converse_text([block], where, prompt=False)[0]})
-            elif _CONVERSE_BLOCKS[key]:
-                out.append({"type": _CONVERSE_BLOCKS[key], "content": ""})
-        else:
+                block = _block(_json_of(content), where)
+            block = block if block is not None and (texts > 1 or block.get("type") in _NEVER_ANSWERS) else None
+        if block is None:
             out.append(p)
+        elif block:
+            out.append(block)
     return out
 
 
@@ -1697,7 +1741,8 @@ def _prompt_parts(m: dict, where: str) -> dict:
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
     kinds = [p.get("type") for p in _blocks(parts, where) if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
-    return {"role": _role(m.get("role")), "content": _parts_text(m, where, said=True)}
+    role = _role(m.get("role"))
+    return {"role": role, "content": _parts_text(m, where, said=True, joined=_turn_joined(role))}
 
 
 def _system_instructions(a: dict) -> list[dict]:
