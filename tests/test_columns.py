@@ -843,6 +843,8 @@ OTEL_LINES = {
                                                                      gen_ai__prompt__3__content="Again.")),
     "older names, an answer's blocks": otel_line(flat(gen_ai__completion__1__content=" and 0.")),
     "older names, Gemini's model role": otel_line(flat(gen_ai__prompt__0__role="model")),
+    "older names, Bedrock's Claude": otel_line(flat(gen_ai__system="anthropic", gen_ai__request__model="claude-3-haiku-20240307-v1:0")),
+    "older names, Anthropic's Claude": otel_line(flat(gen_ai__system="Anthropic", gen_ai__request__model="claude-3-haiku-20240307")),
     "older names, LangChain's operation": otel_line(flat(gen_ai__operation__name="llm_request", llm__request__type="chat")),
     "older names, parts as JSON": otel_line(flat(gen_ai__prompt__1__content=json.dumps([{"type": "text", "text": "Hi"}]))),
     "older names, text like JSON": otel_line(flat(gen_ai__prompt__1__content=" [1, 2]")),

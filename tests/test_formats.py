@@ -438,6 +438,11 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     (t,) = read(kv("gen_ai.prompt.0.role", "system"), kv("gen_ai.prompt.1.role", "user"),
                 kv("gen_ai.prompt.1.content", "What is 2 plus 3?"), answer)
     assert t["messages"][0] == {"role": "system", "content": ""}  # a blank system prompt is one
+    (e,) = read(kv("gen_ai.prompt.0.content", '"Hi"'), user, answer,  # ... and no system prompt, even of one message
+                **{"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
+    assert e.reason == "invalid_field" and "without its system prompt" in str(e)
+    (t,) = read(*asked, answer, **{"gen_ai.system": "Anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620"})
+    assert t["messages"] == [{"role": "user", "content": "What is 2 plus 3?"}]  # its Anthropic instrumentation's
     # ... and a Converse answer's role at index 0, each of its blocks' text at its own index.
     (t,) = read(*asked, kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.1.content", "The capital is "),
                 kv("gen_ai.completion.2.content", "Paris."))
@@ -459,6 +464,12 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
         assert e.reason == "invalid_field", prompts
     (t,) = read(kv("gen_ai.prompt.0.user", "Once upon"), answer, **{"llm.request.type": "completion"})
     assert t["messages"] == [{"role": "user", "content": "Once upon"}]
+    # Its google-generativeai instrumentation (to 0.54) wrote a function's call or response as the Python repr of its part.
+    call = ("video_metadata=None thought=None function_call=FunctionCall(id=None, args={'city': 'Paris'}, "
+            "name='get_weather') function_response=None text=None")
+    (e,) = read(*asked, kv("gen_ai.prompt.1.role", "model"), kv("gen_ai.prompt.1.content", json.dumps([{"type": "text", "text": call}])),
+                kv("gen_ai.prompt.2.role", "user"), kv("gen_ai.prompt.2.content", "Thanks"), answer)
+    assert e.reason == "tool_call_in_prompt"
     # Its Vertex AI instrumentation (and OpenLIT's) records a ChatSession's new message alone.
     doc = otlp([kv("gen_ai.request.model", "gemini-1.5-pro"), *asked, answer])
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "vertexai.send_message"

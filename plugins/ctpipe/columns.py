@@ -1339,6 +1339,9 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     sure &= (attrs.count(_TEXT_PROMPT) == 0) & ~attrs.has(*formats.OWN_NAMES)
     for key in ("gen_ai.system", "gen_ai.provider.name"):
         sure &= ~_ok(pc.equal(attrs.get(key, _STRING)[0], formats.STRANDS))
+    vendor, model = (attrs.get(key, _STRING)[0] for key in ("gen_ai.system", "gen_ai.request.model"))
+    sure &= ~(flattened & _ok(pc.and_kleene(pc.equal(vendor, formats.BEDROCK_CLAUDE[0]),  # the reader refuses them
+                                            pc.match_substring_regex(model, formats.BEDROCK_CLAUDE[1]))))
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
         sure &= older_ok

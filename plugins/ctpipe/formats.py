@@ -1828,6 +1828,10 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content", "user"})
     if not prompt:
         return None
+    if bedrock_claude(a.get("gen_ai.system"), a.get("gen_ai.request.model")):
+        raise FormatError("invalid_field", f"{where}: OpenLLMetry's Bedrock instrumentation (to 0.56) records a Claude "
+                                           "call's messages without its system prompt, and their content as JSON at one "
+                                           "index: the prompt served cannot be told")
     batch = [i for i in prompt if "user" in found["prompt"][i]]
     if len(batch) > 1:  # OpenLLMetry's OpenAI instrumentation writes a batch's prompts at their own indices
         raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds {len(batch)} prompts of a text completion "
@@ -1854,6 +1858,17 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
             answer = e
         answers.append((indices[0], answer))
     return messages, answers or [(0, "")]
+
+
+# Its Bedrock instrumentation (to 0.56) named a Claude call's vendor, in lower case, beside Bedrock's model
+# id (claude-3-5-sonnet-20240620-v1:0); its Anthropic instrumentation names itself "Anthropic".
+BEDROCK_CLAUDE = ("anthropic", r"^claude-.*-v\d+(?::\d+)?$")
+
+
+def bedrock_claude(system: Any, model: Any) -> bool:
+    """Whether flattened names of ``gen_ai.system`` and model ``model`` are a Claude call's as OpenLLMetry's
+    Bedrock instrumentation wrote them to 0.56."""
+    return system == BEDROCK_CLAUDE[0] and isinstance(model, str) and re.match(BEDROCK_CLAUDE[1], model) is not None
 
 
 def _recorded_content(a: dict, i: int, fields: set[str], following: int | None, where: str) -> None:
@@ -1900,6 +1915,11 @@ def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
                                                                                     f"{where}: {name}.content", True)}
 
 
+# A Gemini part that is a function's call or response as its Python repr, which OpenLLMetry's
+# google-generativeai instrumentation (to 0.54) wrote as a text part's text.
+_GEMINI_CALL_REPR = re.compile(r"\bfunction_(?:call|response)=Function(?:Call|Response)\(")
+
+
 def _flat_content(value: Any, where: str, said: bool = False) -> str:
     """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
     writes as JSON text, as the text of its text parts."""
@@ -1918,7 +1938,11 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
         # ([{"type": "PERSON", "text": "Ada"}], an extraction's).
         if (isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts)
                 and any(_a_part(p["type"]) for p in parts)):
-            return _text(parts, where, said)
+            text = _text(parts, where, said)
+            if _GEMINI_CALL_REPR.search(text):  # OpenLLMetry's google-generativeai instrumentation (to 0.54)
+                _no_tool_call("a Gemini part's function call or response, written as its Python repr" if said else None, where)
+                raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a Gemini part's Python repr)")
+            return text
         # A prompt's Converse content blocks, as OpenLLMetry's Bedrock instrumentation writes them
         # ([{"text": ...}], keyed by their kind); its answers it writes as text.
         if (said and isinstance(parts, list) and parts and any("text" in p for p in parts if isinstance(p, dict))
