@@ -447,6 +447,9 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     (t,) = read(*asked, kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.1.content", "The capital is "),
                 kv("gen_ai.completion.2.content", "Paris."))
     assert (t["trace_id"].count(":"), t["completion"]) == (1, "The capital is Paris.")
+    (t,) = read(*asked, kv("gen_ai.completion.0.content", "Hello"), kv("gen_ai.completion.1.content", " there"),
+                **{"gen_ai.system": "amazon", "gen_ai.request.model": "nova-pro-v1:0"})  # Nova's, of no role at all
+    assert t["completion"] == "Hello there"
     (a, b) = read(*asked, kv("gen_ai.completion.0.content", "5"), kv("gen_ai.completion.1.content", "five"))  # choices
     assert (a["completion"], b["completion"]) == ("5", "five")
     # Its Anthropic instrumentation (to 0.53) wrote the finish reason at index 0, where thinking then went.

@@ -1890,11 +1890,11 @@ def _recorded_content(a: dict, i: int, fields: set[str], following: int | None, 
 def _flat_choices(a: dict, found: dict[int, set[str]]) -> list[list[int]]:
     """The flattened completion's indices of each choice, in order: one an index, but that where index 0
     names a role and a later index names none, that index holds a content block of the choice before
-    it (OpenLLMetry's Bedrock instrumentation, to 0.56, wrote a Converse answer's blocks so); a
-    model's thinking (role ``thinking``) is none."""
+    it (OpenLLMetry's Bedrock instrumentation, to 0.56, wrote a Converse answer's blocks so, and an
+    Amazon model's, of vendor ``amazon``, with no role at all); a model's thinking (role ``thinking``) is none."""
     indices = sorted(i for i, fields in found.items()
                      if fields & {"role", "content"} and a.get(f"gen_ai.completion.{i}.role") != "thinking")
-    blocks = "role" in found.get(0, set())
+    blocks = "role" in found.get(0, set()) or a.get("gen_ai.system") == "amazon"
     choices: list[list[int]] = []
     for i in indices:
         if choices and blocks and "role" not in found[i]:
