@@ -460,6 +460,10 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     for finish in ("pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC"):  # passed on raw
         (e,) = read(*asked, answer, kv("gen_ai.completion.0.finish_reason", finish))
         assert e.reason == "no_text_answer", finish
+    # Its Cohere instrumentation (to 0.54) wrote the finish reasons on the span alone.
+    for finish, reason in (("ERROR_TOXIC", "no_text_answer"), ("ERROR", "failed_request"), ("TOOL_CALL", "no_text_answer")):
+        (e,) = read(*asked, answer, {"key": "gen_ai.response.finish_reasons", "value": any_value([finish])})
+        assert e.reason == reason, finish
     # Its OpenAI instrumentation writes a text completion's prompt of token ids as its first id, a
     # batch's prompts each at its index.
     for prompts in ([kv("gen_ai.prompt.0.user", 1212)], [kv("gen_ai.prompt.0.user", "a"), kv("gen_ai.prompt.1.user", "b")]):

@@ -590,11 +590,11 @@ _GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CO
 # filter reasons come raw from OpenLLMetry's Bedrock instrumentation, as Cohere's do from its own.
 STOPPED = frozenset({"content_filter", "refusal", "pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC",
                      *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
-FAILED = "error"
+FAILED = frozenset({"error", "ERROR"})  # Cohere's in capitals
 # The finish reasons of an answer that called a tool (OpenAI's, semconv's, Anthropic's stop reason):
 # a writer may log the calls apart from the message, or not at all, and its text is no answer.
-TOOL_FINISHES = frozenset({"tool_calls", "tool_call", "function_call", "tool_use"})
-NOT_ANSWERS = STOPPED | {FAILED} | TOOL_FINISHES  # the fast paths leave these to the readers
+TOOL_FINISHES = frozenset({"tool_calls", "tool_call", "function_call", "tool_use", "TOOL_CALL"})  # the last Cohere's
+NOT_ANSWERS = STOPPED | FAILED | TOOL_FINISHES  # the fast paths leave these to the readers
 # Finish reasons of an answer cut off at its token limit (OpenAI's and semconv's "length", Anthropic's
 # and Converse's "max_tokens", Gemini's "MAX_TOKENS"): kept, or refused where the run says so
 # (DatasetConfig.truncated_answers, set here for the run by the materializer): a classifier's
@@ -620,7 +620,7 @@ def _text_answer(text: str, where: str, tool_call: bool = False, refusal: bool =
     choices of the call are traces all the same."""
     blank = not text or text.isspace()
     finish = finish if isinstance(finish, str) else None  # any other value is the trace's to refuse, or none
-    if finish == FAILED:
+    if finish in FAILED:
         return FormatError("failed_request", f"{where}: the answer was broken off by an error (finish reason {finish!r})")
     if finish == "content_filter":
         return FormatError("no_text_answer", f"{where}: the answer was stopped by the content filter")
@@ -1846,9 +1846,12 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     for indices in _flat_choices(a, found["completion"]):
         fields = set().union(*(found["completion"][i] for i in indices))
         # OpenLLMetry's Anthropic instrumentation (to 0.53) wrote the finish reason at index 0 before
-        # a thinking block took that index: the answer's, where it has none of its own.
+        # a thinking block took that index, its Cohere one (to 0.54) on the span alone: the answer's,
+        # where it has none of its own.
         finish = next((a[f"gen_ai.completion.{i}.finish_reason"] for i in (*indices, 0)
                        if f"gen_ai.completion.{i}.finish_reason" in a), None)
+        if finish is None and isinstance(reasons := a.get("gen_ai.response.finish_reasons"), list) and len(reasons) > len(answers):
+            finish = reasons[len(answers)]
         try:
             text = "".join(_flat_content(a.get(f"gen_ai.completion.{i}.content"), f"{where}: gen_ai.completion.{i}.content")
                            for i in indices)
