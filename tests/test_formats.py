@@ -542,6 +542,16 @@ def test_an_assistants_earlier_answer_in_a_prompt_is_joined_as_its_own_trace_joi
     doc["request"]["messages"][1:1] = [{"role": "assistant", "content": [{"type": "text", "text": t} for t in ("It is ", "4.")]}]
     (t,) = normalize(doc, "openai")
     assert t["messages"][1] == {"role": "assistant", "content": "It is 4."}
+    converse = _bedrock(request={**BEDROCK["input"]["inputBodyJson"], "messages": [
+        {"role": "user", "content": [{"text": "Hi"}]}, {"role": "assistant", "content": [{"text": "Hel"}, {"text": "lo."}]},
+        {"role": "user", "content": [{"text": "What is 2"}, {"text": "plus 3?"}]}]})
+    (t,) = normalize(converse, "auto")
+    assert [m["content"] for m in t["messages"][1:]] == ["Hi", "Hello.", "What is 2\nplus 3?"]
+    (t,) = from_otel(otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "Hi"),
+                           kv("gen_ai.prompt.1.role", "assistant"), kv("gen_ai.prompt.1.content", json.dumps(_parts(["Hel", "lo."]))),
+                           kv("gen_ai.prompt.2.role", "user"), kv("gen_ai.prompt.2.content", "Bye"),
+                           kv("gen_ai.completion.0.content", "Bye.")]))
+    assert t["messages"][1] == {"role": "assistant", "content": "Hello."}
 
 
 def test_openais_legacy_function_role_is_the_tool_role_it_became():

@@ -572,7 +572,7 @@ def parse_bedrock_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | Non
         "start_time": start,
         "end_time": end,
         "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
-        "messages": _with_system(messages.offsets, message["role"], _texts(message["content"], formats.PART_SEPARATOR),
+        "messages": _with_system(messages.offsets, message["role"], _turn_texts(message["role"], message["content"]),
                                  has_system, _texts(system, formats.PART_SEPARATOR)),
         "completion": _texts(_fields(_fields(answer["output"])["message"])["content"], ""),  # one answer, as the reader joins it
         "usage": pa.StructArray.from_arrays([prompt_tokens, usage["outputTokens"], usage["totalTokens"]], fields=list(_USAGE)),
@@ -738,7 +738,7 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
         "start_time": start,
         "end_time": end,
         "model": pa.StructArray.from_arrays([model, model], fields=list(_MODEL)),
-        "messages": _with_system(contents.offsets, roles, _texts(content["parts"], formats.PART_SEPARATOR),
+        "messages": _with_system(contents.offsets, roles, _turn_texts(roles, content["parts"]),
                                  _ok(system.is_valid()), _texts(_fields(system)["parts"], formats.PART_SEPARATOR)),
         "completion": _texts(candidate["parts"], ""),  # an answer's parts are one text, cut anywhere
         "usage": pa.StructArray.from_arrays([prompt_tokens, answer_tokens, pc.coalesce(
@@ -749,6 +749,12 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
     sure &= _ok(pc.is_in(pc.fill_null(finish, "STOP"), value_set=pa.array(["STOP"])))  # MAX_TOKENS: as the run says
     sure &= _canonical(canonical, n)
     return _taken(canonical, np.flatnonzero(sure), np.asarray(shaped))
+
+
+def _turn_texts(roles: pa.Array, parts: pa.ListArray) -> pa.Array:
+    """:func:`_texts` of each message of ``roles``, joined as formats._turn_joined says: an assistant's
+    earlier answer as written, others on a new line."""
+    return pc.if_else(_ok(pc.equal(roles, "assistant")), _texts(parts, ""), _texts(parts, formats.PART_SEPARATOR))
 
 
 def _texts(parts: pa.ListArray, separator: str) -> pa.Array:
@@ -1340,8 +1346,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     for key in ("gen_ai.system", "gen_ai.provider.name"):
         sure &= ~_ok(pc.equal(attrs.get(key, _STRING)[0], formats.STRANDS))
     vendor, model = (attrs.get(key, _STRING)[0] for key in ("gen_ai.system", "gen_ai.request.model"))
-    sure &= ~(flattened & _ok(pc.and_kleene(pc.equal(vendor, formats.BEDROCK_CLAUDE[0]),  # the reader refuses them
-                                            pc.match_substring_regex(model, formats.BEDROCK_CLAUDE[1]))))
+    sure &= ~(flattened & _ok(pc.and_kleene(pc.is_in(vendor, value_set=pa.array(formats.BEDROCK_SYSTEMS)),  # the reader's
+                                            pc.match_substring_regex(model, f"^{formats.BEDROCK_CLAUDE}$"))))
     older = [(flattened, *_flattened(attrs, flattened)), (json_named, *_older_json(attrs, json_named))]
     for _, _, _, older_ok in older:
         sure &= older_ok

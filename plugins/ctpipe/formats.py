@@ -1221,14 +1221,14 @@ def _keyed_parts(parts: Any, where: str, prompt: bool, tools: tuple[str, ...], m
     return parts, [p for p in parts if any(k in p for k in tools)]
 
 
-def _gemini_text(content: Any, where: str, prompt: bool) -> tuple[str, list[dict]]:
+def _gemini_text(content: Any, where: str, prompt: bool, joined: str | None = None) -> tuple[str, list[dict]]:
     """(the text of a Gemini ``Content``, its thoughts left out as a reasoning model's are; its tools'
     calls). An answer's parts are one text cut anywhere, as a stream's chunks are (Gemini's SDKs join
-    them so); a prompt's are joined as other typed parts are."""
+    them so); a prompt's are joined as other typed parts are, or by ``joined``."""
     parts, calls = _keyed_parts(content.get("parts") if isinstance(content, dict) else None, where, prompt,
                                 _GEMINI_TOOLS, _GEMINI_MEDIA)
     texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
-    return (PART_SEPARATOR if prompt else "").join(texts), calls
+    return ((PART_SEPARATOR if prompt else "") if joined is None else joined).join(texts), calls
 
 
 def _gemini_request(body: dict, where: str) -> dict:
@@ -1242,9 +1242,8 @@ def _gemini_request(body: dict, where: str) -> dict:
     messages = [{"role": "system", "content": _gemini_text(system, f"{where}.systemInstruction", True)[0]}] if system else []
     contents = body.get("contents")
     for i, content in enumerate(contents if isinstance(contents, list) else []):
-        role = content.get("role") if isinstance(content, dict) else None
-        messages.append({"role": "assistant" if role == "model" else "user",
-                         "content": _gemini_text(content, f"{where}.contents[{i}]", True)[0]})
+        role = "assistant" if isinstance(content, dict) and content.get("role") == "model" else "user"
+        messages.append({"role": role, "content": _gemini_text(content, f"{where}.contents[{i}]", True, _turn_joined(role))[0]})
     return {**body, "messages": messages}
 
 
@@ -1291,9 +1290,10 @@ def _gemini_response(body: dict | list, call: str) -> dict:
                       "total_tokens": usage.get("totalTokenCount", _total(prompt, answer))} if usage else {}}
 
 
-def _converse_text(blocks: Any, where: str, prompt: bool) -> tuple[str, list[dict]]:
-    """(the text of a Converse message's content blocks, its reasoning left out; its tools' calls).
-    Text a guardrail was to check (``guardContent``) is text of the message."""
+def _converse_text(blocks: Any, where: str, prompt: bool, joined: str | None = None) -> tuple[str, list[dict]]:
+    """(the text of a Converse message's content blocks, its reasoning left out, joined as
+    :func:`_gemini_text` joins parts; its tools' calls). Text a guardrail was to check
+    (``guardContent``) is text of the message."""
     blocks, calls = _keyed_parts(blocks, where, prompt, _CONVERSE_TOOLS, _CONVERSE_MEDIA)
     if other := next((next(iter(b), None) for b in blocks if not _CONVERSE_KEYS.intersection(b)), None):
         raise FormatError("non_text_content", f"{where} holds a block of type {other}, which is not read as text")
@@ -1308,7 +1308,7 @@ def _converse_text(blocks: Any, where: str, prompt: bool) -> tuple[str, list[dic
         text = text.get("text") if isinstance(text, dict) else text
         if isinstance(text, str):
             texts.append(text)
-    return (PART_SEPARATOR if prompt else "").join(texts), calls
+    return ((PART_SEPARATOR if prompt else "") if joined is None else joined).join(texts), calls
 
 
 def _converse_request(body: dict, where: str) -> dict:
@@ -1318,7 +1318,9 @@ def _converse_request(body: dict, where: str) -> dict:
     messages = [{"role": "system", "content": _converse_text(system, f"{where}.system", True)[0]}] if system else []
     for i, m in enumerate(body.get("messages") or []):
         m = m if isinstance(m, dict) else {}
-        messages.append({"role": m.get("role"), "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True)[0]})
+        role = m.get("role")
+        messages.append({"role": role, "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True,
+                                                                 _turn_joined(_role(role)))[0]})
     return {**body, "messages": messages}  # a prefill its model's, not the API's (see _continues)
 
 
@@ -1648,41 +1650,48 @@ def _objects(obj: dict, key: str, where: str) -> list[dict]:
 # on) and LangChain (0.55 on) ones as a text part of the block's JSON, Strands Agents' as a part of the
 # block's key for its type and its value for its content. Read as the kinds of part they are:
 # Converse's by their one key (a guarded or cited text is its text; a cache point nothing), others' by
-# their type. A block is told by its shape, which a model's JSON answer seldom has, and, as a text
-# part, only beside another text part, but a reasoning block or a cache point, which is never an answer.
+# their type (a tool's call or result by the ending of its type, as tool_part tells). A block is told
+# by its shape, which a model's JSON answer seldom has, and, as a text part, only beside another text
+# part, but those that are never an answer or always a text (``lone``).
 _CONVERSE_BLOCKS = {"reasoningContent": ("reasoning", {"reasoningText", "redactedContent"}),
                     "cachePoint": (None, {"type"}), "guardContent": ("text", {"text", "image"}),
                     "citationsContent": ("text", {"content", "citations"}), "toolUse": ("tool_call", {"toolUseId"}),
                     "toolResult": ("tool_call_response", {"toolUseId"}), "searchResult": ("search_result", {"source"}),
                     **{k: (k, {"source", "format"}) for k in ("image", "document", "video", "audio")}}
-_TYPED_BLOCKS = {"thinking": {"signature"}, "redacted_thinking": {"data"},
-                 "reasoning": {"reasoning", "summary", "encrypted_content"}, "image": {"source", "url", "base64", "file_id"},
-                 "document": {"source"}, "search_result": {"source"}, "container_upload": {"file_id"},
-                 "image_url": {"image_url"}, "input_audio": {"input_audio"}, "file": {"file", "file_id"},
-                 "audio": {"source", "url", "base64"}, "video": {"source", "url", "base64"}, "tool_use": {"input"},
-                 "server_tool_use": {"input"}, "tool_result": {"tool_use_id"}, "function_call": {"arguments"}}
-_NEVER_ANSWERS = ("reasoning", None)  # the kinds a lone text part of a block's JSON is read as
+_MEDIA_SHAPE = {"source", "url", "base64", "file_id", "data", "source_type"}
+_TYPED_BLOCKS = {"thinking": {"signature"}, "redacted_thinking": {"data"}, "reasoning_content": {"reasoning_content"},
+                 "reasoning": {"reasoning", "summary", "encrypted_content"}, "image": _MEDIA_SHAPE, "audio": _MEDIA_SHAPE,
+                 "video": _MEDIA_SHAPE, "file": {"file", *_MEDIA_SHAPE}, "document": {"source"}, "search_result": {"source"},
+                 "container_upload": {"file_id"}, "image_url": {"image_url"}, "input_audio": {"input_audio"}}
+_TOOL_SHAPE = {"id", "call_id", "tool_use_id", "name", "input", "arguments", "output", "content", "result"}
+_LONE = frozenset({"reasoningContent", "cachePoint", "guardContent", "citationsContent", "thinking", "redacted_thinking",
+                   "reasoning_content"})
 
 
-def _block(value: Any, where: str, key: str | None = None) -> dict | None:
-    """The part a content block (``value``; under ``key``, a Converse block's own) is as its kind of
-    part (see above), or None where it is no block, or nothing to read (a cache point: {})."""
+def _block(value: Any, where: str, key: str | None = None) -> tuple[dict, bool] | None:
+    """(the part a content block, ``value`` (under ``key``, a Converse block's own), is as its kind of
+    part, {} for one that is nothing to read (a cache point); whether it is a block alone too), or
+    None for no block; FormatError for a block of a Converse key that is none Converse writes."""
     if key is None and isinstance(value, dict) and len(value) == 1 and next(iter(value)) in _CONVERSE_BLOCKS:
         key, value = next(iter(value)), next(iter(value.values()))
     if key in _CONVERSE_BLOCKS:
         kind, shape = _CONVERSE_BLOCKS[key]
         if not (isinstance(value, dict) and shape & value.keys()):
             return None
-        return {} if kind is None else {"type": "text", "content": _converse_text([{key: value}], where, False)[0]} \
-            if kind == "text" else {"type": kind, "content": ""}
+        if kind != "text":
+            return ({"type": kind, "content": ""} if kind else {}), key in _LONE
+        try:
+            return {"type": "text", "content": _converse_text([{key: value}], where, False)[0]}, True
+        except (TypeError, AttributeError) as e:  # its text not where Converse keeps it
+            raise FormatError("invalid_field", f"{where} holds a {key} block of another shape: {_excerpt(value)}") from e
     kind = value.get("type") if isinstance(value, dict) else None
-    if isinstance(kind, str) and _TYPED_BLOCKS.get(kind, set()) & value.keys():
-        return {"type": "reasoning" if kind in REASONING_PARTS else kind, "content": ""}
+    if isinstance(kind, str) and _TYPED_BLOCKS.get(kind, _TOOL_SHAPE if tool_part(kind) else set()) & value.keys():
+        return {"type": "reasoning" if kind in REASONING_PARTS | {"reasoning_content"} else kind, "content": ""}, kind in _LONE
     return None
 
 
 def text_block(text: str) -> bool:
-    """Whether a text part's text is a content block's JSON (see above): the fast paths leave its
+    """Whether a text part's text may be a content block's JSON (see above): the fast paths leave its
     message to the readers."""
     if not text.startswith("{"):
         return False
@@ -1703,15 +1712,15 @@ def _blocks(parts: Any, where: str) -> Any:
     out = []
     for p in parts:
         kind, content = (p.get("type"), p.get("content")) if isinstance(p, dict) else (None, None)
-        block = _block(content, where, kind) if kind in _CONVERSE_BLOCKS else None  # Strands Agents'
+        found = _block(content, where, kind) if kind in _CONVERSE_BLOCKS else None  # Strands Agents'
         if kind == "text" and isinstance(content, str) and content.startswith("{"):
             with suppress(ValueError):
-                block = _block(_json_of(content), where)
-            block = block if block is not None and (texts > 1 or block.get("type") in _NEVER_ANSWERS) else None
-        if block is None:
+                found = _block(_json_of(content), where)
+            found = found if found is not None and (texts > 1 or found[1]) else None
+        if found is None:
             out.append(p)
-        elif block:
-            out.append(block)
+        elif found[0]:
+            out.append(found[0])
     return out
 
 
@@ -1828,10 +1837,11 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     prompt = sorted(i for i, fields in found["prompt"].items() if fields & {"role", "content", "user"})
     if not prompt:
         return None
-    if bedrock_claude(a.get("gen_ai.system"), a.get("gen_ai.request.model")):
-        raise FormatError("invalid_field", f"{where}: OpenLLMetry's Bedrock instrumentation (to 0.56) records a Claude "
-                                           "call's messages without its system prompt, and their content as JSON at one "
-                                           "index: the prompt served cannot be told")
+    if bedrock_claude(a.get("gen_ai.system"), a.get("gen_ai.request.model")) and any(
+            _invoked_content(a.get(f"gen_ai.prompt.{i}.content")) for i in prompt):
+        raise FormatError("invalid_field", f"{where}: OpenLLMetry's Bedrock instrumentation (to 0.56) records an "
+                                           "InvokeModel call of Claude without its system prompt, and its messages' "
+                                           "content as JSON at one index: the prompt served cannot be told")
     batch = [i for i in prompt if "user" in found["prompt"][i]]
     if len(batch) > 1:  # OpenLLMetry's OpenAI instrumentation writes a batch's prompts at their own indices
         raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds {len(batch)} prompts of a text completion "
@@ -1863,15 +1873,29 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     return messages, answers or [(0, "")]
 
 
-# Its Bedrock instrumentation (to 0.56) named a Claude call's vendor, in lower case, beside Bedrock's model
-# id (claude-3-5-sonnet-20240620-v1:0); its Anthropic instrumentation names itself "Anthropic".
-BEDROCK_CLAUDE = ("anthropic", r"^claude-.*-v\d+(?::\d+)?$")
+# Its Bedrock instrumentation (to 0.56) named itself "AWS" (the vendor, "anthropic", before 0.41) beside
+# Bedrock's model id (claude-3-5-sonnet-20240620-v1:0); its Anthropic instrumentation names itself
+# "Anthropic". Of an InvokeModel call of Claude, it wrote a message's content as its JSON (a JSON
+# string, or Anthropic's typed blocks); of a Converse call, as Converse's blocks, and its system prompt.
+BEDROCK_SYSTEMS = ("AWS", "anthropic")
+BEDROCK_CLAUDE = r"claude-.*-v[0-9]+(?::[0-9]+)?"  # whole
 
 
 def bedrock_claude(system: Any, model: Any) -> bool:
     """Whether flattened names of ``gen_ai.system`` and model ``model`` are a Claude call's as OpenLLMetry's
     Bedrock instrumentation wrote them to 0.56."""
-    return system == BEDROCK_CLAUDE[0] and isinstance(model, str) and re.match(BEDROCK_CLAUDE[1], model) is not None
+    return system in BEDROCK_SYSTEMS and isinstance(model, str) and re.fullmatch(BEDROCK_CLAUDE, model) is not None
+
+
+def _invoked_content(value: Any) -> bool:
+    """Whether a flattened content is an InvokeModel call's, as its Bedrock instrumentation wrote it (see above)."""
+    if not isinstance(value, str) or not value.startswith(('"', "[")):
+        return False
+    try:
+        content = json.loads(value)
+    except ValueError:
+        return False
+    return isinstance(content, str) or isinstance(content, list) and any(isinstance(b, dict) and "type" in b for b in content)
 
 
 def _recorded_content(a: dict, i: int, fields: set[str], following: int | None, where: str) -> None:
@@ -1894,10 +1918,12 @@ def _flat_choices(a: dict, found: dict[int, set[str]]) -> list[list[int]]:
     """The flattened completion's indices of each choice, in order: one an index, but that where index 0
     names a role and a later index names none, that index holds a content block of the choice before
     it (OpenLLMetry's Bedrock instrumentation, to 0.56, wrote a Converse answer's blocks so, and an
-    Amazon model's, of vendor ``amazon``, with no role at all); a model's thinking (role ``thinking``) is none."""
+    Amazon model's, of vendor ``amazon`` or a Nova or Titan model of ``AWS``, with no role at all); a
+    model's thinking (role ``thinking``) is none."""
     indices = sorted(i for i, fields in found.items()
                      if fields & {"role", "content"} and a.get(f"gen_ai.completion.{i}.role") != "thinking")
-    blocks = "role" in found.get(0, set()) or a.get("gen_ai.system") == "amazon"
+    blocks = "role" in found.get(0, set()) or a.get("gen_ai.system") == "amazon" or (
+        a.get("gen_ai.system") == "AWS" and re.match(r"(?:amazon\.)?(?:nova|titan)-", str(a.get("gen_ai.request.model"))))
     choices: list[list[int]] = []
     for i in indices:
         if choices and blocks and "role" not in found[i]:
@@ -1914,18 +1940,23 @@ def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
             raise FormatError("invalid_field", f"{where}: {name}.user={_excerpt(a[f'{name}.user'])} is no text: a "
                                                "prompt of token ids")
         return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user", True)}
-    return {"role": _role(a.get(f"{name}.role", "user")), "content": _flat_content(a.get(f"{name}.content"),
-                                                                                    f"{where}: {name}.content", True)}
+    role = _role(a.get(f"{name}.role", "user"))
+    return {"role": role, "content": _flat_content(a.get(f"{name}.content"), f"{where}: {name}.content", True, _turn_joined(role))}
 
 
-# A Gemini part that is a function's call or response as its Python repr, which OpenLLMetry's
-# google-generativeai instrumentation (to 0.54) wrote as a text part's text.
-_GEMINI_CALL_REPR = re.compile(r"\bfunction_(?:call|response)=Function(?:Call|Response)\(")
+# A Gemini part that is no text, as the text of its Python repr (google-genai's pydantic one, which
+# OpenLLMetry's google-generativeai instrumentation wrote to 0.54) or of its protobuf (Vertex AI's,
+# which its vertexai instrumentation wrote): a function's call or response, or code it ran, and media.
+_GEMINI_CALL_REPR = re.compile(r"\b(?:function_(?:call|response)=Function(?:Call|Response)|executable_code=ExecutableCode"
+                               r"|code_execution_result=CodeExecutionResult)\(|^(?:parts \{\s*)?(?:function_call|function_response"
+                               r"|executable_code|code_execution_result) \{", re.MULTILINE)
+_GEMINI_MEDIA_REPR = re.compile(r"\b(?:inline_data=Blob|file_data=FileData)\(|^(?:parts \{\s*)?(?:inline_data|file_data) \{",
+                                re.MULTILINE)
 
 
-def _flat_content(value: Any, where: str, said: bool = False) -> str:
+def _flat_content(value: Any, where: str, said: bool = False, joined: str | None = None) -> str:
     """A flattened message's content: "" when there is none; a list of typed parts, which OpenLLMetry
-    writes as JSON text, as the text of its text parts."""
+    writes as JSON text, as the text of its text parts (joined as :func:`_text` joins them, or by ``joined``)."""
     if value is None:
         return ""
     if isinstance(value, list):  # a text completion's prompt: a batch of them is not one trace's
@@ -1941,16 +1972,18 @@ def _flat_content(value: Any, where: str, said: bool = False) -> str:
         # ([{"type": "PERSON", "text": "Ada"}], an extraction's).
         if (isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts)
                 and any(_a_part(p["type"]) for p in parts)):
-            text = _text(parts, where, said)
-            if _GEMINI_CALL_REPR.search(text):  # OpenLLMetry's google-generativeai instrumentation (to 0.54)
-                _no_tool_call("a Gemini part's function call or response, written as its Python repr" if said else None, where)
-                raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a Gemini part's Python repr)")
+            text = _text(parts, where, said, joined)
+            if _GEMINI_MEDIA_REPR.search(text):
+                raise FormatError("non_text_content", f"{where} holds a Gemini part of media, written as its repr")
+            if _GEMINI_CALL_REPR.search(text):
+                _no_tool_call("a Gemini part's function call or response, written as its repr" if said else None, where)
+                raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a Gemini part's repr)")
             return text
         # A prompt's Converse content blocks, as OpenLLMetry's Bedrock instrumentation writes them
         # ([{"text": ...}], keyed by their kind); its answers it writes as text.
         if (said and isinstance(parts, list) and parts and any("text" in p for p in parts if isinstance(p, dict))
                 and all(isinstance(p, dict) and p and p.keys() <= _CONVERSE_KEYS for p in parts)):
-            return _converse_text(parts, where, True)[0]
+            return _converse_text(parts, where, True, joined)[0]
     return str(value)
 
 
