@@ -441,6 +441,12 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     (e,) = read(kv("gen_ai.prompt.0.content", '"Hi"'), user, answer,  # ... and no system prompt, even of one message
                 **{"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
     assert e.reason == "invalid_field" and "without its system prompt" in str(e)
+    (e,) = read(kv("gen_ai.prompt.0.content", json.dumps([{"type": "text", "text": "Hi"}])), user, answer,  # 0.41 to 0.56
+                **{"gen_ai.system": "AWS", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
+    assert e.reason == "invalid_field"
+    (t,) = read(kv("gen_ai.prompt.0.content", json.dumps([{"text": "Hi"}])), user, answer,  # its Converse spans: whole
+                **{"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
+    assert t["messages"] == [{"role": "user", "content": "Hi"}]
     (t,) = read(*asked, answer, **{"gen_ai.system": "Anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620"})
     assert t["messages"] == [{"role": "user", "content": "What is 2 plus 3?"}]  # its Anthropic instrumentation's
     # ... and a Converse answer's role at index 0, each of its blocks' text at its own index.
