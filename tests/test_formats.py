@@ -447,6 +447,12 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     (t,) = read(kv("gen_ai.prompt.0.content", json.dumps([{"text": "Hi"}])), user, answer,  # its Converse spans: whole
                 **{"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
     assert t["messages"] == [{"role": "user", "content": "Hi"}]
+    (t,) = read(kv("gen_ai.prompt.0.role", "system"), kv("gen_ai.prompt.0.content", '"Answer in French."'),
+                kv("gen_ai.prompt.1.role", "user"), kv("gen_ai.prompt.1.content", json.dumps([{"text": "Hi"}])), answer,
+                **{"gen_ai.system": "AWS", "gen_ai.request.model": "claude-3-5-sonnet-20240620-v1:0"})
+    assert t["messages"][0] == {"role": "system", "content": '"Answer in French."'}  # a Converse system prompt, as written
+    (e,) = read(kv("gen_ai.prompt.0.content", '"Hi"'), user, answer, **{"gen_ai.system": "AWS", "gen_ai.request.model": "claude-v2:1"})
+    assert e.reason == "invalid_field"
     (t,) = read(*asked, answer, **{"gen_ai.system": "Anthropic", "gen_ai.request.model": "claude-3-5-sonnet-20240620"})
     assert t["messages"] == [{"role": "user", "content": "What is 2 plus 3?"}]  # its Anthropic instrumentation's
     # ... and a Converse answer's role at index 0, each of its blocks' text at its own index.
@@ -467,7 +473,8 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
         (e,) = read(*asked, answer, kv("gen_ai.completion.0.finish_reason", finish))
         assert e.reason == "no_text_answer", finish
     # Its Cohere instrumentation (to 0.54) wrote the finish reasons on the span alone.
-    for finish, reason in (("ERROR_TOXIC", "no_text_answer"), ("ERROR", "failed_request"), ("TOOL_CALL", "no_text_answer")):
+    for finish, reason in (("ERROR_TOXIC", "no_text_answer"), ("ERROR", "failed_request"), ("TOOL_CALL", "no_text_answer"),
+                           ("USER_CANCEL", "no_text_answer")):
         (e,) = read(*asked, answer, {"key": "gen_ai.response.finish_reasons", "value": any_value([finish])})
         assert e.reason == reason, finish
     # Its OpenAI instrumentation writes a text completion's prompt of token ids as its first id, a
@@ -478,11 +485,18 @@ def test_openllmetrys_flattened_spans_are_read_as_its_instrumentations_wrote_the
     (t,) = read(kv("gen_ai.prompt.0.user", "Once upon"), answer, **{"llm.request.type": "completion"})
     assert t["messages"] == [{"role": "user", "content": "Once upon"}]
     # Its google-generativeai instrumentation (to 0.54) wrote a function's call or response as the Python repr of its part.
-    call = ("video_metadata=None thought=None function_call=FunctionCall(id=None, args={'city': 'Paris'}, "
+    call = ("video_metadata=None thought=None inline_data=None file_data=None thought_signature=None "
+            "code_execution_result=None executable_code=None function_call=FunctionCall(id=None, args={'city': 'Paris'}, "
             "name='get_weather') function_response=None text=None")
     (e,) = read(*asked, kv("gen_ai.prompt.1.role", "model"), kv("gen_ai.prompt.1.content", json.dumps([{"type": "text", "text": call}])),
                 kv("gen_ai.prompt.2.role", "user"), kv("gen_ai.prompt.2.content", "Thanks"), answer)
     assert e.reason == "tool_call_in_prompt"
+    (e,) = read(kv("gen_ai.prompt.0.content", json.dumps([{"type": "text", "text": 'function_response {\n  name: "w"\n}\n'}])),
+                user, answer)  # Vertex AI's protobuf text
+    assert e.reason == "tool_call_in_prompt"
+    for said in ("Why does Part(inline_data=Blob(mime_type='image/png')) fail?", "function_call {\n  name: x\n}\nWhat is this?"):
+        (t,) = read(kv("gen_ai.prompt.0.content", json.dumps([{"type": "text", "text": said}])), user, answer)  # about code
+        assert t["messages"][0]["content"] == said
     # Its Vertex AI instrumentation (and OpenLIT's) records a ChatSession's new message alone.
     doc = otlp([kv("gen_ai.request.model", "gemini-1.5-pro"), *asked, answer])
     doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["name"] = "vertexai.send_message"

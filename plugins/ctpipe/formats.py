@@ -537,7 +537,7 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
         # ([{"text": "Ada", "label": "PERSON"}]), whose texts joined would be another answer.
         if not all(p and p.keys() <= _GEMINI_PART and isinstance(p.get("text", ""), str) for p in parts):
             raise FormatError("invalid_field", f"{where}: {_excerpt(given)} is neither text nor a list of parts")
-        text, calls = _gemini_text({"parts": parts}, where, prompt=said)
+        text, calls = _gemini_text({"parts": parts}, where, prompt=said, joined=joined)
         if calls:
             raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call")
         return text
@@ -588,7 +588,7 @@ _GEMINI_STOPPED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CO
 # (OpenTelemetry's instrumentations give a stream that failed "error", after writing its text so far).
 # Anthropic's "pause_turn" is a turn its server tools paused, its text so far; Converse's and Titan's
 # filter reasons come raw from OpenLLMetry's Bedrock instrumentation, as Cohere's do from its own.
-STOPPED = frozenset({"content_filter", "refusal", "pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC",
+STOPPED = frozenset({"content_filter", "refusal", "pause_turn", "content_filtered", "CONTENT_FILTERED", "ERROR_TOXIC", "USER_CANCEL",
                      *_GEMINI_STOPPED, *map(str.lower, _GEMINI_STOPPED)})
 FAILED = frozenset({"error", "ERROR"})  # Cohere's in capitals
 # The finish reasons of an answer that called a tool (OpenAI's, semconv's, Anthropic's stop reason):
@@ -599,7 +599,7 @@ NOT_ANSWERS = STOPPED | FAILED | TOOL_FINISHES  # the fast paths leave these to 
 # and Converse's "max_tokens", Gemini's "MAX_TOKENS"): kept, or refused where the run says so
 # (DatasetConfig.truncated_answers, set here for the run by the materializer): a classifier's
 # one-token answers end so as often as a long answer cut short does.
-TRUNCATED = frozenset({"length", "LENGTH", "max_tokens", "MAX_TOKENS", "model_context_window_exceeded"})
+TRUNCATED = frozenset({"length", "LENGTH", "max_tokens", "MAX_TOKENS", "ERROR_LIMIT", "model_context_window_exceeded"})
 REFUSE_TRUNCATED: ContextVar[bool] = ContextVar("refuse_truncated", default=False)
 
 
@@ -1663,7 +1663,7 @@ _TYPED_BLOCKS = {"thinking": {"signature"}, "redacted_thinking": {"data"}, "reas
                  "reasoning": {"reasoning", "summary", "encrypted_content"}, "image": _MEDIA_SHAPE, "audio": _MEDIA_SHAPE,
                  "video": _MEDIA_SHAPE, "file": {"file", *_MEDIA_SHAPE}, "document": {"source"}, "search_result": {"source"},
                  "container_upload": {"file_id"}, "image_url": {"image_url"}, "input_audio": {"input_audio"}}
-_TOOL_SHAPE = {"id", "call_id", "tool_use_id", "name", "input", "arguments", "output", "content", "result"}
+_TOOL_SHAPE = {"call_id", "tool_use_id", "tool_call_id", "input", "arguments", "args", "action", "server_label", "container_id"}
 _LONE = frozenset({"reasoningContent", "cachePoint", "guardContent", "citationsContent", "thinking", "redacted_thinking",
                    "reasoning_content"})
 
@@ -1838,7 +1838,7 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
     if not prompt:
         return None
     if bedrock_claude(a.get("gen_ai.system"), a.get("gen_ai.request.model")) and any(
-            _invoked_content(a.get(f"gen_ai.prompt.{i}.content")) for i in prompt):
+            _invoked_content(a.get(f"gen_ai.prompt.{i}.content")) for i in prompt if a.get(f"gen_ai.prompt.{i}.role") != "system"):
         raise FormatError("invalid_field", f"{where}: OpenLLMetry's Bedrock instrumentation (to 0.56) records an "
                                            "InvokeModel call of Claude without its system prompt, and its messages' "
                                            "content as JSON at one index: the prompt served cannot be told")
@@ -1878,7 +1878,7 @@ def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | F
 # "Anthropic". Of an InvokeModel call of Claude, it wrote a message's content as its JSON (a JSON
 # string, or Anthropic's typed blocks); of a Converse call, as Converse's blocks, and its system prompt.
 BEDROCK_SYSTEMS = ("AWS", "anthropic")
-BEDROCK_CLAUDE = r"claude-.*-v[0-9]+(?::[0-9]+)?"  # whole
+BEDROCK_CLAUDE = r"claude-(?:.*-)?v[0-9]+(?::[0-9]+)?"  # whole: claude-3-haiku-20240307-v1:0, claude-v2:1
 
 
 def bedrock_claude(system: Any, model: Any) -> bool:
@@ -1944,14 +1944,24 @@ def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
     return {"role": role, "content": _flat_content(a.get(f"{name}.content"), f"{where}: {name}.content", True, _turn_joined(role))}
 
 
-# A Gemini part that is no text, as the text of its Python repr (google-genai's pydantic one, which
-# OpenLLMetry's google-generativeai instrumentation wrote to 0.54) or of its protobuf (Vertex AI's,
-# which its vertexai instrumentation wrote): a function's call or response, or code it ran, and media.
-_GEMINI_CALL_REPR = re.compile(r"\b(?:function_(?:call|response)=Function(?:Call|Response)|executable_code=ExecutableCode"
-                               r"|code_execution_result=CodeExecutionResult)\(|^(?:parts \{\s*)?(?:function_call|function_response"
-                               r"|executable_code|code_execution_result) \{", re.MULTILINE)
-_GEMINI_MEDIA_REPR = re.compile(r"\b(?:inline_data=Blob|file_data=FileData)\(|^(?:parts \{\s*)?(?:inline_data|file_data) \{",
-                                re.MULTILINE)
+# A Gemini part that is no text, as the text of its repr, which OpenLLMetry's Gemini instrumentations
+# wrote as a text part's text: google-genai's pydantic one (its google-generativeai instrumentation, to
+# 0.54), every field of the part named, or Vertex AI's protobuf text (its vertexai one), the whole text
+# one message. A function's call or response, or code run, is a tool's call; inline data or a file, media.
+_GEMINI_PYDANTIC = re.compile(r"\A\s*\w+=(?=.*\bfunction_call=)(?=.*\bfunction_response=)(?=.*\binline_data=)", re.DOTALL)
+_GEMINI_PROTOBUF = re.compile(r"\A\s*(?:role: \"\w+\"\s*)?(?:parts \{\s*)?(\w+) \{.*\}\s*\Z", re.DOTALL)
+_GEMINI_TOOL_FIELDS = ("function_call", "function_response", "executable_code", "code_execution_result")
+_GEMINI_MEDIA_FIELDS = ("inline_data", "file_data")
+
+
+def _gemini_repr(text: str) -> str | None:
+    """Which of a Gemini part's fields a text that is its repr (see above) holds, "tool" or "media", or None."""
+    if _GEMINI_PYDANTIC.match(text):
+        filled = {m[1] for m in re.finditer(r"\b(\w+)=[A-Z]\w*\(", text)}
+        return "tool" if filled & set(_GEMINI_TOOL_FIELDS) else "media" if filled & set(_GEMINI_MEDIA_FIELDS) else None
+    m = _GEMINI_PROTOBUF.match(text)
+    field = m[1] if m else None
+    return "tool" if field in _GEMINI_TOOL_FIELDS else "media" if field in _GEMINI_MEDIA_FIELDS else None
 
 
 def _flat_content(value: Any, where: str, said: bool = False, joined: str | None = None) -> str:
@@ -1973,9 +1983,10 @@ def _flat_content(value: Any, where: str, said: bool = False, joined: str | None
         if (isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts)
                 and any(_a_part(p["type"]) for p in parts)):
             text = _text(parts, where, said, joined)
-            if _GEMINI_MEDIA_REPR.search(text):
+            held = _gemini_repr(text)
+            if held == "media":
                 raise FormatError("non_text_content", f"{where} holds a Gemini part of media, written as its repr")
-            if _GEMINI_CALL_REPR.search(text):
+            if held == "tool":
                 _no_tool_call("a Gemini part's function call or response, written as its repr" if said else None, where)
                 raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call (a Gemini part's repr)")
             return text
@@ -2092,7 +2103,7 @@ def _openinference(a: dict, span_id: str) -> dict:
         if other := next((p.get("type", "none") for p in said if p.get("type") != "text"), None):
             raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type {other}, which a "
                                                   "text dataset cannot hold")
-        joined = "" if name.startswith("gen_ai.completion") else PART_SEPARATOR  # an answer's, as written
+        joined = "" if name.startswith("gen_ai.completion") else _turn_joined(mapped.get(f"{name}.role"))  # answers as written
         mapped.setdefault(f"{name}.content", joined.join(str(p.get("text", "")) for p in said))
     counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
               "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}
