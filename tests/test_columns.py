@@ -772,6 +772,18 @@ OTEL_LINES = {
         {"type": "text", "content": "It is "}, {"type": "text", "content": "5."}]}, GENAI_INPUT[1]]),
     "an answer of JSON": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "text", "content": '{"sum": 5}'}]}]),
     "a chat session's message": otel_line(with_span({"name": "vertexai.send_message"})),
+    "finish reasons on the span": otel_line(gen_ai__response__finish_reasons={"key": "gen_ai.response.finish_reasons",
+                                                                             "value": {"arrayValue": {"values": [{"stringValue": "stop"}]}}}),
+    "finish reasons of no strings": otel_line(gen_ai__response__finish_reasons={"key": "gen_ai.response.finish_reasons",
+                                                                               "value": {"arrayValue": {"values": [{"intValue": "1"}]}}}),
+    "an array the reader reads": otel_line(gen_ai__request__model={"key": "gen_ai.request.model",
+                                                                   "value": {"arrayValue": {"values": [{"stringValue": "m"}]}}}),
+    "older names, finish reasons on the span": otel_line(flat(gen_ai__response__finish_reasons={
+        "key": "gen_ai.response.finish_reasons", "value": {"arrayValue": {"values": [{"stringValue": "ERROR_TOXIC"}]}}})),
+    "a resource's array": otel_line(with_resource({"attributes": [kv("service.version", "3"), {
+        "key": "process.command_args", "value": {"arrayValue": {"values": [{"stringValue": "python"}, {"stringValue": "app.py"}]}}}]})),
+    "a resource's version as an array": otel_line(with_resource({"attributes": [{
+        "key": "service.version", "value": {"arrayValue": {"values": [{"stringValue": "3"}]}}}]})),
     "a span of another name": otel_line(with_span({"name": "openai.chat"})),
     "a reasoning part": otel_line(outputs=[{"role": "assistant", "parts": [{"type": "reasoning", "content": "2+3"},
                                                                          {"type": "text", "content": "5"}]}]),
@@ -1018,7 +1030,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
         assert [r for r, at in zip(rows, index.tolist()) if at == i] == otel_exact(lines[i])
     names = list(OTEL_LINES)
     taken = {names[i] for i in index.tolist()}
-    assert {"plain", "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
+    assert {"plain", "finish reasons on the span", "a resource's array",
+            "response model", "response model empty", "an attribute twice", "model twice", "older token names", "both token names",
             "no tokens", "an item without a key", "two text parts", "older JSON names, two text parts", "unicode", "no version",
             "version empty", "two GenAI spans", "two scopes", "half a microsecond", "at the epoch",
             "an evaluation without a value", "an integer score", "two evaluations", "another event", "the word null",

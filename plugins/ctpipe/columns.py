@@ -1084,8 +1084,15 @@ _GENAI_ANSWERS = msgspec.json.Decoder(list[_GenAIAnswer])
 _PARTS = msgspec.json.Decoder(list[_Part])  # gen_ai.system_instructions
 _OLDER_MESSAGES = msgspec.json.Decoder(list[_OlderMessage])
 _OLDER_ANSWERS = msgspec.json.Decoder(list[_OlderAnswer])
-_ANY_VALUE = pa.struct([("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
-                        ("boolValue", pa.bool_())])
+_SCALAR_FIELDS = [("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()),
+                  ("boolValue", pa.bool_())]
+# An array of strings too, which the fast path passes over where the reader reads nothing of it
+# (see _Attributes): current instrumentations set gen_ai.response.finish_reasons on every span.
+_ANY_VALUE = pa.struct([*_SCALAR_FIELDS, ("arrayValue", pa.struct([("values", pa.list_(pa.struct([("stringValue", pa.string())])))]))])
+# Attributes of a span that are arrays, which the reader reads nothing of (but the finish reasons of the
+# flattened older names: parse_otel_lines leaves those spans to it).
+_PASSED_ARRAYS = ("gen_ai.response.finish_reasons", "gen_ai.request.stop_sequences", "gen_ai.request.encoding_formats")
+_RESOURCE_READ = ("service.version",)  # what the reader reads of a resource's attributes
 _ATTRIBUTES = pa.list_(pa.struct([("key", pa.string()), ("value", _ANY_VALUE)]))
 _OTEL_PARSE = pj.ParseOptions(unexpected_field_behavior="ignore", explicit_schema=pa.schema([
     ("resourceSpans", pa.list_(pa.struct([
@@ -1124,15 +1131,25 @@ class _Attributes:
     or an integer of up to 18 digits (anything else, an empty value or an array for one, is left to
     the reader)."""
 
-    def __init__(self, lists: pa.Array):
+    def __init__(self, lists: pa.Array, arrays: tuple[str, ...] = (), arrays_but: tuple[str, ...] | None = None):
+        """``arrays``: the keys whose value may be an array of strings, passed over (any key but
+        ``arrays_but``'s, where it is given)."""
         flat, self.parents = _fields(lists.flatten()), pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
         self.keys, self.values = flat["key"], _fields(flat["value"])
-        valid = [_ok(self.values[name].is_valid()) for name in ("stringValue", "intValue", "doubleValue", "boolValue")]
+        valid = [_ok(self.values[name].is_valid()) for name, _ in _SCALAR_FIELDS]
         self.kind = np.select(valid, [_STRING, _INT, _DOUBLE, _BOOL], 0)
         integer_ok = _ok(pc.match_substring_regex(self.values["intValue"], _INTEGER))
         double_ok = _ok(pc.is_finite(self.values["doubleValue"]))
         self._read = (self.kind != 0) & ((self.kind != _INT) | integer_ok) & ((self.kind != _DOUBLE) | double_ok)
         passed_over = ~_ok(self.keys.is_valid())  # an item without a key
+        if arrays or arrays_but is not None:  # an array of strings alone, which the reader reads as a list of them
+            array = self.values["arrayValue"]
+            items = array.field("values")
+            strings = _all_per_row(_ok(pc.list_flatten(items).field("stringValue").is_valid()),
+                                   pc.list_parent_indices(items).to_numpy(zero_copy_only=False), len(array))
+            passed = ~_ok(pc.is_in(self.keys, value_set=pa.array(arrays_but, pa.string()))) if arrays_but is not None \
+                else _ok(pc.is_in(self.keys, value_set=pa.array(arrays, pa.string())))
+            passed_over |= (self.kind == 0) & _ok(array.is_valid()) & strings & passed
         self.sure = np.bincount(self.parents[~(self._read | passed_over)], minlength=len(lists)) == 0
         self._positions = np.arange(len(self.parents))
         self._owners = len(lists)
@@ -1322,8 +1339,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     span = _fields(spans.flatten())
     line_of_span = line_of_resource[resource_of_span]
 
-    resource = _Attributes(_fields(rs["resource"])["attributes"])
-    attrs = _Attributes(span["attributes"])
+    resource = _Attributes(_fields(rs["resource"])["attributes"], arrays_but=_RESOURCE_READ)
+    attrs = _Attributes(span["attributes"], arrays=_PASSED_ARRAYS)
     inputs, outputs = (attrs.get(f"gen_ai.{side}.messages", _STRING) for side in ("input", "output"))
     # Which names a span's messages are read from: the current ones, or else the older JSON ones, or
     # else the older flattened ones, as the reader looks for them; of a model call's span only.
@@ -1345,6 +1362,7 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     sure &= (attrs.count(_TEXT_PROMPT) == 0) & ~attrs.has(*formats.OWN_NAMES)
     for key in ("gen_ai.system", "gen_ai.provider.name"):
         sure &= ~_ok(pc.equal(attrs.get(key, _STRING)[0], formats.STRANDS))
+    sure &= ~(flattened & attrs.has(_PASSED_ARRAYS[0]))  # its choices' finish reasons, where they have none
     vendor, model = (attrs.get(key, _STRING)[0] for key in ("gen_ai.system", "gen_ai.request.model"))
     sure &= ~(flattened & _ok(pc.and_kleene(pc.is_in(vendor, value_set=pa.array(formats.BEDROCK_SYSTEMS)),  # the reader's
                                             pc.match_substring_regex(model, f"^{formats.BEDROCK_CLAUDE}$"))))
