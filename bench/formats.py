@@ -116,7 +116,9 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
                         _kv("gen_ai.output.messages", json.dumps([
                             {"role": "assistant", "parts": [{"type": "text", "content": answer}], "finish_reason": "stop"}])),
                         {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "210"}},
-                        {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "230"}}],
+                        {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "230"}},
+                        # as current instrumentations set it on every span
+                        {"key": "gen_ai.response.finish_reasons", "value": {"arrayValue": {"values": [{"stringValue": "stop"}]}}}],
                     "events": [{"name": "gen_ai.evaluation.result", "attributes": [
                         _kv("gen_ai.evaluation.name", "judge"), {"key": "gen_ai.evaluation.score.value",
                                                                  "value": {"doubleValue": judge}}]}]}]}]}]},
@@ -184,12 +186,16 @@ def generate(root: Path, n: int, seed: int = 0) -> None:
 
 def written(folder: Path, n: int) -> Path:
     """The folder of ``n`` conversations in every format under ``folder``, written first if missing."""
-    root = folder / f"traces-{n}"
-    if not (root / "DONE").exists() or not all((root / fmt).is_dir() for fmt in FORMATS):  # or written before a format was added
+    root, done = folder / f"traces-{n}", folder / f"traces-{n}" / "DONE"
+    # or written before a format was added, or by a generator that wrote other data
+    if not done.exists() or done.read_text() != _DATA_VERSION or not all((root / fmt).is_dir() for fmt in FORMATS):
         print(f"writing {n} conversations in {len(FORMATS)} formats to {root} ...", flush=True)
         generate(root, n)
-        (root / "DONE").write_text("")
+        done.write_text(_DATA_VERSION)
     return root
+
+
+_DATA_VERSION = "2"  # of what generate() writes: 2, spans with their finish reasons
 
 
 def _kv(key: str, value: str) -> dict:
