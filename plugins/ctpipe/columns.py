@@ -752,7 +752,7 @@ def parse_vertex_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None
 
 
 def _turn_texts(roles: pa.Array, parts: pa.ListArray) -> pa.Array:
-    """:func:`_texts` of each message of ``roles``, joined as formats._turn_joined says: an assistant's
+    """:func:`_texts` of each message of ``roles``, joined as formats.turn_joined says: an assistant's
     earlier answer as written, others on a new line."""
     return pc.if_else(_ok(pc.equal(roles, "assistant")), _texts(parts, ""), _texts(parts, formats.PART_SEPARATOR))
 
@@ -1027,8 +1027,8 @@ class _GenAIMessage(msgspec.Struct):
     parts: list[_Part] = []
     finish_reason: str | None = None
 
-    def text(self) -> str | None:  # an assistant's earlier answer's parts as written (formats._turn_joined)
-        return _parts_text(self.parts, "" if self.role == "assistant" else formats.PART_SEPARATOR)
+    def text(self) -> str | None:
+        return _parts_text(self.parts, formats.turn_joined(self.role))
 
 
 class _GenAIAnswer(_GenAIMessage):
@@ -1070,7 +1070,7 @@ class _OlderMessage(_PlainMessage):
         texts = [p.text for p in self.content if p.type == "text"]
         if any(p.type != "text" for p in self.content) or None in texts:
             return None
-        return (("" if self.role == "assistant" else formats.PART_SEPARATOR) if joined is None else joined).join(texts)
+        return (formats.turn_joined(self.role) if joined is None else joined).join(texts)
 
 
 class _OlderAnswer(_OlderMessage):

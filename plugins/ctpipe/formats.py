@@ -481,16 +481,22 @@ def _prompt_message(m: dict, where: str, role: Any = None) -> dict:
     """A prompt's message as OpenAI shapes them (its content a text or typed parts; ``role`` when it
     names none); FormatError ``tool_call_in_prompt`` for one holding tool calls. An assistant's
     earlier refusal (``refusal`` beside a null content) is its text: what the model said then; its
-    earlier answer's parts are joined as written, as the answer's were (:func:`_turn_joined`)."""
+    earlier answer's parts are joined as written, as the answer's were (:func:`turn_joined`)."""
     _no_tool_call(tool_calls_in(m), where)
     if m.get("audio"):  # an assistant's spoken answer, referred to by id
         raise FormatError("non_text_content", f"{where} holds audio, which a text dataset cannot hold")
     refusal, role = m.get("refusal"), _role(m.get("role") or role)
-    text = _text(m.get("content"), where, said=True, joined=_turn_joined(role)) or (refusal if isinstance(refusal, str) else "")
+    text = _text(m.get("content"), where, said=True, joined=turn_joined(role)) or (refusal if isinstance(refusal, str) else "")
     return {"role": role, "content": text}
 
 
-def _turn_joined(role: Any) -> str:
+def _join_parts(texts: list[str], prompt: bool, joined: str | None) -> str:
+    """A message's text parts as one text: joined by ``joined``, else a prompt's on a new line, as vLLM
+    renders them, and an answer's as written, one text however its writer cut it up."""
+    return (joined if joined is not None else PART_SEPARATOR if prompt else "").join(texts)
+
+
+def turn_joined(role: Any) -> str:
     """What a prompt's message's text parts are joined by: a new line, as vLLM renders them, but an
     assistant's earlier answer's, joined as written, the text its own trace's answer has."""
     return "" if role == "assistant" else PART_SEPARATOR
@@ -556,7 +562,7 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
              for p in content if (kind := p.get("type")) in kinds]
     if not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
-    return ((PART_SEPARATOR if said else "") if joined is None else joined).join(texts)
+    return _join_parts(texts, said, joined)
 
 
 def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
@@ -667,7 +673,8 @@ def _parts_answer(m: dict, where: str) -> str | FormatError:
     """The text of an answer message of semconv's typed parts, or the FormatError of one that is none,
     to stand in its place beside the other choices."""
     try:
-        text, parts = _parts_text(m, where, joined=""), _blocks(m.get("parts"), where) or []  # one answer's parts, as written
+        parts = _blocks(m.get("parts"), where) or []
+        text = _parts_text(parts, where, joined="")  # one answer's parts, as written
         kinds = {p.get("type") for p in parts if isinstance(p, dict)}
         return _text_answer(text, where, tool_call=any(map(tool_part, kinds)), refusal="refusal" in kinds,
                             finish=m.get("finish_reason"))
@@ -1228,7 +1235,7 @@ def _gemini_text(content: Any, where: str, prompt: bool, joined: str | None = No
     parts, calls = _keyed_parts(content.get("parts") if isinstance(content, dict) else None, where, prompt,
                                 _GEMINI_TOOLS, _GEMINI_MEDIA)
     texts = [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
-    return ((PART_SEPARATOR if prompt else "") if joined is None else joined).join(texts), calls
+    return _join_parts(texts, prompt, joined), calls
 
 
 def _gemini_request(body: dict, where: str) -> dict:
@@ -1243,7 +1250,7 @@ def _gemini_request(body: dict, where: str) -> dict:
     contents = body.get("contents")
     for i, content in enumerate(contents if isinstance(contents, list) else []):
         role = "assistant" if isinstance(content, dict) and content.get("role") == "model" else "user"
-        messages.append({"role": role, "content": _gemini_text(content, f"{where}.contents[{i}]", True, _turn_joined(role))[0]})
+        messages.append({"role": role, "content": _gemini_text(content, f"{where}.contents[{i}]", True, turn_joined(role))[0]})
     return {**body, "messages": messages}
 
 
@@ -1308,7 +1315,7 @@ def _converse_text(blocks: Any, where: str, prompt: bool, joined: str | None = N
         text = text.get("text") if isinstance(text, dict) else text
         if isinstance(text, str):
             texts.append(text)
-    return ((PART_SEPARATOR if prompt else "") if joined is None else joined).join(texts), calls
+    return _join_parts(texts, prompt, joined), calls
 
 
 def _converse_request(body: dict, where: str) -> dict:
@@ -1320,7 +1327,7 @@ def _converse_request(body: dict, where: str) -> dict:
         m = m if isinstance(m, dict) else {}
         role = m.get("role")
         messages.append({"role": role, "content": _converse_text(m.get("content"), f"{where}.messages[{i}]", True,
-                                                                 _turn_joined(_role(role)))[0]})
+                                                                 turn_joined(_role(role)))[0]})
     return {**body, "messages": messages}  # a prefill its model's, not the API's (see _continues)
 
 
@@ -1724,12 +1731,13 @@ def _blocks(parts: Any, where: str) -> Any:
     return out
 
 
-def _parts_text(message: dict, where: str, said: bool = False, joined: str = PART_SEPARATOR) -> str:
-    """The text of a message of semconv's typed parts (with ``said``, of an earlier turn, its refusal
-    parts too, as :func:`_text` reads OpenAI's), joined by ``joined``. A part of a kind not read as
-    text (an Anthropic ``search_result`` an instrumentation passes on as it is) is refused, not
-    passed over, as a medium is; a reasoning part is dropped, a tool's is its caller's to refuse."""
-    parts = _blocks(message.get("parts"), where) or []
+def _parts_text(parts: Any, where: str, said: bool = False, joined: str = PART_SEPARATOR) -> str:
+    """The text of a message's semconv typed parts, as :func:`_blocks` gives them (with ``said``, of an
+    earlier turn, its refusal parts too, as :func:`_text` reads OpenAI's), joined by ``joined``. A
+    part of a kind not read as text (an Anthropic ``search_result`` an instrumentation passes on as it
+    is) is refused, not passed over, as a medium is; a reasoning part is dropped, a tool's is its
+    caller's to refuse."""
+    parts = parts or []
     kinds = ("text", "refusal") if said else ("text",)
     texts = [p.get("content", "") for p in parts if isinstance(p, dict) and p.get("type") in kinds
              ] if isinstance(parts, list) else None
@@ -1748,10 +1756,11 @@ def _prompt_parts(m: dict, where: str) -> dict:
     parts = m.get("parts")
     if not parts:  # as OpenTelemetry's OpenAI instrumentation writes a message whose content was a list
         raise FormatError("no_content", f"{where} has no parts: its content was not recorded")
-    kinds = [p.get("type") for p in _blocks(parts, where) if isinstance(p, dict)] if isinstance(parts, list) else []
+    parts = _blocks(parts, where)
+    kinds = [p.get("type") for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
     _no_tool_call(next((f"a part of type {k}" for k in kinds if tool_part(k)), None), where)
     role = _role(m.get("role"))
-    return {"role": role, "content": _parts_text(m, where, said=True, joined=_turn_joined(role))}
+    return {"role": role, "content": _parts_text(parts, where, said=True, joined=turn_joined(role))}
 
 
 def _system_instructions(a: dict) -> list[dict]:
@@ -1764,7 +1773,8 @@ def _system_instructions(a: dict) -> list[dict]:
     parts = _structured(text, "gen_ai.system_instructions")
     if not isinstance(parts, list):
         raise FormatError("invalid_field", f"gen_ai.system_instructions={_excerpt(parts)} is not a list of parts")
-    return [{"role": "system", "content": _parts_text({"parts": parts}, "gen_ai.system_instructions")}] if parts else []
+    where = "gen_ai.system_instructions"
+    return [{"role": "system", "content": _parts_text(_blocks(parts, where), where)}] if parts else []
 
 
 def _structured(value: Any, name: str) -> Any:
@@ -1892,8 +1902,8 @@ def _invoked_content(value: Any) -> bool:
     if not isinstance(value, str) or not value.startswith(('"', "[")):
         return False
     try:
-        content = json.loads(value)
-    except ValueError:
+        content = _json_of(value)
+    except ValueError:  # no JSON, or too deep to be one (FormatError)
         return False
     return isinstance(content, str) or isinstance(content, list) and any(isinstance(b, dict) and "type" in b for b in content)
 
@@ -1941,7 +1951,7 @@ def _flat_message(a: dict, name: str, fields: set[str], where: str) -> dict:
                                                "prompt of token ids")
         return {"role": "user", "content": _flat_content(a[f"{name}.user"], f"{where}: {name}.user", True)}
     role = _role(a.get(f"{name}.role", "user"))
-    return {"role": role, "content": _flat_content(a.get(f"{name}.content"), f"{where}: {name}.content", True, _turn_joined(role))}
+    return {"role": role, "content": _flat_content(a.get(f"{name}.content"), f"{where}: {name}.content", True, turn_joined(role))}
 
 
 # A Gemini part that is no text, as the text of its repr, which OpenLLMetry's Gemini instrumentations
@@ -2103,7 +2113,7 @@ def _openinference(a: dict, span_id: str) -> dict:
         if other := next((p.get("type", "none") for p in said if p.get("type") != "text"), None):
             raise FormatError("non_text_content", f"span {span_id}: {theirs} holds a part of type {other}, which a "
                                                   "text dataset cannot hold")
-        joined = "" if name.startswith("gen_ai.completion") else _turn_joined(mapped.get(f"{name}.role"))  # answers as written
+        joined = "" if name.startswith("gen_ai.completion") else turn_joined(mapped.get(f"{name}.role"))  # answers as written
         mapped.setdefault(f"{name}.content", joined.join(str(p.get("text", "")) for p in said))
     counts = {"gen_ai.request.model": a.get("llm.model_name"), "gen_ai.usage.input_tokens": a.get("llm.token_count.prompt"),
               "gen_ai.usage.output_tokens": a.get("llm.token_count.completion")}

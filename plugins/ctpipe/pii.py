@@ -388,9 +388,10 @@ _SSN_LABEL = r"(?i:ssns?(?![a-z])|social[\s_-]*security)"
 _SSN_NAMED = re.compile(_SSN_LABEL)
 _SSN = re.compile(rf"(?P<label>{_SSN_LABEL}[^\d\n]{{0,24}}?)(?<![\d-])(?P<bare>\d{{9}})(?![\d-])"
                   rf"|(?<![\d-])(?P<number>\d{{3}}(?P<sep>[{_SPACES}{_DASH}-])\d{{2}}(?P=sep)\d{{4}})(?![\d-])")
-# An IBAN, bare or in groups of four after single spaces (no-break ones too), as banks print it; checked (its check
-# digits and its country's length and layout, python-stdnum) with its last groups dropped until it
-# is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC COBADEFF).
+# An IBAN, bare or in groups of four after single spaces (no-break ones too), as banks print it;
+# checked (its check digits and its country's length and layout, python-stdnum) with its last groups
+# dropped until it is one: the words after it may look like a group (DE89 3704 0044 0532 0130 00 BIC
+# COBADEFF).
 # Begun by a capital, not by a word's start (which Python's re then tried at every character): its
 # scan skips to the capitals, four times as fast.
 _IBAN = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-Z0-9]{4}){2,7}(?:[ \xa0][A-Z0-9]{1,4})?)"
