@@ -26,10 +26,15 @@ def test_sampled_training_questions_never_touch_held_out():
     assert not {q.prompt for q in arith.sample_train(cfg, 5000, random.Random(0))} & held
 
 
-def test_correctness_reads_the_first_integer():
+def test_correctness_reads_the_first_number_as_the_answer_when_it_is_an_integer():
     assert arith.correctness(" 12 apples", "12") == 1.0
     assert arith.correctness("1 2", "12") == 0.0
     assert arith.correctness("", "12") == 0.0
+    assert arith.correctness("12", " +12 ") == 1.0
+    # 5.5, 5/2 and 5e3 are not 5: a decimal, a fraction or an exponent does not answer with its first digits
+    assert [arith.verify("What is 2 plus 3?", said) for said in ("5.5", "5.9", "5/2", "5e3", "5.", "5, surely")] \
+        == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0]
+    assert arith.verify("Name a number between 5 and 9.", "7.5") == 0.0
     assert arith.reference_answer("What is 40 plus 2?") == "42"
     assert arith.reference_answer("What is the capital of France?") is None
 
@@ -61,3 +66,10 @@ def test_both_kinds_of_question_verify_whatever_task_is_configured():
 def test_too_few_questions_for_the_held_out_splits_is_refused_naming_the_settings():
     with pytest.raises(ValueError, match="between questions of operand_max=99"):
         arith.splits(TaskConfig(operand_max=99, gap_max=3))
+
+
+def test_numbers_of_thousands_of_digits_are_read_as_no_answer_not_raised():
+    """int() refuses a text past 4,300 digits: a model repeating a digit stopped the whole interval."""
+    big = "9" * 5000
+    assert arith.verify("What is 1 plus 1?", big) == arith.verify("Name a number between 5 and 9.", big) == 0.0
+    assert arith.verify(f"What is {big} plus 1?", "2") is None and arith.correctness(big, big) == 0.0

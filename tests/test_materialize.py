@@ -2591,3 +2591,16 @@ def test_answers_cut_off_at_their_token_limit_are_quarantined_where_the_run_says
     assert refused.counts["traces"] == 30 and refused.quarantine_reasons == {"truncated_answer": 10} and accounted(refused)
     assert "cut off at its token limit (finish reason 'length')" in table(refused, "quarantine")[0]["detail"]
     assert formats.REFUSE_TRUNCATED.get() is False
+
+
+@pytest.mark.parametrize("verifier", ["arith", "exact", "regex", "math"])
+def test_an_answer_of_thousands_of_digits_is_labeled_and_the_interval_published(tmp_path, verifier):
+    """int() refuses a text past 4,300 digits: one answer of a model repeating a digit stopped the whole
+    interval, run after run."""
+    big = "7" * 4301
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1), trace(2, completion=big, reference_answer="5"),
+                                             trace(3, completion=f"#### {big}", reference_answer="5"),
+                                             trace(4, "Which number is it?", "5", reference_answer=big)))
+    m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier=verifier))
+    assert m.counts["traces"] == 4 and accounted(m)
+    assert [r["verifiable_reward"] for r in table(m, "traces")][1:3] == [0.0, 0.0]

@@ -65,6 +65,8 @@ def test_latex_words_units_choices_and_times_are_read_as_they_mean(completion, r
     ("\\boxed{4:45}", "4:30", 0.0), ("It is 16:30", "4:30 PM", 1.0), ("It is 16:30", "4:30 a.m.", 0.0),
     ("left at 2:15, arrived at 4:30pm", "4:30 p.m.", 1.0), ("at 04:30", "4:30", 1.0), ("at 4:30:15", "4:30", 0.0),
     ("\\boxed{12:30 am}", "0:30", 1.0), ("It is 4:30 pm", "4:30 am", 0.0),
+    ("The meeting is at 0:15", "12:15 pm", 0.0), ("12:15 pm", "00:15", 0.0), ("It is 0:15", "12:15 am", 1.0),
+    ("It is 12:15", "12:15 pm", 1.0),
     ("The ratio is 3:4.", "3:4", 1.0), ("The ratio is 3:5", "3:4", 0.0), ("so 6:8, in lowest terms", "3:4", 1.0),
     ("3:4 at first, then 1:2 #### 3:4", "3:4", 1.0), ("boys to girls: 16:9. Then 2:1", "$16:9$", 0.0),
     ("\\boxed{\\frac34}", "3:4", 1.0), ("\\boxed{3}", "3:4", 0.0),
@@ -181,3 +183,14 @@ def test_a_judges_scores_give_the_same_label_in_any_order_and_tiny_weights_keep_
     assert judge_reward(scores, "judge") == judge_reward(scores[::-1], "judge")
     cfg = RewardConfig(verifier="none", verifiable_weight=0, feedback_weight=1e-323, judge_weight=1e-320)
     assert combine({"feedback": 0.7, "judge": None}, cfg.weights(), "renormalize") == 0.7
+
+
+@pytest.mark.parametrize("verify", [
+    lambda text: exact_reward(text, "42"), lambda text: exact_reward("42", text), lambda text: exact_reward(text, text),
+    lambda text: exact_reward("1/" + text, "0.5"), lambda text: extracted_reward("#### " + text, "42", re.compile(r"####\s*(\S+)")),
+    lambda text: math_reward(f"2 3/{text}", "42"), lambda text: math_reward("0.\\overline{" + text + "}", "42"),
+    lambda text: math_reward(f"2 {text}/3", "42"), lambda text: math_reward(f"{text}.\\overline{{3}}", "42"),
+])
+def test_a_number_of_thousands_of_digits_is_labeled_not_raised(verify):
+    """int() refuses a text past 4,300 digits: a model repeating a digit stopped the whole interval."""
+    assert verify("9" * 5000) in (0.0, 1.0, None)

@@ -17,9 +17,13 @@ from functools import cache
 
 from ctpipe.config import TaskConfig, TaskKind
 
-_ADDITION = re.compile(r"^What is (\d+) plus (\d+)\?$")
-_BETWEEN = re.compile(r"^Name a number between (\d+) and (\d+)\.$")
-_FIRST_INT = re.compile(r"-?\d+")
+# Operands and answers of up to a hundred digits, far past any question of ours: int() refuses a
+# text past 4,300 digits, and an answer that long (a model repeating a digit) is read as none.
+_ADDITION = re.compile(r"^What is (\d{1,100}) plus (\d{1,100})\?$")
+_BETWEEN = re.compile(r"^Name a number between (\d{1,100}) and (\d{1,100})\.$")
+# A number as written, its decimals, fraction or exponent included: 5.5 does not answer with 5.
+_FIRST_NUMBER = re.compile(r"-?\d+(?:\.\d+|/\d+|[eE][+-]?\d+)?")
+_INTEGER = re.compile(r"[+-]?\d{1,100}")
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,11 @@ class Question:
         return str(self.a + self.b)
 
     def check(self, completion: str) -> bool:
-        """Whether the completion's answer (its first integer) is right.
+        """Whether the completion's answer (its first number, an integer) is right.
 
         >>> q = Question(10, 13, "between")
-        >>> q.check("11"), q.check(" 12 maybe"), q.check("13"), q.check("ten")
-        (True, True, False, False)
+        >>> q.check("11"), q.check(" 12 maybe"), q.check("13"), q.check("ten"), q.check("11.5")
+        (True, True, False, False, False)
         """
         got = extract_answer(completion)
         if got is None:
@@ -107,15 +111,15 @@ def verify(prompt: str, completion: str) -> float | None:
 
 
 def extract_answer(completion: str) -> str | None:
-    """The first integer in a completion (the model's answer), if any.
+    """The first number in a completion (the model's answer), if it is an integer.
 
-    >>> extract_answer(" 42")
-    '42'
-    >>> extract_answer("no idea") is None
-    True
+    >>> extract_answer(" 42"), extract_answer("42.5"), extract_answer("5/2 of it"), extract_answer("5e3")
+    ('42', None, None, None)
+    >>> extract_answer("no idea") is None, extract_answer("9" * 5000) is None
+    (True, True)
     """
-    m = _FIRST_INT.search(completion)
-    return m.group(0) if m else None
+    m = _FIRST_NUMBER.search(completion)
+    return m.group(0) if m and _INTEGER.fullmatch(m.group(0)) else None
 
 
 def correctness(completion: str, reference: str) -> float:
@@ -124,8 +128,8 @@ def correctness(completion: str, reference: str) -> float:
     >>> correctness("42", "42"), correctness("41", "42"), correctness("", "42")
     (1.0, 0.0, 0.0)
     """
-    got = extract_answer(completion)
-    return 1.0 if got is not None and int(got) == int(reference) else 0.0
+    got, reference = extract_answer(completion), reference.strip()
+    return 1.0 if got is not None and _INTEGER.fullmatch(reference) and int(got) == int(reference) else 0.0
 
 
 @dataclass(frozen=True)

@@ -106,10 +106,11 @@ class RewardConfig(_Section):
 
     verifier: Literal["arith", "math", "exact", "regex", "none"] = Field(
         "arith",
-        description="The verifiable signal. arith: the built-in task's check against the answer its question "
-        "implies; math: math-verify against the trace's reference_answer (1/2 equals 0.5; about a millisecond "
-        "a trace); exact: the whole completion equals reference_answer (trimmed, case-insensitive); regex: the "
-        "first group of answer_regex's first match equals reference_answer; none: no verifiable signal.",
+        description="The verifiable signal. arith: the built-in task's check of the completion's first number "
+        "against the answer its question implies; math: math-verify against the trace's reference_answer (1/2 "
+        "equals 0.5; about a millisecond a trace); exact: the whole completion equals reference_answer (trimmed, "
+        "case-insensitive, numbers as numbers); regex: the first group of answer_regex's last match that holds "
+        "it equals reference_answer, as exact compares; none: no verifiable signal.",
     )
     answer_regex: str = Field(r"####\s*(\S+)", description="regex verifier: where a completion states its answer.")
     verifiable_weight: float = Field(0.8, ge=0, allow_inf_nan=False)

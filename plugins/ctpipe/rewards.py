@@ -93,14 +93,15 @@ def _bare_latex(text: str) -> bool:
 # answer alike: a minus sign (U+2212) as "-"; code's backticks (The output is `3`.) and LaTeX's
 # escaped dollar (\$32) dropped, and its thin space between thousands (10\,000); π and √ as LaTeX;
 # a vulgar fraction (½) and a mixed number (2 3/4, 1½, read as 3 and 1) as one fraction; a repeating
-# decimal (0.\overline{3}, read as 0) as its fraction; a number in e-notation (1.5e-3) in full.
+# decimal (0.\overline{3}, read as 0) as its fraction; a number in e-notation (1.5e-3) in full. A
+# number of either rewritten form has at most a hundred digits a part: int() refuses a text past 4,300.
 _SIGNS = str.maketrans({"\u2212": "-", "`": None, "π": "\\pi "})
 _VULGAR = re.compile("[" + "".join(c for c in map(chr, range(0xBC, 0x2190))
                                   if re.fullmatch(r"\d+\u2044\d+", unicodedata.normalize("NFKC", c))) + "]")
 _THIN_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 _ROOT = re.compile(r"√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")
-_MIXED = re.compile(r"(?<![\d./])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d/]|\.\d)")
-_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+_MIXED = re.compile(r"(?<![\d./])(\d{1,100})\s+(\d{1,100})\s*/\s*(\d{1,100})(?![\d/]|\.\d)")
+_REPEATING = re.compile(r"(?<![\d.])(\d{0,100})\.(\d{0,100})\\overline\s*\{(\d{1,100})\}")
 _E_NOTATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d{1,2})(?!\w|\.\d)")
 
 
@@ -159,9 +160,9 @@ def _pair_reward(completion: str, reference: re.Match) -> float | None:
         return 0.0
     if half and half2:
         return float(half == half2 and h % 12 == h2 % 12)
-    if half or half2:  # one on a 12-hour clock: the other's hour past 12 must be that time's
+    if half or half2:  # one on a 12-hour clock: the other's hour past 12, or 0, must be that time's
         (hour, which), other = ((h, half), h2) if half else ((h2, half2), h)
-        return float(hour % 12 + 12 * (which == "p") == other if other > 12 else hour % 12 == other % 12)
+        return float(hour % 12 + 12 * (which == "p") == other if other > 12 or other == 0 else hour % 12 == other % 12)
     return float(h % 12 == h2 % 12)
 
 
@@ -262,8 +263,12 @@ def _as_written(text: str) -> str:
 
 def _number(text: str) -> int | Decimal | Fraction | None:
     """The number a text is alone (a currency sign before it), or None. A label a trace: the plain
-    integer, the common case, is read as one, and only a fraction as a Fraction (ten times slower)."""
+    integer, the common case, is read as one, and only a fraction as a Fraction (ten times slower).
+    A text past a thousand characters is no number: compared as written, not converted (int() refuses
+    one past 4,300 digits, and converting costs the square of its length)."""
     text = text.lstrip("$€£¥")
+    if len(text) > 1000:
+        return None
     if text.isascii() and text.isdigit():
         return int(text)
     if not _NUMERAL.fullmatch(text):
