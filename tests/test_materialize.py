@@ -770,6 +770,18 @@ def test_a_local_file_replaced_while_it_is_read_fails_the_run_to_be_read_again(t
 
     monkeypatch.setattr(mat, "_read", appended_on_first_read)
     assert run(src, tmp_path / "appended", dataset=DatasetConfig(workers=1)).counts["traces_in"] == 40
+    # So is one appended to after it was listed, before it was opened: it was read to its new end.
+    monkeypatch.setattr(mat, "_read", read)
+    blocks = sources.blocks
+
+    def appended_once_listed(fs, files):
+        with open(src / "a.jsonl", "ab") as f:
+            f.write(lines(trace(100)))
+        return blocks(fs, files)
+
+    monkeypatch.setattr(sources, "blocks", appended_once_listed)
+    m = run(src, tmp_path / "appended later", dataset=DatasetConfig(workers=1))
+    assert m.counts["traces_in"] == 41  # the lines it held when listed, not the 42 it holds
 
 
 def test_exact_and_normalized_duplicates_are_dropped_first_one_kept(tmp_path):
@@ -1061,6 +1073,40 @@ def test_versions_staged_by_runs_killed_long_ago_are_removed_by_the_next_run(tmp
     assert [r.getMessage() for r in caplog.records if "staged by a run" in r.getMessage()] == [
         f"removed {out}/{old}, staged by a run that stopped before publishing it"]
     assert run(tmp_path / "a.jsonl", out).version == m.version and fs.exists(f"{root}/LATEST")
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_a_version_folder_left_without_its_manifest_is_replaced_not_published_over(tmp_path, store):
+    """A run stopped while it published (an object store's copy cut short, or killed between a local
+    rename and the manifest) left the version's folder without a manifest; the next run wrote its
+    manifest over that run's files, whose parts (cut by pairing buckets the listing sizes) were others:
+    parts listed that were not there, and parts there that were not listed."""
+    import fsspec
+
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(20))))
+    out = str(tmp_path / "out") if store == "local" else f"memory://{tmp_path.name}/out"
+    fs, root = fsspec.core.url_to_fs(out)
+    first = run(tmp_path / "a.jsonl", out)
+    fs.rm(f"{root}/{first.version}/manifest.json")
+    fs.rm(f"{root}/{first.version}/grpo/part-00000.parquet")
+    fs.pipe(f"{root}/{first.version}/grpo/part-00007.parquet", b"PAR1 of another run")
+    again = run(tmp_path / "a.jsonl", out)
+    assert again.version == first.version
+    assert sorted(p.rpartition("/")[2] for p in fs.find(f"{root}/{again.version}/grpo")) == \
+        [p.rpartition("/")[2] for p in again.files["grpo"]["parts"]]
+    assert again.read("grpo").to_pylist() == first.read("grpo").to_pylist() and len(table(again, "grpo")) == 20
+    assert not [p for p in fs.ls(root, detail=False) if ".tmp-" in p]
+
+
+def test_a_local_version_appears_with_its_manifest_in_one_rename(tmp_path, monkeypatch):
+    """A run killed between moving a version into place and writing its manifest left a folder that
+    readers skip and the next run had to reckon with: the manifest is in the folder it renames."""
+    (tmp_path / "a.jsonl").write_bytes(lines(trace(1)))
+    renamed = []
+    rename = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: renamed.append(os.path.exists(f"{a}/manifest.json")) or rename(a, b))
+    run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert True in renamed
 
 
 def test_a_version_whose_staged_parts_another_run_removed_is_not_published(tmp_path):

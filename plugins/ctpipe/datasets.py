@@ -32,9 +32,10 @@ import json
 import logging
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -350,6 +351,24 @@ class Staging:
                                     f"{self.dir} as staged more than {STALE_STAGING} before (is a machine's clock off?)")
         return staged
 
+    def _moved_in(self, final: str) -> None:
+        """Rename the staged folder, its manifest in it, to ``final``; where another run's complete
+        version is there already, keep that one (the same content); where a folder without a
+        manifest is, put it aside and remove it first."""
+        for _ in range(3):  # a run that puts the same folder aside at once makes this one try again
+            try:
+                os.rename(self.dir, final)
+                return
+            except OSError:
+                if os.path.exists(f"{final}/manifest.json"):  # a concurrent writer of the same version got there first
+                    self.discard()
+                    return
+            aside = f"{self.output.root}/{_staged_name(datetime.now(timezone.utc))}"
+            with suppress(FileNotFoundError):
+                os.rename(final, aside)
+                shutil.rmtree(aside, ignore_errors=True)
+        os.rename(self.dir, final)  # raises, naming the folder, what keeps it out of place
+
     def discard(self) -> None:
         if self.output.fs.exists(self.dir):
             self.output.fs.rm(self.dir, recursive=True)
@@ -362,17 +381,21 @@ class Staging:
             self.discard()
         else:
             staged = self._all_there()
+            body = json.dumps({"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
+                               "schemas": self.schemas, "code_version": CODE_VERSION}, indent=2, default=str)
+            # A version's folder without its manifest is what a run stopped while it published left
+            # (an object store's copy cut short): its files, of another run, are no part of this one's
+            # manifest (the parts of a table follow the pairing buckets, which the listing sizes), and
+            # go first. A local version appears with its manifest, in one rename.
             if out.local:
-                try:
-                    os.rename(self.dir, final)
-                except OSError:  # a concurrent writer of the same version got there first
-                    self.discard()
-            else:  # an object store has no directories to rename: each file is copied, then removed
+                out.write_text(f"{self.dir}/manifest.json", body)
+                self._moved_in(final)
+            else:  # an object store has no directories to rename: each file is copied, the manifest last
+                if out.fs.exists(final):
+                    out.fs.rm(final, recursive=True)
                 out.fs.mv(staged, [final + path[len(self.dir):] for path in staged])
                 self.discard()  # the folders left, on a filesystem that has them
-            body = {"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
-                    "schemas": self.schemas, "code_version": CODE_VERSION}
-            out.write_text(f"{final}/manifest.json", json.dumps(body, indent=2, default=str))
+                out.write_text(f"{final}/manifest.json", body)
         manifest = out.load(version)
         out.point_latest(manifest)
         return manifest

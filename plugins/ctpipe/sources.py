@@ -456,6 +456,14 @@ class Files:
         for path in self:
             yield path, self._renamed.get(path, path)
 
+    def sizes(self) -> Iterator[int | None]:
+        """Each local file's size as listed, in the order of :meth:`__iter__` (None for an object's)."""
+        for (_, names), keys in zip(self._runs, self._keys):
+            if keys is None:
+                yield from itertools.repeat(None, names.count(b"\0") + 1 if isinstance(names, bytes) else len(names))
+            else:
+                yield from (int(key.partition(":")[0]) for key in zlib.decompress(keys).decode().split("\0"))
+
 
 # Amazon Bedrock's invocation logging keeps a body over 100 KB apart, in a data folder of the hour
 # of its record, which names it (formats.with_offloaded_bodies reads it there): not a record.
@@ -1048,8 +1056,9 @@ def _version(info: dict) -> tuple:
     return info.get("size"), info.get("ETag") or info.get("etag"), info.get("generation")
 
 
-def _plain_blocks(file: str) -> Iterator[Block]:
-    """The blocks of a plain local file as places in the file (see :func:`_places`)."""
+def _plain_blocks(file: str, listed: int | None = None) -> Iterator[Block]:
+    """The blocks of a plain local file as places in the file (see :func:`_places`), up to its size as
+    ``listed``: a file appended to since (the hour a log shipper still writes) is read as it was."""
     with open(file, "rb") as f:
         def read(ranges: list[tuple[int, int]]) -> list[bytes]:
             out = []
@@ -1058,7 +1067,8 @@ def _plain_blocks(file: str) -> Iterator[Block]:
                 out.append(f.read(hi - lo))
             return out
 
-        yield from _places(file, os.fstat(f.fileno()).st_size, read)
+        size = os.fstat(f.fileno()).st_size  # less than listed: cut shorter, which Files.changed() tells
+        yield from _places(file, size if listed is None else min(size, listed), read)
 
 
 def _ranged_blocks(fs, file: str, info: dict) -> Iterator[Block]:
@@ -2039,11 +2049,12 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
             pass
         return file, _as_compressed(file, name, lambda: fs.cat_file(file, start=0, end=8)), info, fs
 
-    def opened(item: tuple[str, str]) -> tuple[str, str, dict, Any]:
+    def opened(item: tuple[str, str], size: int | None) -> tuple[str, str, dict, Any]:
         file, name = item
-        return file, _as_compressed(file, name, lambda: _head(file)), {}, fs
+        return file, _as_compressed(file, name, lambda: _head(file)), {"size": size}, fs
 
-    read = (map(opened, files.items()) if local
+    sizes = files.sizes() if isinstance(files, Files) else itertools.repeat(None)
+    read = (map(opened, files.items(), sizes) if local
             else _in_turn(fetched, _listed(fs, files.items(), not ranged), fs))
     for file, name, info, src in read:
         layout, records = _json_layout(src, file, name) if name.endswith(_JSON) else ("lines", b"")
@@ -2058,7 +2069,7 @@ def blocks(fs, files: Files | dict[str, str]) -> Iterator[Block]:
         elif name.endswith(_COMPRESSED):
             yield from _jsonl_blocks(src, file, name)
         elif local:
-            yield from _plain_blocks(file)
+            yield from _plain_blocks(file, info["size"])
         elif ranged and src is fs:
             yield from _ranged_blocks(fs, file, info or fs.info(file))
         else:
