@@ -2700,3 +2700,46 @@ def test_an_answer_cut_off_is_truncated_answer_where_the_run_refuses_it(refusing
         assert refused.value.reason == "truncated_answer", name
     (t,) = normalize(OPENAI, "auto")  # a whole answer: read
     assert t["completion"] == "5"
+
+
+def _with(doc: dict, path: tuple, value) -> dict:
+    doc = json.loads(json.dumps(doc))
+    *outer, last = path
+    inner = doc
+    for key in outer:
+        inner = inner[key]
+    inner[last] = value
+    return doc
+
+
+@pytest.mark.parametrize("doc, path, said", [
+    (PORTKEY, ("response_time",), "response_time"), (HELICONE, ("delay_ms",), "delay_ms"),
+    (BEDROCK, ("output", "outputBodyJson", "metrics", "latencyMs"), "metrics.latencyMs"),
+    (VERTEX, ("metadata", "request_latency"), "metadata.request_latency"),
+])
+@pytest.mark.parametrize("latency", ["fast", {"ms": 3}, [5], True])
+def test_a_latency_of_another_type_is_refused_in_every_format(doc, path, said, latency):
+    """OpenAI's latency_ms of another type was refused; a gateway's or a cloud's was read as none, and
+    the trace published with a latency of 0 or one from its times."""
+    with pytest.raises(FormatError, match=re.escape(f"{said}={latency!r} is not a number")) as e:
+        normalize(_with(doc, path, latency), "auto")
+    assert e.value.reason == "invalid_field"
+    assert normalize(_with(doc, path, None), "auto")  # none given: read as none, as before
+
+
+def test_a_cloudwatch_data_message_whose_events_are_no_list_is_refused_not_dropped():
+    from ctpipe.formats import log_events
+
+    record = {"messageType": "DATA_MESSAGE", "logGroup": "g", "logStream": "s", "logEvents": "oops"}
+    with pytest.raises(FormatError, match=re.escape("logEvents='oops' is not a list")):
+        log_events(record)
+    assert log_events({**record, "messageType": "CONTROL_MESSAGE"}) == []
+
+
+@pytest.mark.parametrize("doc, field", [(HELICONE, "request_body"), (HELICONE, "response_body")])
+def test_json_text_nested_too_deep_in_a_field_is_too_deeply_nested(doc, field):
+    """msgspec raises RecursionError, not DecodeError, past its depth: the record was refused as
+    invalid_field, 'does not map: RecursionError ...'."""
+    with pytest.raises(FormatError) as e:
+        normalize({**doc, field: "[" * 5000 + "]" * 5000}, "auto")
+    assert e.value.reason == "too_deeply_nested"

@@ -346,6 +346,8 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
     (tmp_path / "f.json").write_text('[{"n": 9}, {"n": 10}]')  # on one line, with no newline at its end
     (tmp_path / "i.json").write_text('[{"n": 15}, {"n": 16},]\n')  # on one line that does not parse whole: was one item
     (tmp_path / "j.json").write_text('[{"n": 17}, {"n": 18}')
+    (tmp_path / "k.json").write_text('[{\n  "n": 19\n},\n{"n": 20},\n]\n')  # pretty-printed from "[{": was read as lines
+    (tmp_path / "l.json").write_text('[{"n": 21}, "text", {"n": 22},]')  # a text among objects: was glued to the one before
     items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc) for i in read(str(tmp_path))]
     assert items[:8] == [
         ("a.json", 1, None, {"n": 1}), ("a.json", 2, "non_finite_number", None), ("a.json", 3, None, "text"),
@@ -358,6 +360,8 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
     assert [(p, d) for f, p, _, d in items if f == "f.json"] == [(1, {"n": 9}), (2, {"n": 10})]
     assert [(f, p, d) for f, p, _, d in items if f in ("i.json", "j.json")] == [
         ("i.json", 1, {"n": 15}), ("i.json", 2, {"n": 16}), ("j.json", 1, {"n": 17}), ("j.json", 2, {"n": 18})]
+    assert [(f, p, d) for f, p, _, d in items if f in ("k.json", "l.json")] == [
+        ("k.json", 1, {"n": 19}), ("k.json", 2, {"n": 20}), ("l.json", 1, {"n": 21}), ("l.json", 2, "text"), ("l.json", 3, {"n": 22})]
 
 
 @pytest.mark.parametrize("name", ["export.json", "export.json.gz"])
@@ -374,6 +378,7 @@ def test_an_array_past_the_record_size_is_read_an_element_at_a_time(tmp_path, mo
     texts = ['say "],["', "c:\\", "[{,", "]", "a\nb", ""]
     records = [{"n": i, "text": rng.choice(texts) * rng.randrange(4) + "x" * rng.randrange(200), "nested": [{"m": i}, [1, 2]]}
                for i in range(200)]
+    records[7], records[8], records[100] = None, "a text", 42  # each an element of its own, not glued to the one before
     for indent in (None, 2):
         (tmp_path / name).write_bytes(packed(name, b"\xef\xbb\xbf " + json.dumps(records, indent=indent).encode()))
         items = list(read(str(tmp_path / name)))

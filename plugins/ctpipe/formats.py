@@ -746,11 +746,15 @@ def _responses_parts(content: Any) -> Any:
 
 
 def _ms(value: Any, where: str) -> float | None:
-    """A latency in milliseconds given as a number, or as text (quoted); None for anything else;
-    FormatError, naming ``where``, for a NaN, infinite or negative one."""
-    value = _number(value)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    """A latency in milliseconds given as a number, or as text (quoted); None for none (null, or an
+    empty text); FormatError, naming ``where``, for one of another type (read as none, the trace's
+    latency was published as 0 or another field's), or a NaN, infinite or negative one."""
+    if value is None or value == "":
         return None
+    number = _number(value)
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        raise FormatError("invalid_field", f"{where}={_excerpt(repr(value))} is not a number")
+    value = number
     if (value := _finite(float(value), where)) < 0:
         raise FormatError("invalid_field", f"{where} is {value}, not a latency")
     return value
@@ -2478,11 +2482,13 @@ def _stored_json(value: Any) -> Any:
     as it is."""
     if not isinstance(value, str) or value.lstrip()[:1] not in ('[', '{', '"'):
         return value
-    try:  # msgspec first, four times as fast; the standard library where it refuses (NaN, a huge integer)
-        parsed = msgspec.json.decode(value)
-    except msgspec.DecodeError:
+    try:  # msgspec first, four times as fast; the standard library where it refuses (NaN, a huge integer,
+        parsed = msgspec.json.decode(value)  # text nested too deep: too_deeply_nested, as a line is)
+    except (msgspec.DecodeError, RecursionError):
         try:
             parsed = _json_of(value)
+        except FormatError:
+            raise
         except ValueError:
             return value
     return parsed if isinstance(parsed, (list, dict, str)) else value
@@ -2845,12 +2851,17 @@ def entry_row(value: bytes) -> dict:
 def log_events(doc: Any) -> list | None:
     """The log events of a CloudWatch Logs subscription's record (``messageType`` ``DATA_MESSAGE``: a
     log group's events, as Firehose delivers them to S3 without its decompression), [] for its
-    ``CONTROL_MESSAGE`` (sent once, to check the destination); None for any other document."""
+    ``CONTROL_MESSAGE`` (sent once, to check the destination); None for any other document;
+    FormatError for a ``DATA_MESSAGE`` whose events are no list (its events were read as none)."""
     if not isinstance(doc, dict) or doc.get("messageType") not in ("DATA_MESSAGE", "CONTROL_MESSAGE") \
             or "logEvents" not in doc:
         return None
     events = doc["logEvents"]
-    return events if doc["messageType"] == "DATA_MESSAGE" and isinstance(events, list) else []
+    if doc["messageType"] == "CONTROL_MESSAGE":
+        return []
+    if not isinstance(events, list):
+        raise FormatError("invalid_field", f"CloudWatch Logs DATA_MESSAGE: logEvents={_excerpt(repr(events))} is not a list")
+    return events
 
 
 def _pickled(value: Any) -> bytes:

@@ -978,8 +978,8 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
     another value opens where no JSON text holds one (see :func:`_reopened`): the open one was cut
     short, and the stream is read on from there.
 
-    With ``array``, of the elements of one array: its brackets, and the commas between its elements,
-    made spaces. An array too large to be a record (Langfuse's JSON export writes a window's rows as
+    With ``array``, of the elements of one array: its brackets made spaces, and the commas between its
+    elements newlines (a string or a number among objects is an element of its own). An array too large to be a record (Langfuse's JSON export writes a window's rows as
     one) was one ``record_too_large`` item, all its records lost."""
     brackets, begun, last = _Brackets(_SHAPING + b"," if array else _SHAPING), False, ord(",")
     for whole in pieces:
@@ -999,11 +999,15 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
                 # cut short took time quadratic in their number (8,000 in 10 s).
                 queue += [rest[i:i + _AFTER_A_CUT] for i in range(0, len(rest), _AFTER_A_CUT)][::-1]
                 marks, kind, before, _ = brackets.marks(piece)
-            starts = marks[_OPENS[kind] & (before == 0)]
             out = np.frombuffer(piece, np.uint8).copy()
             out[marks[_NEWLINES[kind]]] = ord(" ")
-            if array:  # between elements: a comma, or the closing bracket (one with none open)
-                out[marks[(before == 0) & ((kind == ord(",")) | _CLOSES[kind])]] = ord(" ")
+            if array:  # an element a line, whatever it is: a newline for each comma between two, a
+                # space for the closing bracket (one with none open)
+                out[marks[(before == 0) & _CLOSES[kind]]] = ord(" ")
+                out[marks[(before == 0) & (kind == ord(","))]] = ord("\n")
+                starts = marks[:0]
+            else:
+                starts = marks[_OPENS[kind] & (before == 0)]
             if not begun:
                 if len(starts) and not piece[:int(starts[0])].strip(_BLANK):
                     starts = starts[1:]  # the first value, after nothing but white space
@@ -2173,11 +2177,12 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
-        # A pretty-printed array (its first line the bracket alone, as no line of JSON Lines is) that
-        # does not parse whole (a comma after its last element, as Helicone's export tool writes one;
-        # an element cut short) gives its elements one by one, each read or quarantined.
-        one_line = text.startswith(b"[") and not text[len(first):].strip()  # [{...}, {...},] on a line of its own
-        return ("array", b"") if first.strip() == b"[" or one_line else lines
+        # An array that does not parse whole (a comma after its last element, as Helicone's export
+        # tool writes one; an element cut short), pretty-printed or on one line, gives its elements one
+        # by one, each read or quarantined: its first line is no whole value, nor is its next, where
+        # JSON Lines whose first line is broken go on with whole ones.
+        following = next((line for line in text[len(first) + 1:].split(b"\n", 8)[:8] if line.strip()), b"")
+        return ("array", b"") if text.startswith(b"[") and not _parses(first) and not _parses(following) else lines
     _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
 
