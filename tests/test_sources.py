@@ -120,6 +120,8 @@ def test_the_manifests_of_a_langfuse_export_are_not_read(tmp_path, protocol):
     assert [f[len(root):] for f in found] == ["/p/observations_v2/2026-11-22T10-00.jsonl", "/p/scores/2026-11-22T10-00.jsonl",
                                               "/q/manifests/a.jsonl"]
     assert {f[len(root):]: why for f, why in skipped.items()} == {"/p/manifests/": sources._LANGFUSE_MANIFESTS_NOT_READ}
+    # each file's size as listed, in the same order: a local one's, and none for an object's
+    assert list(found.sizes()) == ([9, 9, 9] if protocol == "file" else [None, None, None])
 
 
 def test_an_object_name_holding_a_nul_is_listed_whole():
@@ -348,6 +350,8 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
     (tmp_path / "j.json").write_text('[{"n": 17}, {"n": 18}')
     (tmp_path / "k.json").write_text('[{\n  "n": 19\n},\n{"n": 20},\n]\n')  # pretty-printed from "[{": was read as lines
     (tmp_path / "l.json").write_text('[{"n": 21}, "text", {"n": 22},]')  # a text among objects: was glued to the one before
+    (tmp_path / "m.json").write_text('[\n{"n": 23}\n,\n{"n": 24}\n,\n')  # as JSONStream writes one, cut short
+    (tmp_path / "n.json").write_text('[{"n": 25},\n{"n": 26}][{"n": 27},\n{"n": 28}]')  # an array a flush
     items = [(i.file.rsplit("/", 1)[-1], i.position, i.reason, i.doc) for i in read(str(tmp_path))]
     assert items[:8] == [
         ("a.json", 1, None, {"n": 1}), ("a.json", 2, "non_finite_number", None), ("a.json", 3, None, "text"),
@@ -362,6 +366,9 @@ def test_a_json_file_may_hold_one_document_over_many_lines(tmp_path, monkeypatch
         ("i.json", 1, {"n": 15}), ("i.json", 2, {"n": 16}), ("j.json", 1, {"n": 17}), ("j.json", 2, {"n": 18})]
     assert [(f, p, d) for f, p, _, d in items if f in ("k.json", "l.json")] == [
         ("k.json", 1, {"n": 19}), ("k.json", 2, {"n": 20}), ("l.json", 1, {"n": 21}), ("l.json", 2, "text"), ("l.json", 3, {"n": 22})]
+    assert [(f, p, d) for f, p, _, d in items if f in ("m.json", "n.json")] == [
+        ("m.json", 1, {"n": 23}), ("m.json", 2, {"n": 24}), ("n.json", 1, {"n": 25}), ("n.json", 2, {"n": 26}),
+        ("n.json", 3, [{"n": 27}, {"n": 28}])]
 
 
 @pytest.mark.parametrize("name", ["export.json", "export.json.gz"])

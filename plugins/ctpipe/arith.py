@@ -17,13 +17,14 @@ from functools import cache
 
 from ctpipe.config import TaskConfig, TaskKind
 
-# Operands and answers of up to a hundred digits, far past any question of ours: int() refuses a
-# text past 4,300 digits, and an answer that long (a model repeating a digit) is read as none.
+# Operands of up to a hundred digits, far past any question of ours: int() refuses a text past
+# 4,300 digits (a question or an answer of a model repeating a digit stopped the whole interval).
 _ADDITION = re.compile(r"^What is (\d{1,100}) plus (\d{1,100})\?$")
 _BETWEEN = re.compile(r"^Name a number between (\d{1,100}) and (\d{1,100})\.$")
-# A number as written, its decimals, fraction or exponent included: 5.5 does not answer with 5.
+# A number as written, its decimals, fraction or exponent included: 5.5 does not answer with 5. An
+# integer, written with zero decimals or not (5.0 is 5), as its sign and digits.
 _FIRST_NUMBER = re.compile(r"-?\d+(?:\.\d+|/\d+|[eE][+-]?\d+)?")
-_INTEGER = re.compile(r"[+-]?\d{1,100}")
+_INTEGER = re.compile(r"\s*(?P<sign>[+-]?)0*(?P<digits>\d+?)(?:\.0+)?\s*")
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Question:
         (True, True, False, False, False)
         """
         got = extract_answer(completion)
-        if got is None:
+        if got is None or len(got) > 101:  # past any answer of ours
             return False
         if self.kind == "between":
             return self.a < int(got) < self.b
@@ -111,25 +112,34 @@ def verify(prompt: str, completion: str) -> float | None:
 
 
 def extract_answer(completion: str) -> str | None:
-    """The first number in a completion (the model's answer), if it is an integer.
+    """The first number in a completion (the model's answer), if it is an integer, as its sign and digits.
 
     >>> extract_answer(" 42"), extract_answer("42.5"), extract_answer("5/2 of it"), extract_answer("5e3")
     ('42', None, None, None)
-    >>> extract_answer("no idea") is None, extract_answer("9" * 5000) is None
-    (True, True)
+    >>> extract_answer("no idea") is None, extract_answer("042.00"), extract_answer("-0")
+    (True, '42', '0')
     """
     m = _FIRST_NUMBER.search(completion)
-    return m.group(0) if m and _INTEGER.fullmatch(m.group(0)) else None
+    return _integer(m.group(0)) if m else None
+
+
+def _integer(text: str) -> str | None:
+    """An integer's text as its sign and digits, without leading zeros, a plus sign or zero decimals;
+    None for a text that is no integer. Compared so, not by int(): a reference of any length is read."""
+    m = _INTEGER.fullmatch(text)
+    if not m:
+        return None
+    return m["digits"] if m["sign"] != "-" or m["digits"] == "0" else "-" + m["digits"]
 
 
 def correctness(completion: str, reference: str) -> float:
     """1.0 when the completion's answer equals the reference, else 0.0.
 
-    >>> correctness("42", "42"), correctness("41", "42"), correctness("", "42")
-    (1.0, 0.0, 0.0)
+    >>> correctness("42", "42"), correctness("41", "42"), correctness("", "42"), correctness("42.0", " +042 ")
+    (1.0, 0.0, 0.0, 1.0)
     """
-    got, reference = extract_answer(completion), reference.strip()
-    return 1.0 if got is not None and _INTEGER.fullmatch(reference) and int(got) == int(reference) else 0.0
+    got = extract_answer(completion)
+    return 1.0 if got is not None and got == _integer(str(reference)) else 0.0
 
 
 @dataclass(frozen=True)

@@ -352,9 +352,9 @@ class Staging:
         return staged
 
     def _moved_in(self, final: str) -> None:
-        """Rename the staged folder, its manifest in it, to ``final``; where another run's complete
-        version is there already, keep that one (the same content); where a folder without a
-        manifest is, put it aside and remove it first."""
+        """Rename the staged folder, its manifest in it, to ``final``; where another run's version is
+        there already, keep that one (the same rows); where a folder without a manifest is, put it
+        aside and remove it first, unless it turns out to be a version published meanwhile."""
         for _ in range(3):  # a run that puts the same folder aside at once makes this one try again
             try:
                 os.rename(self.dir, final)
@@ -364,10 +364,27 @@ class Staging:
                     self.discard()
                     return
             aside = f"{self.output.root}/{_staged_name(datetime.now(timezone.utc))}"
-            with suppress(FileNotFoundError):
+            try:
                 os.rename(final, aside)
-                shutil.rmtree(aside, ignore_errors=True)
+            except FileNotFoundError:
+                continue
+            if os.path.exists(f"{aside}/manifest.json"):  # published between the two looks: put back, and kept
+                with suppress(OSError):
+                    os.rename(aside, final)
+                self.discard()
+                return
+            shutil.rmtree(aside, ignore_errors=True)
         os.rename(self.dir, final)  # raises, naming the folder, what keeps it out of place
+
+    def _left_removed(self, final: str, staged: set[str]) -> None:
+        """On an object store, the files of ``final`` (a version's folder without a manifest) that this
+        run will not write over (``staged``: its files, by their paths under the folder): a run stopped
+        while it copied them in left them, perhaps of other parts. Looked for again just before: a
+        version published meanwhile is no one's to remove."""
+        fs = self.output.fs
+        left = [path for path in fs.find(final) if path[len(final):] not in staged] if fs.exists(final) else []
+        if left and not fs.exists(f"{final}/manifest.json"):
+            fs.rm(left)
 
     def discard(self) -> None:
         if self.output.fs.exists(self.dir):
@@ -391,11 +408,11 @@ class Staging:
                 out.write_text(f"{self.dir}/manifest.json", body)
                 self._moved_in(final)
             else:  # an object store has no directories to rename: each file is copied, the manifest last
-                if out.fs.exists(final):
-                    out.fs.rm(final, recursive=True)
+                self._left_removed(final, {path[len(self.dir):] for path in staged})
                 out.fs.mv(staged, [final + path[len(self.dir):] for path in staged])
                 self.discard()  # the folders left, on a filesystem that has them
-                out.write_text(f"{final}/manifest.json", body)
+                with suppress(FileExistsError):  # a concurrent writer of the same version wrote it first
+                    out.write_text(f"{final}/manifest.json", body, exclusive=True)
         manifest = out.load(version)
         out.point_latest(manifest)
         return manifest

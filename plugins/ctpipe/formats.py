@@ -746,16 +746,21 @@ def _responses_parts(content: Any) -> Any:
 
 
 def _ms(value: Any, where: str) -> float | None:
-    """A latency in milliseconds given as a number, or as text (quoted); None for none (null, or an
-    empty text); FormatError, naming ``where``, for one of another type (read as none, the trace's
-    latency was published as 0 or another field's), or a NaN, infinite or negative one."""
-    if value is None or value == "":
-        return None
-    number = _number(value)
-    if not isinstance(number, (int, float)) or isinstance(number, bool):
+    """A latency in milliseconds given as a number, or as text (quoted); None for none, or a text that
+    is no number (a duration written otherwise: the caller's fallback, the call's times, says it);
+    FormatError, naming ``where``, for a value of another type (an object, a list, a boolean: read
+    as none, the trace's latency was published as 0), or a NaN, infinite, negative or huge one."""
+    if value is None or isinstance(value, str):
+        value = _number(value)
+        if not isinstance(value, float):
+            return None
+    elif not isinstance(value, (int, float)) or isinstance(value, bool):
         raise FormatError("invalid_field", f"{where}={_excerpt(repr(value))} is not a number")
-    value = number
-    if (value := _finite(float(value), where)) < 0:
+    try:
+        value = float(value)
+    except OverflowError:
+        raise FormatError("invalid_field", f"{where} is an integer past what a double holds, not a latency") from None
+    if (value := _finite(value, where)) < 0:
         raise FormatError("invalid_field", f"{where} is {value}, not a latency")
     return value
 
@@ -2479,15 +2484,15 @@ def _stored_json(value: Any) -> Any:
     """A value a store keeps as text (JSON text of what was logged, or a text as it was), as its API
     gives it: JSON where it parses. Langfuse keeps inputs and outputs so (its blob-storage export
     writes them as kept), Helicone its bodies. A text that is not a JSON object, array or text stays
-    as it is."""
+    as it is; one nested past the parser's depth is ``too_deeply_nested``, as a line so deep is."""
     if not isinstance(value, str) or value.lstrip()[:1] not in ('[', '{', '"'):
         return value
-    try:  # msgspec first, four times as fast; the standard library where it refuses (NaN, a huge integer,
-        parsed = msgspec.json.decode(value)  # text nested too deep: too_deeply_nested, as a line is)
-    except (msgspec.DecodeError, RecursionError):
+    try:  # msgspec first, four times as fast; the standard library where it refuses (NaN, a huge integer)
+        parsed = msgspec.json.decode(value)
+    except (msgspec.DecodeError, RecursionError):  # msgspec raises RecursionError past its depth
         try:
             parsed = _json_of(value)
-        except FormatError:
+        except FormatError:  # too deep for the standard library too: a ValueError, but no text as it is
             raise
         except ValueError:
             return value
@@ -2860,7 +2865,8 @@ def log_events(doc: Any) -> list | None:
     if doc["messageType"] == "CONTROL_MESSAGE":
         return []
     if not isinstance(events, list):
-        raise FormatError("invalid_field", f"CloudWatch Logs DATA_MESSAGE: logEvents={_excerpt(repr(events))} is not a list")
+        raise FormatError("invalid_field",
+                          f"CloudWatch Logs DATA_MESSAGE: logEvents={_excerpt(repr(events))} is not a list")
     return events
 
 

@@ -460,7 +460,8 @@ class Files:
         """Each local file's size as listed, in the order of :meth:`__iter__` (None for an object's)."""
         for (_, names), keys in zip(self._runs, self._keys):
             if keys is None:
-                yield from itertools.repeat(None, names.count(b"\0") + 1 if isinstance(names, bytes) else len(names))
+                yield from itertools.repeat(None, len(os.fsdecode(zlib.decompress(names)).split("\0"))
+                                            if isinstance(names, bytes) else len(names))
             else:
                 yield from (int(key.partition(":")[0]) for key in zlib.decompress(keys).decode().split("\0"))
 
@@ -979,9 +980,12 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
     short, and the stream is read on from there.
 
     With ``array``, of the elements of one array: its brackets made spaces, and the commas between its
-    elements newlines (a string or a number among objects is an element of its own). An array too large to be a record (Langfuse's JSON export writes a window's rows as
-    one) was one ``record_too_large`` item, all its records lost."""
+    elements newlines (a string or a number among objects is an element of its own), and a newline put
+    before an object or array that follows a closing bracket with no comma (an array after an array,
+    as a writer that appends one a flush leaves them). An array too large to be a record (Langfuse's
+    JSON export writes a window's rows as one) was one ``record_too_large`` item, all its records lost."""
     brackets, begun, last = _Brackets(_SHAPING + b"," if array else _SHAPING), False, ord(",")
+    mark_before = ord(",")  # of an array's elements: the last bracket or comma outside strings, the pieces before
     for whole in pieces:
         queue = [whole]
         while queue:
@@ -1005,7 +1009,11 @@ def _a_value_a_line(pieces: Iterator[bytes], array: bool = False) -> Iterator[by
                 # space for the closing bracket (one with none open)
                 out[marks[(before == 0) & _CLOSES[kind]]] = ord(" ")
                 out[marks[(before == 0) & (kind == ord(","))]] = ord("\n")
-                starts = marks[:0]
+                solid = ~_NEWLINES[kind]
+                marked, shaped = marks[solid], kind[solid]
+                after = np.concatenate([[mark_before], shaped[:-1]]).astype(np.uint8)
+                starts = marked[_OPENS[shaped] & (before[solid] == 0) & _CLOSES[after]]
+                mark_before = int(shaped[-1]) if len(shaped) else mark_before
             else:
                 starts = marks[_OPENS[kind] & (before == 0)]
             if not begun:
@@ -2170,21 +2178,33 @@ def _json_layout(fs, file: str, name: str) -> tuple[str, bytes]:
                 head += more
     except Exception:  # noqa: BLE001 - damage (and its report) is left to reading the lines
         return lines
-    if damaged:  # an array cut short: its elements before the damage, read as a plain one's are
-        return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
-    if len(head) > MAX_RECORD_BYTES:
-        return ("array", b"") if text.startswith(b"[") and not _parses(first) else lines
+    # An array cut short (damaged), past the record size, or that does not parse whole (a comma after
+    # its last element, as Helicone's export tool writes one; an element cut short) gives its elements
+    # one by one, each read or quarantined.
+    if damaged or len(head) > MAX_RECORD_BYTES:
+        return ("array", b"") if _an_array(text, first) else lines
     try:  # NaN and Infinity let through: each record's line is then refused for it, as any line is
         doc = json.loads(head.removeprefix(_BOM))
     except (ValueError, RecursionError):
-        # An array that does not parse whole (a comma after its last element, as Helicone's export
-        # tool writes one; an element cut short), pretty-printed or on one line, gives its elements one
-        # by one, each read or quarantined: its first line is no whole value, nor is its next, where
-        # JSON Lines whose first line is broken go on with whole ones.
-        following = next((line for line in text[len(first) + 1:].split(b"\n", 8)[:8] if line.strip()), b"")
-        return ("array", b"") if text.startswith(b"[") and not _parses(first) and not _parses(following) else lines
+        return ("array", b"") if _an_array(text, first) else lines
     _misnamed(file, name, compression)  # lines are told so where they are read
     return "document", "\n".join(map(json.dumps, doc if isinstance(doc, list) else [doc])).encode()
+
+
+_LOOKED_AT = 8  # lines looked at for the first non-blank one after a .json file's first
+
+
+def _an_array(text: bytes, first: bytes) -> bool:
+    """Whether a .json file beginning with ``text`` (its first line ``first``) that is not one whole
+    document holds an array, not JSON Lines: its first line is the bracket alone (as JSONStream
+    writes one: "[", then an element a line), or no whole value, nor is the next line (JSON Lines
+    whose first line is broken go on with whole ones; a pretty-printed array from "[{" does not)."""
+    if not text.startswith(b"["):
+        return False
+    if first.strip() == b"[":
+        return True
+    following = next((line for line in text[len(first) + 1:].split(b"\n", _LOOKED_AT)[:_LOOKED_AT] if line.strip()), b"")
+    return not _parses(first) and not _parses(following)
 
 
 def _read_or_damaged(f, size: int) -> tuple[bytes, bool]:
