@@ -266,7 +266,8 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
     rng = random.Random(2)
     pieces = ["password", "PassWord", "passwd", "api_key", "X-API-KEY", "client-secret", "authorization", "session",
               "Bearer", "sk-", "hf_", "=", ":", '"', "'", " ", "\u00a0", "\u2003", "\u3000", "\t", "\n", "\u200b",
-              "\u212a", "token", "access", "7", "x", "é", "密码", "Passwort", "JWT_SECRET", "sessionid", "Sig", "：", "İ", "ſ"]
+              "\u212a", "token", "access", "7", "x", "é", "密码", "Passwort", "JWT_SECRET", "sessionid", "Sig", "：", "İ", "ſ",
+              "\\", "<", ">", "pwd", "_pass", "Passphrase", "--password"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))) for _ in range(20000)]
     python = [any(h in t for h in pii._SECRET_HINTS) or pii._LABELLED_AT.search(t) is not None for t in texts]
     assert pc.match_substring_regex(pa.array(texts), pii.SECRETS_GATE).to_pylist() == python
@@ -407,3 +408,53 @@ def test_snake_case_words_before_an_at_are_scrubbed_in_linear_time():
 
     took(100)
     assert took(8000) < 40 * max(took(1000), 1e-4)  # eight times the text; quadratic took 64 times
+
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    # JSON text in a log line, or a raw line: quotes escaped once, or twice
+    ('{"body":"{\\"user\\":\\"bob\\",\\"password\\":\\"Qw3rtyUiop99\\"}"}', '{"body":"{\\"user\\":\\"bob\\",\\"password\\":\\"<SECRET>\\"}"}'),
+    ('"q": "{\\\\\\"api_key\\\\\\": \\\\\\"a1b2c3d4e5f6a7b8c9d0e1f2\\\\\\"}"', '"q": "{\\\\\\"api_key\\\\\\": \\\\\\"<SECRET>\\\\\\"}"'),
+    ('\\"AWS_SECRET_ACCESS_KEY\\"=\\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\\"', '\\"AWS_SECRET_ACCESS_KEY\\"=\\"<SECRET>\\"'),
+    ('my API key is \\"a1b2c3d4e5f6a7b8c9d0e1f2\\"', 'my API key is \\"<SECRET>\\"'),
+    ('"password": "ab\\\\cdef1"', '"password": "<SECRET>"'),  # an escaped backslash in it is in it
+    # the labels configs shorten, and the forms they give one in
+    ("DB_PASS=Sup3rS3cret1!", "DB_PASS=<SECRET>"), ("ansible_become_pass: Sup3rS3cret1", "ansible_become_pass: <SECRET>"),
+    ("MYSQL_PWD=Sup3rS3cret1", "MYSQL_PWD=<SECRET>"), ("Server=db;Uid=sa;Pwd=Kx7pQ2mZ9w;", "Server=db;Uid=sa;Pwd=<SECRET>;"),
+    ("passphrase = Corr3ct-H0rse", "passphrase = <SECRET>"), ("<password>N3xusDepl0y!</password>", "<password><SECRET></password>"),
+    ("docker login -u bob --password Dk8rHubP4ss", "docker login -u bob --password <SECRET>"),
+])
+def test_secrets_in_escaped_json_and_shortened_labels_are_scrubbed(text, scrubbed):
+    """A quote escaped with a backslash was no quote to the labels' patterns (and the pre-check let the
+    text through): a password in a pasted log line, or in any quarantined raw line, was published."""
+    import pyarrow as pa
+
+    assert scrub(text) == scrubbed
+    assert pii.scrub_array(pa.array([text]), Counter(), repeats=False).to_pylist() == [scrubbed]  # the pre-check lets it through
+
+
+@pytest.mark.parametrize("text", ["PWD=/home/ann/build1", "pwd: ~/src2", "<password>${DEPLOY_PASSWORD}</password>",
+                                  "bypass = 12345678", "my_pass_through = 1234567", "--password -", "compass: N45E12"])
+def test_a_path_a_placeholder_and_words_holding_pass_are_kept(text):
+    assert scrub(text) == text
+
+
+def test_an_escaped_solidus_in_a_raw_line_hides_no_url():
+    """PHP's json_encode writes every "/" as "\\/": a webhook's URL was no URL to the patterns."""
+    import pyarrow as pa
+
+    raw = '{"hook": "https:\\/\\/hooks.slack.com\\/services\\/T000\\/B000\\/XXXXXXXXXXXXXXXX", "path": "a\\\\\\/b"}'
+    out = pii.scrub_array(pii.unescaped(pa.array([raw])), Counter(), repeats=False).to_pylist()
+    assert out == ['{"hook": "https://<SECRET>", "path": "a\\\\/b"}']
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    ("Call me at 212-555-0147 212-555-0148", "Call me at <PHONE> <PHONE>"),
+    ("Ship to John Smith 415-555-0123 742 Evergreen Terrace", "Ship to John Smith <PHONE> 742 Evergreen Terrace"),
+    ("+1 415-555-0100 +1 415-555-0101", "<PHONE> <PHONE>"), ("Guest count 12 +44 20 7946 0321", "Guest count 12 <PHONE>"),
+    ("Card: 4111–1111–1111–1111 exp 12/27", "Card: <CARD> exp 12/27"),  # en dashes, as a word processor writes them
+])
+def test_a_phone_beside_another_number_and_a_card_in_en_dashes_are_scrubbed(text, scrubbed):
+    """Forms no list of numbers takes (international after a plus, North American with dashes) were
+    kept beside another number, as a list's numbers are."""
+    assert scrub(text) == scrubbed

@@ -55,7 +55,7 @@ _DASH = "\u2010-\u2013\u2212\uff0d"
 # after a space, a dash or a dot (or two spaces), or all after slashes (a slash before a card is
 # another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a
 # decimal's digits (3.4111...), but after an abbreviation's dot (Card No.4111...).
-_CARD_SEP = f"[.{_SPACES}-]{{0,2}}"
+_CARD_SEP = f"[.{_SPACES}{_DASH}-]{{0,2}}"  # a word processor's en dash too
 _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)\d{{4}}(?:(?:{_CARD_SEP}\d{{4}}){{2}}{_CARD_SEP}\d{{1,4}}(?P<tail>{_CARD_SEP}\d{{1,3}})?"
                    rf"|{_CARD_SEP}\d{{6}}{_CARD_SEP}\d{{4,5}}|(?<!/\d{{4}})/\d{{4}}/\d{{4}}/\d{{1,4}}(?!/))(?![\d-]|\.\d)")
 # Phone numbers, in groups (or international, after a plus sign). Where one may start and end: not
@@ -68,13 +68,19 @@ _CARD = re.compile(rf"(?<![\d-])(?<!\d\.)\d{{4}}(?:(?:{_CARD_SEP}\d{{4}}){{2}}{_
 # space (Tel415-555-0100, Mobile0171 1234567): the label's last letters, four at most, as the runs'
 # windows hold.
 _STARTS = (rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])"
-           r"|(?<=[lxbeLXBE])(?:(?<=(?i:tel|fax|mob))|(?<=(?i:cell|hone|bile))))"  # the last letter first: cheaper
-           rf"(?<!\d[.:{_SPACES}])")
-_ENDS = rf"(?!(?!x\d)[A-Za-z\d_-]|\.\d|[:{_SPACES}]\d{{3}})"  # an extension after an x (415-555-0100x23) stays
+           r"|(?<=[lxbeLXBE])(?:(?<=(?i:tel|fax|mob))|(?<=(?i:cell|hone|bile))))")  # the last letter first: cheaper
+_ENDS = r"(?!(?!x\d)[A-Za-z\d_-]|\.\d)"  # an extension after an x (415-555-0100x23) stays
+_NOT_IN_A_LIST = (rf"(?<!\d[.:{_SPACES}])", rf"(?![:{_SPACES}]\d{{3}})")  # before, after
 _SEP = f"[.{_SPACES}{_DASH}-]"
+_MARKED_SEP = f"[.{_DASH}-]"
 _PHONE = re.compile(
     _STARTS + "(?:"
-    rf"\+\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"  # international, after a plus sign: 8 to 15 digits (E.164)
+    # Forms no list of numbers takes, beside another number all the same (212-555-0147 212-555-0148,
+    # a house number after it, a count before it): international after a plus sign, 8 to 15 digits
+    # (E.164); North American with dashes, dots or its area code in ().
+    rf"\+\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"
+    rf"|(?:1{_MARKED_SEP})?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_MARKED_SEP})[2-9]\d\d{_MARKED_SEP}\d{{4}}"
+    + "|" + _NOT_IN_A_LIST[0] + "(?:"
     # A trunk 0 (030 12345678, 010-12345678, 06-12345678, 0171 1234567, 030/12345678), an area code in ().
     rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}(?:{_SEP}|[{_SPACES}]?/[{_SPACES}]?))\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
     rf"|8{_SEP}?(?:\(\d{{3}}\)|\d{{3}}){_SEP}?\d{{3}}{_SEP}\d{{2}}{_SEP}\d{{2}}"  # Russia's trunk 8: 8 (916) 123-45-67
@@ -85,7 +91,7 @@ _PHONE = re.compile(
     # An Indian mobile after its trunk 0, in spaces: bare, 98765 43210 is a pair of numbers as often
     # (60000-70000, ZIP codes), as a Spanish 612 34 56 78 is a list of them (its +34 is read above).
     rf"|0[6-9]\d{{4}}[{_SPACES}]\d{{5}}"
-    ")" + _ENDS)
+    ")" + _NOT_IN_A_LIST[1] + ")" + _ENDS)
 # Keys and tokens by their prefixes, and by the label they follow: a bearer token, any secret (AWS's,
 # a client's, JWT_SECRET, SECRET_KEY_BASE), any token (session, access, refresh, a bot's, a URL's
 # token=), a session id, an API, encryption, private, signing or subscription key, a signature (a
@@ -100,13 +106,20 @@ _KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]
 # word (a DNA sequence, base64url data), `[\w-]*token` ran to the word's end each time, quadratic in
 # its length (a 20,000-character word took 17 s). RE2, linear whatever the pattern, has no lookbehind.
 _KEY_LABELS_AT = _KEY_LABELS.replace(r"[\w-]*", r"(?<![\w-])[\w-]*")
-_PASSWORDS = r"password|passwd|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|пароль|密码|パスワード|비밀번호"
+# A password's label: in any of those languages, a passphrase, and as configs shorten it (DB_PASS,
+# ansible_become_pass, MYSQL_PWD, an ODBC connection string's Pwd=).
+_PASSWORDS = (r"password|passwd|passphrase|pwd|_pass|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o"
+              r"|пароль|密码|パスワード|비밀번호")
+# A quote, and the backslashes that escape it in JSON text (a log line's, a quarantined raw line's,
+# JSON in JSON): "password": "..." written \"password\": \"...\" was no label to the patterns.
+_Q = r"(?:\\*[\"'])"
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
 # Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
-_LABELLED = rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS})[\"']?{_WHITE}*{_GIVES}|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+is\b)"
+_LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+is\b"
+             rf"|<(?:{_PASSWORDS})>)")
 _LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT))
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
@@ -115,31 +128,36 @@ _SECRET = re.compile(
     r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,}|ya29\.[\w-]{20,}|dckr_pat_[\w-]{20,})"
     r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
-    rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization)[\"']?\s*{_GIVES}\s*[\"']?(?i:basic|token|bearer)[ \t]+"
-    rf"|(?i:{_KEY_LABELS_AT})[\"']?\s*{_GIVES}\s*[\"']?)"
+    rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization){_Q}?\s*{_GIVES}\s*{_Q}?(?i:basic|token|bearer)[ \t]+"
+    rf"|(?i:{_KEY_LABELS_AT}){_Q}?\s*{_GIVES}\s*{_Q}?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
     # letters and digits in a row, not a URL, a path or a name (the URL to get the token is https://...,
     # the token is bert-base/vocab.txt:30522, the model is gpt-4o-mini-2024-07-18).
-    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+is(?:\s*{_GIVES})?\s*[\"']?)"
+    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+is(?:\s*{_GIVES})?\s*{_Q}?)"
     r"(?![a-z][a-z0-9+.-]*://)(?=[A-Za-z0-9_.+/=-]*?[A-Za-z0-9]{12})(?=[A-Za-z0-9_.+/=-]*\d)"
     r"[A-Za-z0-9_.+/=-]{20,}(?![A-Za-z0-9_.+/=:-])"
-    # A password given in code or config, quoted: password = "hunter2!", "passwd": "...".
-    rf"|(?P<quoted>(?i:{_PASSWORDS})[\"']?\s*{_GIVES}\s*[\"'])(?![$<{{%])(?![A-Z][A-Z0-9_]*[\"'])[^\"'\s]{{6,}}(?=[\"'])"
+    # A password given in code or config, quoted: password = "hunter2!", "passwd": "...", to its quote
+    # (a backslash in it, not one that escapes its quote).
+    rf"|(?P<quoted>(?i:{_PASSWORDS}){_Q}?\s*{_GIVES}\s*{_Q})(?![$<{{%])(?![A-Z][A-Z0-9_]*{_Q})"
+    rf"(?:[^\"'\s\\]|\\(?!{_Q})){{6,}}(?={_Q})"
+    # Or an XML element's: <password>...</password>, as Maven's settings and .NET configs hold one.
+    rf"|(?P<element><(?i:{_PASSWORDS})>)(?![$<{{%])[^<\s]{{6,}}(?=</)"
     # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
     # digit or a symbol: words ("password: at least 8 characters"), code (password = input(),
-    # os.environ['PW']) and a mask (********) are kept.
-    rf"|(?P<bare>(?i:{_PASSWORDS})[\"']?(?:\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'])(?![*•]+(?![^\s\"',;]))"
+    # os.environ['PW']), a mask (********) and a path (PWD=/home/ann) are kept.
+    rf"|(?P<bare>(?i:{_PASSWORDS}){_Q}?(?:\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'\\/~])(?![*•]+(?![^\s\"',;]))"
     r"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]]|&(?!\w+=)){6,}"
-    # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password'.
-    r"|(?P<cli>(?:\s(?:-u|--user)\s+[^\s:]+:|\s-u\s*\S+\s+-p|\bsshpass\s+-p\s*)[\"']?)(?![$<{%])[^\s\"']{6,}"
+    # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password',
+    # docker login --password password.
+    r"|(?P<cli>(?:\s(?:-u|--user)\s+[^\s:]+:|\s-u\s*\S+\s+-p|\bsshpass\s+-p\s*|\s--password\s+)[\"']?)(?![$<{%-])[^\s\"']{6,}"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 _SECRET_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
                  "xox", "xapp-", "AIza", "eyJ", "hooks.slack", "Bearer", "bearer", "BEARER", "hf_", "glpat-", "npm_",
                  "whsec_", "SG.", "ya29.", "dckr_pat_", "PRIVATE KEY", "discord", "/bot", " -u", "\t-u", "\n-u", "\r-u",
-                 "--user", "sshpass")
+                 "--user", "sshpass", "--password")
 # 9+ digits close together: a phone or card may be here (up to three between two: 030 / 1234 5678).
 _MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,3}}\d){{8}}")
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
@@ -197,6 +215,9 @@ def scrub_cut_short(texts: pa.Array, found: Counter, within: int | None = None) 
 _JSON_ESCAPE = re.compile(r"(?<!\\)(\\+)u(?:([dD][89abAB][0-9a-fA-F]{2})\1u([dD][c-fC-F][0-9a-fA-F]{2})"
                           r"|([0-9a-fA-F]{4}))")
 _PYTHON_ESCAPE = re.compile(r"(?<!\\)(\\+)(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+# JSON's escaped solidus, as PHP's json_encode and some Java writers write every "/": a webhook's URL
+# (hooks.slack.com\/services\/...) was no URL to the patterns.
+_JSON_SOLIDUS = re.compile(r"(?<!\\)(\\+)/")
 
 
 def _writable(c: int) -> bool:
@@ -212,6 +233,12 @@ def _json_character(m: re.Match) -> str:
     if c in (0x22, 0x5C) or not _writable(c) or (m[2] and run > 2):  # a backslash between a pair's halves
         return m[0]
     return m[1][:-1] + chr(c) if run % 2 else m[1][:-2] + chr(c) if run % 4 == 2 else m[0]
+
+
+def _solidus(m: re.Match) -> str:
+    """A JSON escape's "/", as :func:`_json_character` reads the run of backslashes before it."""
+    run = len(m[1])
+    return m[1][:-1] + "/" if run % 2 else m[1][:-2] + "/" if run % 4 == 2 else m[0]
 
 
 def _python_character(m: re.Match) -> str:
@@ -235,12 +262,15 @@ def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:
     >>> unescaped(pa.array([r"{'content': '06\xa012\xa034', 'x': '\\xa0'}"]), python=True).to_pylist()
     ["{'content': '06\xa012\xa034', 'x': '\\\\xa0'}"]
     """
-    hit = pc.fill_null(pc.match_substring_regex(texts, r"\\[xuU]" if python else r"\\u"), False)
+    hit = pc.fill_null(pc.match_substring_regex(texts, r"\\[xuU]" if python else r"\\[u/]"), False)
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
-    pattern, character = (_PYTHON_ESCAPE, _python_character) if python else (_JSON_ESCAPE, _json_character)
-    written = [pattern.sub(character, text) for text in texts.take(at).to_pylist()]
+    if python:
+        written = [_PYTHON_ESCAPE.sub(_python_character, text) for text in texts.take(at).to_pylist()]
+    else:
+        written = [_JSON_SOLIDUS.sub(_solidus, _JSON_ESCAPE.sub(_json_character, text)) if "\\/" in text
+                   else _JSON_ESCAPE.sub(_json_character, text) for text in texts.take(at).to_pylist()]
     return pc.replace_with_mask(texts, hit, pa.array(written, pa.string()))
 
 
@@ -273,7 +303,7 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["said"] or m["quoted"] or m["bare"] or m["cli"] or "")
+        text = _SECRET.sub(lambda m: (m["keep"] or m["said"] or m["quoted"] or m["element"] or m["bare"] or m["cli"] or "")
                            + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
