@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -48,9 +47,6 @@ from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
 
 
-_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")  # a reference the task's check reads as its number
-
-
 def reward_for(reward: dict):
     """GRPO's reward function for a dataset labeled with the reward config ``reward`` (its manifest's):
     1.0 for a right answer, else 0.0, by the verifier that labeled it (math-verify, exact, regex)
@@ -58,7 +54,7 @@ def reward_for(reward: dict):
     are verified from the question (one with many right answers has no single reference), and any
     other prompt against its reference: its integer, or its text."""
     from ctpipe import rewards
-    from ctpipe.arith import correctness, verify
+    from ctpipe.arith import correctness, integer, verify
 
     check = rewards.verifier(reward.get("verifier", "arith"), reward.get("answer_regex", ""))
 
@@ -73,7 +69,7 @@ def reward_for(reward: dict):
         verified = verify(text(prompt, "user"), said)
         if verified is not None:
             return verified
-        return correctness(said, reference) if _INTEGER.fullmatch(reference) else rewards.exact_reward(said, reference)
+        return correctness(said, reference) if integer(reference) is not None else rewards.exact_reward(said, reference)
 
     def correctness_reward(prompts, completions, answer, **_) -> list[float]:
         return [right(prompt, text(completion, "assistant"), reference or "") or 0.0

@@ -120,10 +120,10 @@ def extract_answer(completion: str) -> str | None:
     (True, '42', '0')
     """
     m = _FIRST_NUMBER.search(completion)
-    return _integer(m.group(0)) if m else None
+    return integer(m.group(0)) if m else None
 
 
-def _integer(text: str) -> str | None:
+def integer(text: str) -> str | None:
     """An integer's text as its sign and digits, without leading zeros, a plus sign or zero decimals;
     None for a text that is no integer. Compared so, not by int(): a reference of any length is read."""
     m = _INTEGER.fullmatch(text)
@@ -139,7 +139,7 @@ def correctness(completion: str, reference: str) -> float:
     (1.0, 0.0, 0.0, 1.0)
     """
     got = extract_answer(completion)
-    return 1.0 if got is not None and got == _integer(str(reference)) else 0.0
+    return 1.0 if got is not None and got == integer(str(reference)) else 0.0
 
 
 @dataclass(frozen=True)
