@@ -72,17 +72,18 @@ _STARTS = (rf"(?:(?<=\\[nrt])|(?<![A-Za-z\d_+/-])"
 _ENDS = r"(?!(?!x\d)[A-Za-z\d_-]|\.\d)"  # an extension after an x (415-555-0100x23) stays
 _NOT_IN_A_LIST = (rf"(?<!\d[.:{_SPACES}])", rf"(?![:{_SPACES}]\d{{3}})")  # before, after
 _SEP = f"[.{_SPACES}{_DASH}-]"
-_MARKED_SEP = f"[.{_DASH}-]"
+_MARKED_SEP = f"[{_DASH}-]"
 _PHONE = re.compile(
     _STARTS + "(?:"
     # Forms no list of numbers takes, beside another number all the same (212-555-0147 212-555-0148,
-    # a house number after it, a count before it): international after a plus sign, 8 to 15 digits
-    # (E.164); North American with dashes, dots or its area code in ().
-    rf"\+\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"
+    # a house number after it, a count before it): international after a plus sign and a country code
+    # (none begins with 0: +0100 is a time zone's offset), 8 to 15 digits (E.164); North American with
+    # dashes or its area code in () (with dots, it may be a version's or an OID's numbers).
+    rf"\+(?![0０])\d(?:[().{_SPACES}{_DASH}-]{{0,2}}\d){{7,14}}"
     rf"|(?:1{_MARKED_SEP})?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_MARKED_SEP})[2-9]\d\d{_MARKED_SEP}\d{{4}}"
     + "|" + _NOT_IN_A_LIST[0] + "(?:"
     # A trunk 0 (030 12345678, 010-12345678, 06-12345678, 0171 1234567, 030/12345678), an area code in ().
-    rf"|(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}(?:{_SEP}|[{_SPACES}]?/[{_SPACES}]?))\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
+    rf"(?:\([0０]?\d{{2,4}}\){_SEP}?|[0０]\d{{1,4}}(?:{_SEP}|[{_SPACES}]?/[{_SPACES}]?))\d{{2,8}}(?:{_SEP}\d{{2,6}}){{0,3}}"
     rf"|8{_SEP}?(?:\(\d{{3}}\)|\d{{3}}){_SEP}?\d{{3}}{_SEP}\d{{2}}{_SEP}\d{{2}}"  # Russia's trunk 8: 8 (916) 123-45-67
     # North American: 415-555-0100, 1-800-555-0100, 1 (800) 555-0100.
     rf"|(?:1{_SEP}?)?(?:\([2-9]\d\d\){_SEP}?|[2-9]\d\d{_SEP})[2-9]\d\d{_SEP}\d{{4}}"
@@ -106,27 +107,38 @@ _KEY_LABELS = (r"[\w-]*secret(?:[_ -]?(?:access[_ -]?)?key)?(?:[_-]?base)?|[\w-]
 # word (a DNA sequence, base64url data), `[\w-]*token` ran to the word's end each time, quadratic in
 # its length (a 20,000-character word took 17 s). RE2, linear whatever the pattern, has no lookbehind.
 _KEY_LABELS_AT = _KEY_LABELS.replace(r"[\w-]*", r"(?<![\w-])[\w-]*")
-# A password's label: in any of those languages, a passphrase, and as configs shorten it (DB_PASS,
-# ansible_become_pass, MYSQL_PWD, an ODBC connection string's Pwd=).
-_PASSWORDS = (r"password|passwd|passphrase|pwd|_pass|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o"
-              r"|пароль|密码|パスワード|비밀번호")
+# A password's label: in any of those languages, a passphrase, and as configs shorten it: MYSQL_PWD,
+# an ODBC connection string's Pwd=, an environment's DB_PASS (in capitals: low_pass = 8000.0 is a
+# filter's), a service's db_pass or ansible_become_pass.
+_PASSWORDS = (r"password|passwd|passphrase|pwd|(?-i:_PASS)"
+              r"|(?:db|database|root|admin|ssh|smtp|ftp|mysql|redis|become|sudo|vault|user|mail|proxy|ldap)_pass"
+              r"|passwort|mot de passe|contrase[ñn]a|senha|wachtwoord|has[łl]o|пароль|密码|パスワード|비밀번호")
+# "is" after a label, in either engine alike: without case folding (Python's takes İ for i, RE2's
+# not), ending where an ASCII word does (RE2's \b is ASCII's); in any case (MY PASSWORD IS ...).
+_IS = "(?-i:[iI][sS])"
 # A quote, and the backslashes that escape it in JSON text (a log line's, a quarantined raw line's,
 # JSON in JSON): "password": "..." written \"password\": \"...\" was no label to the patterns.
 _Q = r"(?:\\*[\"'])"
+# In a value, a run of backslashes that escapes no quote, taken whole: none is tried again from within.
+_NO_QUOTE = r"\\++(?![\"'])"
+# A path, kept after a label (PWD=/home/ann/src, pwd=./build2, <pwd>C:\work</pwd>): a password does not
+# begin so.
+_PATH = r"(?:\.{1,2}[\\/]|[/~][\w.-]*[\\/]|[A-Za-z]:[\\/])"
 # A label of any case and what gives its value: the gate of those alternatives, in RE2 as in Python
 # (a bare word such as "session" or "password" is in too many texts to scan each whole).
 # Python's \s, written out: RE2's is ASCII's alone, and the gate is asked in both.
 _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
-_LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+is\b"
-             rf"|<(?:{_PASSWORDS})>)")
-_LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT))
+_LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}"
+             rf"|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+{_IS}\b|<(?:{_PASSWORDS})>)")
+_LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT).replace(rf"{_IS}\b", rf"{_IS}(?a:\b)"))
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[\w-]{20,}|npm_[A-Za-z0-9]{36}"
     r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,}|ya29\.[\w-]{20,}|dckr_pat_[\w-]{20,})"
-    r"|hooks\.slack\.com/services/[A-Za-z0-9/]+|discord(?:app)?\.com/api/webhooks/\d+/[\w-]+"
+    # Webhooks' URLs, their slashes escaped too (JSON as PHP's json_encode writes it, in a message)
+    r"|hooks\.slack\.com\\*/services\\*/(?:[A-Za-z0-9]|\\*/)+|discord(?:app)?\.com\\*/api\\*/webhooks\\*/\d+\\*/[\w-]+"
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization){_Q}?\s*{_GIVES}\s*{_Q}?(?i:basic|token|bearer)[ \t]+"
     rf"|(?i:{_KEY_LABELS_AT}){_Q}?\s*{_GIVES}\s*{_Q}?)"
@@ -134,23 +146,29 @@ _SECRET = re.compile(
     # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
     # letters and digits in a row, not a URL, a path or a name (the URL to get the token is https://...,
     # the token is bert-base/vocab.txt:30522, the model is gpt-4o-mini-2024-07-18).
-    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+is(?:\s*{_GIVES})?\s*{_Q}?)"
+    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+{_IS}(?a:\b)(?:\s*{_GIVES})?\s*{_Q}?)"
     r"(?![a-z][a-z0-9+.-]*://)(?=[A-Za-z0-9_.+/=-]*?[A-Za-z0-9]{12})(?=[A-Za-z0-9_.+/=-]*\d)"
     r"[A-Za-z0-9_.+/=-]{20,}(?![A-Za-z0-9_.+/=:-])"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...", to its quote
-    # (a backslash in it, not one that escapes its quote).
-    rf"|(?P<quoted>(?i:{_PASSWORDS}){_Q}?\s*{_GIVES}\s*{_Q})(?![$<{{%])(?![A-Z][A-Z0-9_]*{_Q})"
-    rf"(?:[^\"'\s\\]|\\(?!{_Q})){{6,}}(?={_Q})"
-    # Or an XML element's: <password>...</password>, as Maven's settings and .NET configs hold one.
-    rf"|(?P<element><(?i:{_PASSWORDS})>)(?![$<{{%])[^<\s]{{6,}}(?=</)"
+    # (a backslash in it, not those that escape its quote; taken whole, possessively: backtracking
+    # into a run of backslashes took time quadratic in its length).
+    rf"|(?P<quoted>(?i:{_PASSWORDS}){_Q}?\s*{_GIVES}\s*{_Q})(?![$<{{%])(?![A-Z][A-Z0-9_]*{_Q})(?![*•]+{_Q})"
+    rf"(?:[^\"'\s\\]|{_NO_QUOTE}){{6,}}+(?={_Q})"
+    # Or an XML element's: <password>...</password>, as Maven's settings and .NET configs hold one,
+    # with a digit or a symbol (a help page's <password>string</password>, a mask, are kept).
+    rf"|(?P<element><(?i:{_PASSWORDS})>)(?![$<{{%])(?![*•]+<)(?!{_PATH})(?=[^<\s\"]*[\d!@#$%^*])[^<\s\"]{{6,}}"
+    rf"(?=</(?i:{_PASSWORDS})>)"
     # Or bare (Password: hunter2!), to a space, quote, comma or a URL's next parameter, when it holds a
     # digit or a symbol: words ("password: at least 8 characters"), code (password = input(),
-    # os.environ['PW']), a mask (********) and a path (PWD=/home/ann) are kept.
-    rf"|(?P<bare>(?i:{_PASSWORDS}){_Q}?(?:\s*{_GIVES}|\s+is(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'\\/~])(?![*•]+(?![^\s\"',;]))"
-    r"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]]|&(?!\w+=)){6,}"
-    # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password',
-    # docker login --password password.
-    r"|(?P<cli>(?:\s(?:-u|--user)\s+[^\s:]+:|\s-u\s*\S+\s+-p|\bsshpass\s+-p\s*|\s--password\s+)[\"']?)(?![$<{%-])[^\s\"']{6,}"
+    # os.environ['PW'], a shell's `...`), a mask (********) and a path are kept; to
+    # the backslashes that escape a quote after it (its JSON's).
+    rf"|(?P<bare>(?i:{_PASSWORDS}){_Q}?(?:\s*{_GIVES}|\s+{_IS}(?a:\b)(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'`])"
+    rf"(?![*•]+(?![^\s\"',;]))(?!{_PATH})"
+    rf"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]\\]|{_NO_QUOTE}|&(?!\w+=)){{6,}}"
+    # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password'; and
+    # docker login --password password, holding a digit or a symbol (its help's --password string).
+    rf"|(?P<cli>(?:\s(?:-u|--user)\s+[^\s:]+:|\s-u\s*\S+\s+-p|\bsshpass\s+-p\s*|\s--password\s+(?=\S*[\d!@#$%^*]))[\"']?)"
+    rf"(?![$<{{%\[-])(?:[^\s\"'\\]|{_NO_QUOTE}){{6,}}"
     # A key block, to its end or the text's (an answer cut short by its token limit, a raw line cut).
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
@@ -236,9 +254,9 @@ def _json_character(m: re.Match) -> str:
 
 
 def _solidus(m: re.Match) -> str:
-    """A JSON escape's "/", as :func:`_json_character` reads the run of backslashes before it."""
-    run = len(m[1])
-    return m[1][:-1] + "/" if run % 2 else m[1][:-2] + "/" if run % 4 == 2 else m[0]
+    """A JSON escape's "/" after an odd run of backslashes; an even run is a text's backslashes before
+    a slash (a regex's escaped slash, in JSON), kept."""
+    return m[1][:-1] + "/" if len(m[1]) % 2 else m[0]
 
 
 def _python_character(m: re.Match) -> str:
