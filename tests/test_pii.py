@@ -517,3 +517,13 @@ def test_paths_masks_filters_help_pages_offsets_and_versions_are_kept(text):
     assert scrub(text) == text
     raw = json.dumps({"q": text})  # as a quarantined raw line holds it
     assert pii.scrub_array(pii.unescaped(pa.array([raw])), Counter(), repeats=False).to_pylist() == [raw]
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    ("メールはｔａｒｏ＠ｅｘａｍｐｌｅ．ｃｏ．ｊｐです", "メールは<EMAIL>です"), ("taro@example．co．jp", "<EMAIL>"),
+    ("ｔａｒｏ@ｅｘａｍｐｌｅ．ｃｏｍ ok", "<EMAIL> ok"), ("x@self．net(h)", "x@self．net(h)"),
+])
+def test_an_address_written_in_full_width_characters_is_scrubbed(text, scrubbed):
+    """A Japanese input method in full-width mode writes an address's dots full-width too: only "＠"
+    was read as what it stands for."""
+    assert scrub(text) == scrubbed

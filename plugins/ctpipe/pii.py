@@ -41,9 +41,10 @@ _CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400
 _LOCAL_AT = (rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-])|(?<=_)(?<![\w{_MARKS}.%+-]_))"
              rf"(?!['_])[\w{_MARKS}.%+'-]+" + _AT)
 # A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
-# scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address).
-_EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.-])+\.(?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}}|[{_CJK}]{{2,}})"
-                    rf"(?![^\W_{_CJK}]|[{_MARKS}]|\.[^\W\d_]{{2}}|:[\w~.-]*/)")
+# scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address). Its dots
+# may be full-width ones, as a Japanese input method in full-width mode writes all of it (ｔａｒｏ＠ｘ．ｊｐ).
+_EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.．-])+[.．](?P<tld>(?:[^\W\d_{_CJK}]|[{_MARKS}]){{2,}}|[{_CJK}]{{2,}})"
+                    rf"(?![^\W_{_CJK}]|[{_MARKS}]|[.．][^\W\d_]{{2}}|:[\w~.-]*/)")
 # A password in a URL (postgres://app:hunter2@db:5432, https://user:pass@host): the user and the
 # password; a user alone holding a digit is a key (Sentry's DSNs: https://<key>@o1.ingest.sentry.io/1).
 _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*:[^\s/@]+|[^\s:/@]*\d[^\s:/@]*)(?=@)")
@@ -349,7 +350,7 @@ def _public_suffixes():
 
 
 def _a_tld(tld: str) -> bool:
-    tld = tld.lower()
+    tld = (tld if tld.isascii() else unicodedata.normalize("NFKC", tld)).lower()  # ｊｐ is jp
     return tld in _PRIVATE_TLDS or _public_suffixes().publicsuffix("x." + tld, accept_unknown=False) is not None
 
 
@@ -381,7 +382,8 @@ def _ending(m: re.Match) -> tuple[str, str] | None:
     elif _a_tld(tld):
         return address, ""
     head = address[:-len(tld) - 1]
-    return (head, address[len(head):]) if _PLAIN_DOMAIN.search(head.lower()) else None
+    plain = head if head.isascii() else unicodedata.normalize("NFKC", head)
+    return (head, address[len(head):]) if _PLAIN_DOMAIN.search(plain.lower()) else None
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
