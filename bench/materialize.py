@@ -137,9 +137,17 @@ def run_ctpipe(src: Path, out: Path) -> dict:
 
 def _re2(rx: str) -> str:
     """A Python pattern as RE2 takes it: without its lookarounds and word boundaries, which RE2 has
-    not (the replacement keeps what they look at, so DuckDB scrubs a little more), \\Z as $."""
-    out, i = [], 0
+    not (the replacement keeps what they look at, so DuckDB scrubs a little more), its possessive
+    quantifiers greedy and its ASCII-only groups plain ones, \\Z as $."""
+    out, i, in_class = [], 0, False
     while i < len(rx):
+        if not in_class and rx.startswith("(?a:", i):
+            out.append("(?:")
+            i += 4
+            continue
+        if not in_class and rx[i] == "+" and out and out[-1] in ("+", "*", "}"):  # possessive
+            i += 1
+            continue
         if rx.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):  # skip to its closing parenthesis
             depth, in_class = 0, False
             while True:
@@ -154,6 +162,7 @@ def _re2(rx: str) -> str:
                     break
             continue
         out.append(rx[i:i + 2] if rx[i] == "\\" else rx[i])
+        in_class = (in_class and out[-1] != "]") or (not in_class and out[-1] == "[")
         i += len(out[-1])
     return "".join(out).replace("\\b", "").replace("\\Z", "$")
 
