@@ -285,12 +285,14 @@ def unescaped(texts: pa.Array, python: bool = False) -> pa.Array:
     at = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
     if not len(at):
         return texts
-    if python:
-        written = [_PYTHON_ESCAPE.sub(_python_character, text) for text in texts.take(at).to_pylist()]
-    else:
-        written = [_JSON_SOLIDUS.sub(_solidus, _JSON_ESCAPE.sub(_json_character, text)) if "\\/" in text
-                   else _JSON_ESCAPE.sub(_json_character, text) for text in texts.take(at).to_pylist()]
+    written = [_PYTHON_ESCAPE.sub(_python_character, text) if python else _json_unescaped(text)
+               for text in texts.take(at).to_pylist()]
     return pc.replace_with_mask(texts, hit, pa.array(written, pa.string()))
+
+
+def _json_unescaped(text: str) -> str:
+    text = _JSON_ESCAPE.sub(_json_character, text)
+    return _JSON_SOLIDUS.sub(_solidus, text) if "\\/" in text else text
 
 
 def luhn(digits: str) -> bool:
