@@ -382,6 +382,9 @@ def test_code_and_lists_of_numbers_are_kept(text):
     ("https://api.telegram.org/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/send", "https://api.telegram.org/bot<SECRET>/send"),
     ("my api key is 3f9a8c7d6e5b4a39281706f5e4d3c2b1a0998877", "my api key is <SECRET>"),
     ("The access token is: ya_4f8a9c7d6e5b4a39281706f5e4", "The access token is: <SECRET>"),
+    # "is" in capitals; a password begun by a slash or a tilde, which no path's shape holds
+    ("MY PASSWORD IS Kx7pQ2mZ9w!", "MY PASSWORD IS <SECRET>"), ("My Api Key Is a1b2c3d4e5f6a7b8c9d0e1f2", "My Api Key Is <SECRET>"),
+    ("password: /Xy7!kq9z", "password: <SECRET>"), ("Password: ~S3cret1!", "Password: <SECRET>"),
 ])
 def test_secrets_under_the_labels_configs_and_chats_give_them_are_scrubbed(text, scrubbed):
     assert scrub(text) == scrubbed
@@ -494,14 +497,6 @@ def test_a_raw_json_line_stays_json_once_scrubbed(text):
     out = pii.scrub_array(pii.unescaped(pa.array([text])), Counter(), repeats=False).to_pylist()[0]
     json.loads(out)
     assert "Kx7pQ2mZ9w" not in out and "hunter2" not in out and "Dk8rHubP4ss" not in out and "Sup3rS3cret1" not in out
-
-
-@pytest.mark.parametrize("text, scrubbed", [
-    ("MY PASSWORD IS Kx7pQ2mZ9w!", "MY PASSWORD IS <SECRET>"), ("My Api Key Is a1b2c3d4e5f6a7b8c9d0e1f2", "My Api Key Is <SECRET>"),
-    ("password: /Xy7!kq9z", "password: <SECRET>"), ("Password: ~S3cret1!", "Password: <SECRET>"),
-])
-def test_is_in_capitals_and_a_password_begun_by_a_slash_are_scrubbed(text, scrubbed):
-    assert scrub(text) == scrubbed
 
 
 @pytest.mark.parametrize("text", ["pwd=./build2", "pwd=../up1", "<pwd>C:\\work\\a1</pwd>", "PWD=C:\\Users\\ann\\proj1",
