@@ -117,6 +117,7 @@ _PASSWORDS = (r"password|passwd|passphrase|pwd|(?-i:_PASS)"
 # "is" after a label, in either engine alike: without case folding (Python's takes İ for i, RE2's
 # not), ending where an ASCII word does (RE2's \b is ASCII's); in any case (MY PASSWORD IS ...).
 _IS = "(?-i:[iI][sS])"
+_IS_AT = rf"{_IS}(?a:\b)"  # Python's patterns'; RE2's \b is ASCII's already
 # A quote, and the backslashes that escape it in JSON text (a log line's, a quarantined raw line's,
 # JSON in JSON): "password": "..." written \"password\": \"...\" was no label to the patterns.
 _Q = r"(?:\\*[\"'])"
@@ -132,7 +133,7 @@ _WHITE = "[" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
 _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
 _LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}"
              rf"|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+{_IS}\b|<(?:{_PASSWORDS})>)")
-_LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT).replace(rf"{_IS}\b", rf"{_IS}(?a:\b)"))
+_LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT).replace(rf"{_IS}\b", _IS_AT))
 _SECRET = re.compile(
     r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
@@ -147,7 +148,7 @@ _SECRET = re.compile(
     # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
     # letters and digits in a row, not a URL, a path or a name (the URL to get the token is https://...,
     # the token is bert-base/vocab.txt:30522, the model is gpt-4o-mini-2024-07-18).
-    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+{_IS}(?a:\b)(?:\s*{_GIVES})?\s*{_Q}?)"
+    rf"|(?P<said>(?i:{_KEY_LABELS_AT})\s+{_IS_AT}(?:\s*{_GIVES})?\s*{_Q}?)"
     r"(?![a-z][a-z0-9+.-]*://)(?=[A-Za-z0-9_.+/=-]*?[A-Za-z0-9]{12})(?=[A-Za-z0-9_.+/=-]*\d)"
     r"[A-Za-z0-9_.+/=-]{20,}(?![A-Za-z0-9_.+/=:-])"
     # A password given in code or config, quoted: password = "hunter2!", "passwd": "...", to its quote
@@ -163,7 +164,7 @@ _SECRET = re.compile(
     # digit or a symbol: words ("password: at least 8 characters"), code (password = input(),
     # os.environ['PW'], a shell's `...`), a mask (********) and a path are kept; to
     # the backslashes that escape a quote after it (its JSON's).
-    rf"|(?P<bare>(?i:{_PASSWORDS}){_Q}?(?:\s*{_GIVES}|\s+{_IS}(?a:\b)(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'`])"
+    rf"|(?P<bare>(?i:{_PASSWORDS}){_Q}?(?:\s*{_GIVES}|\s+{_IS_AT}(?:\s*{_GIVES})?)[ \t]*)(?![$<{{%\"'`])"
     rf"(?![*•]+(?![^\s\"',;]))(?!{_PATH})"
     rf"(?=[^\s\"',;&()\[\]]*[\d!@#$%^*])(?:[^\s\"',;&()\[\]\\]|{_NO_QUOTE}|&(?!\w+=)){{6,}}"
     # On a command line: curl -u user:password, mysql -u root -pPassword, sshpass -p 'password'; and
@@ -324,8 +325,8 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
     if secrets is None:
         secrets = any(h in text for h in _SECRET_HINTS) or _LABELLED_AT.search(text) is not None
     if secrets:
-        text = _SECRET.sub(lambda m: (m["keep"] or m["said"] or m["quoted"] or m["element"] or m["bare"] or m["cli"] or "")
-                           + _counted(counts, "secret", "<SECRET>"), text)
+        # what a match keeps: its label (its only groups), where it has one
+        text = _SECRET.sub(lambda m: next(filter(None, m.groups()), "") + _counted(counts, "secret", "<SECRET>"), text)
     if any(at in text for at in _ATS):
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)

@@ -425,9 +425,7 @@ class Files:
         for (folder, names), keys in zip(self._runs, self._keys):
             if keys is None:
                 continue
-            paths = [folder + name for name in (os.fsdecode(zlib.decompress(names)).split("\0")
-                                                 if isinstance(names, bytes) else names)]
-            for path, key in zip(paths, zlib.decompress(keys).decode().split("\0")):
+            for path, key in zip((folder + name for name in _names(names)), _keys(keys)):
                 size, mtime, inode = map(int, key.split(":"))
                 try:
                     st = os.stat(path)
@@ -449,7 +447,7 @@ class Files:
 
     def __iter__(self) -> Iterator[str]:
         for folder, names in self._runs:
-            for name in os.fsdecode(zlib.decompress(names)).split("\0") if isinstance(names, bytes) else names:
+            for name in _names(names):
                 yield folder + name
 
     def items(self) -> Iterator[tuple[str, str]]:
@@ -460,10 +458,20 @@ class Files:
         """Each local file's size as listed, in the order of :meth:`__iter__` (None for an object's)."""
         for (_, names), keys in zip(self._runs, self._keys):
             if keys is None:
-                yield from itertools.repeat(None, len(os.fsdecode(zlib.decompress(names)).split("\0"))
-                                            if isinstance(names, bytes) else len(names))
+                yield from itertools.repeat(None, len(_names(names)))
             else:
-                yield from (int(key.partition(":")[0]) for key in zlib.decompress(keys).decode().split("\0"))
+                yield from (int(key.partition(":")[0]) for key in _keys(keys))
+
+
+def _names(names: bytes | tuple[str, ...]) -> list[str] | tuple[str, ...]:
+    """A folder's names as :class:`Files` holds them: joined by NUL and compressed, or (an object's
+    name holding a NUL) as they are."""
+    return os.fsdecode(zlib.decompress(names)).split("\0") if isinstance(names, bytes) else names
+
+
+def _keys(keys: bytes) -> list[str]:
+    """A folder's local files' keys (:func:`file_key`), as :class:`Files` holds them, joined and compressed."""
+    return zlib.decompress(keys).decode().split("\0")
 
 
 # Amazon Bedrock's invocation logging keeps a body over 100 KB apart, in a data folder of the hour
