@@ -194,3 +194,34 @@ def test_a_judges_scores_give_the_same_label_in_any_order_and_tiny_weights_keep_
 def test_a_number_of_thousands_of_digits_is_labeled_not_raised(verify):
     """int() refuses a text past 4,300 digits: a model repeating a digit stopped the whole interval."""
     assert verify("9" * 5000) in (0.0, 1.0, None)
+
+
+def test_a_decimal_looping_to_the_token_limit_is_labeled_as_its_value_in_linear_time():
+    """math-verify reads a decimal in time quadratic in its digits: a model's "0.3333..." of 30,000
+    digits took its five-second timeout and was wrong against 1/3 (a label the machine's load decided).
+    Past the hundredth digit after the point they are dropped, math-verify comparing to six places."""
+    import time
+
+    def took(n: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            math_reward("The answer is 0." + "3" * n, "42")
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    assert math_reward("The answer is 0." + "3" * 30_000, "\\frac{1}{3}") == 1.0
+    assert math_reward("\\boxed{0." + "3" * 30_000 + "4}", "0.33") == 0.0
+    assert took(25_600) / took(1_600) < 64  # 16 times the digits; quadratic took 256 times
+
+
+def test_math_verify_warnings_quote_a_few_hundred_characters_of_the_text(caplog):
+    """Its timeout's warning quoted the whole completion it could not read: 30 KB a line of the log."""
+    import logging
+
+    import ctpipe.rewards  # noqa: F401 (sets the filter)
+
+    with caplog.at_level(logging.WARNING, logger="math_verify.parser"):
+        logging.getLogger("math_verify.parser").warning(f"Timeout during parsing: {'1+' * 20_000}1")
+    assert caplog.messages[-1].startswith("Timeout during parsing: 1+1+") and caplog.messages[-1].endswith("(40,025 characters)")
+    assert len(caplog.messages[-1]) < 400

@@ -95,6 +95,10 @@ def _bare_latex(text: str) -> bool:
 # a vulgar fraction (½) and a mixed number (2 3/4, 1½, read as 3 and 1) as one fraction; a repeating
 # decimal (0.\overline{3}, read as 0) as its fraction; a number in e-notation (1.5e-3) in full. A
 # number of either rewritten form has at most a hundred digits a part: int() refuses a text past 4,300.
+# A decimal's digits past the hundredth after its point are dropped: math-verify compares numbers to
+# six places, and takes time quadratic in their count to read them (a model looping "0.3333..." to its
+# token limit, 30,000 digits, took its five-second timeout: a label that a loaded machine's timeout
+# would have decided otherwise, and five seconds a trace).
 _SIGNS = str.maketrans({"\u2212": "-", "`": None, "π": "\\pi "})
 _VULGAR = re.compile("[" + "".join(c for c in map(chr, range(0xBC, 0x2190))
                                   if re.fullmatch(r"\d+\u2044\d+", unicodedata.normalize("NFKC", c))) + "]")
@@ -103,6 +107,7 @@ _ROOT = re.compile(r"√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z])
 _MIXED = re.compile(r"(?<![\d./])(\d{1,100})\s+(\d{1,100})\s*/\s*(\d{1,100})(?![\d/]|\.\d)")
 _REPEATING = re.compile(r"(?<![\d.])(\d{0,100})\.(\d{0,100})\\overline\s*\{(\d{1,100})\}")
 _E_NOTATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d{1,2})(?!\w|\.\d)")
+_LONG_DECIMAL = re.compile(r"(\.\d{100})\d+")
 
 
 def _proper(m: re.Match) -> str:
@@ -128,7 +133,7 @@ def _plain(text: str) -> str:
     text = _ROOT.sub(lambda m: "\\sqrt{%s}" % next(g for g in m.groups() if g is not None), text)
     text = _REPEATING.sub(_repeating, _THIN_THOUSANDS.sub("", text))
     text = _E_NOTATION.sub(lambda m: format(Decimal(m[0]), "f"), text)
-    return _MIXED.sub(_proper, text)
+    return _MIXED.sub(_proper, _LONG_DECIMAL.sub(r"\1", text))
 
 
 # A time (4:30, 4:30 p.m.) or a ratio (3:4, 16:9): math-verify reads such a pair in text as its first
@@ -169,6 +174,19 @@ def _pair_reward(completion: str, reference: re.Match) -> float | None:
 # What says that an answer follows (####, =, a colon, "is", "are", "at"), and what may be around it.
 _STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
 _AROUND = " \t\n*_."
+
+
+def _shortened(record: logging.LogRecord) -> bool:
+    """A log record of math-verify's cut to its first 300 characters: its warnings quote the whole text
+    they could not read (a completion of 30 KB made one line of the log)."""
+    text = record.getMessage()
+    if len(text) > 300:
+        record.msg, record.args = f"{text[:300]}... ({len(text):,} characters)", ()
+    return True
+
+
+for _name in ("math_verify.parser", "math_verify.grader", "math_verify.metric"):
+    logging.getLogger(_name).addFilter(_shortened)
 
 
 def math_reward(completion: str, reference: str) -> float | None:
