@@ -48,7 +48,8 @@ def test_bad_input_is_a_message_not_a_traceback(settings, capsys, monkeypatch):
     assert "--start: 'yesterday' is not an ISO 8601 time" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["materialize", "--start", "2026-11-22T11:00:00+00:00", "--end", T0.isoformat()])
-    assert "--end 2026-11-22T10:00:00+00:00 is not after --start" in capsys.readouterr().err
+    err = capsys.readouterr().err  # with the usage of materialize, as argparse's own errors
+    assert "usage: ctpipe materialize" in err and "ctpipe materialize: error: --end 2026-11-22T10:00:00+00:00 is not after --start" in err
     for every in ("", "infh", "1e20d", "1s", "-1h"):
         with pytest.raises(SystemExit):
             main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--every", every])
@@ -66,7 +67,7 @@ def test_an_empty_source_or_out_is_refused_not_the_configured_store(settings, ca
     for flag in ("--source", "--out"):
         with pytest.raises(SystemExit):
             main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", flag, " "])
-        assert f"{flag} is empty" in capsys.readouterr().err
+        assert f"ctpipe materialize: error: {flag} is empty" in capsys.readouterr().err
     assert not settings.datasets_dir.exists()
 
 
@@ -133,6 +134,8 @@ def test_an_out_that_is_a_file_is_named(settings, capsys, tmp_path):
     assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00",
                  "--out", "/proc/ctpipe-store"]) == 1
     assert "dataset store '/proc/ctpipe-store' cannot be written: " in capsys.readouterr().err
+    assert main(["materialize", "--start", T0.isoformat(), "--end", "2026-11-22T11:00:00+00:00", "--out", "foo://x"]) == 1
+    assert "dataset store 'foo://x': Protocol not known: foo" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from ctpipe import nemo_rl
 from ctpipe.datasets import Manifest
+from ctpipe.pipeline import materialize_interval
 from tests.conftest import ROOT, job_spec
 
 pytestmark = pytest.mark.timeout(300)
@@ -59,6 +61,22 @@ def test_the_config_inherits_nemo_rl_defaults_and_sets_our_keys(settings, base_m
     assert cfg["cluster"] == {"gpus_per_node": 8, "num_nodes": 1}
     # What NeMo-RL reads back must validate again: the YAML is the checked object, not a copy of it.
     nemo_rl.MasterConfig.model_validate(cfg)
+
+
+def test_the_dataset_sections_leave_out_what_they_do_not_give_and_train_takes_the_rest_from_default(
+    settings, base_model, training_dataset
+):
+    """NeMo-RL's dataset keys are NotRequired: its check refuses a null (six errors, before Ray started),
+    and it fills train's keys from default only where train leaves them out: a null input_key in train
+    hid default's, and the environment was looked up as None."""
+    data = yaml.safe_load(nemo_rl.config_yaml(nemo_rl.build_config(nemo_spec(settings, base_model, training_dataset), 21)))["data"]
+    assert None not in data["train"].values() and None not in data["default"].values()
+    train = data["default"] | data["train"]  # NeMo-RL's update_single_dataset_config: missing keys only
+    assert train == {"dataset_name": "ResponseDataset", "data_path": data["train"]["data_path"], "split_validation_size": 0,
+                     "seed": 0, "input_key": "problem", "output_key": "expected_answer",
+                     "processor": "math_hf_data_processor", "env_name": "math"}
+    with pytest.raises(ValidationError, match="train.env_name"):
+        nemo_rl.DataConfig.model_validate({**data, "train": {**data["train"], "env_name": None}})
 
 
 @pytest.mark.parametrize(
@@ -235,3 +253,20 @@ def test_outside_the_container_or_with_dpo_it_fails_fast(settings, base_model, t
     proc = start(spec)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "algorithm='dpo': NeMo-RL runs GRPO here" in err
+
+
+@pytest.mark.parametrize("verifier", ["exact", "regex"])
+def test_a_dataset_labeled_by_text_answers_is_refused(settings, base_model, nemo_home, verifier):
+    """NeMo-RL's math environment scores with math-verify alone: the exact answer "Rome" to a question
+    whose reference is "Rome" scored 0, and GRPO learned nothing, silently."""
+    from tests.conftest import T0, trace, write_traces
+
+    write_traces(settings.traces_dir, [trace(i, f"Capital of Italy? ({i})", answer, reference_answer="Rome")
+                                       for i, answer in enumerate(["Rome", "Milan"] * 4)])
+    labeled = settings.model_copy(update={"reward": settings.reward.model_copy(update={"verifier": verifier})})
+    spec = nemo_spec(settings, base_model, materialize_interval(labeled, T0, T0 + timedelta(hours=1)),
+                     nemo_rl={"home": str(nemo_home)})
+    proc = start(spec)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and f"reward.verifier={verifier!r}" in err and "train.grpo_trainer='trl'" in err
+    assert not (nemo_home / "calls.jsonl").exists()

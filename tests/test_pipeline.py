@@ -45,6 +45,8 @@ def test_dataset_without_pairs_cannot_train_dpo(settings):
     ({"start": "2026-11-22T10:00:00", "end": "2026-11-22T11:00:00Z"}, None, None, "start='2026-11-22T10:00:00' has no timezone"),
     ({"start": "2026-11-22T11:00:00Z", "end": "2026-11-22T10:00:00Z"}, None, None,
      "end=2026-11-22T10:00:00+00:00 is not after start=2026-11-22T11:00:00+00:00"),
+    ({"start": "2026-11-22T10:00:00Z", "end": "2026-11-22T11:00:00Z", "source": "s3://b/x", "format": "xml"}, None, None,
+     "format='xml', source='s3://b/x': trace_to_dataset's run conf takes start and end alone"),
 ])
 def test_an_interval_to_build_that_is_none_is_named(params, start, end, said):
     from datetime import datetime

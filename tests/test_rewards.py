@@ -215,13 +215,41 @@ def test_a_decimal_looping_to_the_token_limit_is_labeled_as_its_value_in_linear_
     assert took(25_600) / took(1_600) < 64  # 16 times the digits; quadratic took 256 times
 
 
-def test_math_verify_warnings_quote_a_few_hundred_characters_of_the_text(caplog):
-    """Its timeout's warning quoted the whole completion it could not read: 30 KB a line of the log."""
-    import logging
+def test_a_math_label_does_not_hang_on_the_wall_clock(monkeypatch):
+    """math-verify's own limits were wall-clock alarms: an answer whose comparison waited past five
+    seconds for a core (a loaded machine) was wrong, and right on an idle one."""
+    import time
 
-    import ctpipe.rewards  # noqa: F401 (sets the filter)
+    import math_verify.grader
 
-    with caplog.at_level(logging.WARNING, logger="math_verify.parser"):
-        logging.getLogger("math_verify.parser").warning(f"Timeout during parsing: {'1+' * 20_000}1")
-    assert caplog.messages[-1].startswith("Timeout during parsing: 1+1+") and caplog.messages[-1].endswith("(40,025 characters)")
-    assert len(caplog.messages[-1]) < 400
+    compare = math_verify.grader.sympy_expr_eq
+
+    def waited(*args, **kwargs):
+        time.sleep(5.5)  # a process waiting, its CPU time not passing
+        return compare(*args, **kwargs)
+
+    monkeypatch.setattr(math_verify.grader, "sympy_expr_eq", waited)
+    assert math_reward("The answer is \\frac{1}{2}.", "0.5") == 1.0
+
+
+def test_an_answer_past_the_cpu_limit_gives_no_math_signal_and_says_so(monkeypatch, caplog):
+    import time
+
+    import math_verify.grader
+
+    import ctpipe.rewards
+
+    def spun(*args, **kwargs):  # math-verify catches every Exception around this: the limit must pass through
+        end = time.process_time() + 3
+        while time.process_time() < end:
+            pass
+        return True
+
+    monkeypatch.setattr(ctpipe.rewards, "MATH_CPU_S", 0.3)
+    monkeypatch.setattr(math_verify.grader, "sympy_expr_eq", spun)
+    started = time.process_time()
+    assert math_reward("So x = 7.", "x = " + "7" * 500) is None
+    assert time.process_time() - started < 2
+    assert "more than 0.3 s of CPU time" in caplog.messages[-1] and len(caplog.messages[-1]) < 400  # the reference cut
+    monkeypatch.undo()
+    assert math_reward("So x = 7.", "7") == 1.0  # and the next answer is compared as before

@@ -260,7 +260,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=get_args(DatasetConfig.model_fields["format"].annotation), help="default: dataset.format")
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.add_argument("--json", action="store_true", help="print one JSON object per interval")
-    p.set_defaults(fn=cmd_materialize)
+    p.set_defaults(fn=cmd_materialize, error=p.error)  # the checks after parsing print its usage, as argparse's do
     k8s = sub.add_parser("k8s", help="Kubernetes manifests").add_subparsers(dest="k8s_command", required=True)
     p = k8s.add_parser("render", help="print the RayJob a training run becomes")
     p.add_argument("--algorithm", choices=["grpo", "dpo"], required=True)
@@ -292,10 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGINT
     if args.command == "materialize":
         if args.end <= args.start:
-            parser.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
+            args.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
         for flag in ("source", "out"):  # not the configured store in its place
             if getattr(args, flag) is not None and not getattr(args, flag).strip():
-                parser.error(f"--{flag} is empty")
+                args.error(f"--{flag} is empty")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with sigterm_interrupts():  # the command cleans up after itself and says so

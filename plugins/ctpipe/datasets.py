@@ -7,7 +7,8 @@ A version is a directory under the output URI (any fsspec URI; a local path by d
         grpo/         prompt (chat messages) + answer: TRL GRPOTrainer's conversational layout;
                       NeMo-RL reads it as ResponseDataset JSONL (problem, expected_answer)
         dpo/          prompt / chosen / rejected chat messages: TRL DPOTrainer's conversational
-                      layout (NeMo-RL's DPO takes the same three columns)
+                      layout (NeMo-RL's BinaryPreferenceDataset takes chosen and rejected as
+                      text, not messages: DPO runs with TRL here)
         quarantine/   source file, line or row, reason, detail, raw record
         manifest.json written last: the version exists for readers only once it is there
 
@@ -53,7 +54,7 @@ from ctpipe.sources import filesystem, reachable
 
 log = logging.getLogger(__name__)
 
-CODE_VERSION = "33"  # bumped whenever the same input and config would give other tables
+CODE_VERSION = "34"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
 # A staged version this old is of a run that will never publish it (killed by SIGKILL, its node lost
 # to a spot reclaim): the next run removes it. Far past any run's length, so none is removed under it.
@@ -441,12 +442,15 @@ class Output:
         from fsspec.implementations.local import LocalFileSystem
 
         self.uri = str(uri)
-        self.fs, root = filesystem(self.uri)
+        try:
+            self.fs, root = filesystem(self.uri)
+        except (ImportError, ValueError, OSError) as e:  # an unknown protocol (s4://), a client that cannot start
+            raise PipelineError(f"dataset store {self.uri!r}: {e}") from None
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = os.path.normpath(root) if self.local else root.rstrip("/")  # store/./x is store/x, in manifests too
         reachable(self.fs, self.root, f"dataset store {self.uri!r}")  # fails now, naming the store, if it refuses
         if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
-            raise NotADirectoryError(f"dataset store {self.uri!r} is a file, not a folder")
+            raise PipelineError(f"dataset store {self.uri!r} is a file, not a folder")
 
     def uri_of(self, version: str) -> str:
         return f"{self.root}/{version}" if self.local else f"{self.uri.rstrip('/')}/{version}"

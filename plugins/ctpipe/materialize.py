@@ -1578,9 +1578,9 @@ class _Pool:
         self.policy = _init(job)  # this process labels small sources itself
         if workers > 1:
             _map_large_buffers()
-        # math-verify's time limits are signal alarms, which only a process's main thread may set: run
-        # from another thread, a run labels in a worker of its own, where a hard answer times out
-        # rather than hangs it.
+        # math-verify's CPU limit is a signal's timer, which only a process's main thread may set: run
+        # from another thread, a run labels in a worker of its own, where a hard answer reaches the
+        # limit rather than hangs it.
         alarms = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,

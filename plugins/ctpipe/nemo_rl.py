@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_serializer
 
 from ctpipe.errors import PipelineError
 from ctpipe.jobspec import JobSpec
@@ -38,6 +38,9 @@ CONVERTER = "examples/converters/convert_dcp_to_hf.py"
 STEP_DIR = re.compile(r"step_(\d+)")  # NeMo-RL writes tmp_step_N, renames it to step_N when complete
 # Our JSONL columns, named for ResponseDataset's input_key/output_key.
 INPUT_KEY, OUTPUT_KEY = "problem", "expected_answer"
+# The reward verifiers whose answers the math environment cannot score: it reads them with math-verify
+# alone, and "Paris" against "Paris" is 0.
+TEXT_VERIFIERS = ("exact", "regex")
 Number = StrictInt | StrictFloat
 log = logging.getLogger(__name__)
 
@@ -94,16 +97,24 @@ class PolicyConfig(_Upstream):
 
 
 class ResponseDatasetConfig(_Upstream):
-    dataset_name: StrictStr | None = None
-    data_path: StrictStr | None = None
-    input_key: StrictStr | None = None
-    output_key: StrictStr | None = None
-    split_validation_size: Number | None = None
-    seed: StrictInt | None = None
-    prompt_file: StrictStr | None = None
-    system_prompt_file: StrictStr | None = None
-    processor: StrictStr | None = None
-    env_name: StrictStr | None = None
+    """Every key ``NotRequired``: left out or given, never null. NeMo-RL's pydantic check refuses a
+    null, and fills ``train``'s keys from ``default`` only where they are left out, so a null in
+    ``train`` would hide ``default``'s value. A key not given here is not written."""
+
+    dataset_name: StrictStr = None
+    data_path: StrictStr = None
+    input_key: StrictStr = None
+    output_key: StrictStr = None
+    split_validation_size: Number = None
+    seed: StrictInt = None
+    prompt_file: StrictStr = None
+    system_prompt_file: StrictStr = None
+    processor: StrictStr = None
+    env_name: StrictStr = None
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if k in self.model_fields_set}
 
 
 class DataConfig(_Upstream):
@@ -232,9 +243,8 @@ def build_config(spec: JobSpec, prompts: int) -> MasterConfig:
             ),
             validation=None,
             default=ResponseDatasetConfig(
-                input_key=INPUT_KEY, output_key=OUTPUT_KEY,
-                prompt_file=None, system_prompt_file=None,  # the model's own chat template frames the question
-                processor="math_hf_data_processor", env_name="math",
+                # No prompt_file or system_prompt_file: the model's own chat template frames the question.
+                input_key=INPUT_KEY, output_key=OUTPUT_KEY, processor="math_hf_data_processor", env_name="math",
             ),
         ),
         env=EnvConfig(math=MathEnvConfig(num_workers=nemo.math_verify_workers, math_verify_impl="hf_math_verify")),

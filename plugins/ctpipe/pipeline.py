@@ -51,7 +51,13 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
     """The interval a ``trace_to_dataset`` run builds: the trigger form's ``start`` and ``end`` when
     given (both), else the run's data interval; PipelineError, naming the field and its value, when
     there is none to build. A manual run of a manual-only DAG (no schedule) has a data interval of
-    no length; one triggered without a logical date has none at all."""
+    no length; one triggered without a logical date has none at all. A key of the run's conf that is
+    no param of the form (Airflow puts them among the params) is refused by name: a run given a
+    ``source`` or a ``format`` would build from the configured ones, and announce it."""
+    if unknown := sorted(set(params) - {"start", "end"}):
+        raise PipelineError(f"{', '.join(f'{k}={params[k]!r}' for k in unknown)}: trace_to_dataset's run conf takes "
+                            "start and end alone (the source, store and format are settings: CTPIPE_TRACE_SOURCE, "
+                            "CTPIPE_DATASET_STORE, CTPIPE_DATASET__FORMAT)")
     given = {name: params.get(name) for name in ("start", "end")}
     if any(given.values()):
         if not all(given.values()):

@@ -18,9 +18,11 @@ from __future__ import annotations
 import logging
 import math
 import re
+import signal
 import threading
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
@@ -176,17 +178,38 @@ _STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
 _AROUND = " \t\n*_."
 
 
-def _shortened(record: logging.LogRecord) -> bool:
-    """A log record of math-verify's cut to its first 300 characters: its warnings quote the whole text
-    they could not read (a completion of 30 KB made one line of the log)."""
-    text = record.getMessage()
-    if len(text) > 300:
-        record.msg, record.args = f"{text[:300]}... ({len(text):,} characters)", ()
-    return True
+# How much of its process's CPU time labeling one answer with math-verify may take. math-verify's
+# own limits are wall-clock alarms (five seconds to read a text, five to compare): a hard answer
+# ((x+1)^200 written out) that took them on a loaded machine was wrong there and right on an idle
+# one, under one version name. CPU time does not pass while the process waits for a core; it is the
+# process's, so its other threads count too (Arrow's are idle while it labels).
+MATH_CPU_S = 10.0
+# math-verify's own limits are off (it warns once that they are, and its timeouts' warnings quoted
+# the whole text, 30 KB a line): the CPU limit's warning says what it stopped.
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+log = logging.getLogger(__name__)
 
 
-for _name in ("math_verify.parser", "math_verify.grader", "math_verify.metric"):
-    logging.getLogger(_name).addFilter(_shortened)
+class _OutOfTime(BaseException):
+    """The CPU limit's, a BaseException: math-verify's code catches every Exception and goes on."""
+
+
+@contextmanager
+def _cpu_limited(seconds: float) -> Iterator[None]:
+    """Raise :class:`_OutOfTime` once the process has spent ``seconds`` of CPU time in the block. A
+    signal's timer: in the main thread only."""
+
+    def stop(signum, frame):
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGVTALRM, stop)
+    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)
 
 
 def math_reward(completion: str, reference: str) -> float | None:
@@ -208,21 +231,28 @@ def math_reward(completion: str, reference: str) -> float | None:
     said = pair and _pair_reward(completion, pair)
     if said is not None:
         return said
+    # The CPU limit is a signal's timer, which only the main thread may set: elsewhere (a caller's
+    # thread) math-verify runs without one. Past it, the answer gives no verifiable signal: it was not
+    # found wrong.
+    if threading.current_thread() is not threading.main_thread():
+        return _math_reward(completion, reference)
+    try:
+        with _cpu_limited(MATH_CPU_S):
+            return _math_reward(completion, reference)
+    except _OutOfTime:
+        log.warning("math-verify took more than %g s of CPU time to compare an answer with the reference %.200r: "
+                    "no verifiable signal", MATH_CPU_S, reference)
+        return None
+
+
+def _math_reward(completion: str, reference: str) -> float | None:
     from math_verify import parse, verify
 
-    # math-verify's timeouts are signal alarms, which only the main thread may set: elsewhere (a
-    # caller's thread) it refuses to run with them, so there it runs without, and is not let warn so.
-    main = threading.current_thread() is threading.main_thread()
-    limits = {} if main else {"parsing_timeout": None}
-    if not main:
-        for name in ("math_verify.parser", "math_verify.grader"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-
     def read(text: str) -> list:
-        return (_bare_latex(text) and parse(f"${text}$", **limits)) or parse(text, **limits)
+        return (_bare_latex(text) and parse(f"${text}$", parsing_timeout=None)) or parse(text, parsing_timeout=None)
 
     def same(answer: list) -> bool:
-        return bool(answer) and verify(gold, answer, **({} if main else {"timeout_seconds": None}))
+        return bool(answer) and verify(gold, answer, timeout_seconds=None)
 
     gold = read(_plain(reference.strip()))
     if not gold:
@@ -234,7 +264,7 @@ def math_reward(completion: str, reference: str) -> float | None:
     # ("The answer is (1, 2).", "So x = \frac{\sqrt{3}}{2}.") is read as the answer alone would be.
     stated = _STATED.split(completion)[-1].strip(_AROUND)
     return 1.0 if stated != completion and not _DELIMITED.search(completion) and _bare_latex(stated) \
-        and same(parse(f"${stated}$", **limits)) else 0.0
+        and same(parse(f"${stated}$", parsing_timeout=None)) else 0.0
 
 
 def verifier(name: str, answer_regex: str) -> Callable[[str, str], float | None] | None:
