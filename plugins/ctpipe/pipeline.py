@@ -144,10 +144,16 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     if mark:
         by, at = mark
         recent = by != run_id and (at is None or datetime.now(timezone.utc) - at < _EVENT_RECORDED)
-        if in_airflow is None or recent or in_airflow(manifest.version, by, at):
+        held = in_airflow is None or in_airflow(manifest.version, by, at)
+        if held or recent:
+            # A run marked failed as it finished (Airflow stops a try at its next heartbeat) may have
+            # marked the version and never have its event recorded: say when a run announces it.
             raise NothingToPublish(f"version {manifest.version} was published and announced before, by "
                                    + ("this run (cleared since)" if by == run_id else f"run {by}")
-                                   + ": nothing new to train on")
+                                   + (": nothing new to train on" if held or at is None else
+                                      f", at {at:%H:%M:%S} UTC, whose asset event Airflow does not hold yet: if that "
+                                      f"run failed, a run of this interval from {at + _EVENT_RECORDED:%H:%M:%S} UTC on "
+                                      "announces it"))
         log.warning("version %s was marked announced by %s, but Airflow holds no event of it (the try ended before "
                     "Airflow recorded it): announced now", manifest.version,
                     "an earlier try of this run" if by == run_id else f"run {by}")
