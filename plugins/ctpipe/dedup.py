@@ -340,16 +340,21 @@ class NgramIndex:
         every = pa.concat_arrays([pa.array([], pa.binary()), *(coded.dictionary for coded, *_ in runs)])
         self._vocabulary = pc.unique(every.filter(pc.not_equal(every, b"\0 ")))  # a text's end is no word
         lengths, found = {n}, []
-        for coded, ends, text_of, texts in runs:
+        runs.reverse()
+        while runs:  # each run's words let go once keyed, each run's keys once merged: building took 4 times the index
+            coded, ends, text_of, texts = runs.pop()
             numbers = self._numbers(coded.dictionary)[coded.indices.to_numpy()]
             count = np.bincount(text_of[~ends], minlength=texts)
             shorter = {int(c) for c in count if 0 < c < n}  # an item shorter than n words counts whole
             lengths |= shorter
             for size in sorted({n} | shorter):
                 grams, of = _keys_of(numbers, text_of, size)
-                found.append(grams if size == n else grams[count[of] == size])
+                found.append(np.unique(grams if size == n else grams[count[of] == size]))
         self.lengths = sorted(lengths)
-        self._keys = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
+        self._keys = np.concatenate(found) if found else np.zeros(0, np.uint64)
+        found.clear()
+        self._keys.sort()
+        self._keys = self._keys[np.r_[True, self._keys[1:] != self._keys[:-1]]] if len(self._keys) else self._keys
         bits = max(16, int(len(self._keys) * 8 - 1).bit_length())  # a slot in eight taken, at most
         self._shift = np.uint64(64 - bits)
         self._bitmap = np.zeros(1 << bits, bool)

@@ -99,8 +99,7 @@ def _bare_latex(text: str) -> bool:
 # number of either rewritten form has at most a hundred digits a part: int() refuses a text past 4,300.
 # A decimal's digits past the hundredth after its point are dropped: math-verify compares numbers to
 # six places, and takes time quadratic in their count to read them (a model looping "0.3333..." to its
-# token limit, 30,000 digits, took its five-second timeout: a label that a loaded machine's timeout
-# would have decided otherwise, and five seconds a trace).
+# token limit, 30,000 digits, took five seconds a trace).
 _SIGNS = str.maketrans({"\u2212": "-", "`": None, "π": "\\pi "})
 _VULGAR = re.compile("[" + "".join(c for c in map(chr, range(0xBC, 0x2190))
                                   if re.fullmatch(r"\d+\u2044\d+", unicodedata.normalize("NFKC", c))) + "]")
@@ -215,8 +214,9 @@ def _cpu_limited(seconds: float) -> Iterator[None]:
 def math_reward(completion: str, reference: str) -> float | None:
     """1.0 when the completion's final answer equals ``reference`` mathematically, else 0.0; None without a
     reference, or with one math-verify reads no answer from ("Paris", "B"): that is no math to verify, and
-    0.0 would call even the same text wrong. A reference, or a completion that is an answer alone, of
-    bare LaTeX is read as LaTeX.
+    0.0 would call even the same text wrong; None too for an answer whose comparison takes more than
+    :data:`MATH_CPU_S` of CPU time. A reference, or a completion that is an answer alone, of bare LaTeX
+    is read as LaTeX.
 
     >>> math_reward("so the result is 0.5", "$\\\\frac{1}{2}$"), math_reward("I think 96", "95"), math_reward("x", "")
     (1.0, 0.0, None)
