@@ -137,8 +137,10 @@ _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
 _LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}"
              rf"|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+{_IS}\b|<(?:{_PASSWORDS})>)")
 _LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT).replace(rf"{_IS}\b", _IS_AT))
+# A key's digit is looked for in its first 256 characters: looked for to the end of a run from every
+# label in it, a run of labels ("sk-sk-sk-...", "token=token=...") took time quadratic in its length.
 _SECRET = re.compile(
-    r"\b(?:sk-(?=[\w-]*\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"\b(?:sk-(?=[\w-]{0,255}\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|AIza[\w-]{35}|eyJ[\w-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[\w-]{20,}|npm_[A-Za-z0-9]{36}"
     r"|whsec_[A-Za-z0-9+/=]{24,}|SG\.[\w-]{16,}\.[\w-]{16,}|ya29\.[\w-]{20,}|dckr_pat_[\w-]{20,})"
@@ -147,7 +149,7 @@ _SECRET = re.compile(
     r"|(?<=/bot)\d+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
     rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization){_Q}?\s*{_GIVES}\s*{_Q}?(?i:basic|token|bearer)[ \t]+"
     rf"|(?i:{_KEY_LABELS_AT}){_Q}?\s*{_GIVES}\s*{_Q}?)"
-    r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]*\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
+    r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]{0,255}\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
     # letters and digits in a row, not a URL, a path or a name (the URL to get the token is https://...,
     # the token is bert-base/vocab.txt:30522, the model is gpt-4o-mini-2024-07-18).
