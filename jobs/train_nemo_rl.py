@@ -41,8 +41,7 @@ from ctpipe.atomic import atomic_dir
 from ctpipe.errors import PipelineError
 from ctpipe.jobspec import finish, load_job, run_entrypoint, training_data
 from ctpipe.nemo_rl import (
-    TEXT_VERIFIERS, build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command,
-    write_train_data,
+    build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
 )
 from ctpipe.preemption import PREEMPTED_EXIT
 
@@ -70,11 +69,6 @@ def main(spec_path: str) -> int:
     spec, manifests = load_job(spec_path)
     if spec.algorithm != "grpo":
         raise PipelineError(f"algorithm={spec.algorithm!r}: NeMo-RL runs GRPO here; DPO runs with jobs/train_trl.py")
-    for m in manifests:
-        if (verifier := m.config.get("reward", {}).get("verifier")) in TEXT_VERIFIERS:
-            raise PipelineError(f"dataset version {m.version!r} was labeled with reward.verifier={verifier!r}, whose "
-                                "answers NeMo-RL's math environment cannot score (math-verify alone: a text answer "
-                                "scores 0, and GRPO learns nothing); train it with train.grpo_trainer='trl'")
     nemo = spec.train.nemo_rl
     if not (Path(nemo.home) / "examples").is_dir():
         raise PipelineError(f"train.nemo_rl.home={nemo.home!r} holds no NeMo-RL examples/: run inside {nemo.image}")

@@ -124,16 +124,36 @@ def test_a_prompt_more_than_one_question_is_left_out_of_response_dataset_jsonl(t
 
     ask = lambda *m: [{"role": r, "content": c} for r, c in m]  # noqa: E731
     grpo = pa.Table.from_pylist([
-        {"prompt": ask(("user", "Capital of Italy?")), "answer": "Rome"},
-        {"prompt": ask(("system", "Answer in French."), ("user", "Capital of Italy?")), "answer": "Rome"},
-        {"prompt": ask(("user", "And of France?"), ("assistant", "Paris"), ("user", "Of Spain?")), "answer": "Madrid"},
+        {"prompt": ask(("user", "What is 6 times 7?")), "answer": "42"},
+        {"prompt": ask(("system", "Answer in French."), ("user", "What is 6 times 7?")), "answer": "42"},
+        {"prompt": ask(("user", "And 2 plus 2?"), ("assistant", "4"), ("user", "And 3 plus 3?")), "answer": "6"},
     ], schema=GRPO_SCHEMA)
     assert nemo_rl.write_train_data(grpo, tmp_path / "t.jsonl") == 1
     assert [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()] == [
-        {"problem": "Capital of Italy?", "expected_answer": "Rome"}]
+        {"problem": "What is 6 times 7?", "expected_answer": "42"}]
     assert "2 of the 3 GRPO prompts hold more than a question" in caplog.text
-    with pytest.raises(PipelineError, match="all 2 GRPO prompts hold more than a question"):
+    with pytest.raises(PipelineError, match="none of the 2 GRPO prompts is a question alone with an answer of math"):
         nemo_rl.write_train_data(grpo.slice(1), tmp_path / "u.jsonl")
+
+
+def test_a_prompt_whose_answer_is_no_math_is_left_out_of_response_dataset_jsonl(tmp_path, caplog):
+    """NeMo-RL's math environment scores with math-verify alone: against "Rome", "Rome" scored 0, and
+    GRPO learned nothing from the prompt, whatever verifier labeled the version (arith, the default,
+    keeps a trace's reference answer; regex's GSM8K answers are numbers, which it scores)."""
+    import pyarrow as pa
+
+    from ctpipe.errors import PipelineError
+    from ctpipe.materialize import GRPO_SCHEMA
+
+    grpo = pa.Table.from_pylist([{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in [
+        ("Capital of Italy?", "Rome"), ("Half of one?", "\\frac{1}{2}"), ("Six times seven?", "42"), ("Symbol of gold?", "Au"),
+    ]], schema=GRPO_SCHEMA)
+    assert nemo_rl.write_train_data(grpo, tmp_path / "t.jsonl") == 2
+    assert [json.loads(x)["expected_answer"] for x in (tmp_path / "t.jsonl").read_text().splitlines()] == ["\\frac{1}{2}", "42"]
+    assert "2 of the 4 GRPO prompts have a reference answer that is no math" in caplog.text
+    with pytest.raises(PipelineError, match=r"none of the 1 GRPO prompts .* \(0 hold more than a question, 1 have answers of "
+                                            r"text\); train.grpo_trainer='trl' takes them"):
+        nemo_rl.write_train_data(grpo.slice(0, 1), tmp_path / "u.jsonl")
 
 
 def test_only_complete_step_directories_count(tmp_path):
@@ -255,10 +275,10 @@ def test_outside_the_container_or_with_dpo_it_fails_fast(settings, base_model, t
     assert proc.returncode == 2 and "algorithm='dpo': NeMo-RL runs GRPO here" in err
 
 
-@pytest.mark.parametrize("verifier", ["exact", "regex"])
-def test_a_dataset_labeled_by_text_answers_is_refused(settings, base_model, nemo_home, verifier):
+@pytest.mark.parametrize("verifier", ["exact", "arith"])
+def test_a_dataset_of_text_answers_is_refused(settings, base_model, nemo_home, verifier):
     """NeMo-RL's math environment scores with math-verify alone: the exact answer "Rome" to a question
-    whose reference is "Rome" scored 0, and GRPO learned nothing, silently."""
+    whose reference is "Rome" scored 0, and GRPO learned nothing, silently, whatever the verifier."""
     from tests.conftest import T0, trace, write_traces
 
     write_traces(settings.traces_dir, [trace(i, f"Capital of Italy? ({i})", answer, reference_answer="Rome")
@@ -268,5 +288,5 @@ def test_a_dataset_labeled_by_text_answers_is_refused(settings, base_model, nemo
                      nemo_rl={"home": str(nemo_home)})
     proc = start(spec)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and f"reward.verifier={verifier!r}" in err and "train.grpo_trainer='trl'" in err
+    assert proc.returncode == 2 and "8 have answers of text" in err and "train.grpo_trainer='trl'" in err
     assert not (nemo_home / "calls.jsonl").exists()

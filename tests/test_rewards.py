@@ -253,3 +253,51 @@ def test_an_answer_past_the_cpu_limit_gives_no_math_signal_and_says_so(monkeypat
     assert "more than 0.3 s of CPU time" in caplog.messages[-1] and len(caplog.messages[-1]) < 400  # the reference cut
     monkeypatch.undo()
     assert math_reward("So x = 7.", "7") == 1.0  # and the next answer is compared as before
+
+
+def test_the_cpu_limit_counts_the_labeling_thread_alone_and_keeps_a_timer_set_before(monkeypatch):
+    """It counted the process's time: a comparison of a right answer beside threads hashing (a
+    training's) was cut short, and a timer the process had set was left off."""
+    import signal
+    import threading
+    import time
+
+    import math_verify.grader
+
+    import ctpipe.rewards
+
+    compare = math_verify.grader.sympy_expr_eq
+
+    def waited(*args, **kwargs):
+        time.sleep(1.0)  # the labeling thread's CPU time not passing, the process's passing (below)
+        return compare(*args, **kwargs)
+
+    def hash_for(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    monkeypatch.setattr(ctpipe.rewards, "MATH_CPU_S", 0.3)
+    monkeypatch.setattr(math_verify.grader, "sympy_expr_eq", waited)
+    other = threading.Thread(target=hash_for, args=(1.0,))
+    other.start()
+    assert math_reward("The answer is \\\\frac{1}{2}.", "0.5") == 1.0
+    other.join()
+
+    previous = signal.signal(signal.SIGPROF, lambda *_: None)
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 30.0, 1.0)
+        monkeypatch.undo()
+        math_reward("7", "7")
+        left, interval = signal.getitimer(signal.ITIMER_PROF)
+        assert 29.0 < left < 30.1 and interval == 1.0
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def test_a_decimal_cut_after_its_hundredth_digit_is_still_not_an_integer_it_is_not():
+    """Against an integer math-verify compares exactly: 10.000...0007 cut to its hundredth digit was 10."""
+    assert math_reward("\\boxed{10." + "0" * 100 + "7}", "10") == 0.0
+    assert math_reward("\\boxed{10." + "0" * 150 + "}", "10") == 1.0
+    assert math_reward("The answer is 0." + "3" * 30_000, "\\frac{1}{3}") == 1.0

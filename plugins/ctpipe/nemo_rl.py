@@ -17,6 +17,7 @@ at build time, instead of being silently carried by NeMo-RL's permissive loader.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -38,9 +39,6 @@ CONVERTER = "examples/converters/convert_dcp_to_hf.py"
 STEP_DIR = re.compile(r"step_(\d+)")  # NeMo-RL writes tmp_step_N, renames it to step_N when complete
 # Our JSONL columns, named for ResponseDataset's input_key/output_key.
 INPUT_KEY, OUTPUT_KEY = "problem", "expected_answer"
-# The reward verifiers whose answers the math environment cannot score: it reads them with math-verify
-# alone, and "Paris" against "Paris" is 0.
-TEXT_VERIFIERS = ("exact", "regex")
 Number = StrictInt | StrictFloat
 log = logging.getLogger(__name__)
 
@@ -282,21 +280,37 @@ def write_train_data(grpo: pa.Table, out: Path) -> int:
     ResponseDataset holds one question a row, which its processor frames with one system prompt for
     all: a prompt of our table that holds more (a system message of its own, earlier turns) would be
     trained as another prompt than the one served, and two differing only in their system messages
-    as one. Such prompts are left out and counted in a warning; PipelineError when none is left
-    (TRL's GRPO, train.grpo_trainer=trl, takes whole chats)."""
+    as one. The math environment scores an answer with math-verify alone: against a reference it
+    reads no math from ("Rome"), every answer scores 0, and GRPO learns nothing from the prompt. Both
+    kinds are left out and counted in a warning; PipelineError when none is left (TRL's GRPO,
+    train.grpo_trainer=trl, takes whole chats and the verifier that labeled the version)."""
+    from ctpipe.rewards import math_reward
+
+    @functools.cache
+    def math(answer: str) -> bool:
+        return math_reward(answer, answer) == 1.0
+
     rows = grpo.to_pylist()
-    lines = []
+    lines, chats, texts = [], 0, 0
     for r in rows:
-        if [m["role"] for m in r["prompt"]] != ["user"]:
-            continue
         # The math environment wraps the answer in \boxed{...}: a number that is not a string scores 0 silently.
-        lines.append(json.dumps({INPUT_KEY: r["prompt"][0]["content"], OUTPUT_KEY: str(r["answer"])}))
-    if left_out := len(rows) - len(lines):
+        answer = str(r["answer"])
+        if [m["role"] for m in r["prompt"]] != ["user"]:
+            chats += 1
+        elif not math(answer):
+            texts += 1
+        else:
+            lines.append(json.dumps({INPUT_KEY: r["prompt"][0]["content"], OUTPUT_KEY: answer}))
+    if chats:
         log.warning("%d of the %d GRPO prompts hold more than a question (a system message of their own, earlier "
-                    "turns), which NeMo-RL's ResponseDataset cannot: left out", left_out, len(rows))
+                    "turns), which NeMo-RL's ResponseDataset cannot: left out", chats, len(rows))
+    if texts:
+        log.warning("%d of the %d GRPO prompts have a reference answer that is no math (as 'Rome'), which NeMo-RL's "
+                    "math environment scores 0 whatever the answer: left out", texts, len(rows))
     if rows and not lines:
-        raise PipelineError(f"all {len(rows)} GRPO prompts hold more than a question, which NeMo-RL's "
-                            "ResponseDataset cannot; train.grpo_trainer=trl takes whole chats")
+        raise PipelineError(f"none of the {len(rows)} GRPO prompts is a question alone with an answer of math, which "
+                            f"NeMo-RL's ResponseDataset and math environment take ({chats} hold more than a question, "
+                            f"{texts} have answers of text); train.grpo_trainer='trl' takes them")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     return len(lines)

@@ -20,6 +20,7 @@ import math
 import re
 import signal
 import threading
+import time
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -97,9 +98,10 @@ def _bare_latex(text: str) -> bool:
 # a vulgar fraction (½) and a mixed number (2 3/4, 1½, read as 3 and 1) as one fraction; a repeating
 # decimal (0.\overline{3}, read as 0) as its fraction; a number in e-notation (1.5e-3) in full. A
 # number of either rewritten form has at most a hundred digits a part: int() refuses a text past 4,300.
-# A decimal's digits past the hundredth after its point are dropped: math-verify compares numbers to
-# six places, and takes time quadratic in their count to read them (a model looping "0.3333..." to its
-# token limit, 30,000 digits, took five seconds a trace).
+# A decimal's digits past the hundredth after its point are written as one 1 if any is not 0: math-verify
+# takes time quadratic in their count to read them (a model looping "0.3333..." to its token limit,
+# 30,000 digits, took five seconds a trace), and compares a decimal to six places, or, against an
+# integer, exactly: 10.000...0007 is still not 10.
 _SIGNS = str.maketrans({"\u2212": "-", "`": None, "π": "\\pi "})
 _VULGAR = re.compile("[" + "".join(c for c in map(chr, range(0xBC, 0x2190))
                                   if re.fullmatch(r"\d+\u2044\d+", unicodedata.normalize("NFKC", c))) + "]")
@@ -108,7 +110,7 @@ _ROOT = re.compile(r"√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z])
 _MIXED = re.compile(r"(?<![\d./])(\d{1,100})\s+(\d{1,100})\s*/\s*(\d{1,100})(?![\d/]|\.\d)")
 _REPEATING = re.compile(r"(?<![\d.])(\d{0,100})\.(\d{0,100})\\overline\s*\{(\d{1,100})\}")
 _E_NOTATION = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[eE]([+-]?\d{1,2})(?!\w|\.\d)")
-_LONG_DECIMAL = re.compile(r"(\.\d{100})\d+")
+_LONG_DECIMAL = re.compile(r"(\.\d{100})(\d+)")
 
 
 def _proper(m: re.Match) -> str:
@@ -134,7 +136,8 @@ def _plain(text: str) -> str:
     text = _ROOT.sub(lambda m: "\\sqrt{%s}" % next(g for g in m.groups() if g is not None), text)
     text = _REPEATING.sub(_repeating, _THIN_THOUSANDS.sub("", text))
     text = _E_NOTATION.sub(lambda m: format(Decimal(m[0]), "f"), text)
-    return _MIXED.sub(_proper, _LONG_DECIMAL.sub(r"\1", text))
+    text = _LONG_DECIMAL.sub(lambda m: m[1] + ("1" if m[2].strip("0") else ""), text)
+    return _MIXED.sub(_proper, text)
 
 
 # A time (4:30, 4:30 p.m.) or a ratio (3:4, 16:9): math-verify reads such a pair in text as its first
@@ -177,12 +180,13 @@ _STATED = re.compile(r"####|=|:|\b(?:is|are|at)\b")
 _AROUND = " \t\n*_."
 
 
-# How much of its process's CPU time labeling one answer with math-verify may take. math-verify's
-# own limits are wall-clock alarms (five seconds to read a text, five to compare): a hard answer
-# ((x+1)^200 written out) that took them on a loaded machine was wrong there and right on an idle
-# one, under one version name. CPU time does not pass while the process waits for a core; it is the
-# process's, so its other threads count too (Arrow's are idle while it labels).
+# How much of its thread's CPU time (user and system) labeling one answer with math-verify may take.
+# math-verify's own limits are wall-clock alarms (five seconds to read a text, five to compare): a
+# hard answer ((x+1)^200 written out) that took them on a loaded machine was wrong there and right on
+# an idle one, under one version name. CPU time does not pass while the thread waits for a core, nor
+# while other threads of its process run (a training's).
 MATH_CPU_S = 10.0
+_TICK_S = 0.1  # how often, in the process's CPU time, the thread's is looked at
 # math-verify's own limits are off (it warns once that they are, and its timeouts' warnings quoted
 # the whole text, 30 KB a line): the CPU limit's warning says what it stopped.
 for _name in ("math_verify.parser", "math_verify.grader"):
@@ -196,19 +200,22 @@ class _OutOfTime(BaseException):
 
 @contextmanager
 def _cpu_limited(seconds: float) -> Iterator[None]:
-    """Raise :class:`_OutOfTime` once the process has spent ``seconds`` of CPU time in the block. A
-    signal's timer: in the main thread only."""
+    """Raise :class:`_OutOfTime` once this thread has spent ``seconds`` of CPU time in the block. The
+    process's CPU-time timer ticks, and its signal's handler, run by the main thread (in it only),
+    looks at the thread's own time; a timer set before is set again after."""
+    end = time.thread_time() + seconds
 
-    def stop(signum, frame):
-        raise _OutOfTime
+    def tick(signum, frame):
+        if time.thread_time() > end:
+            raise _OutOfTime
 
-    previous = signal.signal(signal.SIGVTALRM, stop)
-    signal.setitimer(signal.ITIMER_VIRTUAL, seconds)
+    previous = signal.signal(signal.SIGPROF, tick)
+    timer = signal.setitimer(signal.ITIMER_PROF, _TICK_S, _TICK_S)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-        signal.signal(signal.SIGVTALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, *timer)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def math_reward(completion: str, reference: str) -> float | None:
