@@ -11,6 +11,7 @@ import pytest
 
 from ctpipe import pii
 from ctpipe.pii import scrub
+from tests.conftest import fastest
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -221,16 +222,9 @@ def test_a_long_word_after_a_hint_is_scrubbed_in_linear_time():
     """The labels' `[\\w-]*token` was tried at every character of a long word once any hint opened
     the secrets' pattern (risk- holds sk-): quadratic, 17 s for a 20,000-character word. A word 16
     times as long now takes about 16 times as long, not 256."""
-    import time
-
     def took(n: int) -> float:
         text = "Is this risk-free? Sequence: " + "ACGT" * (n // 4)
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            pii.scrub(text)
-            best = min(best, time.perf_counter() - start)
-        return best
+        return fastest(lambda: pii.scrub(text))
 
     assert took(32_000) / took(2_000) < 64
 
@@ -466,18 +460,11 @@ def test_a_phone_beside_another_number_and_a_card_in_en_dashes_are_scrubbed(text
 def test_a_run_of_backslashes_after_a_label_is_scrubbed_in_linear_time():
     """A value's backslash was tried again from each backslash of a run, and backtracked into: 12 s
     for a run of 40,000. A run 16 times as long now takes about 16 times as long, not 256."""
-    import time
-
     import pyarrow as pa
 
     def took(n: int) -> float:
         texts = pa.array(['password="' + "\\" * n + "x", "password: " + "\\" * n + "x1"])
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            pii.scrub_array(texts, Counter(), repeats=False)
-            best = min(best, time.perf_counter() - start)
-        return best
+        return fastest(lambda: pii.scrub_array(texts, Counter(), repeats=False))
 
     assert took(32_000) / took(2_000) < 64
 
@@ -528,16 +515,9 @@ def test_a_long_run_after_a_url_with_no_at_after_it_is_scrubbed_in_linear_time()
     """A URL's user and password were tried at every split of the run after "://" at its digits when
     no "@" followed: a query string after the host, or Chinese text after a URL (400,000 characters
     took 42 s). A run 16 times as long now takes about 16 times as long, not 256."""
-    import time
-
     def took(n: int) -> float:
         text = "x@y.com https://a.com?" + "&".join(f"k{i}=v{i}" for i in range(n // 10))
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            pii._URL_CREDENTIALS.sub("", text)
-            best = min(best, time.perf_counter() - start)
-        return best
+        return fastest(lambda: pii._URL_CREDENTIALS.sub("", text))
 
     assert took(32_000) / took(2_000) < 64
     assert pii.scrub("postgres://app:hunter2@db:5432 and https://3f9a2b@o1.ingest.sentry.io/1") \
@@ -548,16 +528,9 @@ def test_a_long_run_after_a_url_with_no_at_after_it_is_scrubbed_in_linear_time()
 def test_a_run_of_labels_is_scrubbed_in_linear_time(label):
     """A key's digit was looked for to the run's end from every label in it: "sk-" 13,000 times in a
     row took 5.3 s, twice the run 6 times as long. It is looked for in a key's first 256 characters."""
-    import time
-
     def took(n: int) -> float:
         text = label * (n // len(label))
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            pii.scrub(text)
-            best = min(best, time.perf_counter() - start)
-        return best
+        return fastest(lambda: pii.scrub(text))
 
     assert took(16_000) / took(2_000) < 32  # eight times the text; quadratic took 64 times
     assert pii.scrub(f"{label}{'a' * 200}1{'b' * 20}") == ("<SECRET>" if label == "sk-" else "token=<SECRET>")

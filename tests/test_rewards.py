@@ -7,6 +7,7 @@ import pytest
 import re
 
 from ctpipe.rewards import combine, exact_reward, extracted_reward, feedback_reward, judge_reward, math_reward
+from tests.conftest import fastest
 
 
 @pytest.mark.parametrize("completion, reference, expected", [
@@ -199,16 +200,9 @@ def test_a_number_of_thousands_of_digits_is_labeled_not_raised(verify):
 def test_a_decimal_looping_to_the_token_limit_is_labeled_as_its_value_in_linear_time():
     """math-verify reads a decimal in time quadratic in its digits: a model's "0.3333..." of 30,000
     digits took its five-second timeout and was wrong against 1/3 (a label the machine's load decided).
-    Past the hundredth digit after the point they are dropped, math-verify comparing to six places."""
-    import time
-
+    Past the hundredth digit after the point they are written as one 1, math-verify comparing to six places."""
     def took(n: int) -> float:
-        best = float("inf")
-        for _ in range(3):
-            start = time.perf_counter()
-            math_reward("The answer is 0." + "3" * n, "42")
-            best = min(best, time.perf_counter() - start)
-        return best
+        return fastest(lambda: math_reward("The answer is 0." + "3" * n, "42"))
 
     assert math_reward("The answer is 0." + "3" * 30_000, "\\frac{1}{3}") == 1.0
     assert math_reward("\\boxed{0." + "3" * 30_000 + "4}", "0.33") == 0.0
