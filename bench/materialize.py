@@ -135,6 +135,12 @@ def run_ctpipe(src: Path, out: Path) -> dict:
     return {"counts": m.counts, "reasons": m.quarantine_reasons, "scrubbed": m.scrubbed}
 
 
+def _in_class(inside: bool, c: str) -> bool:
+    """Whether a pattern is within a character class after ``c``, when it was before (``inside``); an
+    escape (two characters) neither opens nor closes one."""
+    return (inside and c != "]") or (not inside and c == "[")
+
+
 def _re2(rx: str) -> str:
     """A Python pattern as RE2 takes it: without its lookarounds and word boundaries, which RE2 has
     not (the replacement keeps what they look at, so DuckDB scrubs a little more), its possessive
@@ -155,14 +161,14 @@ def _re2(rx: str) -> str:
                 if c == "\\":
                     i += 2
                     continue
-                in_class = (in_class and c != "]") or (not in_class and c == "[")
+                in_class = _in_class(in_class, c)
                 depth += (not in_class) * ((c == "(") - (c == ")"))
                 i += 1
                 if depth == 0:
                     break
             continue
         out.append(rx[i:i + 2] if rx[i] == "\\" else rx[i])
-        in_class = (in_class and out[-1] != "]") or (not in_class and out[-1] == "[")
+        in_class = _in_class(in_class, out[-1])
         i += len(out[-1])
     return "".join(out).replace("\\b", "").replace("\\Z", "$")
 

@@ -442,10 +442,7 @@ class Output:
         from fsspec.implementations.local import LocalFileSystem
 
         self.uri = str(uri)
-        try:
-            self.fs, root = filesystem(self.uri)
-        except (ImportError, ValueError, OSError) as e:  # an unknown protocol (s4://), a client that cannot start
-            raise PipelineError(f"dataset store {self.uri!r}: {e}") from None
+        self.fs, root = filesystem(self.uri, "dataset store")
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = os.path.normpath(root) if self.local else root.rstrip("/")  # store/./x is store/x, in manifests too
         reachable(self.fs, self.root, f"dataset store {self.uri!r}")  # fails now, naming the store, if it refuses

@@ -1592,11 +1592,11 @@ class _Pool:
         # math-verify's CPU limit is a signal's timer, which only a process's main thread may set: run
         # from another thread, a run labels in a worker of its own, where a hard answer reaches the
         # limit rather than hangs it.
-        alarms = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
+        limited = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
                                          initargs=(job, os.getpid()))
-                        for _ in range(workers)] if workers > 1 or not alarms else []
+                        for _ in range(workers)] if workers > 1 or not limited else []
         with _environment(_WORKER_ALLOCATORS), _main_left_alone(), _interrupts_held():
             for pool in self.workers:
                 pool.submit(int)  # starts its process now, under these settings

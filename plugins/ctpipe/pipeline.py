@@ -54,11 +54,11 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
     no length; one triggered without a logical date has none at all. A key of the run's conf that is
     no param of the form (Airflow puts them among the params) is refused by name: a run given a
     ``source`` or a ``format`` would build from the configured ones, and announce it."""
-    if unknown := sorted(set(params) - {"start", "end"}):
+    given = {name: params.get(name) for name in ("start", "end")}
+    if unknown := sorted(set(params) - set(given)):
         raise PipelineError(f"{', '.join(f'{k}={params[k]!r}' for k in unknown)}: trace_to_dataset's run conf takes "
                             "start and end alone (the source, store and format are settings: CTPIPE_TRACE_SOURCE, "
                             "CTPIPE_DATASET_STORE, CTPIPE_DATASET__FORMAT)")
-    given = {name: params.get(name) for name in ("start", "end")}
     if any(given.values()):
         if not all(given.values()):
             empty = next(name for name, value in given.items() if not value)
@@ -146,14 +146,13 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
         recent = by != run_id and (at is None or datetime.now(timezone.utc) - at < _EVENT_RECORDED)
         held = in_airflow is None or in_airflow(manifest.version, by, at)
         if held or recent:
+            who = "this run (cleared since)" if by == run_id else f"run {by}"
             # A run marked failed as it finished (Airflow stops a try at its next heartbeat) may have
             # marked the version and never have its event recorded: say when a run announces it.
-            raise NothingToPublish(f"version {manifest.version} was published and announced before, by "
-                                   + ("this run (cleared since)" if by == run_id else f"run {by}")
-                                   + (": nothing new to train on" if held or at is None else
-                                      f", at {at:%H:%M:%S} UTC, whose asset event Airflow does not hold yet: if that "
-                                      f"run failed, a run of this interval from {at + _EVENT_RECORDED:%H:%M:%S} UTC on "
-                                      "announces it"))
+            then = (": nothing new to train on" if held or at is None else
+                    f", at {at:%H:%M:%S} UTC, whose asset event Airflow does not hold yet: if that run failed, a run "
+                    f"of this interval from {at + _EVENT_RECORDED:%H:%M:%S} UTC on announces it")
+            raise NothingToPublish(f"version {manifest.version} was published and announced before, by {who}{then}")
         log.warning("version %s was marked announced by %s, but Airflow holds no event of it (the try ended before "
                     "Airflow recorded it): announced now", manifest.version,
                     "an earlier try of this run" if by == run_id else f"run {by}")

@@ -280,13 +280,20 @@ class Block:
         return replace(self, first=first, damage=damage)
 
 
-def filesystem(uri: str) -> tuple[Any, str]:
+def filesystem(uri: str, what: str | None = None, error: type[PipelineError] = PipelineError) -> tuple[Any, str]:
     """(filesystem, path) of any fsspec URI, as the store is now. fsspec shares one filesystem object
     per kind of URI within a process, and an object store's keeps the listings it made: a process
-    that runs interval after interval would miss the files added since, and versions published since."""
+    that runs interval after interval would miss the files added since, and versions published since.
+    With ``what``, a URI no filesystem takes (an unknown protocol, s4://) is ``error`` naming it as
+    ``what``, not the client's own exception."""
     from fsspec.core import url_to_fs
 
-    fs, path = url_to_fs(uri)
+    try:
+        fs, path = url_to_fs(uri)
+    except (ImportError, ValueError, OSError) as e:  # OSError: a client that cannot start, as HDFS's without a JVM
+        if what is None:
+            raise
+        raise error(f"{what} {uri!r}: {e}") from None
     fs.invalidate_cache()
     return fs, path
 
@@ -325,10 +332,7 @@ def list_files(uri: str, what: str = "source",
     writer's temporary files, markers) are left out. On a local disk, an entry that is neither a file
     nor a folder once links are followed (a dangling link, a pipe), or whose name is not UTF-8, is
     not read either, nor a folder that cannot be listed: one such entry stopped the run, or hung it."""
-    try:
-        fs, path = filesystem(uri)
-    except (ImportError, ValueError, OSError) as e:  # OSError: a client that cannot start, as HDFS's without a JVM
-        raise SourceError(f"{what} {uri!r}: {e}") from None
+    fs, path = filesystem(uri, what, SourceError)
     if _local(fs):  # one file however its path is spelled (a//b, a/../a/b): its name is in every row read from it
         path = os.path.normpath(path)
     if not reachable(fs, path, f"{what} {uri!r}", SourceError):
