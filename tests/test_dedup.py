@@ -96,6 +96,21 @@ def test_a_prompt_sharing_13_words_with_an_eval_item_is_contaminated():
     assert not NgramIndex([]).overlaps("anything")
 
 
+def test_an_index_saved_and_mapped_gives_the_verdicts_of_the_one_built(tmp_path):
+    """Workers map the index the main process built: it answers as built, short items, other scripts,
+    words no item holds and an index of no item alike."""
+    texts = pa.array(["Quick one: natalia sold clips to 48 of her friends in April and then she sold something",
+                      "Natalia sold clips to 48 of her friends in June.", "Hey, what is 57 plus 38? Thanks",
+                      "what is 57 plus 39", "请回答：已知一个等差数列的首项是三，公差是四", "", "unknown words only"])
+    for items in ([LONG_EVAL, "What is 57 plus 38?", "已知一个等差数列的首项是三，公差是四"], []):
+        built = NgramIndex(items)
+        built.save(str(tmp_path / f"index-{len(items)}"))
+        mapped = NgramIndex.mapped(str(tmp_path / f"index-{len(items)}"))
+        assert mapped.overlaps_array(texts).tolist() == built.overlaps_array(texts).tolist() == (
+            [True, False, True, False, True, False, False] if items else [False] * 7)
+        assert isinstance(mapped._keys, np.memmap) and mapped.lengths == built.lengths
+
+
 def test_in_scripts_written_without_spaces_each_character_is_a_word():
     """A clause of Chinese, Japanese or Thai is no one word: an eval item's text is found with more
     written around it, or with one clause of many left out."""

@@ -2572,6 +2572,40 @@ def test_workers_keep_pandas_out(tmp_path):
         pool.close()
 
 
+def test_workers_map_the_evaluation_ngrams_the_main_process_built_once(tmp_path):
+    """Built by each worker, the n-grams of 100,000 eval items took as much memory again per worker;
+    the main process builds them while the workers import, and each maps its files."""
+    item = "A farmer has seventeen sheep and all but nine run away through the broken fence, how many are left?"
+    job = mat.Job(T0, T0 + HOUR, TaskConfig(), RewardConfig(), DatasetConfig(), (item, "What is 57 plus 38?"),
+                  datasets.Output(tmp_path / "out").staging(), str(tmp_path), 1)
+    pool = mat._Pool(job, 2)
+    try:
+        index = "__import__('ctpipe.materialize').materialize._eval_index()"
+        asked = (f"(type({index}._keys).__name__, {index}.overlaps_many(['Well: {item} Go', 'what is 57 plus 38', "
+                 "'what is 57 plus 39']), __import__('ctpipe.materialize').materialize._JOB.eval_items)")
+        assert [worker.submit(eval, asked).result() for worker in pool.workers] == [
+            ("memmap", [True, True, False], ())] * 2
+        assert (tmp_path / "eval-ngrams" / "keys.npy").is_file()
+    finally:
+        pool.close()
+
+
+def test_evaluation_ngrams_that_fail_to_build_stop_the_workers_started(tmp_path, monkeypatch):
+    def fail(index, folder):
+        raise MemoryError
+
+    monkeypatch.setattr(mat.dedup.NgramIndex, "save", fail)
+    processes = []
+    close = mat._Pool.close
+    monkeypatch.setattr(mat._Pool, "close", lambda pool, stop=False: processes.extend(
+        p for worker in pool.workers for p in worker._processes.values()) or close(pool, stop))
+    job = mat.Job(T0, T0 + HOUR, TaskConfig(), RewardConfig(), DatasetConfig(), ("What is 57 plus 38?",),
+                  datasets.Output(tmp_path / "out").staging(), str(tmp_path), 1)
+    with pytest.raises(MemoryError):
+        mat._Pool(job, 2)
+    assert len(processes) == 2 and not any(p.is_alive() for p in processes)
+
+
 @pytest.mark.parametrize("workers", [1, 2])  # pandas is installed here, and kept out of the workers
 def test_parquet_times_in_nanoseconds_are_read_to_the_microsecond_whether_pandas_is_installed_or_not(
         tmp_path, monkeypatch, workers):

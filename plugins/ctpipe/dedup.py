@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
 import unicodedata
@@ -252,6 +253,7 @@ class Recent:
 _Q = 0x9E3779B97F4A7C15
 _Q_INV = np.uint64(pow(_Q, -1, 1 << 64))
 _Q = np.uint64(_Q)
+_BITS = (1 << np.arange(8)).astype(np.uint8)  # a slot's bit in its byte of an NgramIndex's bitmap
 _CHUNK = 1 << 21  # bytes of text taken at once: a few arrays of a word's 8 bytes each
 _POWERS: dict[int, np.ndarray] = {}
 # normalize()'s ASCII translation, with a NUL made \x01: a NUL ends each text in the words' blob.
@@ -323,10 +325,13 @@ class NgramIndex:
     Each n-gram (or a short item, whole) is kept as a 64-bit key of its words' numbers in the items'
     vocabulary. A block's prompts are split into words at once, their words numbered by one lookup
     in that vocabulary, and their n-grams of known words keyed the same way and looked up: in a
-    bitmap of the keys' top bits, then, where it says maybe, in the sorted keys. Memory is about 24
+    bitmap of the keys' top bits, then, where it says maybe, in the sorted keys. Memory is about 10
     bytes an n-gram of the items, whatever their number (an Aho-Corasick automaton of the n-grams'
     texts took 175 MB for a thousand items of 60 words, in each worker). Two n-grams share a key one
     time in 2**64.
+
+    Built once, :meth:`save` writes it to files that :meth:`mapped` maps: processes mapping them share
+    one copy in memory, where each built its own (and the build takes about three times the index).
     """
 
     def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):
@@ -356,13 +361,41 @@ class NgramIndex:
         self._keys.sort()
         self._keys = self._keys[np.r_[True, self._keys[1:] != self._keys[:-1]]] if len(self._keys) else self._keys
         bits = max(16, int(len(self._keys) * 8 - 1).bit_length())  # a slot in eight taken, at most
-        self._shift = np.uint64(64 - bits)
-        self._bitmap = np.zeros(1 << bits, bool)
-        self._bitmap[(self._keys >> self._shift).astype(np.intp)] = True
+        self._bitmap = np.zeros(1 << (bits - 3), np.uint8)
+        slots = self._keys >> np.uint64(64 - bits)
+        np.bitwise_or.at(self._bitmap, (slots >> np.uint64(3)).astype(np.intp), _BITS[(slots & np.uint64(7)).astype(np.intp)])
+        self._ready(remembered)
+
+    def _ready(self, remembered: int) -> None:
         # The verdicts of the texts checked lately, by their :func:`key` (4.5 MB). Prompts come back, since
         # pairing wants several answers to one, and a prompt met again is not searched again: at a
         # million bench traces, half of them are not.
         self._verdicts = Recent(remembered, bool)
+        self._shift = np.uint64(64 - int(len(self._bitmap) * 8 - 1).bit_length())  # as it was built
+
+    _FILES = ("keys", "bitmap", "offsets", "words", "lengths")
+
+    def save(self, folder: str) -> None:
+        """Write this index into ``folder`` (made here), for :meth:`mapped`."""
+        os.makedirs(folder)
+        vocabulary = self._vocabulary
+        data = vocabulary.buffers()[2]
+        arrays = (self._keys, self._bitmap,
+                  np.frombuffer(vocabulary.buffers()[1], np.int32)[vocabulary.offset:vocabulary.offset + len(vocabulary) + 1],
+                  np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8), np.array(self.lengths))
+        for name, array in zip(self._FILES, arrays, strict=True):
+            np.save(os.path.join(folder, name + ".npy"), array)
+
+    @classmethod
+    def mapped(cls, folder: str, remembered: int = 1 << 19) -> NgramIndex:
+        """The index :meth:`save` wrote into ``folder``, mapped rather than read."""
+        index = cls.__new__(cls)
+        keys, index._bitmap, offsets, words, lengths = (np.load(os.path.join(folder, name + ".npy"), mmap_mode="r")
+                                                         for name in cls._FILES)
+        index._keys, index.lengths, index.n = keys, lengths.tolist(), int(lengths[-1])
+        index._vocabulary = pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(words)])
+        index._ready(remembered)
+        return index
 
     def _numbers(self, words: pa.Array) -> np.ndarray:
         """Each word's number in the items' vocabulary; -1 for one no item holds, and for a text's end."""
@@ -397,7 +430,8 @@ class NgramIndex:
             numbers = self._numbers(words)
             for size in self.lengths:
                 grams, of = _keys_of(numbers, text_of, size)
-                maybe = self._bitmap[(grams >> self._shift).astype(np.intp)]
+                slots = grams >> self._shift
+                maybe = (self._bitmap[(slots >> np.uint64(3)).astype(np.intp)] & _BITS[(slots & np.uint64(7)).astype(np.intp)]).astype(bool)
                 grams, of = grams[maybe], of[maybe]
                 at = np.minimum(np.searchsorted(self._keys, grams), len(self._keys) - 1)
                 out[first + of[self._keys[at] == grams]] = True
