@@ -21,6 +21,7 @@ import json
 import logging
 import signal
 import sys
+from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 from typing import get_args
@@ -120,6 +121,8 @@ def cmd_materialize(args) -> int:
     source, out = args.source or s.trace_source or str(s.traces_dir), args.out or s.datasets_uri  # as the DAG reads
     step = args.every or (args.end - args.start)
     start = args.start
+    total: Counter = Counter()  # a backfill's, said at its end: the intervals' own scroll past by thousands
+    reasons: Counter = Counter()
     while start < args.end:
         try:
             end = min(start + step, args.end)
@@ -146,6 +149,9 @@ def cmd_materialize(args) -> int:
                   file=sys.stderr)
             return 1
         empty = isinstance(m, NoTraces)
+        total.update(intervals=1, **{"empty" if empty else "found" if m.found else "built": 1},
+                     **({} if empty else {k: m.counts.get(k, 0) for k in _TOTALLED}))
+        reasons.update({} if empty else m.quarantine_reasons)
         if args.json:  # one object per interval, for scripts
             print(json.dumps({"start": start.isoformat(), "end": end.isoformat(),
                               **({"version": None, **{k: v for k, v in dataclasses.asdict(m).items() if k != "interval"}}
@@ -173,7 +179,15 @@ def cmd_materialize(args) -> int:
                             + unjoined_lines(m.source.get("unjoined", {})))
                   + f"  {m.uri}")
         start = end
+    if total["intervals"] > 1 and not args.json:
+        print(f"backfill [{args.start.isoformat()}, {args.end.isoformat()}) by {step}: {total['intervals']} intervals, "
+              f"{total['built']} built, {total['found']} found built before, {total['empty']} with no trace\n"
+              f"  traces in {total['traces_in']} = {total['traces']} rows + {total['quarantined']} quarantined "
+              f"{json.dumps(dict(reasons.most_common()))}; {total['grpo_prompts']} GRPO prompts, {total['dpo_pairs']} DPO pairs")
     return 0
+
+
+_TOTALLED = ("traces_in", "traces", "quarantined", "grpo_prompts", "dpo_pairs")
 
 
 def cmd_k8s_render(args) -> int:

@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -60,6 +61,11 @@ LATEST = "LATEST"
 # to a spot reclaim): the next run removes it. Far past any run's length, so none is removed under it.
 STALE_STAGING = timedelta(days=2)
 _STAGED = re.compile(r"\.tmp-(\d{8}T\d{6}Z)-[0-9a-f]{32}")  # a staged version's name: when it began
+# When this process last looked for stale staging in each store (time.monotonic()), which lists every
+# version: a backfill looked at each interval, 0.4 s of 8,000 versions on S3, where once an hour finds
+# all that staleness, days long, needs.
+_SWEPT: dict[str, float] = {}
+_SWEEP_EVERY = 3600.0
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 SCORES = pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64()), ("label", pa.string()), ("source", pa.string())]))
@@ -506,7 +512,9 @@ class Output:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def staging(self) -> Staging:
-        self._remove_stale(datetime.now(timezone.utc))
+        if time.monotonic() - _SWEPT.get(self.uri, -_SWEEP_EVERY) >= _SWEEP_EVERY:
+            self._remove_stale(datetime.now(timezone.utc))
+            _SWEPT[self.uri] = time.monotonic()
         return Staging(self)
 
     def _remove_stale(self, now: datetime) -> None:
