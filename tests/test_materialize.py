@@ -906,6 +906,26 @@ def test_worker_processes_give_the_same_version_as_one_process(tmp_path, monkeyp
         assert table(finer, name) == table(many, name)
 
 
+def test_rows_kept_for_pairing_from_a_piece_read_back_hold_their_own_memory_not_the_piece(tmp_path, monkeypatch):
+    """A piece of a part read from its file is one buffer, its columns slices of it: the rows kept for
+    pairing kept every such piece whole, with the long prompt each choice repeats (300 logs of 64
+    choices of a 100 KB prompt peaked at 3,556 MB), while their own size said a few MB."""
+    prompt = "lorem ipsum dolor " * 3000
+    logs = [{**choices_log([f"Answer {k}" for k in range(32)], f"{prompt} Question {i}", id=f"chatcmpl-{i}",
+                           created=int(T0.timestamp()) + i), "metadata": {"rating": 4}} for i in range(12)]  # every row rated
+    (tmp_path / "a.jsonl").write_bytes(lines(*logs))
+    monkeypatch.setattr(mat, "_HELD_BYTES", 20_000)  # every piece but the first held on disk
+    monkeypatch.setattr(mat, "_PIECE_BYTES", 100_000)
+    held = []
+    spill = mat.spill
+    monkeypatch.setattr(mat, "spill", lambda: held.append((sum(size for _, size in mat._SPILLING), pa.total_allocated_bytes()))
+                        or spill())
+    m = run(tmp_path / "a.jsonl", tmp_path / "out")
+    assert m.counts["traces"] == 12 * 32 and m.reward_stats["signals"]["feedback"] == 12 * 32 and len(held) == 1
+    counted, allocated = held[0]
+    assert counted < 2_000_000 and allocated < counted + 2_000_000, held  # 12 prompts of 54 KB, once each
+
+
 def test_many_choices_sharing_a_long_prompt_are_made_into_rows_in_pieces_held_on_disk(tmp_path, monkeypatch):
     """OpenAI logs of ``n`` choices (each choice a trace carrying the whole prompt), broken lines
     between them, with duplicate answers: made into rows a few records at a time, some by the fast

@@ -945,17 +945,18 @@ class _Held:
             self.writer.close()
             self.file.close()
 
-    def pieces(self) -> Iterator[pa.Table]:
-        """The rows: those held in memory as one table, one chunk a column (a part's files are then
-        written as they were before rows came in pieces), those in the file a piece at a time, and
-        the file removed."""
+    def pieces(self) -> Iterator[tuple[pa.Table, bool]]:
+        """The rows, each piece with whether it was read from the file: those held in memory as one
+        table, one chunk a column (a part's files are then written as they were before rows came in
+        pieces), those in the file a piece at a time, and the file removed. A piece read is one
+        buffer that its columns are slices of: a column kept keeps all of it."""
         if self.tables:
-            yield self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables).combine_chunks()
+            yield (self.tables[0] if len(self.tables) == 1 else pa.concat_tables(self.tables).combine_chunks()), False
         if self.writer is not None:
             with pa.OSFile(self.path) as f:
                 reader = pa.ipc.open_file(f)
                 for i in range(reader.num_record_batches):
-                    yield pa.Table.from_batches([reader.get_batch(i)])
+                    yield pa.Table.from_batches([reader.get_batch(i)]), True
             os.remove(self.path)
 
 
@@ -1020,7 +1021,7 @@ def finish(item: Finish) -> Written:
     with ExitStack() as stack:
         out = _PartOut(stack, "traces", item.index, TRACES_SCHEMA)
         quarantined = _PartOut(stack, "quarantine", item.index, QUARANTINE_SCHEMA)
-        for rows in held.pieces():
+        for rows, read in held.pieces():
             quarantined.flush(_PIECE_BYTES)  # what earlier pieces left waiting, past its size
             if item.lines_before:
                 at = rows.schema.get_field_index("source_line")
@@ -1045,7 +1046,7 @@ def finish(item: Finish) -> Written:
             if not rows.num_rows:
                 continue
             out.write(rows.select(TRACES_SCHEMA.names))
-            spilling, first = _for_pairing(rows, first), first + rows.num_rows
+            spilling, first = _for_pairing(rows, first, copied=read), first + rows.num_rows
             _SPILLING.append((spilling, spilling.get_total_buffer_size()))
             if sum(size for _, size in _SPILLING) >= _SPILL_BYTES:
                 spill()
@@ -1087,9 +1088,15 @@ class _PartOut:
             self.waiting, self.size = [], 0
 
 
-def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
+def _for_pairing(rows: pa.Table, first: int, copied: bool) -> pa.Table:
     """The kept rows of a part, numbered from ``first`` (in the source's order of kept rows), as they
-    are spilled for pairing: with all that a GRPO row or a DPO pair takes from them.
+    are spilled for pairing: with all that a GRPO row or a DPO pair takes from them. They are copied
+    out of ``rows``'s buffers with ``copied``; otherwise the columns are taken as they are where
+    every row is spilled.
+
+    Held until spilled, they must hold no more memory than their own columns' size says: a piece of
+    a part's file, one buffer, was kept whole by them, with the long prompt its many choices repeat.
+    300 logs of 64 choices of a 100 KB prompt peaked at 3,556 MB, now 718.
 
     A prompt's messages are the same in each of its rows, so a row carries them only when this
     process has not spilled them already (as far as :data:`_SPILLED_PROMPTS` remembers), and a row
@@ -1108,7 +1115,7 @@ def _for_pairing(rows: pa.Table, first: int) -> pa.Table:
         | rows["reference_answer"].is_valid().to_numpy(zero_copy_only=False)
     at = np.flatnonzero(wanted)
     rest = rows.select([name for name in _SPILL_SCHEMA.names if name not in ("row", "messages")])
-    rest = rest.take(at) if len(at) < rows.num_rows else rest
+    rest = rest.take(at) if copied or len(at) < rows.num_rows else rest
     messages = rows["messages"].take(pa.array(np.where(openers[at], at, -1), mask=~openers[at]))
     return pa.table({"row": pa.array(first + at, pa.int64()), "messages": messages,
                      **{name: rest[name] for name in rest.column_names}}, schema=_SPILL_SCHEMA)
@@ -1598,7 +1605,7 @@ class _Pool:
         limited = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
         # The evaluation n-grams are built here once, while the workers import, and mapped by each. Built
         # by each, they took as much memory again per worker: 100,000 items of 60 words and 100,000
-        # traces peaked at 1,272 MB, where they now take 740.
+        # traces peaked at 1,272 MB, where they now take 740 to 790.
         shared = replace(job, eval_items=(), eval_index=os.path.join(job.spill_dir, "eval-ngrams")) if job.eval_items else job
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
