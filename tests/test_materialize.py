@@ -481,6 +481,27 @@ def test_an_interval_with_no_trace_names_some_of_thousands_of_files_not_read(tmp
     assert len(m.skipped_files) == 30
 
 
+def test_thousands_of_files_in_no_format_are_counted_and_some_named_in_the_log_and_the_summary(tmp_path, capsys, caplog):
+    """60,000 files of one unreadable line each made a log line of 4 MB, and a line each in the
+    command's summary; the manifest names them all."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(30):
+        (src / f"bad-{i:02d}.jsonl").write_bytes(b"oops\n")
+    (src / "good.jsonl").write_bytes(lines(trace(1)))
+    with caplog.at_level(logging.WARNING, logger="ctpipe.materialize"):
+        assert main(["materialize", "--source", str(src), "--out", str(tmp_path / "out"), "--start", T0.isoformat(),
+                     "--end", (T0 + HOUR).isoformat()]) == 0
+    out = capsys.readouterr().out
+    assert out.count("no trace in a known format, 1 items quarantined") == 20
+    assert "  and 10 more files so (--json lists them all)\n" in out
+    [said] = [r.getMessage() for r in caplog.records if "with no trace in" in r.getMessage()]
+    assert said.startswith("30 files with no trace in any known format") and said.count("(1 items)") == 20
+    assert said.endswith("and 10 more files so (the manifest names them all)")
+    manifest = datasets.Output(tmp_path / "out").resolve(None)
+    assert len(manifest.source["unrecognized_files"]) == 30 and manifest.counts["traces"] == 1
+
+
 def test_a_missing_source_is_named_and_an_empty_one_publishes_nothing(tmp_path, capsys):
     with pytest.raises(sources.SourceError, match="does not exist"):
         run(tmp_path / "nope", tmp_path / "out")
@@ -2588,6 +2609,19 @@ def test_pairing_buckets_are_cut_by_what_a_compressed_source_held_not_by_its_siz
     assert gz.counts == plain.counts and gz.counts["dpo_pairs"] == gz.counts["grpo_prompts"] == 600
     for name in ("grpo", "dpo"):  # the same rows, though cut into other buckets
         assert unordered(gz, name) == unordered(plain, name)
+
+
+def test_the_empty_tables_of_a_block_are_let_go_as_they_come_not_gathered(monkeypatch):
+    """Each file whose every item is quarantined (or joined) gives an empty table, some 24 KB of
+    memory with the RAW schema, and a piece gathered them all, since they weigh no bytes: 60,000 files
+    of one unreadable line peaked at 2,008 MB."""
+    empty, rows = pa.table({"n": pa.array([], pa.int64())}), pa.table({"n": pa.array([1, 2], pa.int64())})
+    assert [t.to_pydict() for t in mat._gathered([empty, empty])] == [{"n": []}]  # a part of no row keeps one
+    held = []
+    runs = mat._runs
+    monkeypatch.setattr(mat, "_runs", lambda items, size: (held.append(len(run)) or run for run in runs(items, size)))
+    gathered = list(mat._gathered([empty, *[empty] * 20_000, rows, *[empty] * 20_000, rows]))
+    assert [t.to_pydict() for t in gathered] == [{"n": [1, 2, 1, 2]}] and held == [3]
 
 
 def test_rows_taken_batch_by_batch_are_the_rows_a_table_take_gives():

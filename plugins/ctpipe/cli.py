@@ -109,7 +109,7 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.materialize import NoTraces, materialize, misplaced_lines, unjoined_lines
+    from ctpipe.materialize import NoTraces, materialize, misplaced_lines, some_files, unjoined_lines
     from ctpipe.pipeline import unfinished
 
     s = _settings()
@@ -171,10 +171,11 @@ def cmd_materialize(args) -> int:
                   f"{json.dumps(m.quarantine_reasons)}; {c.get('outside_interval', 0)} records of other times\n"
                   f"  {c['grpo_prompts']} GRPO prompts, {c['dpo_pairs']} DPO pairs; reward {json.dumps(m.reward_stats)}\n"
                   f"  PII scrubbed {json.dumps(m.scrubbed)}; formats {json.dumps(m.source.get('formats', {}))}\n"
-                  + "".join(f"  {f}: no trace in a known format, {n} items quarantined\n"
-                            for f, n in m.source.get("unrecognized_files", {}).items())
-                  + "".join(f"  {f}: not read: {why}\n"
-                            for f, why in m.source.get("skipped_files", {}).items())
+                  + "".join(f"  {line}\n" for line in some_files(m.source.get("unrecognized_files", {}),
+                                                                  "{}: no trace in a known format, {} items quarantined",
+                                                                  "so (--json lists them all)"))
+                  + "".join(f"  {line}\n" for line in some_files(m.source.get("skipped_files", {}), "{}: not read: {}",
+                                                                  "not read (--json lists them all)"))
                   + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset)
                             + unjoined_lines(m.source.get("unjoined", {})))
                   + f"  {m.uri}")

@@ -914,8 +914,14 @@ def process(item: tuple[int, sources.Block]) -> Part:
 def _gathered(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
     """Consecutive ``tables`` joined into pieces of up to about :data:`_PIECE_BYTES`, one chunk a
     column, not one a file: filtering and taking run per chunk, and with a chunk per file of ten rows,
-    cost more than all the rest of a part."""
-    for run in _runs(tables, lambda table: table.nbytes):
+    cost more than all the rest of a part.
+
+    Empty tables after the first are left out (a part of no row keeps one): of files whose records
+    are all quarantined, or all joined, some bytes each, they filled a piece by tens of thousands, at
+    about 24 KB each: 60,000 files of one unreadable line peaked at 2,008 MB."""
+    tables = iter(tables)
+    first = list(itertools.islice(tables, 1))
+    for run in _runs(itertools.chain(first, (table for table in tables if table.num_rows)), lambda table: table.nbytes):
         yield run[0] if len(run) == 1 else pa.concat_tables(run).combine_chunks()
 
 
@@ -1957,8 +1963,7 @@ def materialize(
     fs, files, skipped = sources.list_files(source, keep=keep)
     if skipped:  # named in the manifest too, all of them, with why
         log.warning("%d files of the source are not read: %s", len(skipped),
-                    "; ".join([f"{path}: {why}" for path, why in itertools.islice(skipped.items(), 20)]
-                              + ["..."] * (len(skipped) > 20)))
+                    "; ".join(some_files(skipped, "{}: {}", "not read (the manifest names them all)")))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = eval_sets.items(task, dataset)
@@ -2187,9 +2192,9 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
     stats.warn(reward, counts["traces"])
     unrecognized = unformatted.files()
     if unrecognized:
-        log.warning("files with no trace in %s (all they hold is quarantined): %s",
+        log.warning("%d files with no trace in %s (all they hold is quarantined): %s", len(unrecognized),
                     "any known format" if dataset.format == "auto" else f"format {dataset.format}",
-                    ", ".join(f"{f} ({n} items)" for f, n in unrecognized.items()))
+                    ", ".join(some_files(unrecognized, "{} ({} items)", "so (the manifest names them all)")))
     try:
         manifest = staging.publish(
             version,
@@ -2238,7 +2243,14 @@ _UNJOINED_WORDS = {
 }
 
 
-_SAID_FILES = 20  # files not read that an interval with no trace names
+_SAID_FILES = 20
+
+
+def some_files(files: dict, each: str, more: str) -> list[str]:
+    """The first of ``files`` (file: what is said of it), each as ``each`` formats the two, and how many
+    ``more`` there are: a log line, a skip's reason or a summary names some files, not tens of thousands."""
+    said = [each.format(*item) for item in itertools.islice(files.items(), _SAID_FILES)]
+    return said + [f"and {len(files) - _SAID_FILES} more files {more}"] * (len(files) > _SAID_FILES)
 
 
 @dataclass(frozen=True)
@@ -2263,12 +2275,9 @@ class NoTraces:
         if self.outside_interval:
             out.append(f"{self.outside_interval} records of other times read ({', '.join(self.formats)}), started "
                        f"from {self.outside_span[0]} to {self.outside_span[1]}")
-        # A skip's reason, which Airflow keeps and the run's tab shows: some files, not thousands.
-        skipped = [f"{f}: not read: {why}" for f, why in itertools.islice(self.skipped_files.items(), _SAID_FILES)]
-        if len(self.skipped_files) > _SAID_FILES:
-            skipped.append(f"and {len(self.skipped_files) - _SAID_FILES} more files not read "
-                           "(ctpipe materialize --json lists them all)")
-        return out + skipped + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined)
+        # A skip's reason, which Airflow keeps and the run's tab shows.
+        return (out + some_files(self.skipped_files, "{}: not read: {}", "not read (ctpipe materialize --json lists them all)")
+                + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined))
 
 
 def _shown(source: str) -> str:

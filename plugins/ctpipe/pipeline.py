@@ -130,7 +130,7 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
     whether Airflow has that run's event, and without one the version is announced again, or train
     would never hear of it; by this run's retry at once, by another run once the mark is older than
     :data:`_EVENT_RECORDED` (until then, the run that marked it may still be on its way to Airflow)."""
-    from ctpipe.materialize import NoTraces, materialize
+    from ctpipe.materialize import NoTraces, materialize, some_files
 
     if s.trace_source is None:
         s.traces_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,9 @@ def materialize_interval(s: Settings, start: datetime, end: datetime, run_id: st
         "read %s; not joined %s",
         manifest.version, c["traces_in"], c["traces"], c["quarantined"], manifest.quarantine_reasons,
         c.get("outside_interval", 0), c["grpo_prompts"], c["dpo_pairs"], manifest.scrubbed, manifest.source.get("formats"),
-        manifest.source.get("unrecognized_files") or "none", manifest.source.get("skipped_files") or "none",
+        "; ".join(some_files(manifest.source.get("unrecognized_files", {}), "{} ({} items)", "so (the manifest names them all)"))
+        or "none",
+        "; ".join(some_files(manifest.source.get("skipped_files", {}), "{}: {}", "not read (the manifest names them all)")) or "none",
         manifest.source.get("unjoined") or "none",
     )
     if not c["traces"]:  # its event would start a training that can only fail
