@@ -1238,7 +1238,8 @@ def test_a_backfill_ends_with_its_totals_and_looks_for_stale_staging_once_an_hou
         f"[{T0.isoformat()}, {(T0 + 3 * HOUR).isoformat()}) by 1:00:00: 3 intervals, 2 built, 0 found built before, "
         '1 with no trace\n  traces in 6 = 5 rows + 1 quarantined {"duplicate": 1}; 4 GRPO prompts, 1 DPO pairs\n')
     assert len(swept) == 1
-    monkeypatch.setattr(datasets, "_SWEPT", {str(tmp_path / "out"): time.monotonic() - datasets._SWEEP_EVERY})  # an hour on
+    assert main([*args[:4], f"{tmp_path}/./out/", *args[5:]]) == 0 and len(swept) == 1  # the same store, spelled otherwise
+    monkeypatch.setattr(datasets, "_SWEPT", {k: time.monotonic() - datasets._SWEEP_EVERY for k in datasets._SWEPT})  # an hour on
     (tmp_path / "a.jsonl").write_bytes(lines(trace(6, at=T0 + HOUR)))
     assert main(args) == 0 and len(swept) == 2
 

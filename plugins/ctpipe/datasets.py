@@ -64,7 +64,7 @@ _STAGED = re.compile(r"\.tmp-(\d{8}T\d{6}Z)-[0-9a-f]{32}")  # a staged version's
 # When this process last looked for stale staging in each store (time.monotonic()), which lists every
 # version: a backfill looked at each interval, 0.4 s of 8,000 versions on S3, where once an hour finds
 # all that staleness, days long, needs.
-_SWEPT: dict[str, float] = {}
+_SWEPT: dict[tuple, float] = {}
 _SWEEP_EVERY = 3600.0
 
 MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
@@ -512,9 +512,10 @@ class Output:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def staging(self) -> Staging:
-        if time.monotonic() - _SWEPT.get(self.uri, -_SWEEP_EVERY) >= _SWEEP_EVERY:
+        store = (self.fs.protocol, self.root)  # however its URI is spelled
+        if time.monotonic() - _SWEPT.get(store, -_SWEEP_EVERY) >= _SWEEP_EVERY:
             self._remove_stale(datetime.now(timezone.utc))
-            _SWEPT[self.uri] = time.monotonic()
+            _SWEPT[store] = time.monotonic()
         return Staging(self)
 
     def _remove_stale(self, now: datetime) -> None:

@@ -331,7 +331,7 @@ class NgramIndex:
     time in 2**64.
 
     Built once, :meth:`save` writes it to files that :meth:`mapped` maps: processes mapping them share
-    one copy in memory, where each built its own (and the build takes about three times the index).
+    one copy in memory, where each built its own (and a build's memory is many times the index's).
     """
 
     def __init__(self, items: Iterable[str], n: int = 13, remembered: int = 1 << 19):

@@ -1052,7 +1052,8 @@ def finish(item: Finish) -> Written:
             if not rows.num_rows:
                 continue
             out.write(rows.select(TRACES_SCHEMA.names))
-            spilling, first = _for_pairing(rows, first, copied=read), first + rows.num_rows
+            copied = read and not len(positions)  # a piece read back, unless filtering its duplicates copied it
+            spilling, first = _for_pairing(rows, first, copied), first + rows.num_rows
             _SPILLING.append((spilling, spilling.get_total_buffer_size()))
             if sum(size for _, size in _SPILLING) >= _SPILL_BYTES:
                 spill()
@@ -1963,7 +1964,7 @@ def materialize(
     fs, files, skipped = sources.list_files(source, keep=keep)
     if skipped:  # named in the manifest too, all of them, with why
         log.warning("%d files of the source are not read: %s", len(skipped),
-                    "; ".join(some_files(skipped, "{}: {}", "not read (the manifest names them all)")))
+                    "; ".join(some_files(skipped, "{}: {}", "not read (the manifest, or --json, names them all)")))
     # What the eval sets hold, not only where they are, makes the version: prompts are decontaminated
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = eval_sets.items(task, dataset)
