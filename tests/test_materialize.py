@@ -2651,9 +2651,13 @@ def test_workers_keep_pandas_out(tmp_path):
         pool.close()
 
 
-def test_workers_map_the_evaluation_ngrams_the_main_process_built_once(tmp_path):
+@pytest.mark.parametrize("shared", [True, False])
+def test_workers_map_the_evaluation_ngrams_of_a_large_set_the_main_process_built_once(tmp_path, monkeypatch, shared):
     """Built by each worker, the n-grams of 100,000 eval items took as much memory again per worker;
-    the main process builds them while the workers import, and each maps its files."""
+    the main process builds those of a large set while the workers import, and each maps its files.
+    A small set's, each worker builds: the main process would import pandas for it."""
+    if shared:
+        monkeypatch.setattr(mat, "_SHARED_EVAL_CHARS", 100)
     item = "A farmer has seventeen sheep and all but nine run away through the broken fence, how many are left?"
     job = mat.Job(T0, T0 + HOUR, TaskConfig(), RewardConfig(), DatasetConfig(), (item, "What is 57 plus 38?"),
                   datasets.Output(tmp_path / "out").staging(), str(tmp_path), 1)
@@ -2661,10 +2665,10 @@ def test_workers_map_the_evaluation_ngrams_the_main_process_built_once(tmp_path)
     try:
         index = "__import__('ctpipe.materialize').materialize._eval_index()"
         asked = (f"(type({index}._keys).__name__, {index}.overlaps_many(['Well: {item} Go', 'what is 57 plus 38', "
-                 "'what is 57 plus 39']), __import__('ctpipe.materialize').materialize._JOB.eval_items)")
+                 "'what is 57 plus 39']), len(__import__('ctpipe.materialize').materialize._JOB.eval_items))")
         assert [worker.submit(eval, asked).result() for worker in pool.workers] == [
-            ("memmap", [True, True, False], ())] * 2
-        assert (tmp_path / "eval-ngrams" / "keys.npy").is_file()
+            ("memmap" if shared else "ndarray", [True, True, False], 0 if shared else 2)] * 2
+        assert (tmp_path / "eval-ngrams" / "keys.npy").is_file() == shared
     finally:
         pool.close()
 
@@ -2674,6 +2678,7 @@ def test_evaluation_ngrams_that_fail_to_build_stop_the_workers_started(tmp_path,
         raise MemoryError
 
     monkeypatch.setattr(mat.dedup.NgramIndex, "save", fail)
+    monkeypatch.setattr(mat, "_SHARED_EVAL_CHARS", 0)
     processes = []
     close = mat._Pool.close
     monkeypatch.setattr(mat._Pool, "close", lambda pool, stop=False: processes.extend(

@@ -89,6 +89,11 @@ _SPILL_BYTES = 24 * 1024 * 1024
 # its records share one text (an OpenAI log's choices its prompt).
 _PIECE_BYTES = 8 * 1024 * 1024
 _HELD_BYTES = 48 * 1024 * 1024
+# Evaluation items of more characters (some 4,000 of 60 words) are built into n-grams once, by the
+# main process, for its workers to share (see _Pool); fewer, by each worker, whose build then costs
+# about what the main process would pay for pandas alone, which pyarrow imports at its first list
+# (37 MB; the workers keep it out): the bench's peak rose by 15 to 40 MB with its two items shared.
+_SHARED_EVAL_CHARS = 1_000_000
 # Buckets a spill writes to, at most (sources up to 24 GB); a larger source's buckets are split
 # again when they are paired (see _sub_buckets). With as many buckets as the source needs, a spill's
 # appends grew with the input, so all spills' with its square: a million traces spilled into the
@@ -1610,10 +1615,11 @@ class _Pool:
         # from another thread, a run labels in a worker of its own, where a hard answer reaches the
         # limit rather than hangs it.
         limited = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
-        # The evaluation n-grams are built here once, while the workers import, and mapped by each. Built
-        # by each, they took as much memory again per worker: 100,000 items of 60 words and 100,000
-        # traces peaked at 1,272 MB, where they now take 740 to 790.
-        shared = replace(job, eval_items=(), eval_index=os.path.join(job.spill_dir, "eval-ngrams")) if job.eval_items else job
+        # Large evaluation sets' n-grams are built here once, while the workers import, and mapped by
+        # each. Built by each, they took as much memory again per worker: 100,000 items of 60 words and
+        # 100,000 traces peaked at 1,272 MB, where they now take 740 to 790.
+        large = sum(map(len, job.eval_items)) > _SHARED_EVAL_CHARS
+        shared = replace(job, eval_items=(), eval_index=os.path.join(job.spill_dir, "eval-ngrams")) if large else job
         context = get_context("spawn")
         self.workers = [ProcessPoolExecutor(1, mp_context=context, initializer=_start_worker,
                                          initargs=(shared, os.getpid()))
