@@ -2625,6 +2625,24 @@ def test_the_empty_tables_of_a_block_are_let_go_as_they_come_not_gathered(monkey
     assert [t.to_pydict() for t in gathered] == [{"n": [1, 2, 1, 2]}] and held == [3]
 
 
+def test_small_files_the_fast_paths_took_nothing_of_get_no_slice_of_their_rows(tmp_path, monkeypatch):
+    """A slice of the fast paths' rows is a few KB of objects whatever its rows: 60,000 small files of
+    bad lines gathered with a large file's rows made the worker of their block 666 MB."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a-good.jsonl").write_bytes(lines(trace(1), trace(2, "What is 4 plus 4?", "8")))
+    for i in range(30):
+        (src / f"b-{i:02d}.jsonl").write_bytes(b"oops\n")
+    (src / "c-good.jsonl").write_bytes(lines(trace(3, "What is 5 plus 5?", "10")))
+    shares = []
+    fast_members = mat._fast_members
+    monkeypatch.setattr(mat, "_fast_members", lambda *a: shares.append(got := fast_members(*a)) or got)
+    m = run(src, tmp_path / "out")
+    assert m.counts["traces"] == 3 and m.quarantine_reasons == {"invalid_json": 30}
+    [share] = shares
+    assert [rows is None for _, rows, _ in share] == [False] + [True] * 30 + [False]
+
+
 def test_rows_taken_batch_by_batch_are_the_rows_a_table_take_gives():
     """_take_rows copies only the rows asked for, in their order, from batches of any sizes (some empty)."""
     rng = np.random.default_rng(0)
