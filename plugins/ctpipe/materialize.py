@@ -250,8 +250,8 @@ def _init(job: Job) -> Token:
 
 
 def _eval_index() -> dedup.NgramIndex:
-    """The evaluation items' n-grams where first asked for: mapped from the main process's files by
-    a worker, built by a main process that has none. What the build freed is given back at once."""
+    """The evaluation items' n-grams where first asked for: mapped from the files the main process
+    saved, for a large set (see _Pool), else built here. What the build freed is given back at once."""
     global _EVAL
     if _EVAL is None:
         if _JOB.eval_index:
@@ -1620,7 +1620,7 @@ class _Pool:
         limited = job.reward.verifier != "math" or threading.current_thread() is threading.main_thread()
         # Large evaluation sets' n-grams are built here once, while the workers import, and mapped by
         # each. Built by each, they took as much memory again per worker: 100,000 items of 60 words and
-        # 100,000 traces peaked at 1,272 MB, where they now take 740 to 790.
+        # 100,000 traces peaked at 1,272 MB, where they now take 720 to 790.
         large = sum(map(len, job.eval_items)) > _SHARED_EVAL_CHARS
         shared = replace(job, eval_items=(), eval_index=os.path.join(job.spill_dir, "eval-ngrams")) if large else job
         context = get_context("spawn")
