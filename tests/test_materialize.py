@@ -1244,6 +1244,23 @@ def test_a_backfill_ends_with_its_totals_and_looks_for_stale_staging_once_an_hou
     assert main(args) == 0 and len(swept) == 2
 
 
+def test_a_manifest_says_when_it_was_published_which_orders_an_intervals_versions(tmp_path):
+    """Late files make a re-run publish another version of the interval; with no publish time in the
+    manifests, only the folders' times ordered them, and a store copied elsewhere loses those."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(lines(trace(1)))
+    first = run(src, tmp_path / "out")
+    (src / "late.jsonl").write_bytes(lines(trace(2, "What is 4 plus 4?", "8")))
+    again = run(src, tmp_path / "out")
+    assert again.version != first.version and again.interval == first.interval
+    assert datetime.fromisoformat(first.published_at) < datetime.fromisoformat(again.published_at) <= datetime.now(timezone.utc)
+    assert datasets.Output(tmp_path / "out").load(first.version).published_at == first.published_at
+    older = tmp_path / "out" / first.version / "manifest.json"  # written before manifests said when
+    older.write_text(json.dumps({k: v for k, v in json.loads(older.read_text()).items() if k != "published_at"}))
+    assert datasets.Output(tmp_path / "out").load(first.version).published_at == ""
+
+
 def test_a_source_spelled_otherwise_builds_the_same_version(tmp_path):
     """Its path is in every row it gives (source_file): src//a.jsonl made another version of the same data."""
     src = tmp_path / "src"

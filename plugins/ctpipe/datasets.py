@@ -191,6 +191,9 @@ class Manifest:
     scrubbed: dict = field(default_factory=dict)  # PII replaced, per kind
     source: dict = field(default_factory=dict)  # uri, files, formats, content_hash
     schemas: dict = field(default_factory=dict)  # table -> Arrow schema, as text
+    # When it was published (UTC, ISO 8601): orders an interval's versions (a re-run with late files,
+    # another config), as the folders' times stop doing once a store is copied. Empty in older ones.
+    published_at: str = field(default="", compare=False)
     # Found by the run that returned it, built before from the same files: not in manifest.json.
     found: bool = field(default=False, compare=False)
 
@@ -406,7 +409,8 @@ class Staging:
         else:
             staged = self._all_there()
             body = json.dumps({"version": version, "uri": out.uri_of(version), **fields, "files": self.files,
-                               "schemas": self.schemas, "code_version": CODE_VERSION}, indent=2, default=str)
+                               "schemas": self.schemas, "code_version": CODE_VERSION,
+                               "published_at": datetime.now(timezone.utc).isoformat()}, indent=2, default=str)
             # A version's folder without its manifest is what a run stopped while it published left
             # (an object store's copy cut short): its files, of another run, are no part of this one's
             # manifest (the parts of a table follow the pairing buckets, which the listing sizes), and
