@@ -1244,6 +1244,28 @@ def test_a_backfill_ends_with_its_totals_and_looks_for_stale_staging_once_an_hou
     assert main(args) == 0 and len(swept) == 2
 
 
+@pytest.mark.parametrize("stop", [RuntimeError("the store refused"), KeyboardInterrupt()])
+def test_a_backfill_that_fails_or_is_stopped_gives_the_totals_of_the_intervals_done(tmp_path, capsys, monkeypatch, stop):
+    (tmp_path / "a.jsonl").write_bytes(lines(*(trace(i, f"What is {100 + i} plus 1?", str(101 + i),
+                                                     at=T0 + timedelta(minutes=25 * i)) for i in range(6))))
+    materialize = mat.materialize
+
+    def third_fails(source, out, start, end, **settings):
+        if start == T0 + 2 * HOUR:
+            raise stop
+        return materialize(source, out, start, end, **settings)
+
+    monkeypatch.setattr(mat, "materialize", third_fails)
+    args = ["materialize", "--source", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"),
+            "--start", T0.isoformat(), "--end", (T0 + 4 * HOUR).isoformat(), "--every", "1h"]
+    assert main(args) == (130 if isinstance(stop, KeyboardInterrupt) else 1)
+    out, err = capsys.readouterr()
+    assert f"[{(T0 + 2 * HOUR).isoformat()}, {(T0 + 3 * HOUR).isoformat()}) " in err
+    assert out.split("\nbackfill ")[1] == (
+        f"[{T0.isoformat()}, {(T0 + 2 * HOUR).isoformat()}) by 1:00:00: 2 intervals, 2 built, 0 found built before, "
+        "0 with no trace\n  traces in 5 = 5 rows + 0 quarantined {}; 5 GRPO prompts, 0 DPO pairs\n")
+
+
 def test_a_manifest_says_when_it_was_published_which_orders_an_intervals_versions(tmp_path):
     """Late files make a re-run publish another version of the interval; with no publish time in the
     manifests, only the folders' times ordered them, and a store copied elsewhere loses those."""

@@ -123,6 +123,13 @@ def cmd_materialize(args) -> int:
     start = args.start
     total: Counter = Counter()  # a backfill's, said at its end: the intervals' own scroll past by thousands
     reasons: Counter = Counter()
+
+    def totals(until: datetime) -> None:
+        print(f"backfill [{args.start.isoformat()}, {until.isoformat()}) by {step}: {total['intervals']} intervals, "
+              f"{total['built']} built, {total['found']} found built before, {total['empty']} with no trace\n"
+              f"  traces in {total['traces_in']} = {total['traces']} rows + {total['quarantined']} quarantined "
+              f"{json.dumps(dict(reasons.most_common()))}; {total['grpo_prompts']} GRPO prompts, {total['dpo_pairs']} DPO pairs")
+
     while start < args.end:
         try:
             end = min(start + step, args.end)
@@ -137,6 +144,8 @@ def cmd_materialize(args) -> int:
             if args.every:
                 print(f"ctpipe materialize: {at} stopped{left}. The same command builds what is left: the "
                       "versions built come back at once", file=sys.stderr)
+                if total["intervals"] and not args.json:  # those done
+                    totals(start)
             raise
         except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
             said = f"{type(e).__name__}: {e}"
@@ -147,6 +156,8 @@ def cmd_materialize(args) -> int:
             print(f"ctpipe materialize: {at} failed: {said}{left}. The same "
                   "command builds what is left once the cause is mended: the versions built come back at once",
                   file=sys.stderr)
+            if total["intervals"] and not args.json:  # those done
+                totals(start)
             return 1
         empty = isinstance(m, NoTraces)
         total.update(intervals=1, **{"empty" if empty else "found" if m.found else "built": 1},
@@ -181,10 +192,7 @@ def cmd_materialize(args) -> int:
                   + f"  {m.uri}")
         start = end
     if total["intervals"] > 1 and not args.json:
-        print(f"backfill [{args.start.isoformat()}, {args.end.isoformat()}) by {step}: {total['intervals']} intervals, "
-              f"{total['built']} built, {total['found']} found built before, {total['empty']} with no trace\n"
-              f"  traces in {total['traces_in']} = {total['traces']} rows + {total['quarantined']} quarantined "
-              f"{json.dumps(dict(reasons.most_common()))}; {total['grpo_prompts']} GRPO prompts, {total['dpo_pairs']} DPO pairs")
+        totals(args.end)
     return 0
 
 
