@@ -362,16 +362,20 @@ class NgramIndex:
         self._keys = self._keys[np.r_[True, self._keys[1:] != self._keys[:-1]]] if len(self._keys) else self._keys
         bits = max(16, int(len(self._keys) * 8 - 1).bit_length())  # a slot in eight taken, at most
         self._bitmap = np.zeros(1 << (bits - 3), np.uint8)
-        slots = self._keys >> np.uint64(64 - bits)
-        np.bitwise_or.at(self._bitmap, (slots >> np.uint64(3)).astype(np.intp), _BITS[(slots & np.uint64(7)).astype(np.intp)])
         self._ready(remembered)
+        np.bitwise_or.at(self._bitmap, *self._slots(self._keys))
 
     def _ready(self, remembered: int) -> None:
         # The verdicts of the texts checked lately, by their :func:`key` (4.5 MB). Prompts come back, since
         # pairing wants several answers to one, and a prompt met again is not searched again: at a
         # million bench traces, half of them are not.
         self._verdicts = Recent(remembered, bool)
-        self._shift = np.uint64(64 - int(len(self._bitmap) * 8 - 1).bit_length())  # as it was built
+        self._shift = np.uint64(64 - int(len(self._bitmap) * 8 - 1).bit_length())  # a slot of the bitmap's 8 a byte
+
+    def _slots(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the byte of the bitmap, and the bit in it) of each key's slot: its top bits."""
+        slots = keys >> self._shift
+        return (slots >> np.uint64(3)).astype(np.intp), _BITS[(slots & np.uint64(7)).astype(np.intp)]
 
     _FILES = ("keys", "bitmap", "offsets", "words", "lengths")
 
@@ -430,8 +434,8 @@ class NgramIndex:
             numbers = self._numbers(words)
             for size in self.lengths:
                 grams, of = _keys_of(numbers, text_of, size)
-                slots = grams >> self._shift
-                maybe = (self._bitmap[(slots >> np.uint64(3)).astype(np.intp)] & _BITS[(slots & np.uint64(7)).astype(np.intp)]).astype(bool)
+                byte, bit = self._slots(grams)
+                maybe = (self._bitmap[byte] & bit).astype(bool)
                 grams, of = grams[maybe], of[maybe]
                 at = np.minimum(np.searchsorted(self._keys, grams), len(self._keys) - 1)
                 out[first + of[self._keys[at] == grams]] = True
