@@ -124,7 +124,9 @@ def cmd_materialize(args) -> int:
     total: Counter = Counter()  # a backfill's, said at its end: the intervals' own scroll past by thousands
     reasons: Counter = Counter()
 
-    def totals(until: datetime) -> None:
+    def totals(until: datetime, least: int = 1) -> None:  # of the intervals done, where a backfill ends or stops
+        if total["intervals"] < least or args.json:
+            return
         print(f"backfill [{args.start.isoformat()}, {until.isoformat()}) by {step}: {total['intervals']} intervals, "
               f"{total['built']} built, {total['found']} found built before, {total['empty']} with no trace\n"
               f"  traces in {total['traces_in']} = {total['traces']} rows + {total['quarantined']} quarantined "
@@ -144,8 +146,7 @@ def cmd_materialize(args) -> int:
             if args.every:
                 print(f"ctpipe materialize: {at} stopped{left}. The same command builds what is left: the "
                       "versions built come back at once", file=sys.stderr)
-                if total["intervals"] and not args.json:  # those done
-                    totals(start)
+                totals(start)
             raise
         except Exception as e:  # noqa: BLE001 - a backfill's said with the interval it stopped at, and what is left
             said = f"{type(e).__name__}: {e}"
@@ -156,8 +157,7 @@ def cmd_materialize(args) -> int:
             print(f"ctpipe materialize: {at} failed: {said}{left}. The same "
                   "command builds what is left once the cause is mended: the versions built come back at once",
                   file=sys.stderr)
-            if total["intervals"] and not args.json:  # those done
-                totals(start)
+            totals(start)
             return 1
         empty = isinstance(m, NoTraces)
         total.update(intervals=1, **{"empty" if empty else "found" if m.found else "built": 1},
@@ -191,8 +191,7 @@ def cmd_materialize(args) -> int:
                             + unjoined_lines(m.source.get("unjoined", {})))
                   + f"  {m.uri}")
         start = end
-    if total["intervals"] > 1 and not args.json:
-        totals(args.end)
+    totals(args.end, least=2)  # one interval's own summary says it all
     return 0
 
 
