@@ -1229,8 +1229,8 @@ def test_a_backfill_ends_with_its_totals_and_looks_for_stale_staging_once_an_hou
         *(trace(i, f"What is {100 + i} plus 1?", str(101 + i)) for i in range(3)), trace(3, "What is 100 plus 1?", "101"),
         trace(4, at=T0 + 2 * HOUR), trace(5, completion="6", at=T0 + 2 * HOUR + timedelta(seconds=1))))
     swept = []
-    remove_stale = datasets.Output._remove_stale
-    monkeypatch.setattr(datasets.Output, "_remove_stale", lambda out, now: swept.append(now) or remove_stale(out, now))
+    remove_stale = datasets.Output.remove_stale
+    monkeypatch.setattr(datasets.Output, "remove_stale", lambda out, now: swept.append(now) or remove_stale(out, now))
     args = ["materialize", "--source", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "out"),
             "--start", T0.isoformat(), "--end", (T0 + 3 * HOUR).isoformat(), "--every", "1h"]
     assert main(args) == 0

@@ -320,3 +320,23 @@ def test_a_version_is_marked_announced_once_on_an_object_store(store):
     assert out.announced_by(version)[0] == "backfill__1"
     assert out.mark_announced(version, "manual__2", again=True) is None  # over a mark with no event
     assert out.announced_by(version)[0] == "manual__2"
+
+
+def test_versions_past_their_age_are_pruned_from_an_object_store(store, capsys):
+    """``ctpipe prune`` on S3 and GCS: the manifest, the parts and the source pointer of each version
+    removed, and one published later of an interval pruned is superseded by age alone."""
+    scheme, fs = store
+    for h in range(3):
+        fs.pipe(f"traces/date=2026-11-22/hour={10 + h}/a.jsonl",
+                lines(*(trace(i, f"What is {i} plus 2?", str(i + 2), at=T0 + h * HOUR) for i in range(10 * h, 10 * h + 3))))
+    made = [run(f"{scheme}://traces", f"{scheme}://datasets/v", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)]
+    again = run(f"{scheme}://traces", f"{scheme}://datasets/v", dataset=DatasetConfig(dpo_min_margin=0.3))
+    assert main(["prune", "--out", f"{scheme}://datasets/v", "--older-than", "1h", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert sorted(done["removed"]) == sorted([made[0].version, made[1].version, again.version])
+    assert (done["kept"], done["pointers"], done["failed"]) == (1, 3, {})
+    fs.invalidate_cache()
+    assert sorted(p.removeprefix("datasets/v/") for p in fs.find("datasets/v") if "/_" not in p) == \
+        sorted(["LATEST", *(f"{made[2].version}/{part}" for part in ["manifest.json", *(
+            p for t in made[2].files.values() for p in t["parts"])])])
+    assert [fs.cat_file(p).decode().strip() for p in fs.ls("datasets/v/_sources")] == [made[2].version]

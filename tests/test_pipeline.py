@@ -267,6 +267,24 @@ def test_versions_announced_while_train_ran_are_all_trained_on(settings, base_mo
     assert [d.version for d in JobSpec.read(job["spec_path"]).datasets] == [hours[1]["version"]]
 
 
+def test_a_backfills_thousands_of_versions_are_counted_in_the_log_not_all_named(settings, caplog):
+    """A year's backfill announces thousands of versions to one run of train: the log names 20 of
+    those it trains on and of those it leaves out, and counts the rest (it was one line of tens of KB)."""
+    from ctpipe.pipeline import _to_train_on
+    from tests.conftest import published_hour
+
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    hours = [published_hour(settings, h, 8) for h in range(22)]
+    gone = [{"version": f"v-deleted-{i}"} for i in range(1000)]
+    chosen = _to_train_on(settings, {}, [*hours, *gone], "grpo")
+    assert len(chosen) == 22
+    said = {r.getMessage().partition(":")[0]: r.getMessage() for r in caplog.records}
+    trained, left = said["22 dataset versions were announced while train's run before this one went on"], \
+        said["announced, not trained on"]
+    assert trained.count("2026") == 2 * 20 and trained.endswith("and 2 more versions (the job spec names them all)")
+    assert left.count("does not exist") == 20 and "; and 980 more versions left out; give one as the trigger form's" in left
+
+
 def test_versions_labeled_otherwise_are_not_trained_on_together(settings, base_model, caplog):
     """A version labeled with another reward config means other things by its rewards: it is left out,
     named, and the newest interval's config wins."""

@@ -19,7 +19,7 @@ from ctpipe.config import PROJECT_ROOT, Settings
 from ctpipe.processes import running_pid
 
 USER = "admin"
-DAG_IDS = ("trace_to_dataset", "train", "eval_and_deploy")
+DAG_IDS = ("trace_to_dataset", "train", "eval_and_deploy", "dataset_retention")
 
 
 def _jwt_secret(airflow_home: Path) -> str:

@@ -7,6 +7,9 @@
     ctpipe materialize --start T --end T [--source URI] [--out URI] [--format auto] [--every 1h] [--json]
                                      build the dataset version of an interval (or of each --every slice of it,
                                      a backfill) without Airflow, and print its counts
+    ctpipe prune [--out URI] [--older-than 30d] [--superseded-after 1d] [--dry-run] [--json]
+                                     remove the dataset versions past their age (default: dataset.keep_for,
+                                     dataset.keep_superseded_for), but the one LATEST names
     ctpipe k8s render --algorithm grpo|dpo --scheduler volcano|kueue|none [--trainer trl|nemo_rl] [--capacity karpenter|gke]
                                      print the RayJob a training run becomes on Kubernetes
     ctpipe k8s serving --champion V [--canary V --weight W] [--kserve]
@@ -198,6 +201,22 @@ def cmd_materialize(args) -> int:
 _TOTALLED = ("traces_in", "traces", "quarantined", "grpo_prompts", "dpo_pairs")
 
 
+def cmd_prune(args) -> int:
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.pipeline import prune_datasets
+
+    s = _settings()
+    if args.out:
+        s = s.model_copy(update={"dataset_store": args.out})
+    try:
+        done = prune_datasets(s, args.older_than, args.superseded_after, dry_run=args.dry_run)
+    except NothingToPublish as e:
+        print(f"ctpipe prune: {e}: give --older-than or --superseded-after", file=sys.stderr)
+        return 2
+    print(json.dumps(dataclasses.asdict(done)) if args.json else "\n".join(done.lines()))
+    return 1 if done.failed else 0
+
+
 def cmd_k8s_render(args) -> int:
     import yaml
 
@@ -283,6 +302,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--every", type=_duration, help="one version per slice of this length (30m, 1h, 1d): a backfill")
     p.add_argument("--json", action="store_true", help="print one JSON object per interval")
     p.set_defaults(fn=cmd_materialize, error=p.error)  # the checks after parsing print its usage, as argparse's do
+    p = sub.add_parser("prune", help="remove the dataset versions past their age")
+    p.add_argument("--out", help="the dataset store (default: dataset_store, else the local dataset store)")
+    p.add_argument("--older-than", type=_duration, help="remove the versions of intervals that ended longer ago "
+                   "than this (30m, 1h, 30d; default: dataset.keep_for)")
+    p.add_argument("--superseded-after", type=_duration, help="remove the versions of an interval with one published "
+                   "later, once that one is this old (default: dataset.keep_superseded_for)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, and remove nothing")
+    p.add_argument("--json", action="store_true", help="print what was removed as one JSON object")
+    p.set_defaults(fn=cmd_prune, error=p.error)
     k8s = sub.add_parser("k8s", help="Kubernetes manifests").add_subparsers(dest="k8s_command", required=True)
     p = k8s.add_parser("render", help="print the RayJob a training run becomes")
     p.add_argument("--algorithm", choices=["grpo", "dpo"], required=True)
@@ -315,9 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "materialize":
         if args.end <= args.start:
             args.error(f"--end {args.end.isoformat()} is not after --start {args.start.isoformat()}")
-        for flag in ("source", "out"):  # not the configured store in its place
-            if getattr(args, flag) is not None and not getattr(args, flag).strip():
-                args.error(f"--{flag} is empty")
+    for flag in ("source", "out"):  # not the configured store in its place
+        if getattr(args, flag, None) is not None and not getattr(args, flag).strip():
+            args.error(f"--{flag} is empty")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with sigterm_interrupts():  # the command cleans up after itself and says so

@@ -216,6 +216,18 @@ class DatasetConfig(_Section):
         "arrival_lag after they started. A run reads the partitions of its interval, and with arrival also those "
         "that begin within arrival_lag after it.",
     )
+    keep_for: timedelta | None = Field(
+        None, gt=timedelta(0),
+        description="How long a version is kept after its interval ends (ISO 8601, such as P30D, or seconds): the "
+        "dataset_retention DAG (daily) and ctpipe prune remove older ones, but the one LATEST names. Empty: kept "
+        "forever.",
+    )
+    keep_superseded_for: timedelta | None = Field(
+        None, gt=timedelta(0),
+        description="How long a version is kept once a version of its interval published later (a re-run with "
+        "late traces, another config or code version) is this old (ISO 8601, such as P1D, or seconds). Empty: "
+        "as long as keep_for.",
+    )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
     truncated_answers: Literal["keep", "quarantine"] = Field(
         "keep", description="An answer cut off at its token limit (finish reason length, max_tokens, MAX_TOKENS): "

@@ -518,29 +518,32 @@ class Output:
     def staging(self) -> Staging:
         store = (self.fs.protocol, self.root)  # however its URI is spelled
         if time.monotonic() - _SWEPT.get(store, -_SWEEP_EVERY) >= _SWEEP_EVERY:
-            self._remove_stale(datetime.now(timezone.utc))
+            self.remove_stale(datetime.now(timezone.utc))
             _SWEPT[store] = time.monotonic()
         return Staging(self)
 
-    def _remove_stale(self, now: datetime) -> None:
-        """Remove the versions staged more than :data:`STALE_STAGING` before ``now``. A run stopped by a
-        signal removes its own; one killed outright cannot, and on an object store its parts would be
-        kept, and paid for, forever."""
+    def remove_stale(self, now: datetime) -> int:
+        """Remove the versions staged more than :data:`STALE_STAGING` before ``now``, and say how many. A
+        run stopped by a signal removes its own; one killed outright cannot, and on an object store its
+        parts would be kept, and paid for, forever."""
         try:
             names = [path.rstrip("/").rpartition("/")[2] for path in self.fs.ls(self.root, detail=False)]
         except FileNotFoundError:  # a store's first version
-            return
+            return 0
         finally:
             self.fs.invalidate_cache(self.root)  # s3fs would answer from this listing, for LATEST say, hours on
+        removed = 0
         for name in names:
             began = _staged_at(name)
             if began is not None and now - began > STALE_STAGING:
                 try:
                     self.fs.rm(f"{self.root}/{name}", recursive=True)
+                    removed += 1
                     log.info("removed %s/%s, staged by a run that stopped before publishing it", self.uri, name)
                 except Exception as e:  # noqa: BLE001 - another run removing it too, or a store that refuses: not this run's
                     log.warning("could not remove %s/%s, staged by a run that stopped before publishing it: %s",
                                 self.uri, name, e)
+        return removed
 
     @staticmethod
     def _source_key(start, end, config: dict, files_digest: str) -> str:

@@ -1978,7 +1978,9 @@ def materialize(
     # against it, and an eval set grows. Read first, so that a missing one leaves nothing behind.
     eval_items = eval_sets.items(task, dataset)
     config = {"task": task.model_dump(), "reward": reward.model_dump(),
-              "dataset": dataset.model_dump(exclude={"workers", "arrival_lag", "partitioned_by"}),
+              # How long versions are kept changes none of them.
+              "dataset": dataset.model_dump(exclude={"workers", "arrival_lag", "partitioned_by", "keep_for",
+                                                     "keep_superseded_for"}),
               "eval_items_sha256": hashlib.sha256(json.dumps(eval_items).encode()).hexdigest()}
     config["dataset"]["eval_sets"] = sorted(set(dataset.eval_sets))  # what they hold counts, not their order
     if lag:  # it changes which files a run reads, and which records it calls misplaced; the wait changes neither
@@ -2256,11 +2258,12 @@ _UNJOINED_WORDS = {
 _SAID_FILES = 20
 
 
-def some_files(files: dict, each: str, more: str) -> list[str]:
+def some_files(files: dict, each: str, more: str, what: str = "files") -> list[str]:
     """The first of ``files`` (file: what is said of it), each as ``each`` formats the two, and how many
-    ``more`` there are: a log line, a skip's reason or a summary names some files, not tens of thousands."""
+    ``more`` there are: a log line, a skip's reason or a summary names some files (or other ``what``),
+    not tens of thousands."""
     said = [each.format(*item) for item in itertools.islice(files.items(), _SAID_FILES)]
-    return said + [f"and {len(files) - _SAID_FILES} more files {more}"] * (len(files) > _SAID_FILES)
+    return said + [f"and {len(files) - _SAID_FILES} more {what} {more}"] * (len(files) > _SAID_FILES)
 
 
 @dataclass(frozen=True)

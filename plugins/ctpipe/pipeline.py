@@ -201,6 +201,24 @@ def _same_tables(store: datasets.Output, manifest: datasets.Manifest) -> tuple[s
     return None
 
 
+def prune_datasets(s: Settings, older_than: timedelta | None = None, superseded_after: timedelta | None = None,
+                   dry_run: bool = False) -> Any:
+    """Remove the dataset versions the store keeps no longer (:func:`ctpipe.retention.prune`): by
+    ``older_than`` and ``superseded_after``, else by ``dataset.keep_for`` and
+    ``dataset.keep_superseded_for``; NothingToPublish when neither says how long."""
+    from ctpipe.retention import prune
+
+    older_than = older_than or s.dataset.keep_for
+    superseded_after = superseded_after or s.dataset.keep_superseded_for
+    if older_than is None and superseded_after is None:
+        raise NothingToPublish("no retention is set (dataset.keep_for, dataset.keep_superseded_for): every version "
+                               "is kept")
+    done = prune(datasets.Output(s.datasets_uri), older_than, superseded_after, dry_run=dry_run)
+    for line in done.lines():
+        log.info("%s", line)
+    return done
+
+
 # ---------------------------------------------------------------- train
 
 
@@ -272,12 +290,17 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
             chosen.append(m)
     left += [f"{version} ({e})" for version, e in missing]
     left += [f"{m.version} (no {table} rows)" for m in found if not m.files[table]["rows"]]
+    from ctpipe.materialize import some_files
+
+    # A backfill of a year announces thousands: the job spec names them all, the log some.
     if len(chosen) > 1:
         log.info("%d dataset versions were announced while train's run before this one went on: this run trains "
-                 "on them all: %s", len(chosen), ", ".join(m.version for m in chosen))
+                 "on them all: %s", len(chosen),
+                 ", ".join(some_files(dict.fromkeys(m.version for m in chosen), "{}", "(the job spec names them all)",
+                                      "versions")))
     if left:
         log.warning("announced, not trained on: %s; give one as the trigger form's dataset_version to train on it",
-                    "; ".join(left))
+                    "; ".join(some_files(dict.fromkeys(left), "{}", "left out", "versions")))
     return chosen
 
 

@@ -19,7 +19,7 @@ def dagbag():
 
 def test_dags_import_without_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dags) == {"trace_to_dataset", "train", "eval_and_deploy", "rollback"}
+    assert set(dagbag.dags) == {"trace_to_dataset", "train", "eval_and_deploy", "rollback", "dataset_retention"}
 
 
 def test_parsing_dags_imports_nothing_heavy():

@@ -1,0 +1,175 @@
+"""Retention: ``ctpipe prune``, the dataset_retention DAG's task, on a local store and on S3."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from ctpipe import datasets, retention
+from ctpipe.cli import main
+from ctpipe.config import DatasetConfig
+from ctpipe.errors import NothingToPublish
+from ctpipe.pipeline import prune_datasets
+from tests.conftest import T0, trace, write_traces
+from tests.test_datasets import HOUR, run
+
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def hours(settings):
+    """Four hourly versions, T0 to T0+4h, the last of them the one LATEST names."""
+    for h in range(4):
+        at = T0 + h * HOUR
+        write_traces(settings.traces_dir, [trace(n, f"What is {n} plus 1?", str(n + 1), at=at + timedelta(seconds=n))
+                                               for n in range(10 * h, 10 * h + 3)], at=at)
+    made = [run(settings, T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(4)]
+    assert datasets.resolve(settings.datasets_dir, None).version == made[-1].version
+    return settings, made
+
+
+def _listed(s) -> list[str]:
+    return sorted(p.name for p in s.datasets_dir.iterdir() if retention.interval_of(p.name))
+
+
+def _pointed(s) -> set[str]:
+    return {p.read_text().strip() for p in (s.datasets_dir / "_sources").iterdir()}
+
+
+def test_versions_past_their_age_go_with_their_pointers_and_a_pruned_interval_is_built_again(hours):
+    s, made = hours
+    store = datasets.Output(s.datasets_dir)
+    # Two intervals ended more than a day before: T0+1h and T0+2h; the third ended at the cutoff.
+    done = retention.prune(store, DAY, now=T0 + 3 * HOUR + DAY)
+    assert done.removed == [made[0].version, made[1].version] and (done.aged, done.superseded) == (2, 0)
+    assert done.pointers == 2 and done.kept == 2 and done.latest == made[-1].version and not done.failed
+    assert _listed(s) == sorted(m.version for m in made[2:]) == sorted(_pointed(s))
+    assert store.resolve(None).version == made[-1].version and store.resolve(made[2].version).counts["traces"] == 3
+    with pytest.raises(datasets.DatasetNotFound):
+        store.resolve(made[0].version)
+    # Its pointer gone, a re-run of a pruned interval builds it again, as it was.
+    again = run(s, T0, T0 + HOUR)
+    assert again.version == made[0].version and not again.found and again.counts == made[0].counts
+
+
+def test_the_version_latest_names_is_kept_whatever_its_age(hours):
+    s, made = hours
+    done = retention.prune(datasets.Output(s.datasets_dir), HOUR, now=T0 + 400 * DAY)
+    assert done.removed == [m.version for m in made[:3]] and done.kept == 1
+    assert _listed(s) == [made[-1].version] and _pointed(s) == {made[-1].version}
+    assert "the one LATEST names" in done.lines()[0]
+
+
+def test_a_dry_run_says_what_would_go_and_removes_nothing(hours):
+    s, made = hours
+    before = sorted(p.relative_to(s.datasets_dir) for p in s.datasets_dir.rglob("*"))
+    done = retention.prune(datasets.Output(s.datasets_dir), DAY, now=T0 + 3 * HOUR + DAY, dry_run=True)
+    assert done.removed == [made[0].version, made[1].version] and done.pointers == 2 and done.dry_run
+    assert done.lines()[:3] == ["would remove 2 versions (2 of intervals past their age, 0 superseded), 2 source "
+                                f"pointers; 2 versions kept, the one LATEST names ({made[-1].version}) among them",
+                                f"  {made[0].version}", f"  {made[1].version}"]
+    assert sorted(p.relative_to(s.datasets_dir) for p in s.datasets_dir.rglob("*")) == before
+
+
+def test_a_version_superseded_goes_once_the_later_one_is_old_enough(hours):
+    s, made = hours
+    later = run(s, T0, T0 + HOUR, dataset=DatasetConfig(dpo_min_margin=0.3))  # a re-run of the first hour, another config
+    assert later.version != made[0].version
+    published = datetime.fromisoformat(later.published_at)
+    store = datasets.Output(s.datasets_dir)
+    assert retention.prune(store, None, DAY, now=published + DAY - timedelta(seconds=1)).removed == []
+    done = retention.prune(store, None, DAY, now=published + DAY + timedelta(seconds=1))
+    assert done.removed == [made[0].version] and (done.aged, done.superseded) == (0, 1) and done.kept == 4
+    assert store.resolve(later.version).version == later.version
+
+
+def test_a_manifest_that_predates_published_at_is_dated_by_its_time_on_the_store(hours):
+    s, made = hours
+    later = run(s, T0, T0 + HOUR, dataset=DatasetConfig(dpo_min_margin=0.3))
+    for m in (made[0], later):  # as versions of an older code version wrote them
+        path = s.datasets_dir / m.version / "manifest.json"
+        body = json.loads(path.read_text())
+        del body["published_at"]
+        path.write_text(json.dumps(body))
+    old = (T0 - DAY).timestamp()
+    os.utime(s.datasets_dir / made[0].version / "manifest.json", (old, old))
+    os.utime(s.datasets_dir / later.version / "manifest.json", (old + 60, old + 60))
+    done = retention.prune(datasets.Output(s.datasets_dir), None, HOUR, now=T0)
+    assert done.removed == [made[0].version]
+
+
+def test_pointers_to_versions_removed_by_hand_and_stale_staging_go_too(hours):
+    import shutil
+
+    s, made = hours
+    shutil.rmtree(s.datasets_dir / made[1].version)
+    staged = s.datasets_dir / f".tmp-{T0:%Y%m%dT%H%M%SZ}-{'0' * 32}"
+    staged.mkdir()
+    done = retention.prune(datasets.Output(s.datasets_dir), DAY, now=T0 + 3 * DAY)
+    assert done.removed == [made[0].version, made[2].version] and done.pointers == 3 and done.staged == 1
+    assert not staged.exists() and _pointed(s) == {made[3].version}
+
+
+def test_a_version_that_cannot_be_removed_is_named_and_the_others_go(hours, monkeypatch, capsys):
+    s, made = hours
+    from fsspec.implementations.local import LocalFileSystem
+
+    rm = LocalFileSystem.rm
+
+    def refusing(fs, path, recursive=False, maxdepth=None):
+        if str(path).endswith(made[1].version):
+            raise PermissionError(f"[Errno 13] Permission denied: {path!r}")
+        return rm(fs, path, recursive=recursive, maxdepth=maxdepth)
+
+    monkeypatch.setattr(LocalFileSystem, "rm", refusing)
+    code = main(["prune", "--out", str(s.datasets_dir), "--older-than", "1h"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.splitlines()[0].startswith("removed 2 versions") and made[1].version not in out.splitlines()[1:3]
+    assert f"not removed: {made[1].version}: PermissionError: [Errno 13] Permission denied" in out
+    assert _listed(s) == [made[1].version, made[3].version]
+
+
+def test_the_command_takes_its_ages_from_the_config_and_says_when_there_are_none(hours, monkeypatch, capsys):
+    s, made = hours
+    assert main(["prune", "--dry-run"]) == 2
+    assert "no retention is set (dataset.keep_for, dataset.keep_superseded_for)" in capsys.readouterr().err
+    monkeypatch.setenv("CTPIPE_DATASET__KEEP_FOR", "P1D")  # every interval ended days ago: all go but LATEST's
+    assert main(["prune", "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["removed"] == [m.version for m in made[:3]] and done["latest"] == made[-1].version
+    with pytest.raises(SystemExit) as e:
+        main(["prune", "--out", " ", "--older-than", "1d"])
+    assert e.value.code == 2 and "--out is empty" in capsys.readouterr().err
+
+
+def test_retention_changes_no_version_name(settings):
+    write_traces(settings.traces_dir, [trace(i, f"What is {i} plus 1?", str(i + 1)) for i in range(3)])
+    kept = run(settings, dataset=DatasetConfig(keep_for=timedelta(days=30), keep_superseded_for=DAY))
+    assert run(settings).version == kept.version
+
+
+def test_the_task_is_skipped_without_retention(settings):
+    with pytest.raises(NothingToPublish, match="no retention is set"):
+        prune_datasets(settings)
+
+
+def test_the_dag_runs_daily_only_when_a_retention_is_set_and_its_task_prunes_or_skips(hours):
+    from tests.dags.test_dag_integrity import ROOT, _in_other_settings
+
+    s, made = hours
+    dag = f"__import__('airflow.dag_processing.dagbag').dag_processing.dagbag.DagBag({str(ROOT / 'dags')!r}).dags['dataset_retention']"
+    code = (f"d = {dag}\n"
+            "try:\n"
+            "    done = d.get_task('prune').python_callable()\n"
+            "except Exception as e:\n"
+            "    done = {'raised': type(e).__name__}\n"
+            "print(getattr(d.timetable, 'expression', None), [t.task_id for t in d.tasks], __import__('json').dumps(done), sep='|')\n")
+    home = {"CTPIPE_HOME": str(s.home)}
+    assert _in_other_settings(code, **home) == 'None|[\'prune\']|{"raised": "AirflowSkipException"}'
+    schedule, tasks, done = _in_other_settings(code, **home, CTPIPE_DATASET__KEEP_FOR="P1D").split("|")
+    assert (schedule, tasks) == ("0 0 * * *", "['prune']")
+    assert json.loads(done)["removed"] == [m.version for m in made[:3]] and _listed(s) == [made[-1].version]
