@@ -31,6 +31,7 @@ from tests.conftest import T0, damage_row_group, mutated, trace, zstd
 from tests.test_formats import BATCH_OUTPUT, BATCH_REQUEST, BEDROCK, HELICONE, OPENAI, VERTEX, kv, otlp
 
 HOUR = timedelta(hours=1)
+SECOND = timedelta(seconds=1)
 # An OTLP export with the older, flattened GenAI attributes.
 _OTEL_FLAT = otlp([kv("gen_ai.request.model", "m"), kv("gen_ai.prompt.0.role", "user"),
                    kv("gen_ai.prompt.0.content", "What is 4 plus 4?"), kv("gen_ai.completion.0.content", "8")])
@@ -1496,6 +1497,74 @@ def test_partitions_are_read_for_the_intervals_their_records_may_start_in(tmp_pa
                                 "arrival_lag to at least 0:00:01") in capsys.readouterr().out
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["misplaced"] == {"before_partition": {"traces": 1, "most_seconds": 1.0}}
+
+
+def test_files_that_land_after_their_hour_was_built_are_named_by_the_next_runs(tmp_path, caplog, capsys):
+    """Files that arrive in an hour's partition after its run are read by no later run (each reads its
+    own partitions): the next runs list the hours before theirs again and say which changed, and what
+    their run built, until a re-run of the hour publishes what they hold."""
+    src, out = tmp_path / "src", tmp_path / "out"
+
+    def hour(h: int, name: str, *numbers: int) -> None:
+        folder = src / "date=2026-11-22" / f"hour={10 + h:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(lines(*(trace(i, f"What is {i} plus 1?", str(i + 1), at=T0 + h * HOUR + i * SECOND)
+                                            for i in numbers)))
+
+    def built(h: int):
+        return run(src, out, T0 + h * HOUR, T0 + (h + 1) * HOUR)
+
+    def said(h: int) -> list:
+        return [(T0 + h * HOUR).isoformat(), (T0 + (h + 1) * HOUR).isoformat()]
+
+    hour(0, "a.jsonl", 1, 2)
+    hour(1, "a.jsonl", 3)
+    first, second = built(0), built(1)
+    assert first.source["late"] == second.source["late"] == []  # nothing changed since
+    assert isinstance(built(2), mat.NoTraces)  # an hour with no file yet: recorded all the same
+    hour(0, "late.jsonl", 4, 5)  # two hours late
+    hour(2, "a.jsonl", 6)  # a whole hour late
+    hour(3, "a.jsonl", 7)
+    caplog.clear()
+    third = built(3)
+    assert third.source["late"] == [{"interval": said(2), "version": None, "files": 1},
+                                    {"interval": said(0), "version": first.version, "files": 2}]
+    assert (f"the files of [{said(0)[0]}, {said(0)[1]}) changed since its run listed them (it built {first.version}): "
+            "2 files now, which no later run reads; a re-run of that interval publishes what they hold") in caplog.text
+    assert "(it found no trace): 1 files now" in caplog.text
+    # Re-runs publish them; the runs after say no more.
+    again, late = built(0), built(2)
+    assert again.version != first.version and again.counts["traces"] == 4 and late.counts["traces"] == 1
+    hour(4, "a.jsonl", 8)
+    assert built(4).source["late"] == []
+    # The command says it too, in its summary and its JSON.
+    hour(2, "later.jsonl", 9)
+    hour(5, "a.jsonl", 10)
+    args = ["materialize", "--source", str(src), "--out", str(out), "--start", (T0 + 5 * HOUR).isoformat(),
+            "--end", (T0 + 6 * HOUR).isoformat()]
+    assert main(args) == 0
+    assert (f"  the files of [{said(2)[0]}, {said(2)[1]}) changed since its run listed them (it built {late.version}): "
+            "2 files now, which no later run reads; a re-run of that interval publishes what they hold") \
+        in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["late"] == [{"interval": said(2), "version": late.version, "files": 2}]
+
+
+@pytest.mark.parametrize("layout", ["flat", "days", "arrival"])
+def test_a_run_that_cannot_tell_an_hours_files_records_nothing_and_says_nothing(tmp_path, caplog, layout):
+    """A flat source is read whole by every run, a day's folder grows all day long, and with
+    partitioned_by=arrival a late trace lands in a later partition (its run counts it misplaced): no
+    run lists hours again, nor records what it listed."""
+    src = tmp_path / "src"
+    folder = {"flat": src, "days": src / "date=2026-11-22", "arrival": src / "date=2026-11-22" / "hour=10"}[layout]
+    folder.mkdir(parents=True)
+    dataset = DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(0)) if layout == "arrival" else None
+    (folder / "a.jsonl").write_bytes(lines(trace(1, "What is 1 plus 1?", "2")))
+    first = run(src, tmp_path / "out", dataset=dataset)
+    (folder / "b.jsonl").write_bytes(lines(trace(2, "What is 2 plus 1?", "3")))
+    later = run(src, tmp_path / "out", T0 + HOUR, T0 + 2 * HOUR, dataset=dataset)
+    assert first.source["late"] == [] and (isinstance(later, mat.NoTraces) or later.source["late"] == [])
+    assert not (tmp_path / "out" / "_listed").exists() and "changed since its run" not in caplog.text
 
 
 def test_a_broken_line_after_a_misplaced_record_is_quarantined_by_a_run_that_reads_its_partition(tmp_path):

@@ -129,7 +129,8 @@ def test_a_version_is_built_from_object_store_traces_and_published_there(store, 
     assert time.monotonic() - started < 20  # parts moved into place, not retried (gcsfs backs off for 30 s)
     assert m.uri == f"{scheme}://datasets/{m.version}"
     assert m.counts["traces_in"] == 45 and m.counts["traces"] == 44 and m.quarantine_reasons == {"invalid_json": 1}
-    assert sorted(fs.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}", "datasets/_sources"])
+    assert sorted(fs.ls("datasets", detail=False)) == sorted(["datasets/LATEST", f"datasets/{m.version}",
+                                                              "datasets/_listed", "datasets/_sources"])
     manifest = json.loads(fs.cat(f"datasets/{m.version}/manifest.json"))
     for entry in manifest["files"].values():  # every listed part is where the manifest says, none left staged
         assert all(fs.exists(f"datasets/{m.version}/{part}") for part in entry["parts"])
@@ -331,6 +332,9 @@ def test_versions_past_their_age_are_pruned_from_an_object_store(store, capsys):
                 lines(*(trace(i, f"What is {i} plus 2?", str(i + 2), at=T0 + h * HOUR) for i in range(10 * h, 10 * h + 3))))
     made = [run(f"{scheme}://traces", f"{scheme}://datasets/v", T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(3)]
     again = run(f"{scheme}://traces", f"{scheme}://datasets/v", dataset=DatasetConfig(dpo_min_margin=0.3))
+    for m in [*made, again]:  # published as their hours ended, not just now (those are kept a day)
+        body = json.loads(fs.cat(f"datasets/v/{m.version}/manifest.json"))
+        fs.pipe(f"datasets/v/{m.version}/manifest.json", json.dumps(body | {"published_at": m.interval[1]}).encode())
     assert main(["prune", "--out", f"{scheme}://datasets/v", "--older-than", "1h", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)
     assert sorted(done["removed"]) == sorted([made[0].version, made[1].version, again.version])

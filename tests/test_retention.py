@@ -17,6 +17,7 @@ from tests.conftest import T0, trace, write_traces
 from tests.test_datasets import HOUR, run
 
 DAY = timedelta(days=1)
+MINUTE = timedelta(minutes=1)
 
 
 @pytest.fixture
@@ -28,11 +29,20 @@ def hours(settings):
                                                for n in range(10 * h, 10 * h + 3)], at=at)
     made = [run(settings, T0 + h * HOUR, T0 + (h + 1) * HOUR) for h in range(4)]
     assert datasets.resolve(settings.datasets_dir, None).version == made[-1].version
+    for h, m in enumerate(made):  # each published as its hour ended, not today
+        _published_at(settings, m.version, T0 + (h + 1) * HOUR + MINUTE)
     return settings, made
 
 
+def _published_at(s, version: str, at: datetime | str | None) -> None:
+    path = s.datasets_dir / version / "manifest.json"
+    body = json.loads(path.read_text())
+    body.pop("published_at")
+    path.write_text(json.dumps(body | ({"published_at": str(at)} if at is not None else {})))
+
+
 def _listed(s) -> list[str]:
-    return sorted(p.name for p in s.datasets_dir.iterdir() if retention.interval_of(p.name))
+    return sorted(p.name for p in s.datasets_dir.iterdir() if datasets.interval_named(p.name))
 
 
 def _pointed(s) -> set[str]:
@@ -47,6 +57,9 @@ def test_versions_past_their_age_go_with_their_pointers_and_a_pruned_interval_is
     assert done.removed == [made[0].version, made[1].version] and (done.aged, done.superseded) == (2, 0)
     assert done.pointers == 2 and done.kept == 2 and done.latest == made[-1].version and not done.failed
     assert _listed(s) == sorted(m.version for m in made[2:]) == sorted(_pointed(s))
+    # The records of the files the runs listed go with the intervals past the age, whatever is kept.
+    assert done.records == 2 and sorted(p.name for p in (s.datasets_dir / "_listed").iterdir()) == \
+        [m.version.rsplit("-", 1)[0] for m in made[2:]]
     assert store.resolve(None).version == made[-1].version and store.resolve(made[2].version).counts["traces"] == 3
     with pytest.raises(datasets.DatasetNotFound):
         store.resolve(made[0].version)
@@ -69,7 +82,8 @@ def test_a_dry_run_says_what_would_go_and_removes_nothing(hours):
     done = retention.prune(datasets.Output(s.datasets_dir), DAY, now=T0 + 3 * HOUR + DAY, dry_run=True)
     assert done.removed == [made[0].version, made[1].version] and done.pointers == 2 and done.dry_run
     assert done.lines()[:3] == ["would remove 2 versions (2 of intervals past their age, 0 superseded), 2 source "
-                                f"pointers; 2 versions kept, the one LATEST names ({made[-1].version}) among them",
+                                "pointers, 2 records of listed files; 2 versions kept, the one LATEST names "
+                                f"({made[-1].version}) among them",
                                 f"  {made[0].version}", f"  {made[1].version}"]
     assert sorted(p.relative_to(s.datasets_dir) for p in s.datasets_dir.rglob("*")) == before
 
@@ -86,19 +100,64 @@ def test_a_version_superseded_goes_once_the_later_one_is_old_enough(hours):
     assert store.resolve(later.version).version == later.version
 
 
-def test_a_manifest_that_predates_published_at_is_dated_by_its_time_on_the_store(hours):
+@pytest.mark.parametrize("said", [None, "yesterday", 1700000000, "2026-11-21T23:00:00"])
+def test_a_manifest_that_predates_published_at_is_dated_by_its_time_on_the_store(hours, said):
     s, made = hours
     later = run(s, T0, T0 + HOUR, dataset=DatasetConfig(dpo_min_margin=0.3))
-    for m in (made[0], later):  # as versions of an older code version wrote them
-        path = s.datasets_dir / m.version / "manifest.json"
-        body = json.loads(path.read_text())
-        del body["published_at"]
-        path.write_text(json.dumps(body))
+    (s.datasets_dir / "_listed" / later.version.rsplit("-", 1)[0]).unlink()  # as before runs recorded it
+    for m in (made[0], later):  # as versions of an older code version wrote them, or a hand did
+        _published_at(s, m.version, said)
+    if said is None or not str(said).startswith("2026"):
+        old = (T0 - DAY).timestamp()
+        os.utime(s.datasets_dir / made[0].version / "manifest.json", (old, old))
+        os.utime(s.datasets_dir / later.version / "manifest.json", (old + 60, old + 60))
+    else:  # a time without its zone is UTC's; both the same: the later name wins
+        made[0], later = sorted([made[0], later], key=lambda m: m.version)
+    done = retention.prune(datasets.Output(s.datasets_dir), None, HOUR, now=T0 + 3 * DAY)
+    assert done.removed == [made[0].version] and done.superseded == 1
+
+
+def test_the_current_version_is_the_one_the_last_run_built_or_found(hours):
+    """A config tried, then put back: the run with the first config again finds its version, which is
+    the interval's current one, not the version published last."""
+    s, made = hours
+    tried = run(s, T0, T0 + HOUR, dataset=DatasetConfig(dpo_min_margin=0.3))
+    _published_at(s, tried.version, T0 + 2 * HOUR)
+    assert run(s, T0, T0 + HOUR).found
+    store = datasets.Output(s.datasets_dir)
+    assert retention.prune(store, None, HOUR, now=datetime.now(timezone.utc) + 30 * MINUTE).removed == []
+    done = retention.prune(store, None, HOUR, now=datetime.now(timezone.utc) + 2 * HOUR)
+    assert done.removed == [tried.version] and store.resolve(made[0].version).version == made[0].version
+
+
+def test_what_was_just_published_or_is_being_copied_in_is_kept_whatever_its_interval(hours):
+    """A backfill, a catch-up or a re-run of an old interval publishes versions of intervals long past,
+    which train reads next; a version folder without its manifest may be an object store's copy in
+    progress; a file named as a version is none."""
+    s, made = hours
+    _published_at(s, made[1].version, datetime.now(timezone.utc) - MINUTE)
+    copying = s.datasets_dir / "20261120T000000-20261120T010000-0123456789"
+    (copying / "traces").mkdir(parents=True)
+    (copying / "traces" / "part-00000.parquet").write_bytes(b"PAR1")
+    left = s.datasets_dir / "20261119T000000-20261119T010000-0123456789"
+    (left / "traces").mkdir(parents=True)
+    (left / "traces" / "part-00000.parquet").write_bytes(b"PAR1")
     old = (T0 - DAY).timestamp()
-    os.utime(s.datasets_dir / made[0].version / "manifest.json", (old, old))
-    os.utime(s.datasets_dir / later.version / "manifest.json", (old + 60, old + 60))
-    done = retention.prune(datasets.Output(s.datasets_dir), None, HOUR, now=T0)
-    assert done.removed == [made[0].version]
+    os.utime(left / "traces" / "part-00000.parquet", (old, old))
+    (s.datasets_dir / "20261118T000000-20261118T010000-0123456789").write_text("not a version")
+    done = retention.prune(datasets.Output(s.datasets_dir), HOUR, now=datetime.now(timezone.utc))
+    assert done.removed == [left.name, made[0].version, made[2].version]
+    assert _listed(s) == sorted([copying.name, made[1].version, made[3].version, "20261118T000000-20261118T010000-0123456789"])
+
+
+def test_pointers_gone_already_are_no_failure(hours):
+    """Two prunes at once (the DAG's and a shell's): what the other removed first is no failure."""
+    s, made = hours
+    pointers = sorted(str(p) for p in (s.datasets_dir / "_sources").iterdir())
+    (s.datasets_dir / "_sources" / pointers[0].rpartition("/")[2]).unlink()
+    fs = datasets.Output(s.datasets_dir).fs
+    assert retention._removed(fs, {"pointers": pointers}) == {}
+    assert not (s.datasets_dir / "_sources").exists() or not list((s.datasets_dir / "_sources").iterdir())
 
 
 def test_pointers_to_versions_removed_by_hand_and_stale_staging_go_too(hours):
@@ -119,8 +178,8 @@ def test_a_version_that_cannot_be_removed_is_named_and_the_others_go(hours, monk
 
     rm = LocalFileSystem.rm
 
-    def refusing(fs, path, recursive=False, maxdepth=None):
-        if str(path).endswith(made[1].version):
+    def refusing(fs, path, recursive=False, maxdepth=None):  # as a folder made immutable (chattr +i) refuses
+        if any(made[1].version in p for p in (path if isinstance(path, list) else [path])):
             raise PermissionError(f"[Errno 13] Permission denied: {path!r}")
         return rm(fs, path, recursive=recursive, maxdepth=maxdepth)
 
@@ -128,7 +187,8 @@ def test_a_version_that_cannot_be_removed_is_named_and_the_others_go(hours, monk
     code = main(["prune", "--out", str(s.datasets_dir), "--older-than", "1h"])
     out = capsys.readouterr().out
     assert code == 1
-    assert out.splitlines()[0].startswith("removed 2 versions") and made[1].version not in out.splitlines()[1:3]
+    assert out.splitlines()[0].startswith("removed 2 versions (2 of intervals past their age, 0 superseded)")
+    assert made[1].version not in out.splitlines()[1:3]
     assert f"not removed: {made[1].version}: PermissionError: [Errno 13] Permission denied" in out
     assert _listed(s) == [made[1].version, made[3].version]
 
@@ -144,6 +204,26 @@ def test_the_command_takes_its_ages_from_the_config_and_says_when_there_are_none
     with pytest.raises(SystemExit) as e:
         main(["prune", "--out", " ", "--older-than", "1d"])
     assert e.value.code == 2 and "--out is empty" in capsys.readouterr().err
+    # The flags given are the ages: the configured one is not added to them.
+    assert main(["prune", "--superseded-after", "1h", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--out", "{tmp}/nowhere", "--older-than", "1d"], "dataset store '{tmp}/nowhere' holds nothing: no version was "
+                                                       "published there (is it the store the DAGs publish to?)"),
+    (["--older-than", "3000000d"], "older_than=3000000 days, 0:00:00 reaches back before the year 1"),
+])
+def test_a_store_that_holds_nothing_or_an_age_past_the_calendar_is_named(settings, capsys, tmp_path, args, said):
+    assert main(["prune", *(a.format(tmp=tmp_path) for a in args)]) == 1
+    assert said.format(tmp=tmp_path) in capsys.readouterr().err
+
+
+def test_an_empty_setting_keeps_versions_forever(monkeypatch):
+    from ctpipe.config import Settings
+
+    monkeypatch.setenv("CTPIPE_DATASET__KEEP_FOR", "")
+    assert Settings().dataset.keep_for is None
 
 
 def test_retention_changes_no_version_name(settings):

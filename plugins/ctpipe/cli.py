@@ -112,7 +112,7 @@ def _duration(text: str) -> timedelta:
 
 
 def cmd_materialize(args) -> int:
-    from ctpipe.materialize import NoTraces, materialize, misplaced_lines, some_files, unjoined_lines
+    from ctpipe.materialize import NoTraces, late_lines, materialize, misplaced_lines, some_files, unjoined_lines
     from ctpipe.pipeline import unfinished
 
     s = _settings()
@@ -173,7 +173,7 @@ def cmd_materialize(args) -> int:
                                   **m.asset_extra(), "found": m.found, "scrubbed": m.scrubbed, "quarantine_reasons": m.quarantine_reasons,
                                   "unrecognized_files": m.source.get("unrecognized_files", {}),
                                   "skipped_files": m.source.get("skipped_files", {}),
-                                  "misplaced": m.source.get("misplaced", {}),
+                                  "misplaced": m.source.get("misplaced", {}), "late": m.source.get("late", []),
                                   "unjoined": m.source.get("unjoined", {})})}))
         elif empty:
             print("\n  ".join(m.lines(dataset)))
@@ -191,7 +191,7 @@ def cmd_materialize(args) -> int:
                   + "".join(f"  {line}\n" for line in some_files(m.source.get("skipped_files", {}), "{}: not read: {}",
                                                                   "not read (--json lists them all)"))
                   + "".join(f"  {line}\n" for line in misplaced_lines(m.source.get("misplaced", {}), dataset)
-                            + unjoined_lines(m.source.get("unjoined", {})))
+                            + unjoined_lines(m.source.get("unjoined", {})) + late_lines(m.source.get("late", [])))
                   + f"  {m.uri}")
         start = end
     totals(args.end, least=2)  # one interval's own summary says it all

@@ -234,6 +234,11 @@ class DatasetConfig(_Section):
         "keep it, its label judging it (a classifier's one-token answers end so too), or quarantine it as "
         "truncated_answer (as a DPO pair's chosen answer it teaches stopping mid-sentence).")
 
+    @field_validator("keep_for", "keep_superseded_for", mode="before")
+    @classmethod
+    def _unset(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v  # CTPIPE_DATASET__KEEP_FOR= says "forever" too
+
     @field_validator("eval_sets", mode="before")
     @classmethod
     def _uris(cls, v):

@@ -439,6 +439,23 @@ def _stamp(t: datetime) -> str:
     return f"{t.year:04d}{t:%m%dT%H%M%S}"
 
 
+# A version's name (version_name): its interval's start and end, a digest; an interval's record
+# under _listed/ is named by the first two.
+_NAMED = re.compile(r"(\d{8}T\d{6})-(\d{8}T\d{6})(-[0-9a-f]{10})?")
+
+
+def interval_named(name: str, version: bool = True) -> tuple[datetime, datetime] | None:
+    """The interval (UTC) a version's name says (or, not ``version``, the name of an interval's
+    record under ``_listed/``); None for any other name."""
+    found = _NAMED.fullmatch(name)
+    if not found or bool(found[3]) != version:
+        return None
+    try:
+        return tuple(datetime.strptime(t, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc) for t in found.groups()[:2])
+    except ValueError:  # no day of the calendar: not a name this module gave
+        return None
+
+
 def _interval_of(version: str) -> tuple[str, str]:
     """(end, start) of a :func:`version_name`: ordered as its interval is."""
     start, _, rest = version.partition("-")
@@ -567,6 +584,25 @@ class Output:
     def remember(self, start, end, config: dict, files_digest: str, version: str) -> None:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
+
+    def _listed_path(self, start: datetime, end: datetime) -> str:
+        return f"{self.root}/_listed/{_stamp(start)}-{_stamp(end)}"
+
+    def listed(self, start: datetime, end: datetime) -> dict | None:
+        """What the last run of ``[start, end)`` recorded of the files it listed (see :meth:`record_listed`)."""
+        path = self._listed_path(start, end)
+        try:
+            return json.loads(self.fs.cat_file(path))
+        except (FileNotFoundError, ValueError):  # none, or not whole (a store that failed mid-write): nothing to compare
+            return None
+
+    def record_listed(self, start: datetime, end: datetime, files_digest: str, version: str | None) -> None:
+        """Record the digest of the files a run of ``[start, end)`` listed, and the version it built or
+        found (None: it found no trace), the interval's current one: later runs list the interval
+        again, and say when its files changed; retention keeps that version, not the one published last."""
+        self.fs.makedirs(f"{self.root}/_listed", exist_ok=True)
+        self.write_text(self._listed_path(start, end), json.dumps({
+            "files_sha256": files_digest, "version": version, "at": datetime.now(timezone.utc).isoformat()}))
 
     def announced_by(self, version: str) -> tuple[str, datetime | None] | None:
         """(the trace_to_dataset run that announced ``version``, its asset event on which train runs;

@@ -1961,16 +1961,21 @@ def materialize(
     def resolved(folder: str) -> str:
         return here(folder).rstrip("/") + "/"
 
-    def keep(folder: str, root: str) -> bool:
-        if store and folder == root and resolved(root) == store:  # the first folder listed
-            raise sources.SourceError(f"the dataset store {out!r} is the source {source!r}: its versions would be "
-                                      "read back as traces; give the store a folder of its own")
-        if store and resolved(folder).startswith(store) and not resolved(root).startswith(store):
-            log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
-            return False
-        return _may_hold(folder, root, start, end, lag)
+    def keeper(lo: datetime, hi: datetime, said: bool = True) -> Callable[[str, str], bool]:
+        """Which folders a run of [lo, hi) lists (``said``: and warns of the store inside the source)."""
+        def keep(folder: str, root: str) -> bool:
+            if store and folder == root and resolved(root) == store:  # the first folder listed
+                raise sources.SourceError(f"the dataset store {out!r} is the source {source!r}: its versions would "
+                                          "be read back as traces; give the store a folder of its own")
+            if store and resolved(folder).startswith(store) and not resolved(root).startswith(store):
+                if said:
+                    log.warning("the dataset store %s lies inside the source: its folder is not read as traces", out)
+                return False
+            return _may_hold(folder, root, lo, hi, lag)
+        return keep
 
-    fs, files, skipped = sources.list_files(source, keep=keep)
+    fs, files, skipped = sources.list_files(source, keep=keeper(start, end))
+    late = _late(source, output, start, end, files, dataset, keeper)
     if skipped:  # named in the manifest too, all of them, with why
         log.warning("%d files of the source are not read: %s", len(skipped),
                     "; ".join(some_files(skipped, "{}: {}", "not read (the manifest, or --json, names them all)")))
@@ -1988,15 +1993,63 @@ def materialize(
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         log.info("version %s was built before from these very files: found, not built again", known.version)
-        return known
-    build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
-                              task=task, reward=reward, dataset=dataset)
-    try:
-        return build(hold_spans=False)
-    except _HoldSpans:
-        log.warning("the source holds OTLP spans that hold their content and log records of evaluation results "
-                    "(scores): read again, the spans joined with their records, as those without content are")
-        return build(hold_spans=True)
+        made = known
+    else:
+        build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
+                                  task=task, reward=reward, dataset=dataset, late=late)
+        try:
+            made = build(hold_spans=False)
+        except _HoldSpans:
+            log.warning("the source holds OTLP spans that hold their content and log records of evaluation results "
+                        "(scores): read again, the spans joined with their records, as those without content are")
+            made = build(hold_spans=True)
+    # What the next runs compare the interval's files with, and the version that is now its current one.
+    output.record_listed(start, end, files.digest, made.version if isinstance(made, Manifest) else None)
+    return made
+
+
+# How many intervals before its own a run lists again, to say which have files their run did not read.
+RECHECKED = 3
+
+
+def _late(source: str, output: Output, start: datetime, end: datetime, files: sources.Files, dataset: DatasetConfig,
+          keeper: Callable[..., Callable[[str, str], bool]]) -> list[dict] | None:
+    """Of the :data:`RECHECKED` intervals before ``[start, end)``, those whose files changed since
+    their run listed them (files that arrived late, or were written again), each with the version
+    that run built (None: it found no trace) and how many files there are now; None where a run
+    cannot tell.
+
+    Files that arrive after their interval's run are read by no later run, which reads its own
+    partitions: a re-run of that interval publishes them. A run can tell only where partitions say
+    which interval a file is of: a source whose files are all in partition folders by start time
+    (with partitioned_by=arrival, a late trace lands in a later partition, whose run counts it as
+    misplaced), none longer than the interval (an hour's run would see the day's folder grow). Each
+    run records the digest of the files it listed (``<out>/_listed/``, see :meth:`Output.record_listed`),
+    and lists the earlier intervals again, as their runs did, to compare."""
+    length = end - start
+    spans = [traces.partition_span(folder, files.root) for folder in files.folders()]
+    if dataset.partitioned_by != "start" or not all(span and span[1] <= length for span in spans):
+        return None
+    late = []
+    for k in range(1, RECHECKED + 1):
+        lo, hi = start - k * length, end - k * length
+        listed = output.listed(lo, hi)
+        if listed is None:  # never built, or before runs recorded it
+            continue
+        _, now, _ = sources.list_files(source, keep=keeper(lo, hi, said=False))
+        if now.digest != listed["files_sha256"]:
+            late.append({"interval": [lo.isoformat(), hi.isoformat()], "version": listed["version"], "files": len(now)})
+    for line in late_lines(late):
+        log.warning("%s", line)
+    return late
+
+
+def late_lines(late: list[dict]) -> list[str]:
+    """A manifest's ``source.late`` in words (see :func:`_late`)."""
+    return [f"the files of [{lo}, {hi}) changed since its run listed them ("
+            + (f"it built {each['version']}" if each["version"] else "it found no trace")
+            + f"): {each['files']} files now, which no later run reads; a re-run of that interval publishes what "
+            "they hold" for each in late for lo, hi in [each["interval"]]]
 
 
 def _protocol(uri: str) -> str:
@@ -2037,7 +2090,7 @@ class _HoldSpans(Exception):
 
 def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], output: Output, config: dict,
            eval_items: tuple[str, ...], start: datetime, end: datetime, *, task: TaskConfig, reward: RewardConfig,
-           dataset: DatasetConfig, hold_spans: bool) -> Manifest | NoTraces:
+           dataset: DatasetConfig, hold_spans: bool, late: list[dict] | None) -> Manifest | NoTraces:
     """The version of what :func:`materialize` found (the source's files, where the version goes, what
     makes it), built and published; what it read when its interval has no trace."""
     size = files.held  # what the run holds, not its files' size: compressed, they hold more
@@ -2218,7 +2271,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             source={"uri": _shown(source),
                     "files": len(files), "formats": dict(sorted((+found_formats).items())),
                     "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
-                    "unjoined": unjoined_report,
+                    "unjoined": unjoined_report, "late": late or [],
                     "content_hash": content.hexdigest()},
             config=config,
         )

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -22,6 +22,9 @@ from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
 from ctpipe.errors import NothingToPublish, PipelineError
 from ctpipe.jobspec import METRICS_FILE, DatasetRef, JobSpec, table_of
+
+if TYPE_CHECKING:
+    from ctpipe.retention import Pruned
 
 log = logging.getLogger(__name__)
 
@@ -202,18 +205,25 @@ def _same_tables(store: datasets.Output, manifest: datasets.Manifest) -> tuple[s
 
 
 def prune_datasets(s: Settings, older_than: timedelta | None = None, superseded_after: timedelta | None = None,
-                   dry_run: bool = False) -> Any:
+                   dry_run: bool = False) -> Pruned:
     """Remove the dataset versions the store keeps no longer (:func:`ctpipe.retention.prune`): by
-    ``older_than`` and ``superseded_after``, else by ``dataset.keep_for`` and
-    ``dataset.keep_superseded_for``; NothingToPublish when neither says how long."""
+    ``older_than`` and ``superseded_after`` where either is given (the other then not applied), else
+    by ``dataset.keep_for`` and ``dataset.keep_superseded_for``; NothingToPublish when none says how long."""
     from ctpipe.retention import prune
 
-    older_than = older_than or s.dataset.keep_for
-    superseded_after = superseded_after or s.dataset.keep_superseded_for
+    ages = {"older_than": older_than, "superseded_after": superseded_after}
     if older_than is None and superseded_after is None:
+        ages = {"dataset.keep_for": s.dataset.keep_for, "dataset.keep_superseded_for": s.dataset.keep_superseded_for}
+    if not any(ages.values()):
         raise NothingToPublish("no retention is set (dataset.keep_for, dataset.keep_superseded_for): every version "
                                "is kept")
-    done = prune(datasets.Output(s.datasets_uri), older_than, superseded_after, dry_run=dry_run)
+    now = datetime.now(timezone.utc)
+    for name, age in ages.items():
+        try:
+            now - (age or timedelta(0))
+        except OverflowError:
+            raise PipelineError(f"{name}={age} reaches back before the year 1") from None
+    done = prune(datasets.Output(s.datasets_uri), *ages.values(), now=now, dry_run=dry_run)
     for line in done.lines():
         log.info("%s", line)
     return done

@@ -4,28 +4,35 @@ An hourly ``trace_to_dataset`` publishes some 8,800 versions a year, each with i
 a pointer under ``_sources/``; nothing else ever removes them. :func:`prune` removes
 
 * the versions of intervals that ended more than ``older_than`` ago, and
-* with ``superseded_after``, the versions of an interval that has one published later (a re-run
-  with late files, another config or code version) once that one is ``superseded_after`` old,
+* with ``superseded_after``, the versions of an interval other than its current one (the one its
+  last run built or found, else the one published last), once that one has been current that long,
 
-never the version ``LATEST`` names, and with them the ``_sources/`` pointers naming them (or any
-version no longer there), and staged folders of runs killed before they published. The
-``_announced/`` marks stay: a few bytes each, they keep a version built again (a backfill over an
-interval pruned) from being announced, and trained on, a second time.
+but never the version ``LATEST`` names, nor one published within :data:`JUST_PUBLISHED` (a backfill,
+a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
+reads them next). With them go the ``_sources/`` pointers naming them (or any version no longer
+there), the ``_listed/`` records of the intervals past the age, and staged folders of runs killed
+before they published. The ``_announced/`` marks stay: a few bytes each, they keep a version built
+again (a backfill over an interval pruned) from being announced, and trained on, a second time.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import re
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ctpipe.datasets import LATEST, Output
+from ctpipe.datasets import LATEST, Output, interval_named
+from ctpipe.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
-# A version's folder name (datasets.version_name): its interval's start and end (UTC), a digest.
-_VERSION = re.compile(r"(\d{8}T\d{6})-(\d{8}T\d{6})-[0-9a-f]{10}")
+# A version published this recently is kept whatever its interval's age or its successors: a reader
+# (a training job) may have just found it. The same age lets a folder without a manifest go: one
+# younger may be a version an object store is still copying in.
+JUST_PUBLISHED = timedelta(days=1)
+_SAID = 20  # versions named in a report: a first prune of a year's store removes thousands
 
 
 @dataclass
@@ -34,110 +41,178 @@ class Pruned:
 
     removed: list[str] = field(default_factory=list)  # versions, oldest interval first
     aged: int = 0  # of them, of intervals that ended before the cutoff
-    superseded: int = 0  # of them, of intervals with a version published later
+    superseded: int = 0  # of them, of intervals whose current version is another
     kept: int = 0  # versions left
     latest: str | None = None  # the version LATEST names, kept whatever its age
     pointers: int = 0  # _sources/ pointers removed
+    records: int = 0  # _listed/ records removed
     staged: int = 0  # staged folders of killed runs removed
-    failed: dict[str, str] = field(default_factory=dict)  # version: why it could not be removed
+    failed: dict[str, str] = field(default_factory=dict)  # version (or what else): why it could not be removed
     dry_run: bool = False
 
-    def lines(self, named: int = 20) -> list[str]:
-        """What was done, for a log or a terminal: the counts, then the first ``named`` versions removed
-        (a first prune of a year's store removes thousands), then each that could not be."""
+    def lines(self) -> list[str]:
+        """What was done, for a log or a terminal: the counts, then the first versions removed, then the
+        first that could not be."""
         did, staged = ("would remove", "") if self.dry_run else ("removed", f", {self.staged} staged folders of "
                                                                             "runs killed before they published")
         kept = f"{self.kept} versions kept" + (f", the one LATEST names ({self.latest}) among them" if self.latest else "")
+        failed = list(self.failed.items())
         return [f"{did} {len(self.removed)} versions ({self.aged} of intervals past their age, {self.superseded} "
-                f"superseded), {self.pointers} source pointers{staged}; {kept}",
-                *(f"  {v}" for v in self.removed[:named]),
-                *[f"  and {len(self.removed) - named} more"] * (len(self.removed) > named),
-                *(f"not removed: {v}: {why}" for v, why in self.failed.items())]
-
-
-def interval_of(name: str) -> tuple[datetime, datetime] | None:
-    """The interval (UTC) a version's folder name says, None for any other name."""
-    found = _VERSION.fullmatch(name)
-    try:
-        return tuple(datetime.strptime(t, "%Y%m%dT%H%M%S").replace(tzinfo=timezone.utc) for t in found.groups()) \
-            if found else None
-    except ValueError:  # no day of the calendar: not a name datasets gave
-        return None
+                f"superseded), {self.pointers} source pointers, {self.records} records of listed files{staged}; {kept}",
+                *(f"  {v}" for v in self.removed[:_SAID]),
+                *[f"  and {len(self.removed) - _SAID} more"] * (len(self.removed) > _SAID),
+                *(f"not removed: {what}: {why}" for what, why in failed[:_SAID]),
+                *[f"and {len(failed) - _SAID} more not removed"] * (len(failed) > _SAID)]
 
 
 def prune(store: Output, older_than: timedelta | None, superseded_after: timedelta | None = None,
           now: datetime | None = None, dry_run: bool = False) -> Pruned:
     """Remove from ``store`` the versions :mod:`this module <ctpipe.retention>` says, and what names
-    them. A version's manifest goes first, so that readers stop finding it before its parts go: a
-    training job still reading one would fail, hence ages of days. A version that cannot be removed
-    is named in :attr:`Pruned.failed`, and the others still go."""
+    them. The manifests go first, so that readers stop finding a version before its parts go; what
+    cannot be removed is named in :attr:`Pruned.failed`, and the rest still goes. PipelineError for a
+    store that holds nothing: a mistyped one would otherwise be pruned of nothing, day after day."""
     now = now or datetime.now(timezone.utc)
     fs, root = store.fs, store.root
     try:
-        names = sorted(path.rstrip("/").rpartition("/")[2] for path in fs.ls(root, detail=False))
-    except FileNotFoundError:  # nothing published yet
-        names = []
+        listing = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        listing = []
     finally:
         fs.invalidate_cache(root)
-    versions = {name: interval for name in names if (interval := interval_of(name))}
+    if not listing:
+        raise PipelineError(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
+                            "store the DAGs publish to?)")
+    names = [info["name"].rstrip("/").rpartition("/")[2] for info in listing if info["type"] == "directory"]
+    folders = {name: interval for name in names if (interval := interval_named(name))}
     done = Pruned(dry_run=dry_run)
     done.latest = fs.cat_file(f"{root}/{LATEST}").decode().strip() if fs.exists(f"{root}/{LATEST}") else None
-    aged = {v for v, (_, end) in versions.items() if older_than is not None and end < now - older_than}
-    superseded = _superseded(store, versions, now - superseded_after) - aged if superseded_after is not None else set()
+    aged = {v for v, (_, end) in folders.items() if older_than is not None and end < now - older_than}
+    by_interval: dict[tuple, list[str]] = {}
+    for version, interval in folders.items():
+        by_interval.setdefault(interval, []).append(version)
+    alike = {v for vs in by_interval.values() if len(vs) > 1 for v in vs} if superseded_after is not None else set()
+    manifests = _manifests(store, aged | alike)
+    # A version folder without a manifest is an object store's copy in progress, or one cut short (its
+    # run publishing again removes it): gone only once its interval is past the age and it lies idle.
+    aged = {v for v in aged if v in manifests and _published(manifests[v]) < now - JUST_PUBLISHED} | \
+        {v for v in aged - set(manifests) if _idle_since(store, v) < now - JUST_PUBLISHED}
+    superseded = set()
+    if superseded_after is not None:
+        for interval, versions in by_interval.items():
+            superseded |= _superseded(store, interval, versions, manifests, now - superseded_after, now)
     gone = (aged | superseded) - {done.latest}
-    done.aged, done.superseded = len(aged - {done.latest}), len(superseded - {done.latest})
-    done.removed = sorted(gone, key=lambda v: (versions[v], v))
-    done.kept = len(versions) - len(gone)
-    pointers = _pointers_to(store, gone, set(versions))
-    done.pointers = len(pointers)
-    if dry_run:
-        return done
-    if pointers:  # first: a re-run of the interval would find a version it is removing
-        fs.rm(pointers)
-    for version in list(done.removed):
-        try:
-            if fs.exists(f"{root}/{version}/manifest.json"):
-                fs.rm_file(f"{root}/{version}/manifest.json")
-            fs.rm(f"{root}/{version}", recursive=True)
-        except FileNotFoundError:  # removed meanwhile, by another prune
-            pass
-        except Exception as e:  # noqa: BLE001 - each filesystem raises its own types: named, and the rest go on
-            done.failed[version] = f"{type(e).__name__}: {e}"
-            done.removed.remove(version)
-            done.kept += 1
-            log.warning("could not remove version %s of %s: %s", version, store.uri, done.failed[version])
-    done.staged = store.remove_stale(now)
+    removed = sorted(gone, key=lambda v: (folders[v], v))
+    pointers = _pointers_to(store, gone, set(folders))
+    records = _records_before(store, now - older_than) if older_than is not None else []
+    done.pointers, done.records = len(pointers), len(records)
+    if not dry_run:
+        # Pointers first: a re-run of an interval would find a version being removed, and return it.
+        for what, why in _removed(fs, {"_sources/ and _listed/": pointers + records}).items():
+            done.failed[what] = why
+            done.pointers = done.records = 0
+        failed = _removed(fs, {v: f"{root}/{v}/manifest.json" for v in removed if v in manifests})
+        failed |= _removed(fs, {v: f"{root}/{v}" for v in removed if v not in failed}, recursive=True)
+        done.failed |= failed
+        removed = [v for v in removed if v not in failed]
+        done.staged = store.remove_stale(now)
+    done.removed = removed
+    done.aged, done.superseded = len(aged & set(removed)), len(superseded & set(removed) - aged)
+    done.kept = len(folders) - len(removed)
     return done
 
 
-def _superseded(store: Output, versions: dict[str, tuple[datetime, datetime]], before: datetime) -> set[str]:
-    """Of ``versions``, those of an interval whose version published last was published before
-    ``before``, but that one. When each was published is its manifest's ``published_at``, or, in a
-    manifest older than that field, the manifest's own time on the store; a folder without a
-    manifest (an object store's copy cut short) is no version, and left to the run that publishes there."""
-    by_interval: dict[tuple, list[str]] = {}
-    for version, interval in versions.items():
-        by_interval.setdefault(interval, []).append(version)
-    out = set()
-    for alike in (vs for vs in by_interval.values() if len(vs) > 1):
-        published = {v: at for v in alike if (at := _published(store, v)) is not None}
-        if not published:
-            continue
-        last = max(published, key=lambda v: (published[v], v))
-        if published[last] < before:
-            out |= set(published) - {last}
-    return out
+def _manifests(store: Output, versions: set[str]) -> dict[str, dict]:
+    """The manifests of ``versions`` that have one that reads, read together (an object store's
+    client fetches them at once)."""
+    paths = {f"{store.root}/{v}/manifest.json": v for v in versions}
+    found = {}
+    for path, body in (store.fs.cat(list(paths), on_error="omit") if paths else {}).items():
+        with suppress(ValueError):  # not whole: no version yet, as one without a manifest
+            found[paths[path]] = json.loads(body)
+    return found
 
 
-def _published(store: Output, version: str) -> datetime | None:
+def _published(manifest: dict, fallback: datetime | None = datetime.min.replace(tzinfo=timezone.utc)) -> datetime | None:
+    """When a manifest says its version was published (a time without its zone is UTC's); ``fallback``
+    where it does not (manifests older than ``published_at``), or not as a time."""
     try:
-        at = store.load(version).published_at
-    except (FileNotFoundError, ValueError, TypeError):  # no manifest, or not one datasets wrote
-        return None
-    if at:
-        return datetime.fromisoformat(at)
-    when = store.fs.modified(f"{store.root}/{version}/manifest.json")
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        at = datetime.fromisoformat(manifest["published_at"])
+    except (KeyError, TypeError, ValueError):
+        return fallback
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _idle_since(store: Output, version: str) -> datetime:
+    """When the last file of a version folder was written (now, for one that cannot be told)."""
+    try:
+        times = [store.fs.modified(path) for path in store.fs.find(f"{store.root}/{version}")]
+    except (FileNotFoundError, NotImplementedError):
+        return datetime.now(timezone.utc)
+    return max((t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times),
+               default=datetime.min.replace(tzinfo=timezone.utc))
+
+
+def _superseded(store: Output, interval: tuple[datetime, datetime], versions: list[str], manifests: dict[str, dict],
+                before: datetime, now: datetime) -> set[str]:
+    """Of an interval's ``versions`` (those with a manifest), all but its current one, once that one
+    has been current since ``before`` and each was published :data:`JUST_PUBLISHED` ago. The current
+    one is what the interval's last run built or found (``_listed/``), which may be an older version
+    (a config tried, then put back); else the one published last. A manifest older than
+    ``published_at`` is dated by its time on the store."""
+    published = {v: _published(manifests[v], None) or store.fs.modified(f"{store.root}/{v}/manifest.json")
+                 for v in versions if v in manifests}
+    published = {v: at if at.tzinfo else at.replace(tzinfo=timezone.utc) for v, at in published.items()}
+    if len(published) < 2:
+        return set()
+    last = store.listed(*interval) or {}
+    if last.get("version") in published:
+        current, since = last["version"], _published({"published_at": last.get("at")}, published[last["version"]])
+    else:
+        current = max(published, key=lambda v: (published[v], v))
+        since = published[current]
+    if since >= before:
+        return set()
+    return {v for v, at in published.items() if v != current and at < now - JUST_PUBLISHED}
+
+
+def _removed(fs, paths: dict[str, str | list[str]], recursive: bool = False) -> dict[str, str]:
+    """Remove ``paths`` (of what each is, for the report), all in one call (an object store deletes a
+    thousand keys a request); one at a time where that fails, to tell which could not be, and why
+    (those gone already, by another prune, are not)."""
+    flat = [p for ps in paths.values() for p in ([ps] if isinstance(ps, str) else ps)]
+    if not flat:
+        return {}
+    try:
+        fs.rm(flat, recursive=recursive)
+        return {}
+    except Exception:  # noqa: BLE001 - each filesystem raises its own types: found one at a time
+        pass
+    failed = {}
+    for what, ps in paths.items():
+        for path in [ps] if isinstance(ps, str) else ps:
+            try:
+                fs.rm(path, recursive=recursive)
+            except FileNotFoundError:
+                pass
+            except Exception as e:  # noqa: BLE001
+                failed[what] = f"{type(e).__name__}: {e}"
+                log.warning("could not remove %s: %s", path, failed[what])
+                break
+    return failed
+
+
+def _records_before(store: Output, cutoff: datetime) -> list[str]:
+    """The ``_listed/`` records of the intervals that ended before ``cutoff``."""
+    folder = f"{store.root}/_listed"
+    try:
+        paths = store.fs.ls(folder, detail=False)
+    except FileNotFoundError:
+        return []
+    finally:
+        store.fs.invalidate_cache(folder)
+    return sorted(path for path in paths
+                  if (interval := interval_named(path.rstrip("/").rpartition("/")[2], version=False))
+                  and interval[1] < cutoff)
 
 
 def _pointers_to(store: Output, gone: set[str], listed: set[str]) -> list[str]:

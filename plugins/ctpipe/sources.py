@@ -454,6 +454,10 @@ class Files:
             for name in _names(names):
                 yield folder + name
 
+    def folders(self) -> list[str]:
+        """The folders the files are in (a folder's files may come as several runs: it may repeat)."""
+        return [folder for folder, _ in self._runs]
+
     def items(self) -> Iterator[tuple[str, str]]:
         for path in self:
             yield path, self._renamed.get(path, path)
