@@ -1550,21 +1550,25 @@ def test_files_that_land_after_their_hour_was_built_are_named_by_the_next_runs(t
     assert json.loads(capsys.readouterr().out)["late"] == [{"interval": said(2), "version": late.version, "files": 2}]
 
 
-@pytest.mark.parametrize("layout", ["flat", "days", "arrival"])
-def test_a_run_that_cannot_tell_an_hours_files_records_nothing_and_says_nothing(tmp_path, caplog, layout):
-    """A flat source is read whole by every run, a day's folder grows all day long, and with
-    partitioned_by=arrival a late trace lands in a later partition (its run counts it misplaced): no
-    run lists hours again, nor records what it listed."""
-    src = tmp_path / "src"
-    folder = {"flat": src, "days": src / "date=2026-11-22", "arrival": src / "date=2026-11-22" / "hour=10"}[layout]
+@pytest.mark.parametrize("layout", ["flat", "days", "arrival", "hours_in_90_minutes"])
+def test_a_run_that_cannot_tell_an_hours_files_says_nothing(tmp_path, caplog, layout):
+    """A flat source is read whole by every run, a day's folder grows all day long, with
+    partitioned_by=arrival a late trace lands in a later partition (its run counts it misplaced), and
+    a 90-minute run's last hour holds the next run's traces too: no run says an interval's files
+    changed."""
+    src, length = tmp_path / "src", 1.5 * HOUR if layout == "hours_in_90_minutes" else HOUR
+    folder = {"flat": src, "days": src / "date=2026-11-22", "arrival": src / "date=2026-11-22" / "hour=10",
+              "hours_in_90_minutes": src / "date=2026-11-22" / "hour=11"}[layout]
     folder.mkdir(parents=True)
     dataset = DatasetConfig(partitioned_by="arrival", arrival_lag=timedelta(0)) if layout == "arrival" else None
-    (folder / "a.jsonl").write_bytes(lines(trace(1, "What is 1 plus 1?", "2")))
-    first = run(src, tmp_path / "out", dataset=dataset)
-    (folder / "b.jsonl").write_bytes(lines(trace(2, "What is 2 plus 1?", "3")))
-    later = run(src, tmp_path / "out", T0 + HOUR, T0 + 2 * HOUR, dataset=dataset)
-    assert first.source["late"] == [] and (isinstance(later, mat.NoTraces) or later.source["late"] == [])
-    assert not (tmp_path / "out" / "_listed").exists() and "changed since its run" not in caplog.text
+    ninety = layout == "hours_in_90_minutes"  # [10:00, 11:30) and [11:30, 13:00), the second's traces in hour=11 too
+    (folder / "a.jsonl").write_bytes(lines(trace(1, "What is 1 plus 1?", "2", at=T0 + (HOUR if ninety else 0 * HOUR))))
+    first = run(src, tmp_path / "out", T0, T0 + length, dataset=dataset)
+    (folder / "b.jsonl").write_bytes(lines(trace(2, "What is 2 plus 1?", "3", at=T0 + 1.75 * HOUR)))
+    later = run(src, tmp_path / "out", T0 + length, T0 + 2 * length, dataset=dataset)
+    assert first.counts["traces"] == 1 and first.source["late"] == []
+    assert isinstance(later, mat.NoTraces) or later.source["late"] == []
+    assert "changed since its run" not in caplog.text
 
 
 def test_a_broken_line_after_a_misplaced_record_is_quarantined_by_a_run_that_reads_its_partition(tmp_path):
