@@ -73,12 +73,7 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     store that holds nothing: a mistyped one would otherwise be pruned of nothing, day after day."""
     now = now or datetime.now(timezone.utc)
     fs, root = store.fs, store.root
-    try:
-        listing = fs.ls(root, detail=True)
-    except FileNotFoundError:
-        listing = []
-    finally:
-        fs.invalidate_cache(root)
+    listing = _ls(fs, root, detail=True)
     if not listing:
         raise PipelineError(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
                             "store the DAGs publish to?)")
@@ -201,16 +196,20 @@ def _removed(fs, paths: dict[str, str | list[str]], recursive: bool = False) -> 
     return failed
 
 
-def _records_before(store: Output, cutoff: datetime) -> list[str]:
-    """The ``_listed/`` records of the intervals that ended before ``cutoff``."""
-    folder = f"{store.root}/_listed"
+def _ls(fs, folder: str, detail: bool = False) -> list:
+    """A folder's entries, none where it is not; not kept by the filesystem (s3fs would answer from
+    this listing for hours after)."""
     try:
-        paths = store.fs.ls(folder, detail=False)
+        return fs.ls(folder, detail=detail)
     except FileNotFoundError:
         return []
     finally:
-        store.fs.invalidate_cache(folder)
-    return sorted(path for path in paths
+        fs.invalidate_cache(folder)
+
+
+def _records_before(store: Output, cutoff: datetime) -> list[str]:
+    """The ``_listed/`` records of the intervals that ended before ``cutoff``."""
+    return sorted(path for path in _ls(store.fs, f"{store.root}/_listed")
                   if (interval := interval_named(path.rstrip("/").rpartition("/")[2], version=False))
                   and interval[1] < cutoff)
 
@@ -218,13 +217,7 @@ def _records_before(store: Output, cutoff: datetime) -> list[str]:
 def _pointers_to(store: Output, gone: set[str], listed: set[str]) -> list[str]:
     """The ``_sources/`` pointers that name a version of ``gone``, or one neither ``listed`` nor
     there now (removed by hand, say): read together, which an object store's client does at once."""
-    folder = f"{store.root}/_sources"
-    try:
-        paths = store.fs.ls(folder, detail=False)
-    except FileNotFoundError:
-        return []
-    finally:
-        store.fs.invalidate_cache(folder)
+    paths = _ls(store.fs, f"{store.root}/_sources")
     if not paths:
         return []
     named = {path: body.decode().strip() for path, body in store.fs.cat(paths, on_error="omit").items()}
