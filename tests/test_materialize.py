@@ -1532,11 +1532,14 @@ def test_files_that_land_after_their_hour_was_built_are_named_by_the_next_runs(t
     assert (f"the files of [{said(0)[0]}, {said(0)[1]}) changed since its run listed them (it built {first.version}): "
             "2 files now, which no later run reads; a re-run of that interval publishes what they hold") in caplog.text
     assert "(it found no trace): 1 files now" in caplog.text
-    # Re-runs publish them; the runs after say no more.
+    # Re-runs publish them; the runs after say no more, a re-run that finds its version too.
     again, late = built(0), built(2)
     assert again.version != first.version and again.counts["traces"] == 4 and late.counts["traces"] == 1
+    found = built(3)
+    assert found.found and found.source["late"] == []
     hour(4, "a.jsonl", 8)
-    assert built(4).source["late"] == []
+    fourth = built(4)
+    assert fourth.source["late"] == []
     # The command says it too, in its summary and its JSON.
     hour(2, "later.jsonl", 9)
     hour(5, "a.jsonl", 10)
@@ -1548,6 +1551,11 @@ def test_files_that_land_after_their_hour_was_built_are_named_by_the_next_runs(t
         in capsys.readouterr().out
     assert main(args + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["late"] == [{"interval": said(2), "version": late.version, "files": 2}]
+    # A run that finds no trace says it as well.
+    hour(4, "late.jsonl", 11)
+    quiet = built(6)
+    assert isinstance(quiet, mat.NoTraces) and quiet.late == [{"interval": said(4), "version": fourth.version, "files": 2}]
+    assert any(line.startswith(f"the files of [{said(4)[0]}, ") for line in quiet.lines(DatasetConfig()))
 
 
 @pytest.mark.parametrize("layout", ["flat", "days", "arrival", "hours_in_90_minutes"])

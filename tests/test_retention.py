@@ -156,8 +156,33 @@ def test_pointers_gone_already_are_no_failure(hours):
     pointers = sorted(str(p) for p in (s.datasets_dir / "_sources").iterdir())
     (s.datasets_dir / "_sources" / pointers[0].rpartition("/")[2]).unlink()
     fs = datasets.Output(s.datasets_dir).fs
-    assert retention._removed(fs, {"pointers": pointers}) == {}
+    assert retention._remove(fs, {"pointers": pointers}) == {}
     assert not (s.datasets_dir / "_sources").exists() or not list((s.datasets_dir / "_sources").iterdir())
+
+
+def test_what_a_store_refuses_is_named_whether_it_says_so_or_not(hours, monkeypatch):
+    """s3fs reads no per-key error of a batch's reply (S3 answers 200, listing the keys it refused), so
+    what is still there after a removal is looked for; one pointer refused stops no other."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    s, made = hours
+    pointers = sorted((s.datasets_dir / "_sources").iterdir())
+    refused = next(p for p in pointers if p.read_text().strip() == made[0].version)
+    rm = LocalFileSystem.rm
+
+    def silent(fs, path, recursive=False, maxdepth=None):
+        paths = path if isinstance(path, list) else [path]
+        if str(refused) in paths:  # said, as a local disk says it
+            raise PermissionError(f"[Errno 13] Permission denied: {str(refused)!r}")
+        kept = [p for p in paths if not p.endswith(made[1].version) and p != str(refused)]  # refused, nothing said
+        return rm(fs, kept, recursive=recursive, maxdepth=maxdepth) if kept else None
+
+    monkeypatch.setattr(LocalFileSystem, "rm", silent)
+    done = retention.prune(datasets.Output(s.datasets_dir), DAY, now=T0 + 3 * DAY)
+    assert done.removed == [made[0].version, made[2].version] and done.pointers == 2 and done.records == 4
+    assert done.failed == {made[1].version: "still there after it was removed: the store refused it",
+                           f"_sources/{refused.name}": f"PermissionError: [Errno 13] Permission denied: {str(refused)!r}"}
+    assert (done.aged, done.kept) == (2, 2) and _listed(s) == [made[1].version, made[3].version]
 
 
 def test_pointers_to_versions_removed_by_hand_and_stale_staging_go_too(hours):
@@ -219,11 +244,14 @@ def test_a_store_that_holds_nothing_or_an_age_past_the_calendar_is_named(setting
     assert said.format(tmp=tmp_path) in capsys.readouterr().err
 
 
-def test_an_empty_setting_keeps_versions_forever(monkeypatch):
+def test_an_empty_setting_keeps_versions_forever_and_ages_may_be_seconds(monkeypatch):
     from ctpipe.config import Settings
 
     monkeypatch.setenv("CTPIPE_DATASET__KEEP_FOR", "")
-    assert Settings().dataset.keep_for is None
+    monkeypatch.setenv("CTPIPE_DATASET__KEEP_SUPERSEDED_FOR", "86400")
+    monkeypatch.setenv("CTPIPE_DATASET__ARRIVAL_LAG", "30")
+    d = Settings().dataset
+    assert (d.keep_for, d.keep_superseded_for, d.arrival_lag) == (None, DAY, timedelta(seconds=30))
 
 
 def test_retention_changes_no_version_name(settings):

@@ -234,10 +234,14 @@ class DatasetConfig(_Section):
         "keep it, its label judging it (a classifier's one-token answers end so too), or quarantine it as "
         "truncated_answer (as a DPO pair's chosen answer it teaches stopping mid-sentence).")
 
-    @field_validator("keep_for", "keep_superseded_for", mode="before")
+    @field_validator("arrival_lag", "keep_for", "keep_superseded_for", mode="before")
     @classmethod
-    def _unset(cls, v):
-        return None if isinstance(v, str) and not v.strip() else v  # CTPIPE_DATASET__KEEP_FOR= says "forever" too
+    def _seconds(cls, v):
+        """Seconds, as the descriptions say, from the environment too ("30" is no ISO 8601 duration to
+        pydantic); empty: unset (keep_for's forever)."""
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("eval_sets", mode="before")
     @classmethod

@@ -1993,7 +1993,7 @@ def materialize(
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         log.info("version %s was built before from these very files: found, not built again", known.version)
-        made = known
+        made = replace(known, source={**known.source, "late": late or []})  # as this run found them, not that one
     else:
         build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
                                   task=task, reward=reward, dataset=dataset, late=late)
@@ -2048,10 +2048,10 @@ def _late(source: str, output: Output, start: datetime, end: datetime, files: so
 
 def late_lines(late: list[dict]) -> list[str]:
     """A manifest's ``source.late`` in words (see :func:`_late`)."""
-    return [f"the files of [{lo}, {hi}) changed since its run listed them ("
+    return [f"the files of [{each['interval'][0]}, {each['interval'][1]}) changed since its run listed them ("
             + (f"it built {each['version']}" if each["version"] else "it found no trace")
             + f"): {each['files']} files now, which no later run reads; a re-run of that interval publishes what "
-            "they hold" for each in late for lo, hi in [each["interval"]]]
+            "they hold" for each in late]
 
 
 def _protocol(uri: str) -> str:
@@ -2213,7 +2213,8 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             staging.discard()
             return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files),
                             dict(sorted((+found_formats).items())), counts["outside_interval"],
-                            outside_span and tuple(map(_iso, outside_span)), skipped, misplaced_report, unjoined_report)
+                            outside_span and tuple(map(_iso, outside_span)), skipped, misplaced_report, unjoined_report,
+                            late or [])
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
@@ -2335,6 +2336,7 @@ class NoTraces:
     skipped_files: dict[str, str]
     misplaced: dict
     unjoined: dict[str, int]
+    late: list[dict] = field(default_factory=list)  # as a manifest's source.late
 
     def lines(self, dataset: DatasetConfig) -> list[str]:
         """Why, in words: the first line says it all when there was nothing to read."""
@@ -2345,7 +2347,7 @@ class NoTraces:
                        f"from {self.outside_span[0]} to {self.outside_span[1]}")
         # A skip's reason, which Airflow keeps and the run's tab shows.
         return (out + some_files(self.skipped_files, "{}: not read: {}", "not read (ctpipe materialize --json lists them all)")
-                + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined))
+                + misplaced_lines(self.misplaced, dataset) + unjoined_lines(self.unjoined) + late_lines(self.late))
 
 
 def _shown(source: str) -> str:

@@ -81,36 +81,36 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     folders = {name: interval for name in names if (interval := interval_named(name))}
     done = Pruned(dry_run=dry_run)
     done.latest = fs.cat_file(f"{root}/{LATEST}").decode().strip() if fs.exists(f"{root}/{LATEST}") else None
-    aged = {v for v, (_, end) in folders.items() if older_than is not None and end < now - older_than}
+    old = now - JUST_PUBLISHED
+    past_age = {v for v, (_, end) in folders.items() if older_than is not None and end < now - older_than}
     by_interval: dict[tuple, list[str]] = {}
     for version, interval in folders.items():
         by_interval.setdefault(interval, []).append(version)
     alike = {v for vs in by_interval.values() if len(vs) > 1 for v in vs} if superseded_after is not None else set()
-    manifests = _manifests(store, aged | alike)
+    manifests = _manifests(store, past_age | alike)
     # A version folder without a manifest is an object store's copy in progress, or one cut short (its
     # run publishing again removes it): gone only once its interval is past the age and it lies idle.
-    aged = {v for v in aged if v in manifests and _published(manifests[v]) < now - JUST_PUBLISHED} | \
-        {v for v in aged - set(manifests) if _idle_since(store, v) < now - JUST_PUBLISHED}
+    aged = {v for v in past_age if (_time(manifests[v].get("published_at")) if v in manifests
+                                    else _idle_since(store, v)) < old}
     superseded = set()
     if superseded_after is not None:
         for interval, versions in by_interval.items():
-            superseded |= _superseded(store, interval, versions, manifests, now - superseded_after, now)
+            superseded |= _superseded(store, interval, versions, manifests, now - superseded_after, old)
     gone = (aged | superseded) - {done.latest}
     removed = sorted(gone, key=lambda v: (folders[v], v))
     pointers = _pointers_to(store, gone, set(folders))
     records = _records_before(store, now - older_than) if older_than is not None else []
-    done.pointers, done.records = len(pointers), len(records)
     if not dry_run:
         # Pointers first: a re-run of an interval would find a version being removed, and return it.
-        for what, why in _removed(fs, {"_sources/ and _listed/": pointers + records}).items():
-            done.failed[what] = why
-            done.pointers = done.records = 0
-        failed = _removed(fs, {v: f"{root}/{v}/manifest.json" for v in removed if v in manifests})
-        failed |= _removed(fs, {v: f"{root}/{v}" for v in removed if v not in failed}, recursive=True)
-        done.failed |= failed
+        left = _remove(fs, {path: [path] for path in pointers + records})
+        pointers, records = [p for p in pointers if p not in left], [p for p in records if p not in left]
+        # Each manifest's folder is looked at again with the folders (a listing each would be a request each).
+        failed = _remove(fs, {v: [f"{root}/{v}/manifest.json"] for v in removed if v in manifests}, look_again=False)
+        failed |= _remove(fs, {v: [f"{root}/{v}"] for v in removed if v not in failed}, recursive=True)
+        done.failed = {what.removeprefix(f"{root}/"): why for what, why in (left | failed).items()}
         removed = [v for v in removed if v not in failed]
         done.staged = store.remove_stale(now)
-    done.removed = removed
+    done.removed, done.pointers, done.records = removed, len(pointers), len(records)
     done.aged, done.superseded = len(aged & set(removed)), len(superseded & set(removed) - aged)
     done.kept = len(folders) - len(removed)
     return done
@@ -127,72 +127,82 @@ def _manifests(store: Output, versions: set[str]) -> dict[str, dict]:
     return found
 
 
-def _published(manifest: dict, fallback: datetime | None = datetime.min.replace(tzinfo=timezone.utc)) -> datetime | None:
-    """When a manifest says its version was published (a time without its zone is UTC's); ``fallback``
-    where it does not (manifests older than ``published_at``), or not as a time."""
+_LONG_AGO = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _time(value, fallback: datetime | None = _LONG_AGO) -> datetime | None:
+    """An ISO 8601 time as a manifest or a record holds it (one without its zone is UTC's); ``fallback``
+    where there is none (manifests older than ``published_at``), or not a time."""
     try:
-        at = datetime.fromisoformat(manifest["published_at"])
-    except (KeyError, TypeError, ValueError):
+        return _utc(datetime.fromisoformat(value))
+    except (TypeError, ValueError):
         return fallback
+
+
+def _utc(at: datetime) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
 def _idle_since(store: Output, version: str) -> datetime:
     """When the last file of a version folder was written (now, for one that cannot be told)."""
     try:
-        times = [store.fs.modified(path) for path in store.fs.find(f"{store.root}/{version}")]
+        times = [_utc(store.fs.modified(path)) for path in store.fs.find(f"{store.root}/{version}")]
     except (FileNotFoundError, NotImplementedError):
         return datetime.now(timezone.utc)
-    return max((t if t.tzinfo else t.replace(tzinfo=timezone.utc) for t in times),
-               default=datetime.min.replace(tzinfo=timezone.utc))
+    return max(times, default=_LONG_AGO)
 
 
 def _superseded(store: Output, interval: tuple[datetime, datetime], versions: list[str], manifests: dict[str, dict],
-                before: datetime, now: datetime) -> set[str]:
+                before: datetime, old: datetime) -> set[str]:
     """Of an interval's ``versions`` (those with a manifest), all but its current one, once that one
-    has been current since ``before`` and each was published :data:`JUST_PUBLISHED` ago. The current
-    one is what the interval's last run built or found (``_listed/``), which may be an older version
-    (a config tried, then put back); else the one published last. A manifest older than
-    ``published_at`` is dated by its time on the store."""
-    published = {v: _published(manifests[v], None) or store.fs.modified(f"{store.root}/{v}/manifest.json")
-                 for v in versions if v in manifests}
-    published = {v: at if at.tzinfo else at.replace(tzinfo=timezone.utc) for v, at in published.items()}
+    has been current since ``before``, those published before ``old``. The current one is what the
+    interval's last run built or found (``_listed/``), which may be an older version (a config tried,
+    then put back); else the one published last. A manifest older than ``published_at`` is dated by
+    its time on the store."""
+    published = {v: _time(manifests[v].get("published_at"), None)
+                 or _utc(store.fs.modified(f"{store.root}/{v}/manifest.json")) for v in versions if v in manifests}
     if len(published) < 2:
         return set()
     last = store.listed(*interval) or {}
     if last.get("version") in published:
-        current, since = last["version"], _published({"published_at": last.get("at")}, published[last["version"]])
+        current, since = last["version"], _time(last.get("at"), published[last["version"]])
     else:
         current = max(published, key=lambda v: (published[v], v))
         since = published[current]
     if since >= before:
         return set()
-    return {v for v, at in published.items() if v != current and at < now - JUST_PUBLISHED}
+    return {v for v, at in published.items() if v != current and at < old}
 
 
-def _removed(fs, paths: dict[str, str | list[str]], recursive: bool = False) -> dict[str, str]:
-    """Remove ``paths`` (of what each is, for the report), all in one call (an object store deletes a
-    thousand keys a request); one at a time where that fails, to tell which could not be, and why
-    (those gone already, by another prune, are not)."""
-    flat = [p for ps in paths.values() for p in ([ps] if isinstance(ps, str) else ps)]
+def _remove(fs, paths: dict[str, list[str]], recursive: bool = False, look_again: bool = True) -> dict[str, str]:
+    """Remove ``paths`` (by what each is, for the report) and say which could not be, and why: all in
+    one call (an object store deletes a thousand keys a request), one at a time where that fails (those
+    gone already, by another prune, are no failure). s3fs reads no per-key error of a batch's reply
+    (S3 answers 200 and lists the keys it refused): with ``look_again``, what is still there is looked
+    for, a listing of each folder they are in."""
+    flat = [p for ps in paths.values() for p in ps]
     if not flat:
         return {}
+    failed = {}
     try:
         fs.rm(flat, recursive=recursive)
-        return {}
     except Exception:  # noqa: BLE001 - each filesystem raises its own types: found one at a time
-        pass
-    failed = {}
+        for what, ps in paths.items():
+            for path in ps:
+                try:
+                    fs.rm(path, recursive=recursive)
+                except FileNotFoundError:
+                    pass
+                except Exception as e:  # noqa: BLE001
+                    failed[what] = f"{type(e).__name__}: {e}"
+    there = set()
+    for folder in {p.rpartition("/")[0] for p in flat} if look_again else ():
+        there |= {path.rstrip("/") for path in _ls(fs, folder)}
     for what, ps in paths.items():
-        for path in [ps] if isinstance(ps, str) else ps:
-            try:
-                fs.rm(path, recursive=recursive)
-            except FileNotFoundError:
-                pass
-            except Exception as e:  # noqa: BLE001
-                failed[what] = f"{type(e).__name__}: {e}"
-                log.warning("could not remove %s: %s", path, failed[what])
-                break
+        if what not in failed and there.intersection(ps):
+            failed[what] = "still there after it was removed: the store refused it"
+    for what, why in failed.items():
+        log.warning("could not remove %s: %s", what, why)
     return failed
 
 
@@ -214,13 +224,13 @@ def _records_before(store: Output, cutoff: datetime) -> list[str]:
                   and interval[1] < cutoff)
 
 
-def _pointers_to(store: Output, gone: set[str], listed: set[str]) -> list[str]:
-    """The ``_sources/`` pointers that name a version of ``gone``, or one neither ``listed`` nor
+def _pointers_to(store: Output, gone: set[str], present: set[str]) -> list[str]:
+    """The ``_sources/`` pointers that name a version of ``gone``, or one neither ``present`` nor
     there now (removed by hand, say): read together, which an object store's client does at once."""
     paths = _ls(store.fs, f"{store.root}/_sources")
     if not paths:
         return []
     named = {path: body.decode().strip() for path, body in store.fs.cat(paths, on_error="omit").items()}
     return sorted(path for path, version in named.items()
-                  if version in gone or (version not in listed
+                  if version in gone or (version not in present
                                          and not store.fs.exists(f"{store.root}/{version}/manifest.json")))
