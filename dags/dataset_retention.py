@@ -5,11 +5,12 @@ Removes the dataset versions the store keeps no longer, once a day.
 
 A version goes once its interval ended more than `dataset.keep_for` ago
 (`CTPIPE_DATASET__KEEP_FOR`, say `P30D`), and, with
-`dataset.keep_superseded_for` (say `P1D`), once a version of its interval
-published later (a re-run with late traces, another config) is that old. The
-version `LATEST` names is always kept. With neither set, it has no schedule, and
-a manual run is skipped, saying so. `ctpipe prune` does the same from a shell,
-with `--dry-run` to see what would go.
+`dataset.keep_superseded_for` (say `P1D`), once another version of its interval
+has been its current one that long (the one its last run built or found: a
+re-run with late traces, another config). The version `LATEST` names is always
+kept, and so is one published within a day. With neither set, it has no
+schedule, and a manual run is skipped, saying so. `ctpipe prune` does the same
+from a shell, with `--dry-run` to see what would go.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ with DAG(
         except NothingToPublish as e:
             skip(str(e))
         if done.failed:  # the rest went; these are tried again tomorrow, or by a retry
-            raise RuntimeError(f"{len(done.failed)} of {len(done.failed) + len(done.removed)} versions could not "
-                               "be removed (the log names each, and why); the others were")
+            raise RuntimeError(f"{len(done.failed)} versions or records could not be removed (the log names each, "
+                               "and why); the rest went")
         return asdict(done)
 
     prune()

@@ -306,8 +306,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the dataset store (default: dataset_store, else the local dataset store)")
     p.add_argument("--older-than", type=_duration, help="remove the versions of intervals that ended longer ago "
                    "than this (30m, 1h, 30d; default: dataset.keep_for)")
-    p.add_argument("--superseded-after", type=_duration, help="remove the versions of an interval with one published "
-                   "later, once that one is this old (default: dataset.keep_superseded_for)")
+    p.add_argument("--superseded-after", type=_duration, help="remove the versions of an interval other than its "
+                   "current one, once that one has been current this long (default: dataset.keep_superseded_for)")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed, and remove nothing")
     p.add_argument("--json", action="store_true", help="print what was removed as one JSON object")
     p.set_defaults(fn=cmd_prune, error=p.error)

@@ -224,9 +224,9 @@ class DatasetConfig(_Section):
     )
     keep_superseded_for: timedelta | None = Field(
         None, gt=timedelta(0),
-        description="How long a version is kept once a version of its interval published later (a re-run with "
-        "late traces, another config or code version) is this old (ISO 8601, such as P1D, or seconds). Empty: "
-        "as long as keep_for.",
+        description="How long a version is kept once another version of its interval has been its current one "
+        "(the one its last run built or found: a re-run with late traces, another config or code version) this "
+        "long (ISO 8601, such as P1D, or seconds). Empty: as long as keep_for.",
     )
     workers: int = Field(0, ge=0, description="Processes that decode and label blocks; 0: one per core.")
     truncated_answers: Literal["keep", "quarantine"] = Field(

@@ -2024,9 +2024,9 @@ def _late(source: str, output: Output, start: datetime, end: datetime, files: so
     which interval a file is of: a source whose files are all in partition folders by start time
     (with partitioned_by=arrival, a late trace lands in a later partition, whose run counts it as
     misplaced), each within the interval (an hour's run would see the day's folder grow, a 90-minute
-    run's last hour would hold the next run's traces). Each
-    run records the digest of the files it listed (``<out>/_listed/``, see :meth:`Output.record_listed`),
-    and lists the earlier intervals again, as their runs did, to compare."""
+    run's last hour would hold the next run's traces). Each run records the digest of the files it
+    listed (``<out>/_listed/``, see :meth:`Output.record_listed`), and lists the earlier intervals
+    again, as their runs did, to compare."""
     length = end - start
     spans = [traces.partition_span(folder, files.root) for folder in files.folders()]
     if dataset.partitioned_by != "start" or not all(span and start <= span[0] and span[0] + span[1] <= end

@@ -265,6 +265,8 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
     of each interval the one announced last (late traces reprocessed make another), with rows to
     train on, and labeled and laid out as the newest of them; else the latest. The announced
     versions left out are named in the log, each for a run of its own from the form."""
+    from ctpipe.materialize import some_files
+
     form, named = params.get("dataset_version"), [e["version"] for e in triggered_by or [] if e.get("version")]
     if form or not named:
         wanted, left = [form or ""], []
@@ -300,8 +302,6 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
             chosen.append(m)
     left += [f"{version} ({e})" for version, e in missing]
     left += [f"{m.version} (no {table} rows)" for m in found if not m.files[table]["rows"]]
-    from ctpipe.materialize import some_files
-
     # A backfill of a year announces thousands: the job spec names them all, the log some.
     if len(chosen) > 1:
         log.info("%d dataset versions were announced while train's run before this one went on: this run trains "
