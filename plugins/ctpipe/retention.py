@@ -124,7 +124,7 @@ def _manifests(store: Output, versions: set[str]) -> dict[str, dict]:
     for path, body in (store.fs.cat(list(paths), on_error="omit") if paths else {}).items():
         with suppress(ValueError):  # not whole: no version yet, as one without a manifest
             found[paths[path]] = json.loads(body)
-    return found
+    return {v: m for v, m in found.items() if isinstance(m, dict)}  # nor is a manifest of another kind
 
 
 _LONG_AGO = datetime.min.replace(tzinfo=timezone.utc)
