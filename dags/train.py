@@ -11,7 +11,10 @@ worker slot while a trigger follows the job; the task log shows step, loss and
 reward as training goes. Marking the task failed stops the Ray job. Each DAG
 run trains in its own run directory, and a retry resumes from its latest
 complete checkpoint. The finished checkpoint is announced on the
-`ctpipe_checkpoint` asset for `eval_and_deploy`.
+`ctpipe_checkpoint` asset for `eval_and_deploy`, and the dataset versions it
+trained on are marked so: a later version of the same interval (a re-run with
+late traces) is trained on without the rows they held, and a run with none
+left is skipped, saying so.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from ctpipe.airflow.errors import fail_fast
+from ctpipe.airflow.errors import fail_fast, skip
 from ctpipe.airflow.operators.ray_jobs import RayJobOperator
 from ctpipe.airflow.dag_args import common
 from ctpipe.assets import CHECKPOINT, TRAINING_DATASET
@@ -54,18 +57,22 @@ with DAG(
 
     @task(multiple_outputs=False)  # one XCom of the dict, not one more a key
     def prepare(params=None, triggering_asset_events=None, run_id=None) -> dict:
+        from ctpipe.errors import NothingToPublish
         from ctpipe.pipeline import prepare_training
 
         events = sorted((triggering_asset_events or {}).get(TRAINING_DATASET) or [], key=lambda e: e.timestamp)
-        with fail_fast():  # in the order announced: Airflow gives them in none
-            return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
+        try:
+            with fail_fast():  # in the order announced: Airflow gives them in none
+                return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
+        except NothingToPublish as e:  # all of it trained on before: the run has nothing to do
+            skip(str(e))
 
     @task(outlets=[CHECKPOINT], multiple_outputs=False)
     def publish(job: dict, outlet_events=None, run_id=None) -> dict:
         from ctpipe.pipeline import publish_checkpoint, record_training
 
         with fail_fast():
-            extra = publish_checkpoint(job["spec_path"]) | {"train_run_id": run_id}
+            extra = publish_checkpoint(job["spec_path"], run_id) | {"train_run_id": run_id}
             record_training(settings(), run_id, job["spec_path"])
         outlet_events[CHECKPOINT].extra = extra
         return extra

@@ -285,6 +285,68 @@ def test_a_backfills_thousands_of_versions_are_counted_in_the_log_not_all_named(
     assert left.count("does not exist") == 20 and "; and 980 more versions left out; give one as the trigger form's" in left
 
 
+def test_a_rerun_with_late_traces_is_trained_on_without_the_rows_trained_on_before(settings, base_model, caplog):
+    """A re-run of an hour with late traces publishes its rows and the late ones: a run that trained on
+    the first version marked it, and the next trains on the late rows alone; the form's version is
+    trained on whole; a version with no other row leaves the run nothing to do."""
+    from datetime import timedelta
+
+    from ctpipe import datasets
+    from ctpipe.config import DatasetConfig
+    from ctpipe.errors import NothingToPublish
+    from ctpipe.jobspec import JobSpec, load_job, trained_before, training_data
+    from ctpipe.materialize import materialize
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0, published_hour, training_traces
+
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    first = published_hour(settings, 0, 16)
+    datasets.Output(settings.datasets_uri).mark_trained(first["version"], "scheduled__train1")
+    late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(seconds=900 + i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:24])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl")
+    second = materialize_interval(settings, T0, T0 + timedelta(hours=1), "manual__rerun")
+    assert (first["rows"]["grpo_prompts"], second["rows"]["grpo_prompts"]) == (8, 12)
+    params = PARAMS | {"base_checkpoint": str(base_model)}
+    spec_path = prepare_training(settings, params, [second], "r1")["spec_path"]
+    spec, manifests = load_job(spec_path)
+    assert [d.version for d in spec.trained_before] == [first["version"]]
+    prompts = training_data(manifests, "grpo", leave_out=trained_before(spec))
+    assert prompts.num_rows == 4 and "8 of the 12 grpo rows are left out" in caplog.text
+    # The form's version: whole.
+    whole = JobSpec.read(prepare_training(settings, params | {"dataset_version": second["version"]}, [], "r2")["spec_path"])
+    assert whole.trained_before == []
+    # Another config, the same GRPO prompts and answers as the first version: nothing new.
+    (settings.traces_dir / "date=2026-11-22" / "hour=10" / "part-late.jsonl").unlink()
+    third = materialize(str(settings.traces_dir), settings.datasets_uri, T0, T0 + timedelta(hours=1), task=settings.task,
+                        reward=settings.reward, dataset=DatasetConfig(dpo_min_margin=0.3)).asset_extra()
+    with pytest.raises(NothingToPublish, match=f"every grpo row of {third['version']} is in versions of its interval "
+                                               f"trained on before \\({first['version']}"):
+        prepare_training(settings, params, [third], "r3")
+
+
+def test_a_published_checkpoint_marks_the_versions_it_trained_on(settings, base_model):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from ctpipe import datasets
+    from ctpipe.jobspec import METRICS_FILE, JobSpec
+    from ctpipe.pipeline import publish_checkpoint
+    from tests.conftest import published_hour
+
+    hours = [published_hour(settings, h, 8) for h in range(2)]
+    spec = JobSpec.read(prepare_training(settings, PARAMS | {"base_checkpoint": str(base_model)}, hours, "r1")["spec_path"])
+    spec.checkpoint_dir.mkdir(parents=True)
+    shutil.copy(Path(base_model) / "config.json", spec.checkpoint_dir)
+    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps({"steps": 5, "first": {}, "last": {}}))
+    publish_checkpoint(str(Path(spec.run_dir) / "job.json"), "scheduled__train1")
+    store = datasets.Output(settings.datasets_uri)
+    for h in hours:  # a later version of either hour finds it
+        assert store.trained_alike(h["version"].rsplit("-", 1)[0] + "-0123456789") == [h["version"]]
+        assert (Path(settings.datasets_uri) / "_trained" / h["version"]).read_text().startswith("scheduled__train1\n")
+
+
 def test_versions_labeled_otherwise_are_not_trained_on_together(settings, base_model, caplog):
     """A version labeled with another reward config means other things by its rewards: it is left out,
     named, and the newest interval's config wins."""

@@ -585,6 +585,18 @@ class Output:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
 
+    def mark_trained(self, version: str, run_id: str) -> None:
+        """Mark ``version`` trained on by train's run ``run_id``: a later version of its interval (a re-run
+        with late traces, which holds its rows too) is trained on without them (see :meth:`trained_alike`)."""
+        self.fs.makedirs(f"{self.root}/_trained", exist_ok=True)
+        self.write_text(f"{self.root}/_trained/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n")
+
+    def trained_alike(self, version: str) -> list[str]:
+        """The other versions of ``version``'s interval that a run trained on."""
+        interval = version.rsplit("-", 1)[0]
+        found = self.fs.glob(f"{self.root}/_trained/{interval}-*")
+        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
+
     def _listed_path(self, start: datetime, end: datetime) -> str:
         return f"{self.root}/_listed/{_stamp(start)}-{_stamp(end)}"
 

@@ -50,6 +50,9 @@ class JobSpec(BaseModel):
     more_datasets: list[DatasetRef] = Field(
         default=[], description="Versions trained on with dataset_version, of earlier intervals: those announced "
         "while train's run before went on (a backfill's hours), labeled with the same reward config.")
+    trained_before: list[DatasetRef] = Field(
+        default=[], description="Earlier versions of the same intervals, trained on by earlier runs (a re-run "
+        "with late traces holds their rows and the late ones): the rows they hold are not trained on again.")
     run_dir: str = Field(description="Unique per DAG run; a retry of the run reuses it and resumes.")
     max_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -119,16 +122,46 @@ def _manifest(ref: DatasetRef, table: str) -> Manifest:
     return manifest
 
 
-def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None) -> pa.Table:
+def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None,
+                  leave_out: list[Manifest] = ()) -> pa.Table:
     """The rows of ``table`` in every version of ``manifests`` (as :func:`load_job` gives them), in
-    their order: each read where its manifest was found."""
+    their order, each read where its manifest was found; but those that a version of ``leave_out``
+    holds too (its examples: a GRPO prompt and answer, a DPO prompt and its pair, whatever their
+    rewards), which a run trained on before."""
     import pyarrow as pa
 
     try:
-        return pa.concat_tables([m.read(table, columns) for m in manifests], promote_options="permissive")
+        data = pa.concat_tables([m.read(table, columns) for m in manifests], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         versions = ", ".join(m.version for m in manifests)
         raise PipelineError(f"the {table} tables of dataset versions {versions} do not combine: {e}") from None
+    if not leave_out:
+        return data
+    keys = EXAMPLE_COLUMNS[table]
+    seen = {_example(row) for m in leave_out for row in m.read(table, keys).to_pylist()}
+    return data.filter(pa.array([_example(row) not in seen for row in data.select(keys).to_pylist()], pa.bool_()))
+
+
+EXAMPLE_COLUMNS = {"grpo": ["prompt", "answer"], "dpo": ["prompt", "chosen", "rejected"]}  # what makes a row one example
+
+
+def _example(row: dict) -> str:
+    return json.dumps(row, sort_keys=True)
+
+
+def trained_before(spec: JobSpec) -> list[Manifest]:
+    """The manifests of :attr:`JobSpec.trained_before` still there: one removed since (retention) leaves
+    its rows in, said."""
+    from ctpipe.datasets import Manifest
+
+    found = []
+    for ref in spec.trained_before:
+        try:
+            found.append(Manifest.load(ref.uri))
+        except FileNotFoundError:
+            print(f"dataset version {ref.version}, trained on before, is gone from {ref.uri}: its rows are not left "
+                  "out", flush=True)
+    return found
 
 
 def finish(spec: JobSpec, metrics: dict[str, Any]) -> int:

@@ -314,6 +314,33 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
     return chosen
 
 
+def _trained_before(s: Settings, chosen: list[datasets.Manifest], table: str) -> list[datasets.Manifest]:
+    """The versions of the intervals of ``chosen`` that earlier runs trained on, published before the
+    one chosen (a re-run with late traces holds their rows and the late ones: trained on, those rows
+    would be trained on twice); NothingToPublish when ``chosen`` holds no other row of ``table``."""
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, training_data
+
+    store, before = datasets.Output(s.datasets_uri), []
+    for m in chosen:
+        for version in store.trained_alike(m.version):
+            try:
+                other = store.resolve(version)
+            except datasets.DatasetNotFound:  # removed since (retention): nothing to leave out
+                continue
+            if not (other.published_at and m.published_at and other.published_at > m.published_at):
+                before.append(other)
+    if before:
+        rows = sum(m.files[table]["rows"] for m in chosen)
+        left = training_data(chosen, table, EXAMPLE_COLUMNS[table], before).num_rows
+        versions = ", ".join(m.version for m in before)
+        if not left:
+            raise NothingToPublish(f"every {table} row of {', '.join(m.version for m in chosen)} is in versions of "
+                                   f"its interval trained on before ({versions}): nothing new to train on")
+        log.info("%d of the %d %s rows are left out, held by versions of their intervals trained on before: %s",
+                 rows - left, rows, table, versions)
+    return before
+
+
 def _versions_param(versions: list[str]) -> str:
     """Dataset versions as one MLflow param: all of them, or, past MLflow's 6,000 characters (a
     long backfill's), how many."""
@@ -329,6 +356,8 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
         raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
     manifest, *others = _to_train_on(s, params, triggered_by, algorithm)
     more = [DatasetRef(uri=m.uri, version=m.version) for m in reversed(others)]  # the earliest interval's first
+    # A version the form names is trained on whole; one announced leaves out what runs trained on before.
+    before = [] if params.get("dataset_version") else _trained_before(s, [manifest, *others], table_of(algorithm))
     base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
     run_dir = run_dir_for(s, dag_run_id)
     try:
@@ -339,6 +368,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
             dataset_uri=manifest.uri,
             dataset_version=manifest.version,
             more_datasets=more,
+            trained_before=[DatasetRef(uri=m.uri, version=m.version) for m in before],
             run_dir=str(run_dir),
             max_steps=params["max_steps"],
             learning_rate=params.get("learning_rate") or s.train.rate_for(algorithm),
@@ -391,8 +421,9 @@ def record_training(s: Settings, dag_run_id: str, spec_path: str) -> None:
     registry.log_history(registry.training_run("train", dag_run_id, {}), metrics.get("history") or [])
 
 
-def publish_checkpoint(spec_path: str) -> dict:
-    """Check the run's checkpoint is whole and loadable; the checkpoint asset's extra."""
+def publish_checkpoint(spec_path: str, run_id: str | None = None) -> dict:
+    """Check the run's checkpoint is whole and loadable, and mark the versions it trained on (as
+    ``run_id``'s: see :meth:`datasets.Output.mark_trained`); the checkpoint asset's extra."""
     from transformers import AutoConfig
 
     spec = JobSpec.read(spec_path)
@@ -401,6 +432,8 @@ def publish_checkpoint(spec_path: str) -> dict:
         raise PipelineError(f"run {spec.run_dir} finished without a checkpoint at {ckpt}")
     AutoConfig.from_pretrained(ckpt)  # fails loudly on a damaged directory
     metrics = json.loads((Path(spec.run_dir) / METRICS_FILE).read_text())
+    for ref in spec.datasets:  # in the store each was found in
+        datasets.Output(ref.uri.rstrip("/").rpartition("/")[0]).mark_trained(ref.version, run_id or spec.run_dir)
     return {
         "checkpoint": str(ckpt),
         "run_dir": spec.run_dir,

@@ -11,8 +11,9 @@ but never the version ``LATEST`` names, nor one published within :data:`JUST_PUB
 a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
 reads them next). With them go the ``_sources/`` pointers naming them (or any version no longer
 there), the ``_listed/`` records of the intervals past the age, and staged folders of runs killed
-before they published. The ``_announced/`` marks stay: a few bytes each, they keep a version built
-again (a backfill over an interval pruned) from being announced, and trained on, a second time.
+before they published. The ``_announced/`` and ``_trained/`` marks stay: a few bytes each, they keep
+a version built again (a backfill over an interval pruned) from being announced, and trained on, a
+second time.
 """
 
 from __future__ import annotations
