@@ -156,7 +156,7 @@ def test_pointers_gone_already_are_no_failure(hours):
     pointers = sorted(str(p) for p in (s.datasets_dir / "_sources").iterdir())
     (s.datasets_dir / "_sources" / pointers[0].rpartition("/")[2]).unlink()
     fs = datasets.Output(s.datasets_dir).fs
-    assert retention._remove(fs, {"pointers": pointers}) == {}
+    assert retention._remove(fs, {path: path for path in pointers}) == {}
     assert not (s.datasets_dir / "_sources").exists() or not list((s.datasets_dir / "_sources").iterdir())
 
 

@@ -456,6 +456,17 @@ def interval_named(name: str, version: bool = True) -> tuple[datetime, datetime]
         return None
 
 
+def entries(fs, folder: str, detail: bool = False) -> list:
+    """A store's folder's entries, none where there is no folder, listed anew and not kept: s3fs would
+    answer from this listing, for LATEST say, hours on."""
+    try:
+        return fs.ls(folder, detail=detail)
+    except FileNotFoundError:  # a store's first version
+        return []
+    finally:
+        fs.invalidate_cache(folder)
+
+
 def _interval_of(version: str) -> tuple[str, str]:
     """(end, start) of a :func:`version_name`: ordered as its interval is."""
     start, _, rest = version.partition("-")
@@ -491,11 +502,16 @@ class Output:
     def _read(self, path: str) -> str:
         return self.fs.cat_file(path).decode().strip()
 
+    def latest(self) -> str | None:
+        """The version ``LATEST`` names, if any."""
+        path = f"{self.root}/{LATEST}"
+        return self._read(path) if self.fs.exists(path) else None
+
     def resolve(self, version: str | None) -> Manifest:
         if not version:
-            if not self.fs.exists(f"{self.root}/{LATEST}"):
+            version = self.latest()
+            if version is None:
                 raise DatasetNotFound(f"no dataset has been published under {self.uri} yet")
-            version = self._read(f"{self.root}/{LATEST}")
         if not self.fs.exists(f"{self.root}/{version}/manifest.json"):
             raise DatasetNotFound(f"dataset version {version!r} does not exist under {self.uri}")
         return self.load(version)
@@ -515,7 +531,7 @@ class Output:
         if not manifest.counts.get("traces"):
             return
         with self._latest_lock():
-            current = self._read(path) if self.fs.exists(path) else None
+            current = self.latest()
             if current == version or (current and _interval_of(current) > _interval_of(version)):
                 return
             self.write_text(path, version + "\n")
@@ -539,16 +555,13 @@ class Output:
             _SWEPT[store] = time.monotonic()
         return Staging(self)
 
-    def remove_stale(self, now: datetime) -> int:
-        """Remove the versions staged more than :data:`STALE_STAGING` before ``now``, and say how many. A
-        run stopped by a signal removes its own; one killed outright cannot, and on an object store its
-        parts would be kept, and paid for, forever."""
-        try:
-            names = [path.rstrip("/").rpartition("/")[2] for path in self.fs.ls(self.root, detail=False)]
-        except FileNotFoundError:  # a store's first version
-            return 0
-        finally:
-            self.fs.invalidate_cache(self.root)  # s3fs would answer from this listing, for LATEST say, hours on
+    def remove_stale(self, now: datetime, names: list[str] | None = None) -> int:
+        """Remove the versions staged more than :data:`STALE_STAGING` before ``now``, and say how many, of
+        the store's entries ``names`` (listed, where not given). A run stopped by a signal removes its
+        own; one killed outright cannot, and on an object store its parts would be kept, and paid for,
+        forever."""
+        if names is None:
+            names = [path.rstrip("/").rpartition("/")[2] for path in entries(self.fs, self.root)]
         removed = 0
         for name in names:
             began = _staged_at(name)
@@ -585,17 +598,27 @@ class Output:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
 
+    def _mark(self, marks: str, version: str, run_id: str, exclusive: bool = False) -> None:
+        """Write ``version``'s mark under ``<out>/<marks>/``: the run that wrote it, and when (see
+        :meth:`write_text` for ``exclusive``)."""
+        self.fs.makedirs(f"{self.root}/{marks}", exist_ok=True)
+        self.write_text(f"{self.root}/{marks}/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n",
+                        exclusive=exclusive)
+
+    def _alike(self, marks: str, version: str) -> list[str]:
+        """The other versions of ``version``'s interval that have a mark under ``<out>/<marks>/``."""
+        interval = version.rsplit("-", 1)[0]
+        found = self.fs.glob(f"{self.root}/{marks}/{interval}-*")
+        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
+
     def mark_trained(self, version: str, run_id: str) -> None:
         """Mark ``version`` trained on by train's run ``run_id``: a later version of its interval (a re-run
         with late traces, which holds its rows too) is trained on without them (see :meth:`trained_alike`)."""
-        self.fs.makedirs(f"{self.root}/_trained", exist_ok=True)
-        self.write_text(f"{self.root}/_trained/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n")
+        self._mark("_trained", version, run_id)
 
     def trained_alike(self, version: str) -> list[str]:
         """The other versions of ``version``'s interval that a run trained on."""
-        interval = version.rsplit("-", 1)[0]
-        found = self.fs.glob(f"{self.root}/_trained/{interval}-*")
-        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
+        return self._alike("_trained", version)
 
     def _listed_path(self, start: datetime, end: datetime) -> str:
         return f"{self.root}/_listed/{_stamp(start)}-{_stamp(end)}"
@@ -627,17 +650,13 @@ class Output:
 
     def announced_alike(self, version: str) -> list[str]:
         """The other versions of ``version``'s interval announced (of another code version, or config)."""
-        interval = version.rsplit("-", 1)[0]
-        found = self.fs.glob(f"{self.root}/_announced/{interval}-*")
-        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
+        return self._alike("_announced", version)
 
     def mark_announced(self, version: str, run_id: str, again: bool = False) -> str | None:
         """Mark ``version`` announced by ``run_id``: with ``again``, over the mark a run left; else only
         where no mark is, returning the run whose mark is there when one is (it came meanwhile)."""
-        self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
-        path, text = f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n"
         try:
-            self.write_text(path, text, exclusive=not again)
+            self._mark("_announced", version, run_id, exclusive=not again)
         except FileExistsError:
             return (self.announced_by(version) or ("another run",))[0]
         return None

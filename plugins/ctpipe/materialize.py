@@ -1993,7 +1993,7 @@ def materialize(
     known = output.known_version(start, end, config, files.digest)
     if known is not None:
         log.info("version %s was built before from these very files: found, not built again", known.version)
-        made = replace(known, source={**known.source, "late": late or []})  # as this run found them, not that one
+        made = replace(known, source={**known.source, "late": late})  # as this run found them, not that one
     else:
         build = functools.partial(_build, source, fs, files, skipped, output, config, eval_items, start, end,
                                   task=task, reward=reward, dataset=dataset, late=late)
@@ -2013,10 +2013,10 @@ RECHECKED = 3
 
 
 def _late(source: str, output: Output, start: datetime, end: datetime, files: sources.Files, dataset: DatasetConfig,
-          keeper: Callable[..., Callable[[str, str], bool]]) -> list[dict] | None:
+          keeper: Callable[..., Callable[[str, str], bool]]) -> list[dict]:
     """Of the :data:`RECHECKED` intervals before ``[start, end)``, those whose files changed since
     their run listed them (files that arrived late, or were written again), each with the version
-    that run built (None: it found no trace) and how many files there are now; None where a run
+    that run built (None: it found no trace) and how many files there are now; none where a run
     cannot tell.
 
     Files that arrive after their interval's run are read by no later run, which reads its own
@@ -2031,7 +2031,7 @@ def _late(source: str, output: Output, start: datetime, end: datetime, files: so
     spans = [traces.partition_span(folder, files.root) for folder in files.folders()]
     if dataset.partitioned_by != "start" or not all(span and start <= span[0] and span[0] + span[1] <= end
                                                     for span in spans):
-        return None
+        return []
     late = []
     for k in range(1, RECHECKED + 1):
         lo, hi = start - k * length, end - k * length
@@ -2092,7 +2092,7 @@ class _HoldSpans(Exception):
 
 def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], output: Output, config: dict,
            eval_items: tuple[str, ...], start: datetime, end: datetime, *, task: TaskConfig, reward: RewardConfig,
-           dataset: DatasetConfig, hold_spans: bool, late: list[dict] | None) -> Manifest | NoTraces:
+           dataset: DatasetConfig, hold_spans: bool, late: list[dict]) -> Manifest | NoTraces:
     """The version of what :func:`materialize` found (the source's files, where the version goes, what
     makes it), built and published; what it read when its interval has no trace."""
     size = files.held  # what the run holds, not its files' size: compressed, they hold more
@@ -2214,7 +2214,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             return NoTraces((start.isoformat(), end.isoformat()), _shown(source), len(files),
                             dict(sorted((+found_formats).items())), counts["outside_interval"],
                             outside_span and tuple(map(_iso, outside_span)), skipped, misplaced_report, unjoined_report,
-                            late or [])
+                            late)
         if counts["traces_in"] != counts["traces"] + counts["quarantined"]:
             raise AssertionError(f"lost traces: {dict(counts)}")  # a bug, never an input problem
 
@@ -2274,7 +2274,7 @@ def _build(source: str, fs, files: sources.Files, skipped: dict[str, str], outpu
             source={"uri": _shown(source),
                     "files": len(files), "formats": dict(sorted((+found_formats).items())),
                     "unrecognized_files": unrecognized, "skipped_files": skipped, "misplaced": misplaced_report,
-                    "unjoined": unjoined_report, "late": late or [],
+                    "unjoined": unjoined_report, "late": late,
                     "content_hash": content.hexdigest()},
             config=config,
         )

@@ -24,7 +24,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ctpipe.datasets import LATEST, Output, interval_named
+from ctpipe.datasets import Output, entries, interval_named
 from ctpipe.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -74,14 +74,13 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     store that holds nothing: a mistyped one would otherwise be pruned of nothing, day after day."""
     now = now or datetime.now(timezone.utc)
     fs, root = store.fs, store.root
-    listing = _ls(fs, root, detail=True)
+    listing = entries(fs, root, detail=True)
     if not listing:
         raise PipelineError(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
                             "store the DAGs publish to?)")
-    names = [info["name"].rstrip("/").rpartition("/")[2] for info in listing if info["type"] == "directory"]
-    folders = {name: interval for name in names if (interval := interval_named(name))}
-    done = Pruned(dry_run=dry_run)
-    done.latest = fs.cat_file(f"{root}/{LATEST}").decode().strip() if fs.exists(f"{root}/{LATEST}") else None
+    names = {info["name"].rstrip("/").rpartition("/")[2]: info["type"] for info in listing}
+    folders = {name: interval for name, kind in names.items() if kind == "directory" and (interval := interval_named(name))}
+    done = Pruned(dry_run=dry_run, latest=store.latest())
     old = now - JUST_PUBLISHED
     past_age = {v for v, (_, end) in folders.items() if older_than is not None and end < now - older_than}
     by_interval: dict[tuple, list[str]] = {}
@@ -103,14 +102,14 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     records = _records_before(store, now - older_than) if older_than is not None else []
     if not dry_run:
         # Pointers first: a re-run of an interval would find a version being removed, and return it.
-        left = _remove(fs, {path: [path] for path in pointers + records})
+        left = _remove(fs, {path: path for path in pointers + records})
         pointers, records = [p for p in pointers if p not in left], [p for p in records if p not in left]
         # Each manifest's folder is looked at again with the folders (a listing each would be a request each).
-        failed = _remove(fs, {v: [f"{root}/{v}/manifest.json"] for v in removed if v in manifests}, look_again=False)
-        failed |= _remove(fs, {v: [f"{root}/{v}"] for v in removed if v not in failed}, recursive=True)
+        failed = _remove(fs, {v: f"{root}/{v}/manifest.json" for v in removed if v in manifests}, look_again=False)
+        failed |= _remove(fs, {v: f"{root}/{v}" for v in removed if v not in failed}, recursive=True)
         done.failed = {what.removeprefix(f"{root}/"): why for what, why in (left | failed).items()}
         removed = [v for v in removed if v not in failed]
-        done.staged = store.remove_stale(now)
+        done.staged = store.remove_stale(now, list(names))  # staged a day before this listing, or more
     done.removed, done.pointers, done.records = removed, len(pointers), len(records)
     done.aged, done.superseded = len(aged & set(removed)), len(superseded & set(removed) - aged)
     done.kept = len(folders) - len(removed)
@@ -175,52 +174,39 @@ def _superseded(store: Output, interval: tuple[datetime, datetime], versions: li
     return {v for v, at in published.items() if v != current and at < old}
 
 
-def _remove(fs, paths: dict[str, list[str]], recursive: bool = False, look_again: bool = True) -> dict[str, str]:
+def _remove(fs, paths: dict[str, str], recursive: bool = False, look_again: bool = True) -> dict[str, str]:
     """Remove ``paths`` (by what each is, for the report) and say which could not be, and why: all in
     one call (an object store deletes a thousand keys a request), one at a time where that fails (those
     gone already, by another prune, are no failure). s3fs reads no per-key error of a batch's reply
     (S3 answers 200 and lists the keys it refused): with ``look_again``, what is still there is looked
     for, a listing of each folder they are in."""
-    flat = [p for ps in paths.values() for p in ps]
-    if not flat:
+    if not paths:
         return {}
     failed = {}
     try:
-        fs.rm(flat, recursive=recursive)
+        fs.rm(list(paths.values()), recursive=recursive)
     except Exception:  # noqa: BLE001 - each filesystem raises its own types: found one at a time
-        for what, ps in paths.items():
-            for path in ps:
-                try:
-                    fs.rm(path, recursive=recursive)
-                except FileNotFoundError:
-                    pass
-                except Exception as e:  # noqa: BLE001
-                    failed[what] = f"{type(e).__name__}: {e}"
+        for what, path in paths.items():
+            try:
+                fs.rm(path, recursive=recursive)
+            except FileNotFoundError:
+                pass
+            except Exception as e:  # noqa: BLE001
+                failed[what] = f"{type(e).__name__}: {e}"
     there = set()
-    for folder in {p.rpartition("/")[0] for p in flat} if look_again else ():
-        there |= {path.rstrip("/") for path in _ls(fs, folder)}
-    for what, ps in paths.items():
-        if what not in failed and there.intersection(ps):
+    for folder in {p.rpartition("/")[0] for p in paths.values()} if look_again else ():
+        there |= {path.rstrip("/") for path in entries(fs, folder)}
+    for what, path in paths.items():
+        if what not in failed and path in there:
             failed[what] = "still there after it was removed: the store refused it"
     for what, why in failed.items():
         log.warning("could not remove %s: %s", what, why)
     return failed
 
 
-def _ls(fs, folder: str, detail: bool = False) -> list:
-    """A folder's entries, none where it is not; not kept by the filesystem (s3fs would answer from
-    this listing for hours after)."""
-    try:
-        return fs.ls(folder, detail=detail)
-    except FileNotFoundError:
-        return []
-    finally:
-        fs.invalidate_cache(folder)
-
-
 def _records_before(store: Output, cutoff: datetime) -> list[str]:
     """The ``_listed/`` records of the intervals that ended before ``cutoff``."""
-    return sorted(path for path in _ls(store.fs, f"{store.root}/_listed")
+    return sorted(path for path in entries(store.fs, f"{store.root}/_listed")
                   if (interval := interval_named(path.rstrip("/").rpartition("/")[2], version=False))
                   and interval[1] < cutoff)
 
@@ -228,7 +214,7 @@ def _records_before(store: Output, cutoff: datetime) -> list[str]:
 def _pointers_to(store: Output, gone: set[str], present: set[str]) -> list[str]:
     """The ``_sources/`` pointers that name a version of ``gone``, or one neither ``present`` nor
     there now (removed by hand, say): read together, which an object store's client does at once."""
-    paths = _ls(store.fs, f"{store.root}/_sources")
+    paths = entries(store.fs, f"{store.root}/_sources")
     if not paths:
         return []
     named = {path: body.decode().strip() for path, body in store.fs.cat(paths, on_error="omit").items()}
