@@ -8,8 +8,10 @@ A version goes once its interval ended more than `dataset.keep_for` ago
 `dataset.keep_superseded_for` (say `P1D`), once another version of its interval
 has been its current one that long (the one its last run built or found: a
 re-run with late traces, another config). The version `LATEST` names is always
-kept, and so is one published within a day. With neither set, it has no
-schedule, and a manual run is skipped, saying so. `ctpipe prune` does the same
+kept, and so is one published within a day, and one a training run holds (its
+job reads it again after a preemption, and its gate after that) until the
+candidate is judged. With neither set, it has no schedule, and a manual run is
+skipped, saying so, as is a run before anything is published. `ctpipe prune` does the same
 from a shell, with `--dry-run` to see what would go.
 """
 
@@ -33,14 +35,14 @@ with DAG(
     def prune() -> dict:
         from dataclasses import asdict
 
-        from ctpipe.errors import NothingToPublish
+        from ctpipe.errors import EmptyStore, NothingToPublish
         from ctpipe.pipeline import prune_datasets
 
-        try:
-            with fail_fast():
+        with fail_fast():
+            try:
                 done = prune_datasets(settings())
-        except NothingToPublish as e:
-            skip(str(e))
+            except (NothingToPublish, EmptyStore) as e:  # no retention set; nothing published yet
+                skip(str(e))
         if done.failed:  # the rest went; these are tried again tomorrow, or by a retry
             raise RuntimeError(f"{len(done.failed)} versions or records could not be removed (the log names each, "
                                "and why); the rest went")

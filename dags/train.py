@@ -14,7 +14,8 @@ complete checkpoint. The finished checkpoint is announced on the
 `ctpipe_checkpoint` asset for `eval_and_deploy`, and the dataset versions it
 trained on are marked so: a later version of the same interval (a re-run with
 late traces) is trained on without the rows they held, and a run with none
-left is skipped, saying so.
+left is skipped, saying so. Retention keeps every version the job reads until
+`eval_and_deploy` has judged the candidate.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 import pytest
 import requests
@@ -325,7 +326,8 @@ def test_a_version_is_marked_announced_once_on_an_object_store(store):
 
 def test_versions_past_their_age_are_pruned_from_an_object_store(store, capsys):
     """``ctpipe prune`` on S3 and GCS: the manifest, the parts and the source pointer of each version
-    removed, and one published later of an interval pruned is superseded by age alone."""
+    removed, and one published later of an interval pruned is superseded by age alone; one a training
+    run holds kept until it releases it, and a hold past its time removed."""
     scheme, fs = store
     for h in range(3):
         fs.pipe(f"traces/date=2026-11-22/hour={10 + h}/a.jsonl",
@@ -335,10 +337,17 @@ def test_versions_past_their_age_are_pruned_from_an_object_store(store, capsys):
     for m in [*made, again]:  # published as their hours ended, not just now (those are kept a day)
         body = json.loads(fs.cat(f"datasets/v/{m.version}/manifest.json"))
         fs.pipe(f"datasets/v/{m.version}/manifest.json", json.dumps(body | {"published_at": m.interval[1]}).encode())
+    store, now = datasets.Output(f"{scheme}://datasets/v"), datetime.now(timezone.utc)
+    store.hold("manual__train1", [made[1].version], now + HOUR)
+    store.hold("manual__train0", [made[0].version], now - HOUR)
     assert main(["prune", "--out", f"{scheme}://datasets/v", "--older-than", "1h", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)
-    assert sorted(done["removed"]) == sorted([made[0].version, made[1].version, again.version])
-    assert (done["kept"], done["pointers"], done["failed"]) == (1, 3, {})
+    assert sorted(done["removed"]) == sorted([made[0].version, again.version])
+    assert (done["kept"], done["pointers"], done["failed"], done["held"], done["holds"]) == (2, 2, {}, 1, 1)
+    assert [p.rpartition("/")[2] for p in datasets.entries(fs, "datasets/v/_in_use")] == ["manual__train1"]
+    store.release("manual__train1")
+    assert main(["prune", "--out", f"{scheme}://datasets/v", "--older-than", "1h", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed"] == [made[1].version]
     fs.invalidate_cache()
     assert sorted(p.removeprefix("datasets/v/") for p in fs.find("datasets/v") if "/_" not in p) == \
         sorted(["LATEST", *(f"{made[2].version}/{part}" for part in ["manifest.json", *(

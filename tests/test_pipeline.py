@@ -1,9 +1,13 @@
 """User-caused failures of the DAG tasks end with a message naming the field and value."""
 
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
 import pytest
 
 from ctpipe.errors import PipelineError
-from ctpipe.pipeline import prepare_training
+from ctpipe.pipeline import longest_training, prepare_training
 from tests.conftest import trace, write_traces
 
 PARAMS = {"algorithm": "grpo", "base_checkpoint": "", "dataset_version": "", "max_steps": 5, "learning_rate": 1e-3, "seed": 0}
@@ -313,9 +317,14 @@ def test_a_rerun_with_late_traces_is_trained_on_without_the_rows_trained_on_befo
     assert [d.version for d in spec.trained_before] == [first["version"]]
     prompts = training_data(manifests, "grpo", leave_out=trained_before(spec))
     assert prompts.num_rows == 4 and "8 of the 12 grpo rows are left out" in caplog.text
+    # What the job reads, after each preemption too, retention keeps until the gate releases it.
+    held = {p.name: json.loads(p.read_text()) for p in (Path(settings.datasets_uri) / "_in_use").iterdir()}
+    assert held.keys() == {"r1"} and held["r1"]["versions"] == [second["version"], first["version"]]
+    assert datetime.fromisoformat(held["r1"]["until"]) - datetime.now(timezone.utc) > longest_training(settings)
     # The form's version: whole.
     whole = JobSpec.read(prepare_training(settings, params | {"dataset_version": second["version"]}, [], "r2")["spec_path"])
     assert whole.trained_before == []
+    assert json.loads((Path(settings.datasets_uri) / "_in_use" / "r2").read_text())["versions"] == [second["version"]]
     # Another config, the same GRPO prompts and answers as the first version: nothing new.
     (settings.traces_dir / "date=2026-11-22" / "hour=10" / "part-late.jsonl").unlink()
     third = materialize(str(settings.traces_dir), settings.datasets_uri, T0, T0 + timedelta(hours=1), task=settings.task,
@@ -323,6 +332,14 @@ def test_a_rerun_with_late_traces_is_trained_on_without_the_rows_trained_on_befo
     with pytest.raises(NothingToPublish, match=f"every grpo row of {third['version']} is in versions of its interval "
                                                f"trained on before \\({first['version']}"):
         prepare_training(settings, params, [third], "r3")
+    assert not (Path(settings.datasets_uri) / "_in_use" / "r3").exists()
+
+
+def test_the_longest_training_counts_each_submission_and_backoff_and_the_retry(settings):
+    t = settings.train.model_copy(update={"timeout_s": 3600, "max_preemptions": 3, "preemption_backoff_s": 30})
+    assert longest_training(settings.model_copy(update={"train": t})) == 2 * timedelta(seconds=4 * 3600 + 30 + 60 + 120)
+    t = t.model_copy(update={"max_preemptions": 10_000})  # backoffs are capped: no overflow
+    assert longest_training(settings.model_copy(update={"train": t})) < timedelta(days=1000)
 
 
 def test_a_published_checkpoint_marks_the_versions_it_trained_on(settings, base_model):

@@ -1,7 +1,11 @@
 """The registry and the eval gate: refusing a collapsed candidate, registering once per eval run."""
 
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
 import pytest
 
+from ctpipe import datasets
 from ctpipe.pipeline import evaluate_candidate
 from ctpipe.registry import Registry
 from tests.conftest import run_job
@@ -16,8 +20,15 @@ def test_an_over_optimized_candidate_is_refused(settings, base_model, training_d
     candidate = {
         "checkpoint": str(spec.checkpoint_dir), "dataset_uri": training_dataset["uri"],
         "dataset_version": training_dataset["version"], "algorithm": "dpo", "base_version": champion.version,
+        "run_dir": spec.run_dir,
     }
+    # Judged, the candidate's training holds its versions from retention no more; another run's still does.
+    store, until = datasets.Output(Path(training_dataset["uri"]).parent), datetime.now(timezone.utc) + timedelta(days=1)
+    for run in (Path(spec.run_dir).name, "manual__another"):
+        store.hold(run, [training_dataset["version"]], until)
     result = evaluate_candidate(settings, candidate, "eval collapse", alpha=0.05, min_gain=0.0)
+    assert store.held(datetime.now(timezone.utc)) == ({training_dataset["version"]}, [])
+    assert [p.name for p in (Path(training_dataset["uri"]).parent / "_in_use").iterdir()] == ["manual__another"]
     cmp = result["comparison"]
     assert cmp["candidate_accuracy"] < cmp["champion_accuracy"]
     assert result["passed"] is False and "not above" in result["reason"]

@@ -150,6 +150,29 @@ def test_what_was_just_published_or_is_being_copied_in_is_kept_whatever_its_inte
     assert _listed(s) == sorted([copying.name, made[1].version, made[3].version, "20261118T000000-20261118T010000-0123456789"])
 
 
+def test_versions_a_training_run_holds_are_kept_until_it_releases_them_or_its_time_is_up(hours, caplog):
+    s, made = hours
+    store, now = datasets.Output(s.datasets_dir), T0 + 3 * HOUR + DAY
+    store.hold("manual__train1", [made[0].version, made[1].version], until=now + HOUR)
+    store.hold("scheduled__train0", [made[1].version], until=now - MINUTE)  # its run never came to its gate
+    (s.datasets_dir / "_in_use" / "notes.txt").write_text("kept by hand")
+    done = retention.prune(store, DAY, now=now)
+    assert done.removed == [] and (done.held, done.holds, done.kept) == (2, 1, 4)
+    assert "1 holds past their time" in done.lines()[0] and done.lines()[0].endswith(", 2 that training runs hold")
+    assert sorted(p.name for p in (s.datasets_dir / "_in_use").iterdir()) == ["manual__train1", "notes.txt"]
+    assert "notes.txt is not a hold of dataset versions" in caplog.text
+    # A dry run says the same, and removes no hold.
+    store.hold("scheduled__train0", [made[1].version], until=now - MINUTE)
+    assert retention.prune(store, DAY, now=now, dry_run=True).holds == 1
+    assert (s.datasets_dir / "_in_use" / "scheduled__train0").exists()
+    # Released (the gate judged the candidate), or past their time, they go.
+    store.release("manual__train1")
+    store.release("manual__train1")  # twice: a retried gate
+    assert retention.prune(store, DAY, now=now).removed == [made[0].version, made[1].version]
+    store.hold("manual__train2", [made[2].version], until=now + HOUR)
+    assert retention.prune(store, DAY, now=now + HOUR).removed == [made[2].version]
+
+
 def test_pointers_gone_already_are_no_failure(hours):
     """Two prunes at once (the DAG's and a shell's): what the other removed first is no failure."""
     s, made = hours
@@ -281,3 +304,6 @@ def test_the_dag_runs_daily_only_when_a_retention_is_set_and_its_task_prunes_or_
     schedule, tasks, done = _in_other_settings(code, **home, CTPIPE_DATASET__KEEP_FOR="P1D").split("|")
     assert (schedule, tasks) == ("0 0 * * *", "['prune']")
     assert json.loads(done)["removed"] == [m.version for m in made[:3]] and _listed(s) == [made[-1].version]
+    # A first install: nothing published yet is nothing to prune, not a failure each day.
+    fresh = {"CTPIPE_HOME": str(s.home / "fresh"), "CTPIPE_DATASET__KEEP_FOR": "P1D"}
+    assert _in_other_settings(code, **fresh).endswith('|{"raised": "AirflowSkipException"}')

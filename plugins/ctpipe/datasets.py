@@ -620,6 +620,38 @@ class Output:
         """The other versions of ``version``'s interval that a run trained on."""
         return self._alike("_trained", version)
 
+    def hold(self, run: str, versions: list[str], until: datetime) -> None:
+        """Keep ``versions`` from retention for train's run ``run`` (its run directory's name) until
+        :meth:`release`, or ``until``: the job reads them again on each resume after a preemption, and
+        the gate after it, days later where training is long or the pool is short of spot GPUs."""
+        self.fs.makedirs(f"{self.root}/_in_use", exist_ok=True)
+        self.write_text(f"{self.root}/_in_use/{run}", json.dumps({"versions": versions, "until": until.isoformat()}))
+
+    def release(self, run: str) -> None:
+        """End what :meth:`hold` kept for ``run`` (nothing held: nothing to do)."""
+        with suppress(FileNotFoundError):
+            self.fs.rm_file(f"{self.root}/_in_use/{run}")
+
+    def held(self, now: datetime) -> tuple[set[str], list[str]]:
+        """(the versions some run holds at ``now``, the paths of holds past their time). A hold that
+        does not read as one is left where it is, and holds nothing."""
+        paths = entries(self.fs, f"{self.root}/_in_use")
+        versions, ended = set(), []
+        for path, body in (self.fs.cat(paths, on_error="omit") if paths else {}).items():
+            try:
+                hold = json.loads(body)
+                until, held = datetime.fromisoformat(hold["until"]), hold["versions"]
+                if until.tzinfo is None or not isinstance(held, list):
+                    raise ValueError("no zone in its time, or no list of versions")
+            except (ValueError, TypeError, KeyError) as e:
+                log.warning("%s is not a hold of dataset versions (%s): left as it is", path, e)
+                continue
+            if until > now:
+                versions.update(map(str, held))
+            else:
+                ended.append(path)
+        return versions, ended
+
     def _listed_path(self, start: datetime, end: datetime) -> str:
         return f"{self.root}/_listed/{_stamp(start)}-{_stamp(end)}"
 

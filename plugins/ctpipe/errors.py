@@ -19,6 +19,10 @@ class NothingToPublish(PipelineError):
     """An interval with no trace: the message says what was read (the files, records of other times)."""
 
 
+class EmptyStore(PipelineError):
+    """A dataset store that holds nothing: no version was published there yet (or it is another store)."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the work is, so that what it holds is cleaned up as for Ctrl-C."""
 

@@ -22,6 +22,7 @@ from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
 from ctpipe.errors import NothingToPublish, PipelineError
 from ctpipe.jobspec import METRICS_FILE, DatasetRef, JobSpec, table_of
+from ctpipe.preemption import backoff_seconds
 
 if TYPE_CHECKING:
     from ctpipe.retention import Pruned
@@ -341,6 +342,27 @@ def _trained_before(s: Settings, chosen: list[datasets.Manifest], table: str) ->
     return before
 
 
+# How long after its training a candidate's gate may come: eval_and_deploy runs one at a time.
+_GATE_WAIT = timedelta(days=1)
+
+
+def longest_training(s: Settings) -> timedelta:
+    """The longest a train DAG run's job can go on: its timeout for each submission (a resubmission
+    after a preemption has a fresh one), the backoffs between, and again for the train task's retry
+    (dags/train.py: one)."""
+    t = s.train
+    backoffs = sum(backoff_seconds(n, t.preemption_backoff_s) for n in range(1, t.max_preemptions + 1))
+    return 2 * timedelta(seconds=(1 + t.max_preemptions) * t.timeout_s + backoffs)
+
+
+def _by_store(found: list[tuple[str, str]]) -> dict[datasets.Output, list[str]]:
+    """Versions (their folders' URIs, and names) by the store each is in."""
+    stores: dict[str, list[str]] = {}
+    for uri, version in found:
+        stores.setdefault(uri.rstrip("/").rpartition("/")[0], []).append(version)
+    return {datasets.Output(root): versions for root, versions in stores.items()}
+
+
 def _versions_param(versions: list[str]) -> str:
     """Dataset versions as one MLflow param: all of them, or, past MLflow's 6,000 characters (a
     long backfill's), how many."""
@@ -360,6 +382,9 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
     before = [] if params.get("dataset_version") else _trained_before(s, [manifest, *others], table_of(algorithm))
     base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
     run_dir = run_dir_for(s, dag_run_id)
+    until = datetime.now(timezone.utc) + longest_training(s) + _GATE_WAIT
+    for store, versions in _by_store([(m.uri, m.version) for m in (manifest, *others, *before)]).items():
+        store.hold(run_dir.name, versions, until)
     try:
         spec = JobSpec(
             algorithm=algorithm,
@@ -432,8 +457,9 @@ def publish_checkpoint(spec_path: str, run_id: str | None = None) -> dict:
         raise PipelineError(f"run {spec.run_dir} finished without a checkpoint at {ckpt}")
     AutoConfig.from_pretrained(ckpt)  # fails loudly on a damaged directory
     metrics = json.loads((Path(spec.run_dir) / METRICS_FILE).read_text())
-    for ref in spec.datasets:  # in the store each was found in
-        datasets.Output(ref.uri.rstrip("/").rpartition("/")[0]).mark_trained(ref.version, run_id or spec.run_dir)
+    for store, versions in _by_store([(ref.uri, ref.version) for ref in spec.datasets]).items():  # in the store each was found in
+        for version in versions:
+            store.mark_trained(version, run_id or spec.run_dir)
     return {
         "checkpoint": str(ckpt),
         "run_dir": spec.run_dir,
@@ -505,6 +531,9 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         registry.client.log_metric(rid, k, getattr(cmp, k))
     registry.client.set_tag(rid, "ctpipe.reason", decision.reason)
     registry.client.set_terminated(rid)
+    if candidate.get("run_dir"):  # judged: the versions its training held (see prepare_training) are read no more
+        for store in _by_store([(uri, version) for version, uri in trained_on]):
+            store.release(Path(candidate["run_dir"]).name)
     return {
         "passed": decision.passed,
         "reason": decision.reason,

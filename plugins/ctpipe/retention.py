@@ -9,9 +9,10 @@ a pointer under ``_sources/``; nothing else ever removes them. :func:`prune` rem
 
 but never the version ``LATEST`` names, nor one published within :data:`JUST_PUBLISHED` (a backfill,
 a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
-reads them next). With them go the ``_sources/`` pointers naming them (or any version no longer
-there), the ``_listed/`` records of the intervals past the age, and staged folders of runs killed
-before they published. The ``_announced/`` and ``_trained/`` marks stay: a few bytes each, they keep
+reads them next), nor one a training run holds (:meth:`~ctpipe.datasets.Output.hold`: its job reads
+it again after a preemption, and its gate after that). With them go the ``_sources/`` pointers naming them (or any version no longer
+there), the ``_listed/`` records of the intervals past the age, holds past their time, and staged
+folders of runs killed before they published. The ``_announced/`` and ``_trained/`` marks stay: a few bytes each, they keep
 a version built again (a backfill over an interval pruned) from being announced, and trained on, a
 second time.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from ctpipe.datasets import Output, entries, interval_named
-from ctpipe.errors import PipelineError
+from ctpipe.errors import EmptyStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class Pruned:
     superseded: int = 0  # of them, of intervals whose current version is another
     kept: int = 0  # versions left
     latest: str | None = None  # the version LATEST names, kept whatever its age
+    held: int = 0  # versions kept, past the age or superseded, that training runs hold
+    holds: int = 0  # holds past their time removed
     pointers: int = 0  # _sources/ pointers removed
     records: int = 0  # _listed/ records removed
     staged: int = 0  # staged folders of killed runs removed
@@ -56,10 +59,13 @@ class Pruned:
         first that could not be."""
         did, staged = ("would remove", "") if self.dry_run else ("removed", f", {self.staged} staged folders of "
                                                                             "runs killed before they published")
-        kept = f"{self.kept} versions kept" + (f", the one LATEST names ({self.latest}) among them" if self.latest else "")
+        kept = (f"{self.kept} versions kept" + (f", the one LATEST names ({self.latest}) among them" if self.latest else "")
+                + (f", {self.held} that training runs hold" if self.held else ""))
         failed = list(self.failed.items())
+        holds = f", {self.holds} holds past their time" if self.holds else ""
         return [f"{did} {len(self.removed)} versions ({self.aged} of intervals past their age, {self.superseded} "
-                f"superseded), {self.pointers} source pointers, {self.records} records of listed files{staged}; {kept}",
+                f"superseded), {self.pointers} source pointers, {self.records} records of listed files{holds}"
+                f"{staged}; {kept}",
                 *(f"  {v}" for v in self.removed[:_SAID]),
                 *[f"  and {len(self.removed) - _SAID} more"] * (len(self.removed) > _SAID),
                 *(f"not removed: {what}: {why}" for what, why in failed[:_SAID]),
@@ -70,13 +76,13 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
           now: datetime | None = None, dry_run: bool = False) -> Pruned:
     """Remove from ``store`` the versions :mod:`this module <ctpipe.retention>` says, and what names
     them. The manifests go first, so that readers stop finding a version before its parts go; what
-    cannot be removed is named in :attr:`Pruned.failed`, and the rest still goes. PipelineError for a
+    cannot be removed is named in :attr:`Pruned.failed`, and the rest still goes. EmptyStore for a
     store that holds nothing: a mistyped one would otherwise be pruned of nothing, day after day."""
     now = now or datetime.now(timezone.utc)
     fs, root = store.fs, store.root
     listing = entries(fs, root, detail=True)
     if not listing:
-        raise PipelineError(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
+        raise EmptyStore(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
                             "store the DAGs publish to?)")
     names = {info["name"].rstrip("/").rpartition("/")[2]: info["type"] for info in listing}
     folders = {name: interval for name, kind in names.items() if kind == "directory" and (interval := interval_named(name))}
@@ -96,21 +102,24 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     if superseded_after is not None:
         for interval, versions in by_interval.items():
             superseded |= _superseded(store, interval, versions, manifests, now - superseded_after, old)
-    gone = (aged | superseded) - {done.latest}
+    held, ended = store.held(now)
+    gone = (aged | superseded) - {done.latest} - held
+    done.held = len((aged | superseded) & held - {done.latest})
     removed = sorted(gone, key=lambda v: (folders[v], v))
     pointers = _pointers_to(store, gone, set(folders))
     records = _records_before(store, now - older_than) if older_than is not None else []
     if not dry_run:
         # Pointers first: a re-run of an interval would find a version being removed, and return it.
-        left = _remove(fs, {path: path for path in pointers + records})
+        left = _remove(fs, {path: path for path in pointers + records + ended})
         pointers, records = [p for p in pointers if p not in left], [p for p in records if p not in left]
+        ended = [p for p in ended if p not in left]
         # Each manifest's folder is looked at again with the folders (a listing each would be a request each).
         failed = _remove(fs, {v: f"{root}/{v}/manifest.json" for v in removed if v in manifests}, look_again=False)
         failed |= _remove(fs, {v: f"{root}/{v}" for v in removed if v not in failed}, recursive=True)
         done.failed = {what.removeprefix(f"{root}/"): why for what, why in (left | failed).items()}
         removed = [v for v in removed if v not in failed]
         done.staged = store.remove_stale(now, list(names))  # staged a day before this listing, or more
-    done.removed, done.pointers, done.records = removed, len(pointers), len(records)
+    done.removed, done.pointers, done.records, done.holds = removed, len(pointers), len(records), len(ended)
     done.aged, done.superseded = len(aged & set(removed)), len(superseded & set(removed) - aged)
     done.kept = len(folders) - len(removed)
     return done

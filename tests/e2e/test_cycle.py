@@ -107,6 +107,8 @@ def test_two_cycles_end_to_end(stack, base_model):
     served = datasets.resolve(s.datasets_dir, second["dataset"]["version"]).read("traces")
     assert set(served.column("model_version").to_pylist()) == {first["champion_after"]}
     assert len(list(stack.runs_dir.glob("*/checkpoint"))) == 2
+    # Each candidate judged, its training holds the versions it trained on from retention no more.
+    assert (s.datasets_dir / "_in_use").is_dir() and not list((s.datasets_dir / "_in_use").iterdir())
 
     # The lineage the Continuous training page shows: each evaluation announced with its outcome,
     # each training's loss history in its MLflow run.
