@@ -11,11 +11,12 @@ worker slot while a trigger follows the job; the task log shows step, loss and
 reward as training goes. Marking the task failed stops the Ray job. Each DAG
 run trains in its own run directory, and a retry resumes from its latest
 complete checkpoint. The finished checkpoint is announced on the
-`ctpipe_checkpoint` asset for `eval_and_deploy`, and the dataset versions it
-trained on are marked so: a later version of the same interval (a re-run with
-late traces) is trained on without the rows they held, and a run with none
-left is skipped, saying so. Retention keeps every version the job reads until
-`eval_and_deploy` has judged the candidate.
+`ctpipe_checkpoint` asset for `eval_and_deploy`. A later version of an
+interval (a re-run with late traces) is trained on without the examples the
+base model learned of it, or a model it descends from (recorded when the gate
+registers a candidate), and a run with none left is skipped, saying so.
+Retention keeps every version the job reads until `eval_and_deploy` has
+judged the candidate.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ with DAG(
         try:
             with fail_fast():  # in the order announced: Airflow gives them in none
                 return prepare_training(settings(), dict(params), [dict(e.extra) for e in events], run_id)
-        except NothingToPublish as e:  # all of it trained on before: the run has nothing to do
+        except NothingToPublish as e:  # all of it learned before: the run has nothing to do
             skip(str(e))
 
     @task(outlets=[CHECKPOINT], multiple_outputs=False)
@@ -73,7 +74,7 @@ with DAG(
         from ctpipe.pipeline import publish_checkpoint, record_training
 
         with fail_fast():
-            extra = publish_checkpoint(job["spec_path"], run_id) | {"train_run_id": run_id}
+            extra = publish_checkpoint(job["spec_path"]) | {"train_run_id": run_id}
             record_training(settings(), run_id, job["spec_path"])
         outlet_events[CHECKPOINT].extra = extra
         return extra

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ctpipe.atomic import atomic_dir
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import finish, load_job, run_entrypoint, trained_before, training_data
+from ctpipe.jobspec import finish, learned, load_job, run_entrypoint, training_data
 from ctpipe.nemo_rl import (
     build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
 )
@@ -73,7 +73,7 @@ def main(spec_path: str) -> int:
     if not (Path(nemo.home) / "examples").is_dir():
         raise PipelineError(f"train.nemo_rl.home={nemo.home!r} holds no NeMo-RL examples/: run inside {nemo.image}")
     p = paths(spec)
-    prompts = write_train_data(training_data(manifests, "grpo", ["prompt", "answer"], trained_before(spec)), p["train_data"])
+    prompts = write_train_data(training_data(manifests, "grpo", ["prompt", "answer"], learned(spec.left_out)), p["train_data"])
     config = build_config(spec, prompts)
     p["config"].write_text(config_yaml(config))
     resumed = latest_step(p["checkpoints"])

@@ -39,7 +39,7 @@ from pathlib import Path
 from ctpipe.atomic import atomic_dir
 from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import JobSpec, finish, load_job, progress_line, run_entrypoint, trained_before, training_data
+from ctpipe.jobspec import JobSpec, finish, learned, load_job, progress_line, run_entrypoint, training_data
 from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
@@ -100,7 +100,7 @@ def main(spec_path: str) -> int:
         log_history = json.loads((resume / STATE_FILE).read_text())["log_history"]
         return publish(spec, model, tokenizer, step_of(resume), resume, log_history)
 
-    data = Dataset(training_data(manifests, spec.table, leave_out=trained_before(spec)))  # paths or fsspec URIs (s3://...)
+    data = Dataset(training_data(manifests, spec.table, leave_out=learned(spec.left_out)))  # paths or fsspec URIs (s3://...)
     versions = " + ".join(d.version for d in spec.datasets)
     print(f"{spec.table}: {len(data)} rows of dataset version {versions}", flush=True)
 

@@ -289,79 +289,140 @@ def test_a_backfills_thousands_of_versions_are_counted_in_the_log_not_all_named(
     assert left.count("does not exist") == 20 and "; and 980 more versions left out; give one as the trigger form's" in left
 
 
-def test_a_rerun_with_late_traces_is_trained_on_without_the_rows_trained_on_before(settings, base_model, caplog):
-    """A re-run of an hour with late traces publishes its rows and the late ones: a run that trained on
-    the first version marked it, and the next trains on the late rows alone; the form's version is
-    trained on whole; a version with no other row leaves the run nothing to do."""
-    from datetime import timedelta
-
+def _learned(settings, version: str, model: str, base: str, table: str = "grpo") -> None:
+    """Model version ``model``, trained from ``base``, registered as having learned ``version``'s examples."""
     from ctpipe import datasets
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys
+    from ctpipe.registry import Registry
+
+    registry = Registry(settings)
+    champion = registry.champion()
+    run = registry.start_run(f"eval {model}")
+    assert registry.register(run.info.run_id, champion.path, tags={"base_version": base}) == model
+    store = datasets.Output(settings.datasets_uri)
+    store.mark_learned(table, version, model, example_keys(store.resolve(version).read(table, EXAMPLE_COLUMNS[table]), table))
+
+
+def test_a_rerun_with_late_traces_is_trained_on_without_the_examples_its_base_learned(settings, base_model, caplog):
+    """A re-run of an hour with late traces publishes its rows and the late ones: a run from the model
+    that learned the first version trains on the late rows alone; a run from a model that did not (a
+    candidate refused or rolled back learned them) on all of them; the form's version whole; a
+    version with no other row leaves the run nothing to do."""
     from ctpipe.config import DatasetConfig
     from ctpipe.errors import NothingToPublish
-    from ctpipe.jobspec import JobSpec, load_job, trained_before, training_data
+    from ctpipe.jobspec import JobSpec, learned, load_job, training_data
     from ctpipe.materialize import materialize
     from ctpipe.pipeline import materialize_interval
+    from ctpipe.registry import Registry
     from tests.conftest import T0, published_hour, training_traces
 
     caplog.set_level("INFO", "ctpipe.pipeline")
+    Registry(settings).ensure_champion(base_model)  # v1
     first = published_hour(settings, 0, 16)
-    datasets.Output(settings.datasets_uri).mark_trained(first["version"], "scheduled__train1")
+    _learned(settings, first["version"], "2", "1")
+    _learned(settings, first["version"], "3", "2", table="dpo")  # another table: no GRPO row of it is learned
+    Registry(settings).set_champion("3")
     late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(seconds=900 + i),
                   feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:24])]
     write_traces(settings.traces_dir, late, name="part-late.jsonl")
     second = materialize_interval(settings, T0, T0 + timedelta(hours=1), "manual__rerun")
     assert (first["rows"]["grpo_prompts"], second["rows"]["grpo_prompts"]) == (8, 12)
-    params = PARAMS | {"base_checkpoint": str(base_model)}
-    spec_path = prepare_training(settings, params, [second], "r1")["spec_path"]
+    spec_path = prepare_training(settings, PARAMS, [second], "r1")["spec_path"]  # from the champion, v3
     spec, manifests = load_job(spec_path)
-    assert [d.version for d in spec.trained_before] == [first["version"]]
-    prompts = training_data(manifests, "grpo", leave_out=trained_before(spec))
-    assert prompts.num_rows == 4 and "8 of the 12 grpo rows are left out" in caplog.text
+    assert [Path(uri).name for uri in spec.left_out] == [f"{first['version']}.v2"]
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 4
+    assert "8 of the 12 grpo rows of 1 versions are left out: examples model v2 learned (base v3" in caplog.text
     # What the job reads, after each preemption too, retention keeps until the gate releases it.
     held = {p.name: json.loads(p.read_text()) for p in (Path(settings.datasets_uri) / "_in_use").iterdir()}
-    assert held.keys() == {"r1"} and held["r1"]["versions"] == [second["version"], first["version"]]
+    assert held.keys() == {"r1"} and held["r1"]["versions"] == [second["version"]]
     assert datetime.fromisoformat(held["r1"]["until"]) - datetime.now(timezone.utc) > longest_training(settings)
+    # From v1, which learned none of them (v2 refused, or rolled back): all of them.
+    assert JobSpec.read(prepare_training(settings, PARAMS | {"base_checkpoint": "1"}, [second], "r2")["spec_path"]).left_out == []
+    # From a model directory, whose lineage the registry does not hold: all of them.
+    assert JobSpec.read(prepare_training(settings, PARAMS | {"base_checkpoint": str(base_model)}, [second],
+                                         "r3")["spec_path"]).left_out == []
     # The form's version: whole.
-    whole = JobSpec.read(prepare_training(settings, params | {"dataset_version": second["version"]}, [], "r2")["spec_path"])
-    assert whole.trained_before == []
-    assert json.loads((Path(settings.datasets_uri) / "_in_use" / "r2").read_text())["versions"] == [second["version"]]
+    whole = JobSpec.read(prepare_training(settings, PARAMS | {"dataset_version": second["version"]}, [], "r4")["spec_path"])
+    assert whole.left_out == []
     # Another config, the same GRPO prompts and answers as the first version: nothing new.
     (settings.traces_dir / "date=2026-11-22" / "hour=10" / "part-late.jsonl").unlink()
     third = materialize(str(settings.traces_dir), settings.datasets_uri, T0, T0 + timedelta(hours=1), task=settings.task,
                         reward=settings.reward, dataset=DatasetConfig(dpo_min_margin=0.3)).asset_extra()
-    with pytest.raises(NothingToPublish, match=f"every grpo row of {third['version']} is in versions of its interval "
-                                               f"trained on before \\({first['version']}"):
-        prepare_training(settings, params, [third], "r3")
-    assert not (Path(settings.datasets_uri) / "_in_use" / "r3").exists()
+    with pytest.raises(NothingToPublish, match=f"every grpo row of {third['version']} is an example model v2 learned "
+                                               "\\(base v3 or a model it descends from\\): nothing new to train on"):
+        prepare_training(settings, PARAMS, [third], "r5")
+    assert not (Path(settings.datasets_uri) / "_in_use" / "r5").exists()
 
 
-def test_the_longest_training_counts_each_submission_and_backoff_and_the_retry(settings):
-    t = settings.train.model_copy(update={"timeout_s": 3600, "max_preemptions": 3, "preemption_backoff_s": 30})
-    assert longest_training(settings.model_copy(update={"train": t})) == 2 * timedelta(seconds=4 * 3600 + 30 + 60 + 120)
-    t = t.model_copy(update={"max_preemptions": 10_000})  # backoffs are capped: no overflow
-    assert longest_training(settings.model_copy(update={"train": t})) < timedelta(days=1000)
+def test_examples_learned_of_one_interval_leave_out_no_row_of_another(settings, base_model, caplog):
+    """Hours ask the same questions again: what a model learned of one hour's version leaves out the
+    rows of a later version of that hour alone, not those of the next hour, trained on with it."""
+    from ctpipe.jobspec import learned, load_job, training_data
+    from ctpipe.pipeline import materialize_interval
+    from ctpipe.registry import Registry
+    from tests.conftest import T0, published_hour, training_traces
+
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    Registry(settings).ensure_champion(base_model)
+    first = published_hour(settings, 0, 16)
+    _learned(settings, first["version"], "2", "1")
+    Registry(settings).set_champion("2")
+    late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(seconds=900 + i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:24])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl")
+    again = materialize_interval(settings, T0, T0 + timedelta(hours=1), "manual__rerun")
+    other = published_hour(settings, 1, 16)  # the first's questions and answers, an hour on
+    spec, manifests = load_job(prepare_training(settings, PARAMS, [again, other], "r1")["spec_path"])
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 4 + 8
+    assert "8 of the 12 grpo rows of 1 versions are left out" in caplog.text
 
 
-def test_a_published_checkpoint_marks_the_versions_it_trained_on(settings, base_model):
-    import json
+def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(settings, base_model):
     import shutil
-    from pathlib import Path
 
     from ctpipe import datasets
-    from ctpipe.jobspec import METRICS_FILE, JobSpec
-    from ctpipe.pipeline import publish_checkpoint
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys
+    from ctpipe.pipeline import register_candidate
+    from ctpipe.registry import Registry
     from tests.conftest import published_hour
 
+    registry = Registry(settings)
+    registry.ensure_champion(base_model)
     hours = [published_hour(settings, h, 8) for h in range(2)]
-    spec = JobSpec.read(prepare_training(settings, PARAMS | {"base_checkpoint": str(base_model)}, hours, "r1")["spec_path"])
-    spec.checkpoint_dir.mkdir(parents=True)
-    shutil.copy(Path(base_model) / "config.json", spec.checkpoint_dir)
-    (Path(spec.run_dir) / METRICS_FILE).write_text(json.dumps({"steps": 5, "first": {}, "last": {}}))
-    publish_checkpoint(str(Path(spec.run_dir) / "job.json"), "scheduled__train1")
+    shutil.rmtree(hours[0]["uri"])  # pruned meanwhile: said, and the other recorded
+    candidate = {"checkpoint": str(base_model), "algorithm": "grpo", "base_version": "1", "dataset_uri": hours[1]["uri"],
+                 "dataset_version": hours[1]["version"], "more_datasets": [{"uri": hours[0]["uri"], "version": hours[0]["version"]}]}
+    run = registry.start_run("eval r1")
+    result = {"mlflow_run_id": run.info.run_id, "candidate": candidate, "champion_version": "1",
+              "comparison": {"candidate_accuracy": 0.5}}
+    assert register_candidate(settings, result) == "2" == register_candidate(settings, result)  # a retry: the same
+    assert registry.lineage("2") == {"1", "2"} and registry.lineage("7") == set()
     store = datasets.Output(settings.datasets_uri)
-    for h in hours:  # a later version of either hour finds it
-        assert store.trained_alike(h["version"].rsplit("-", 1)[0] + "-0123456789") == [h["version"]]
-        assert (Path(settings.datasets_uri) / "_trained" / h["version"]).read_text().startswith("scheduled__train1\n")
+    marks = store.learned("grpo")
+    assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned("dpo") == {}
+    ((uri, model),) = marks[datasets.interval_part(hours[1]["version"])]
+    keys, version = datasets.read_keys(uri)
+    assert (model, version) == ("2", hours[1]["version"])
+    rows = store.resolve(version).read("grpo", EXAMPLE_COLUMNS["grpo"])
+    assert sorted(keys.tolist()) == sorted(example_keys(rows, "grpo").tolist()) and len(set(keys.tolist())) == hours[1]["rows"]["grpo_prompts"] == 4
+
+
+def test_example_keys_tell_examples_apart_by_every_column_and_message(settings):
+    import pyarrow as pa
+
+    from ctpipe.jobspec import example_keys
+
+    def chat(*texts: str) -> list[dict]:
+        return [{"role": r, "content": t} for r, t in zip(["system", "user", "assistant"], texts)]
+
+    x, y = chat("", "", "x")[2:], chat("", "", "y")[2:]
+    rows = pa.table({"prompt": [chat("a", "b"), chat("a", "b"), chat("ab"), chat("b", "a"), chat("a", "b"), chat("a", "b")],
+                     "chosen": [x, x, x, x, y, x], "rejected": [y, y, y, y, x, None]})
+    keys = example_keys(rows, "dpo").tolist()
+    assert keys[0] == keys[1] and len(set(keys)) == 5  # a pair swapped is another example
+    assert example_keys(rows.slice(3), "dpo").tolist() == keys[3:]  # a slice: its own rows
+    answers = pa.table({"prompt": [chat("a"), chat("a"), chat("a")], "answer": ["1", "1", "2"]})
+    assert len(set(example_keys(answers, "grpo").tolist())) == 2
 
 
 def test_versions_labeled_otherwise_are_not_trained_on_together(settings, base_model, caplog):

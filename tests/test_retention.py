@@ -6,6 +6,7 @@ import json
 import os
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import pytest
 
 from ctpipe import datasets, retention
@@ -52,13 +53,16 @@ def _pointed(s) -> set[str]:
 def test_versions_past_their_age_go_with_their_pointers_and_a_pruned_interval_is_built_again(hours):
     s, made = hours
     store = datasets.Output(s.datasets_dir)
+    for m in (made[0], made[3]):  # what a model learned of them: of the first, past the age, it goes too
+        store.mark_learned("grpo", m.version, "2", np.arange(3, dtype=np.uint64))
     # Two intervals ended more than a day before: T0+1h and T0+2h; the third ended at the cutoff.
     done = retention.prune(store, DAY, now=T0 + 3 * HOUR + DAY)
     assert done.removed == [made[0].version, made[1].version] and (done.aged, done.superseded) == (2, 0)
+    assert [p.name for p in (s.datasets_dir / "_learned" / "grpo").iterdir()] == [f"{made[3].version}.v2"]
     assert done.pointers == 2 and done.kept == 2 and done.latest == made[-1].version and not done.failed
     assert _listed(s) == sorted(m.version for m in made[2:]) == sorted(_pointed(s))
     # The records of the files the runs listed go with the intervals past the age, whatever is kept.
-    assert done.records == 2 and sorted(p.name for p in (s.datasets_dir / "_listed").iterdir()) == \
+    assert done.records == 2 + 1 and sorted(p.name for p in (s.datasets_dir / "_listed").iterdir()) == \
         [m.version.rsplit("-", 1)[0] for m in made[2:]]
     assert store.resolve(None).version == made[-1].version and store.resolve(made[2].version).counts["traces"] == 3
     with pytest.raises(datasets.DatasetNotFound):
@@ -82,7 +86,7 @@ def test_a_dry_run_says_what_would_go_and_removes_nothing(hours):
     done = retention.prune(datasets.Output(s.datasets_dir), DAY, now=T0 + 3 * HOUR + DAY, dry_run=True)
     assert done.removed == [made[0].version, made[1].version] and done.pointers == 2 and done.dry_run
     assert done.lines()[:3] == ["would remove 2 versions (2 of intervals past their age, 0 superseded), 2 source "
-                                "pointers, 2 records of listed files; 2 versions kept, the one LATEST names "
+                                "pointers, 2 records of listed files and examples learned; 2 versions kept, the one LATEST names "
                                 f"({made[-1].version}) among them",
                                 f"  {made[0].version}", f"  {made[1].version}"]
     assert sorted(p.relative_to(s.datasets_dir) for p in s.datasets_dir.rglob("*")) == before

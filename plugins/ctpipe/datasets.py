@@ -26,6 +26,7 @@ lets such a re-run return at once. Building a version is :mod:`ctpipe.materializ
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import heapq
@@ -43,6 +44,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import xxhash
@@ -467,6 +469,17 @@ def entries(fs, folder: str, detail: bool = False) -> list:
         fs.invalidate_cache(folder)
 
 
+def interval_part(version: str) -> str:
+    """The part of a version's name that names its interval (``<start>-<end>``)."""
+    return version.rsplit("-", 1)[0]
+
+
+def read_keys(uri: str) -> tuple[np.ndarray, str]:
+    """(the example keys of a record of :meth:`Output.mark_learned`, the dataset version it is of)."""
+    fs, path = filesystem(uri)
+    return np.frombuffer(base64.b64decode(fs.cat_file(path)), "<u8"), path.rpartition("/")[2].rpartition(".v")[0]
+
+
 def _interval_of(version: str) -> tuple[str, str]:
     """(end, start) of a :func:`version_name`: ordered as its interval is."""
     start, _, rest = version.partition("-")
@@ -607,18 +620,28 @@ class Output:
 
     def _alike(self, marks: str, version: str) -> list[str]:
         """The other versions of ``version``'s interval that have a mark under ``<out>/<marks>/``."""
-        interval = version.rsplit("-", 1)[0]
-        found = self.fs.glob(f"{self.root}/{marks}/{interval}-*")
+        found = self.fs.glob(f"{self.root}/{marks}/{interval_part(version)}-*")
         return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
 
-    def mark_trained(self, version: str, run_id: str) -> None:
-        """Mark ``version`` trained on by train's run ``run_id``: a later version of its interval (a re-run
-        with late traces, which holds its rows too) is trained on without them (see :meth:`trained_alike`)."""
-        self._mark("_trained", version, run_id)
+    def mark_learned(self, table: str, version: str, model_version: str, keys: np.ndarray) -> None:
+        """Record that registry version ``model_version`` learned the examples of ``version``'s ``table``
+        (their :func:`ctpipe.jobspec.example_keys`): a run from it, or from a model descending from
+        it, trains on a later version of the interval (a re-run with late traces, which holds them too)
+        without them. The keys are kept, not the version's name alone: retention may remove the version."""
+        self.fs.makedirs(f"{self.root}/_learned/{table}", exist_ok=True)
+        self.write_text(f"{self.root}/_learned/{table}/{version}.v{model_version}",
+                        base64.b64encode(keys.astype("<u8").tobytes()).decode())
 
-    def trained_alike(self, version: str) -> list[str]:
-        """The other versions of ``version``'s interval that a run trained on."""
-        return self._alike("_trained", version)
+    def learned(self, table: str) -> dict[str, list[tuple[str, str]]]:
+        """The records of :meth:`mark_learned` of ``table``, one listing: (its URI, the model version) of
+        each, by the interval (:func:`interval_part`) of the version it is of."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for path in entries(self.fs, f"{self.root}/_learned/{table}"):
+            name = path.rstrip("/").rpartition("/")[2]
+            version, _, model = name.rpartition(".v")
+            if version and model:
+                found.setdefault(interval_part(version), []).append((self.uri_of(f"_learned/{table}/{name}"), model))
+        return found
 
     def hold(self, run: str, versions: list[str], until: datetime) -> None:
         """Keep ``versions`` from retention for train's run ``run`` (its run directory's name) until

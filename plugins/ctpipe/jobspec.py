@@ -17,6 +17,7 @@ from ctpipe.config import Algorithm, TrainConfig
 from ctpipe.errors import PipelineError
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
     from ctpipe.datasets import Manifest
@@ -50,9 +51,10 @@ class JobSpec(BaseModel):
     more_datasets: list[DatasetRef] = Field(
         default=[], description="Versions trained on with dataset_version, of earlier intervals: those announced "
         "while train's run before went on (a backfill's hours), labeled with the same reward config.")
-    trained_before: list[DatasetRef] = Field(
-        default=[], description="Earlier versions of the same intervals, trained on by earlier runs (a re-run "
-        "with late traces holds their rows and the late ones): the rows they hold are not trained on again.")
+    left_out: list[str] = Field(
+        default=[], description="Examples learned before (files of their keys, each of a version of one interval: "
+        "see datasets.Output.mark_learned), by the base checkpoint or the models it descends from: the rows of the "
+        "same intervals that they hold are not trained on again (a re-run with late traces holds them too).")
     run_dir: str = Field(description="Unique per DAG run; a retry of the run reuses it and resumes.")
     max_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -123,45 +125,70 @@ def _manifest(ref: DatasetRef, table: str) -> Manifest:
 
 
 def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None,
-                  leave_out: list[Manifest] = ()) -> pa.Table:
+                  leave_out: dict[str, np.ndarray] | None = None) -> pa.Table:
     """The rows of ``table`` in every version of ``manifests`` (as :func:`load_job` gives them), in
-    their order, each read where its manifest was found; but those that a version of ``leave_out``
-    holds too (its examples: a GRPO prompt and answer, a DPO prompt and its pair, whatever their
-    rewards), which a run trained on before."""
+    their order, each read where its manifest was found; but those whose :func:`example_keys` are
+    among ``leave_out``'s for the version's interval (:func:`learned`)."""
+    import numpy as np
     import pyarrow as pa
 
+    from ctpipe.datasets import interval_part
+
+    tables = []
+    for m in manifests:
+        rows = m.read(table, columns)
+        if (learned := (leave_out or {}).get(interval_part(m.version))) is not None:
+            rows = rows.filter(pa.array(~np.isin(example_keys(rows, table), learned)))
+        tables.append(rows)
     try:
-        data = pa.concat_tables([m.read(table, columns) for m in manifests], promote_options="permissive")
+        return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         versions = ", ".join(m.version for m in manifests)
         raise PipelineError(f"the {table} tables of dataset versions {versions} do not combine: {e}") from None
-    if not leave_out:
-        return data
-    keys = EXAMPLE_COLUMNS[table]
-    seen = {_example(row) for m in leave_out for row in m.read(table, keys).to_pylist()}
-    return data.filter(pa.array([_example(row) not in seen for row in data.select(keys).to_pylist()], pa.bool_()))
 
 
 EXAMPLE_COLUMNS = {"grpo": ["prompt", "answer"], "dpo": ["prompt", "chosen", "rejected"]}  # what makes a row one example
 
 
-def _example(row: dict) -> str:
-    return json.dumps(row, sort_keys=True)
+def example_keys(rows: pa.Table, table: str) -> np.ndarray:
+    """A 64-bit key per row of ``table`` (its :data:`EXAMPLE_COLUMNS`: a GRPO prompt and answer, a DPO
+    prompt and its pair, whatever their rewards), equal for rows that are the same example."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ctpipe import dedup
+
+    def column_keys(column: pa.Array) -> np.ndarray:
+        if not pa.types.is_list(column.type):  # a GRPO answer
+            return dedup.keys(column.fill_null(""))
+        messages = pc.list_flatten(column)
+        offsets = np.r_[0, np.cumsum(pc.list_value_length(column).fill_null(0).to_numpy())].tolist()
+        return dedup.chat_keys(pc.struct_field(messages, "role"), pc.struct_field(messages, "content"), offsets)
+
+    first, *others = (column_keys(rows.column(name).combine_chunks()) for name in EXAMPLE_COLUMNS[table])
+    for keys in others:
+        first = dedup.mix(first, keys)
+    return first
 
 
-def trained_before(spec: JobSpec) -> list[Manifest]:
-    """The manifests of :attr:`JobSpec.trained_before` still there: one removed since (retention) leaves
-    its rows in, said."""
-    from ctpipe.datasets import Manifest
+def learned(uris: list[str]) -> dict[str, np.ndarray]:
+    """The keys of the examples learned before that ``uris`` hold (:attr:`JobSpec.left_out`), by the
+    interval each is of. A file removed since (retention, past the interval's age) leaves those rows
+    in, said."""
+    import numpy as np
 
-    found = []
-    for ref in spec.trained_before:
+    from ctpipe.datasets import interval_part, read_keys
+
+    found: dict[str, list[np.ndarray]] = {}
+    for uri in uris:
         try:
-            found.append(Manifest.load(ref.uri))
+            keys, version = read_keys(uri)
         except FileNotFoundError:
-            print(f"dataset version {ref.version}, trained on before, is gone from {ref.uri}: its rows are not left "
-                  "out", flush=True)
-    return found
+            print(f"{uri}, examples learned before, is gone: its rows are not left out", flush=True)
+            continue
+        found.setdefault(interval_part(version), []).append(keys)
+    return {interval: np.concatenate(keys) for interval, keys in found.items()}
 
 
 def finish(spec: JobSpec, metrics: dict[str, Any]) -> int:

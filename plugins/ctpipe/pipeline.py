@@ -315,31 +315,33 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
     return chosen
 
 
-def _trained_before(s: Settings, chosen: list[datasets.Manifest], table: str) -> list[datasets.Manifest]:
-    """The versions of the intervals of ``chosen`` that earlier runs trained on, published before the
-    one chosen (a re-run with late traces holds their rows and the late ones: trained on, those rows
-    would be trained on twice); NothingToPublish when ``chosen`` holds no other row of ``table``."""
-    from ctpipe.jobspec import EXAMPLE_COLUMNS, training_data
+def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, base_version: str) -> list[str]:
+    """The records of the examples of ``chosen``'s intervals that the base model learned, or a model it
+    descends from (:meth:`datasets.Output.mark_learned`): a re-run with late traces holds them and the
+    late ones, and they are not trained on again. Examples a candidate the gate refused, or one rolled
+    back, learned are no model's in the lineage, and are. NothingToPublish when ``chosen`` holds no
+    other row of ``table``."""
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, learned, training_data
+    from ctpipe.registry import Registry
 
-    store, before = datasets.Output(s.datasets_uri), []
-    for m in chosen:
-        for version in store.trained_alike(m.version):
-            try:
-                other = store.resolve(version)
-            except datasets.DatasetNotFound:  # removed since (retention): nothing to leave out
-                continue
-            if not (other.published_at and m.published_at and other.published_at > m.published_at):
-                before.append(other)
-    if before:
-        rows = sum(m.files[table]["rows"] for m in chosen)
-        left = training_data(chosen, table, EXAMPLE_COLUMNS[table], before).num_rows
-        versions = ", ".join(m.version for m in before)
-        if not left:
-            raise NothingToPublish(f"every {table} row of {', '.join(m.version for m in chosen)} is in versions of "
-                                   f"its interval trained on before ({versions}): nothing new to train on")
-        log.info("%d of the %d %s rows are left out, held by versions of their intervals trained on before: %s",
-                 rows - left, rows, table, versions)
-    return before
+    marks = datasets.Output(s.datasets_uri).learned(table)
+    intervals = {datasets.interval_part(m.version) for m in chosen} & set(marks)
+    lineage = Registry(s).lineage(base_version) if intervals else set()
+    found = [(uri, model) for i in sorted(intervals) for uri, model in marks[i] if model in lineage]
+    if not found:
+        return []
+    keys = learned([uri for uri, _ in found])
+    marked = [m for m in chosen if datasets.interval_part(m.version) in keys]
+    rows = sum(m.files[table]["rows"] for m in marked)
+    left = training_data(marked, table, EXAMPLE_COLUMNS[table], keys).num_rows
+    models = ", ".join(f"v{model}" for model in sorted(set(m for _, m in found), key=int))
+    if not left and len(marked) == len(chosen):
+        raise NothingToPublish(f"every {table} row of {', '.join(m.version for m in chosen)} is an example model "
+                               f"{models} learned (base v{base_version} or a model it descends from): nothing new to "
+                               "train on")
+    log.info("%d of the %d %s rows of %d versions are left out: examples model %s learned (base v%s or a model it "
+             "descends from)", rows - left, rows, table, len(marked), models, base_version)
+    return [uri for uri, _ in found]
 
 
 # How long after its training a candidate's gate may come: eval_and_deploy runs one at a time.
@@ -378,12 +380,13 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
         raise PipelineError(f"algorithm={algorithm!r} is not supported; choose one of {', '.join(ALGORITHMS)}")
     manifest, *others = _to_train_on(s, params, triggered_by, algorithm)
     more = [DatasetRef(uri=m.uri, version=m.version) for m in reversed(others)]  # the earliest interval's first
-    # A version the form names is trained on whole; one announced leaves out what runs trained on before.
-    before = [] if params.get("dataset_version") else _trained_before(s, [manifest, *others], table_of(algorithm))
     base, base_version = _base_checkpoint(s, params.get("base_checkpoint") or "")
+    # A version the form names is trained on whole; one announced leaves out what the base learned before.
+    left_out = [] if params.get("dataset_version") else _learned_before(s, [manifest, *others], table_of(algorithm),
+                                                                        base_version)
     run_dir = run_dir_for(s, dag_run_id)
     until = datetime.now(timezone.utc) + longest_training(s) + _GATE_WAIT
-    for store, versions in _by_store([(m.uri, m.version) for m in (manifest, *others, *before)]).items():
+    for store, versions in _by_store([(m.uri, m.version) for m in (manifest, *others)]).items():
         store.hold(run_dir.name, versions, until)
     try:
         spec = JobSpec(
@@ -393,7 +396,7 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
             dataset_uri=manifest.uri,
             dataset_version=manifest.version,
             more_datasets=more,
-            trained_before=[DatasetRef(uri=m.uri, version=m.version) for m in before],
+            left_out=left_out,
             run_dir=str(run_dir),
             max_steps=params["max_steps"],
             learning_rate=params.get("learning_rate") or s.train.rate_for(algorithm),
@@ -446,9 +449,8 @@ def record_training(s: Settings, dag_run_id: str, spec_path: str) -> None:
     registry.log_history(registry.training_run("train", dag_run_id, {}), metrics.get("history") or [])
 
 
-def publish_checkpoint(spec_path: str, run_id: str | None = None) -> dict:
-    """Check the run's checkpoint is whole and loadable, and mark the versions it trained on (as
-    ``run_id``'s: see :meth:`datasets.Output.mark_trained`); the checkpoint asset's extra."""
+def publish_checkpoint(spec_path: str) -> dict:
+    """Check the run's checkpoint is whole and loadable; the checkpoint asset's extra."""
     from transformers import AutoConfig
 
     spec = JobSpec.read(spec_path)
@@ -457,9 +459,6 @@ def publish_checkpoint(spec_path: str, run_id: str | None = None) -> dict:
         raise PipelineError(f"run {spec.run_dir} finished without a checkpoint at {ckpt}")
     AutoConfig.from_pretrained(ckpt)  # fails loudly on a damaged directory
     metrics = json.loads((Path(spec.run_dir) / METRICS_FILE).read_text())
-    for store, versions in _by_store([(ref.uri, ref.version) for ref in spec.datasets]).items():  # in the store each was found in
-        for version in versions:
-            store.mark_trained(version, run_id or spec.run_dir)
     return {
         "checkpoint": str(ckpt),
         "run_dir": spec.run_dir,
@@ -616,8 +615,10 @@ def register_candidate(s: Settings, result: dict) -> str:
     """Register a passing candidate as a new model version (not yet serving)."""
     from ctpipe.registry import Registry
 
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys
+
     cand = result["candidate"]
-    return Registry(s).register(
+    version = Registry(s).register(
         result["mlflow_run_id"],
         Path(cand["checkpoint"]),
         tags={
@@ -625,6 +626,20 @@ def register_candidate(s: Settings, result: dict) -> str:
             "dataset_version": cand.get("dataset_version", ""),
             "more_dataset_versions": _versions_param([d["version"] for d in cand.get("more_datasets") or []]),
             "parent_version": str(result["champion_version"]),
+            "base_version": str(cand.get("base_version") or ""),  # its lineage (Registry.lineage)
             "test_accuracy": f"{result['comparison']['candidate_accuracy']:.4f}",
         },
     )
+    # What it learned, for the runs from it (see _learned_before); a retried task writes the same.
+    table = table_of(cand["algorithm"])
+    trained_on = [(cand["dataset_uri"], cand.get("dataset_version")), *((d["uri"], d["version"]) for d in cand.get("more_datasets") or [])]
+    for store, versions in _by_store([(uri, v) for uri, v in trained_on if v]).items():
+        for v in versions:
+            try:
+                rows = store.resolve(v).read(table, EXAMPLE_COLUMNS[table])
+            except (datasets.DatasetNotFound, FileNotFoundError):
+                log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
+                            "later version of its interval is trained on whole", v, store.uri, version)
+                continue
+            store.mark_learned(table, v, version, example_keys(rows, table))
+    return version

@@ -118,6 +118,21 @@ class Registry:
         log.info("registered %s version %s from %s", self.name, mv.version, source)
         return str(mv.version)
 
+    def lineage(self, version: str) -> set[str]:
+        """``version`` and those it was trained from (each registered candidate's ``base_version`` tag),
+        back to the first; none for a version the registry does not hold (a model directory)."""
+        from mlflow.exceptions import MlflowException
+
+        found: set[str] = set()
+        while version and version not in found:
+            try:
+                mv = self.client.get_model_version(self.name, version)
+            except MlflowException:
+                break
+            found.add(str(mv.version))
+            version = mv.tags.get("base_version")
+        return found
+
     def alias(self, alias: str) -> str | None:
         """The version an alias points at, or None."""
         from mlflow.exceptions import MlflowException

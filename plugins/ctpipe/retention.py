@@ -11,9 +11,10 @@ but never the version ``LATEST`` names, nor one published within :data:`JUST_PUB
 a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
 reads them next), nor one a training run holds (:meth:`~ctpipe.datasets.Output.hold`: its job reads
 it again after a preemption, and its gate after that). With them go the ``_sources/`` pointers naming them (or any version no longer
-there), the ``_listed/`` records of the intervals past the age, holds past their time, and staged
-folders of runs killed before they published. The ``_announced/`` and ``_trained/`` marks stay: a few bytes each, they keep
-a version built again (a backfill over an interval pruned) from being announced, and trained on, a
+there), the ``_listed/`` records and the ``_learned/`` examples (see
+:meth:`~ctpipe.datasets.Output.mark_learned`) of the intervals past the age, holds past their time,
+and staged folders of runs killed before they published. The ``_announced/`` marks stay: a few bytes
+each, they keep a version built again (a backfill over an interval pruned) from being announced a
 second time.
 """
 
@@ -25,7 +26,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ctpipe.datasets import Output, entries, interval_named
+from ctpipe.datasets import Output, entries, interval_named, interval_part
 from ctpipe.errors import EmptyStore
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class Pruned:
     held: int = 0  # versions kept, past the age or superseded, that training runs hold
     holds: int = 0  # holds past their time removed
     pointers: int = 0  # _sources/ pointers removed
-    records: int = 0  # _listed/ records removed
+    records: int = 0  # _listed/ records and _learned/ examples removed
     staged: int = 0  # staged folders of killed runs removed
     failed: dict[str, str] = field(default_factory=dict)  # version (or what else): why it could not be removed
     dry_run: bool = False
@@ -64,7 +65,7 @@ class Pruned:
         failed = list(self.failed.items())
         holds = f", {self.holds} holds past their time" if self.holds else ""
         return [f"{did} {len(self.removed)} versions ({self.aged} of intervals past their age, {self.superseded} "
-                f"superseded), {self.pointers} source pointers, {self.records} records of listed files{holds}"
+                f"superseded), {self.pointers} source pointers, {self.records} records of listed files and examples learned{holds}"
                 f"{staged}; {kept}",
                 *(f"  {v}" for v in self.removed[:_SAID]),
                 *[f"  and {len(self.removed) - _SAID} more"] * (len(self.removed) > _SAID),
@@ -214,10 +215,13 @@ def _remove(fs, paths: dict[str, str], recursive: bool = False, look_again: bool
 
 
 def _records_before(store: Output, cutoff: datetime) -> list[str]:
-    """The ``_listed/`` records of the intervals that ended before ``cutoff``."""
-    return sorted(path for path in entries(store.fs, f"{store.root}/_listed")
-                  if (interval := interval_named(path.rstrip("/").rpartition("/")[2], version=False))
-                  and interval[1] < cutoff)
+    """The ``_listed/`` records and ``_learned/`` examples of the intervals that ended before ``cutoff``."""
+    records = [(path, name) for path in entries(store.fs, f"{store.root}/_listed")
+               if (name := path.rstrip("/").rpartition("/")[2])]
+    for table in entries(store.fs, f"{store.root}/_learned"):
+        records += [(path, interval_part(path.rstrip("/").rpartition("/")[2])) for path in entries(store.fs, table)]
+    return sorted(path for path, name in records
+                  if (interval := interval_named(name, version=False)) and interval[1] < cutoff)
 
 
 def _pointers_to(store: Output, gone: set[str], present: set[str]) -> list[str]:
