@@ -613,9 +613,8 @@ def _ci(ci: tuple[float, float]) -> str:
 
 def register_candidate(s: Settings, result: dict) -> str:
     """Register a passing candidate as a new model version (not yet serving)."""
-    from ctpipe.registry import Registry
-
     from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys
+    from ctpipe.registry import Registry
 
     cand = result["candidate"]
     version = Registry(s).register(
@@ -632,7 +631,8 @@ def register_candidate(s: Settings, result: dict) -> str:
     )
     # What it learned, for the runs from it (see _learned_before); a retried task writes the same.
     table = table_of(cand["algorithm"])
-    trained_on = [(cand["dataset_uri"], cand.get("dataset_version")), *((d["uri"], d["version"]) for d in cand.get("more_datasets") or [])]
+    trained_on = [(cand["dataset_uri"], cand.get("dataset_version")),
+                  *((d["uri"], d["version"]) for d in cand.get("more_datasets") or [])]
     for store, versions in _by_store([(uri, v) for uri, v in trained_on if v]).items():
         for v in versions:
             try:

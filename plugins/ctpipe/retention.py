@@ -9,9 +9,9 @@ a pointer under ``_sources/``; nothing else ever removes them. :func:`prune` rem
 
 but never the version ``LATEST`` names, nor one published within :data:`JUST_PUBLISHED` (a backfill,
 a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
-reads them next), nor one a training run holds (:meth:`~ctpipe.datasets.Output.hold`: its job reads
-it again after a preemption, and its gate after that). With them go the ``_sources/`` pointers naming them (or any version no longer
-there), the ``_listed/`` records and the ``_learned/`` examples (see
+reads them next), nor one a training run holds (:meth:`~ctpipe.datasets.Output.hold`: its job
+reads it again after a preemption, and its gate after that). With them go the ``_sources/``
+pointers naming them (or any version no longer there), the ``_listed/`` records and the ``_learned/`` examples (see
 :meth:`~ctpipe.datasets.Output.mark_learned`) of the intervals past the age, holds past their time,
 and staged folders of runs killed before they published. The ``_announced/`` marks stay: a few bytes
 each, they keep a version built again (a backfill over an interval pruned) from being announced a
@@ -65,8 +65,8 @@ class Pruned:
         failed = list(self.failed.items())
         holds = f", {self.holds} holds past their time" if self.holds else ""
         return [f"{did} {len(self.removed)} versions ({self.aged} of intervals past their age, {self.superseded} "
-                f"superseded), {self.pointers} source pointers, {self.records} records of listed files and examples learned{holds}"
-                f"{staged}; {kept}",
+                f"superseded), {self.pointers} source pointers, {self.records} records of listed files and examples "
+                f"learned{holds}{staged}; {kept}",
                 *(f"  {v}" for v in self.removed[:_SAID]),
                 *[f"  and {len(self.removed) - _SAID} more"] * (len(self.removed) > _SAID),
                 *(f"not removed: {what}: {why}" for what, why in failed[:_SAID]),
@@ -84,7 +84,7 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     listing = entries(fs, root, detail=True)
     if not listing:
         raise EmptyStore(f"dataset store {store.uri!r} holds nothing: no version was published there (is it the "
-                            "store the DAGs publish to?)")
+                         "store the DAGs publish to?)")
     names = {info["name"].rstrip("/").rpartition("/")[2]: info["type"] for info in listing}
     folders = {name: interval for name, kind in names.items() if kind == "directory" and (interval := interval_named(name))}
     done = Pruned(dry_run=dry_run, latest=store.latest())
