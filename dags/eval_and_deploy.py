@@ -92,8 +92,9 @@ with DAG(
     @task(outlets=[EVALUATION], trigger_rule="none_failed_min_one_success", multiple_outputs=False)
     def record(result: dict, ti=None, outlet_events=None) -> dict:
         # One event per evaluation, whichever branch ran: the lineage the UI shows.
-        from ctpipe.pipeline import evaluation_record
+        from ctpipe.pipeline import evaluation_record, release_datasets
 
+        release_datasets(result["candidate"])  # judged, and registered or not: retention may take them now
         extra = evaluation_record(result, ti.xcom_pull(task_ids="register"), ti.xcom_pull(task_ids="deploy"))
         outlet_events[EVALUATION].extra = extra
         return extra

@@ -16,7 +16,7 @@ interval (a re-run with late traces) is trained on without the examples the
 base model learned of it, or a model it descends from (recorded when the gate
 registers a candidate), and a run with none left is skipped, saying so.
 Retention keeps every version the job reads until `eval_and_deploy` has
-judged the candidate.
+judged the candidate (and registered it, passing).
 """
 
 from __future__ import annotations

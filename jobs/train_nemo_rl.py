@@ -103,6 +103,7 @@ def main(spec_path: str) -> int:
         "algorithm": "grpo",
         "trainer": "nemo_rl",
         "steps": step_number(last),
+        "epochs": step_number(last) * (spec.train.grpo_batch_size // spec.train.grpo_num_generations) / max(prompts, 1),
         "resumed_from": str(resumed) if resumed else None,
         "first": None,
         "last": None,

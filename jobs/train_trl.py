@@ -258,6 +258,7 @@ def publish(spec: JobSpec, model, tokenizer, steps: int, resumed_from: Path | No
     metrics = {
         "algorithm": spec.algorithm,
         "steps": steps,
+        "epochs": next((h["epoch"] for h in reversed(log_history) if "epoch" in h), None),  # passes over the rows
         "resumed_from": str(resumed_from) if resumed_from else None,
         "first": history[0] if history else None,
         "last": history[-1] if history else None,

@@ -392,19 +392,52 @@ def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(
     shutil.rmtree(hours[0]["uri"])  # pruned meanwhile: said, and the other recorded
     candidate = {"checkpoint": str(base_model), "algorithm": "grpo", "base_version": "1", "dataset_uri": hours[1]["uri"],
                  "dataset_version": hours[1]["version"], "more_datasets": [{"uri": hours[0]["uri"], "version": hours[0]["version"]}]}
-    run = registry.start_run("eval r1")
-    result = {"mlflow_run_id": run.info.run_id, "candidate": candidate, "champion_version": "1",
-              "comparison": {"candidate_accuracy": 0.5}}
-    assert register_candidate(settings, result) == "2" == register_candidate(settings, result)  # a retry: the same
-    assert registry.lineage("2") == {"1", "2"} and registry.lineage("7") == set()
     store = datasets.Output(settings.datasets_uri)
+    for epochs, model in ((0.5, "2"), (None, "3")):  # within its first pass, or not said: which rows it saw is unknown
+        run = registry.start_run(f"eval {model}")
+        result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": epochs}, "champion_version": "1",
+                  "comparison": {"candidate_accuracy": 0.5}}
+        assert register_candidate(settings, result) == model and store.learned("grpo") == {}
+    run = registry.start_run("eval r1")
+    result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": 2.0}, "champion_version": "1",
+              "comparison": {"candidate_accuracy": 0.5}}
+    assert register_candidate(settings, result) == "4" == register_candidate(settings, result)  # a retry: the same
+    assert registry.lineage("4") == {"1", "4"} and registry.lineage("7") == set() == registry.lineage("path")
     marks = store.learned("grpo")
     assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned("dpo") == {}
     ((uri, model),) = marks[datasets.interval_part(hours[1]["version"])]
     keys, version = datasets.read_keys(uri)
-    assert (model, version) == ("2", hours[1]["version"])
+    assert (model, version) == ("4", hours[1]["version"])
     rows = store.resolve(version).read("grpo", EXAMPLE_COLUMNS["grpo"])
     assert sorted(keys.tolist()) == sorted(example_keys(rows, "grpo").tolist()) and len(set(keys.tolist())) == hours[1]["rows"]["grpo_prompts"] == 4
+
+
+def test_a_registry_that_fails_fails_the_lineage_rather_than_cutting_it_short(settings, base_model, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    from ctpipe.registry import Registry
+
+    registry = Registry(settings)
+    registry.ensure_champion(base_model)
+
+    def down(*args, **kwargs):
+        raise MlflowException("API request failed with error code 503", error_code="TEMPORARILY_UNAVAILABLE")
+
+    monkeypatch.setattr(type(registry.client), "get_model_version", down)
+    with pytest.raises(MlflowException, match="503"):
+        registry.lineage("1")
+
+
+def test_a_spec_written_before_left_out_is_read_without_what_it_named_trained_before(settings, base_model):
+    from ctpipe.jobspec import JobSpec
+    from tests.conftest import job_spec, published_hour
+
+    spec = job_spec(settings, base_model, published_hour(settings, 0, 8), "grpo", "r1", steps=1)
+    path = Path(spec.run_dir) / "job.json"
+    old = json.loads(path.read_text()) | {"trained_before": [{"uri": "/elsewhere/v", "version": "v"}]}
+    old.pop("left_out")
+    path.write_text(json.dumps(old))
+    assert JobSpec.read(str(path)) == spec
 
 
 def test_example_keys_tell_examples_apart_by_every_column_and_message(settings):

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ctpipe import datasets
-from ctpipe.pipeline import evaluate_candidate
+from ctpipe.pipeline import evaluate_candidate, release_datasets
 from ctpipe.registry import Registry
 from tests.conftest import run_job
 
@@ -22,11 +22,14 @@ def test_an_over_optimized_candidate_is_refused(settings, base_model, training_d
         "dataset_version": training_dataset["version"], "algorithm": "dpo", "base_version": champion.version,
         "run_dir": spec.run_dir,
     }
-    # Judged, the candidate's training holds its versions from retention no more; another run's still does.
+    # Judged (and, passing, registered: the record task's), the candidate's training holds its versions
+    # from retention no more; another run's still does.
     store, until = datasets.Output(Path(training_dataset["uri"]).parent), datetime.now(timezone.utc) + timedelta(days=1)
     for run in (Path(spec.run_dir).name, "manual__another"):
         store.hold(run, [training_dataset["version"]], until)
     result = evaluate_candidate(settings, candidate, "eval collapse", alpha=0.05, min_gain=0.0)
+    assert len(list((Path(training_dataset["uri"]).parent / "_in_use").iterdir())) == 2
+    release_datasets(result["candidate"])
     assert store.held(datetime.now(timezone.utc)) == ({training_dataset["version"]}, [])
     assert [p.name for p in (Path(training_dataset["uri"]).parent / "_in_use").iterdir()] == ["manual__another"]
     cmp = result["comparison"]

@@ -33,6 +33,7 @@ def test_training_changes_the_weights_and_reports_progress(settings, base_model,
     assert any(not torch.equal(after[k], before[k]) for k in before)
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
     assert metrics["steps"] == 4 and metrics["first"]["loss"] is not None
+    assert metrics["epochs"] > 0  # the trainer's passes over the rows: the gate records a full one as learned
     assert not list(Path(spec.run_dir).glob(".tmp-*"))
 
 
@@ -113,11 +114,12 @@ def test_a_run_trained_to_the_end_but_not_published_is_published_without_more_tr
 ):
     spec, _ = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
     published = weights(spec.checkpoint_dir)
+    epochs = json.loads((Path(spec.run_dir) / "metrics.json").read_text())["epochs"]
     shutil.rmtree(spec.checkpoint_dir)  # as if the job died between its last save and publishing
     again, progress = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
     assert [p for p in progress if "loss" in p] == [] and progress[-1]["done"]
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
-    assert metrics["steps"] == 4 and len(metrics["history"]) == 4
+    assert metrics["steps"] == 4 and len(metrics["history"]) == 4 and metrics["epochs"] == epochs > 0
     import torch
 
     assert all(torch.equal(published[k], v) for k, v in weights(again.checkpoint_dir).items())

@@ -11,7 +11,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ctpipe.config import Algorithm, TrainConfig
 from ctpipe.errors import PipelineError
@@ -60,6 +60,15 @@ class JobSpec(BaseModel):
     learning_rate: float = Field(gt=0)
     seed: int = Field(ge=0)
     train: TrainConfig
+
+    @model_validator(mode="before")
+    @classmethod
+    def _written_before_left_out(cls, data: Any) -> Any:
+        """A spec written before ``left_out`` (a run in flight when ctpipe was upgraded) may name versions
+        trained on before: it is read without them, and its rows are trained on whole."""
+        if isinstance(data, dict) and "trained_before" in data:
+            data = {k: v for k, v in data.items() if k != "trained_before"}
+        return data
 
     @property
     def script(self) -> str:

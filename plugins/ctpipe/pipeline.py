@@ -468,6 +468,7 @@ def publish_checkpoint(spec_path: str) -> dict:
         "dataset_uri": spec.dataset_uri,
         "more_datasets": [d.model_dump() for d in spec.more_datasets],
         "steps": metrics["steps"],
+        "epochs": metrics.get("epochs"),  # passes over the rows: a full one, and register_candidate records them
         "first": metrics["first"],
         "last": metrics["last"],
         "curve": curve(metrics.get("history") or []),
@@ -530,9 +531,6 @@ def evaluate_candidate(s: Settings, candidate: dict, run_name: str, alpha: float
         registry.client.log_metric(rid, k, getattr(cmp, k))
     registry.client.set_tag(rid, "ctpipe.reason", decision.reason)
     registry.client.set_terminated(rid)
-    if candidate.get("run_dir"):  # judged: the versions its training held (see prepare_training) are read no more
-        for store in _by_store([(uri, version) for version, uri in trained_on]):
-            store.release(Path(candidate["run_dir"]).name)
     return {
         "passed": decision.passed,
         "reason": decision.reason,
@@ -590,6 +588,15 @@ def _answer_test(s: Settings, checkpoints: dict[str, Path], test, max_new_tokens
     return flags, engine, why
 
 
+def release_datasets(candidate: dict) -> None:
+    """End the hold of the versions the candidate's training read (see prepare_training): judged, and
+    what it learned recorded where it was registered, none of them is read again."""
+    if candidate.get("run_dir"):
+        trained_on = [candidate["dataset_uri"], *(d["uri"] for d in candidate.get("more_datasets") or [])]
+        for store in _by_store([(uri, "") for uri in trained_on]):
+            store.release(Path(candidate["run_dir"]).name)
+
+
 def evaluation_record(result: dict, registered_version: str | None, rollout: dict | None) -> dict:
     """The evaluation asset's extra: what was compared, what the gate and the deployer decided."""
     cand = result["candidate"]
@@ -629,7 +636,13 @@ def register_candidate(s: Settings, result: dict) -> str:
             "test_accuracy": f"{result['comparison']['candidate_accuracy']:.4f}",
         },
     )
-    # What it learned, for the runs from it (see _learned_before); a retried task writes the same.
+    # What it learned, for the runs from it (see _learned_before); a retried task writes the same. A run
+    # that stopped within its first pass over the rows saw some of them, which the trainer's shuffle
+    # does not say: none is recorded, and a re-run of their intervals trains on all of them again.
+    if (cand.get("epochs") or 0) < 1:
+        log.warning("v%s trained %s passes over its rows: none is recorded as learned (a later version of their "
+                    "intervals is trained on whole)", version, cand.get("epochs") or "an unknown number of")
+        return version
     table = table_of(cand["algorithm"])
     trained_on = [(cand["dataset_uri"], cand.get("dataset_version")),
                   *((d["uri"], d["version"]) for d in cand.get("more_datasets") or [])]

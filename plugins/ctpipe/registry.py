@@ -127,8 +127,10 @@ class Registry:
         while version and version not in found:
             try:
                 mv = self.client.get_model_version(self.name, version)
-            except MlflowException:
-                break
+            except MlflowException as e:  # another error (the server down) fails the task, and its retry asks again
+                if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):  # no such version, "path"
+                    break
+                raise
             found.add(str(mv.version))
             version = mv.tags.get("base_version")
         return found

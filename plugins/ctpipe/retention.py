@@ -108,7 +108,7 @@ def prune(store: Output, older_than: timedelta | None, superseded_after: timedel
     done.held = len((aged | superseded) & held - {done.latest})
     removed = sorted(gone, key=lambda v: (folders[v], v))
     pointers = _pointers_to(store, gone, set(folders))
-    records = _records_before(store, now - older_than) if older_than is not None else []
+    records = _records_before(store, now - older_than, held) if older_than is not None else []
     if not dry_run:
         # Pointers first: a re-run of an interval would find a version being removed, and return it.
         left = _remove(fs, {path: path for path in pointers + records + ended})
@@ -214,12 +214,15 @@ def _remove(fs, paths: dict[str, str], recursive: bool = False, look_again: bool
     return failed
 
 
-def _records_before(store: Output, cutoff: datetime) -> list[str]:
-    """The ``_listed/`` records and ``_learned/`` examples of the intervals that ended before ``cutoff``."""
+def _records_before(store: Output, cutoff: datetime, held: set[str]) -> list[str]:
+    """The ``_listed/`` records and ``_learned/`` examples of the intervals that ended before ``cutoff``;
+    but the examples of an interval a ``held`` version is of, which its training job reads again."""
     records = [(path, name) for path in entries(store.fs, f"{store.root}/_listed")
                if (name := path.rstrip("/").rpartition("/")[2])]
+    read = {interval_part(v) for v in held}
     for table in entries(store.fs, f"{store.root}/_learned"):
-        records += [(path, interval_part(path.rstrip("/").rpartition("/")[2])) for path in entries(store.fs, table)]
+        records += [(path, name) for path in entries(store.fs, table)
+                    if (name := interval_part(path.rstrip("/").rpartition("/")[2])) not in read]
     return sorted(path for path, name in records
                   if (interval := interval_named(name, version=False)) and interval[1] < cutoff)
 
