@@ -403,6 +403,7 @@ def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(
               "comparison": {"candidate_accuracy": 0.5}}
     assert register_candidate(settings, result) == "4" == register_candidate(settings, result)  # a retry: the same
     assert registry.lineage("4") == {"1", "4"} and registry.lineage("7") == set() == registry.lineage("path")
+    assert registry.lineage("4", since=2) == {"4"}  # what is older than the models asked about is not walked
     marks = store.learned("grpo")
     assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned("dpo") == {}
     ((uri, model),) = marks[datasets.interval_part(hours[1]["version"])]

@@ -326,7 +326,8 @@ def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, ba
 
     marks = datasets.Output(s.datasets_uri).learned(table)
     intervals = {datasets.interval_part(m.version) for m in chosen} & set(marks)
-    lineage = Registry(s).lineage(base_version) if intervals else set()
+    models = {model for i in intervals for _, model in marks[i] if model.isdigit()}
+    lineage = Registry(s).lineage(base_version, since=min(map(int, models))) if models else set()
     found = [(uri, model) for i in sorted(intervals) for uri, model in marks[i] if model in lineage]
     if not found:
         return []
@@ -334,7 +335,7 @@ def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, ba
     marked = [m for m in chosen if datasets.interval_part(m.version) in keys]
     rows = sum(m.files[table]["rows"] for m in marked)
     left = training_data(marked, table, EXAMPLE_COLUMNS[table], keys).num_rows
-    models = ", ".join(f"v{model}" for model in sorted(set(m for _, m in found), key=int))
+    models = ", ".join(f"v{model}" for model in sorted({m for _, m in found}, key=int))
     if not left and len(marked) == len(chosen):
         raise NothingToPublish(f"every {table} row of {', '.join(m.version for m in chosen)} is an example model "
                                f"{models} learned (base v{base_version} or a model it descends from): nothing new to "

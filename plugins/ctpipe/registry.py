@@ -118,13 +118,16 @@ class Registry:
         log.info("registered %s version %s from %s", self.name, mv.version, source)
         return str(mv.version)
 
-    def lineage(self, version: str) -> set[str]:
+    def lineage(self, version: str, since: int = 0) -> set[str]:
         """``version`` and those it was trained from (each registered candidate's ``base_version`` tag),
-        back to the first; none for a version the registry does not hold (a model directory)."""
+        back to the first, or to the first before version ``since``: a model is registered after the
+        one it was trained from, and each step back is a request to the registry, thousands of them
+        after a year of hourly promotions. None for a version the registry does not hold (a model
+        directory)."""
         from mlflow.exceptions import MlflowException
 
         found: set[str] = set()
-        while version and version not in found:
+        while version and version not in found and not (version.isdigit() and int(version) < since):
             try:
                 mv = self.client.get_model_version(self.name, version)
             except MlflowException as e:  # another error (the server down) fails the task, and its retry asks again
