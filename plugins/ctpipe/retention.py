@@ -11,11 +11,11 @@ but never the version ``LATEST`` names, nor one published within :data:`JUST_PUB
 a catch-up or a re-run of an old interval publishes versions of intervals long past, and ``train``
 reads them next), nor one a training run holds (:meth:`~ctpipe.datasets.Output.hold`: its job
 reads it again after a preemption, and its gate after that). With them go the ``_sources/``
-pointers naming them (or any version no longer there), the ``_listed/`` records and the ``_learned/`` examples (see
-:meth:`~ctpipe.datasets.Output.mark_learned`) of the intervals past the age, holds past their time,
-and staged folders of runs killed before they published. The ``_announced/`` marks stay: a few bytes
-each, they keep a version built again (a backfill over an interval pruned) from being announced a
-second time.
+pointers naming them (or any version no longer there), the ``_listed/`` records and the
+``_learned/`` examples (see :meth:`~ctpipe.datasets.Output.mark_learned`) of the intervals past the
+age, holds past their time, and staged folders of runs killed before they published. The
+``_announced/`` marks stay: a few bytes each, they keep a version built again (a backfill over an
+interval pruned) from being announced a second time.
 """
 
 from __future__ import annotations
