@@ -92,15 +92,23 @@ with DAG(
     @task(outlets=[EVALUATION], trigger_rule="none_failed_min_one_success", multiple_outputs=False)
     def record(result: dict, ti=None, outlet_events=None) -> dict:
         # One event per evaluation, whichever branch ran: the lineage the UI shows.
-        from ctpipe.pipeline import evaluation_record, release_datasets
+        from ctpipe.pipeline import evaluation_record
 
-        release_datasets(result["candidate"])  # judged, and registered or not: retention may take them now
         extra = evaluation_record(result, ti.xcom_pull(task_ids="register"), ti.xcom_pull(task_ids="deploy"))
         outlet_events[EVALUATION].extra = extra
         return extra
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def release(result: dict) -> None:
+        # Judged, and registered (what it learned recorded) or kept out: retention may take the versions
+        # its training read, whatever the deploy does. A register that failed keeps them for its retry.
+        from ctpipe.pipeline import release_datasets
+
+        release_datasets(result["candidate"])
 
     result = evaluate()
     registered = register(result)
     kept = keep_champion(result)
     gate(result) >> [registered, kept]
+    [registered, kept] >> release(result)
     [deploy(registered), kept] >> record(result)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ctpipe.atomic import atomic_dir
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import finish, learned, load_job, run_entrypoint, training_data
+from ctpipe.jobspec import finish, learned, load_job, run_entrypoint, training_data, whole_passes
 from ctpipe.nemo_rl import (
     build_config, config_yaml, convert_command, latest_step, paths, step_number, train_command, write_train_data,
 )
@@ -99,11 +99,13 @@ def main(spec_path: str) -> int:
         tmp.rmdir()  # the converter refuses an existing output directory
         subprocess.run(convert_command(last, tmp, sys.executable), cwd=nemo.home, check=True)
     info = json.loads((last / "training_info.json").read_text())
+    per_batch = spec.train.grpo_batch_size // spec.train.grpo_num_generations
     metrics = {
         "algorithm": "grpo",
         "trainer": "nemo_rl",
         "steps": step_number(last),
-        "epochs": step_number(last) * (spec.train.grpo_batch_size // spec.train.grpo_num_generations) / max(prompts, 1),
+        "epochs": (epochs := step_number(last) * per_batch / max(prompts, 1)),
+        "passes": whole_passes(epochs, prompts, per_batch),  # what register_candidate records as learned
         "resumed_from": str(resumed) if resumed else None,
         "first": None,
         "last": None,

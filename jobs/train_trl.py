@@ -39,12 +39,13 @@ from pathlib import Path
 from ctpipe.atomic import atomic_dir
 from ctpipe.checkpoints import STATE_FILE, AtomicCheckpoints, check_same_model, latest_resumable, step_of
 from ctpipe.errors import PipelineError
-from ctpipe.jobspec import JobSpec, finish, learned, load_job, progress_line, run_entrypoint, training_data
+from ctpipe.jobspec import JobSpec, finish, learned, load_job, progress_line, run_entrypoint, training_data, whole_passes
 from ctpipe.preemption import PREEMPTED_EXIT, young_daly_interval
 
 # The trainer reports to no tracker (the registry records runs), and TRL imports MLflow whenever
 # it is installed: skipping that import shortens every restart after a preemption.
 os.environ.setdefault("DISABLE_MLFLOW_INTEGRATION", "TRUE")
+ROWS_FILE = "rows.json"  # in the run directory: the rows trained on, and what a pass over them takes
 
 
 def reward_for(reward: dict):
@@ -226,6 +227,9 @@ def main(spec_path: str) -> int:
         )
 
     trainer.remove_callback(PrinterCallback)  # our Progress lines replace its raw dicts
+    # What a pass over the rows takes, for publish (a republish after an interruption reads it here).
+    per_batch = args.generation_batch_size // args.num_generations if spec.algorithm == "grpo" else 1
+    (run_dir / ROWS_FILE).write_text(json.dumps({"rows": len(data), "per_batch": per_batch}))
     if resume:
         print(f"resuming from {resume}", flush=True)
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
@@ -255,10 +259,14 @@ def publish(spec: JobSpec, model, tokenizer, steps: int, resumed_from: Path | No
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
     history = [progress_record(h["step"], spec.max_steps, h) for h in log_history if "loss" in h]
+    epochs = next((h["epoch"] for h in reversed(log_history) if "epoch" in h), None)
+    rows = json.loads(p.read_text()) if (p := Path(spec.run_dir) / ROWS_FILE).exists() else None
     metrics = {
         "algorithm": spec.algorithm,
         "steps": steps,
-        "epochs": next((h["epoch"] for h in reversed(log_history) if "epoch" in h), None),  # passes over the rows
+        # The trainer's epochs, and the passes over every row, which register_candidate records as learned.
+        "epochs": epochs,
+        "passes": whole_passes(epochs, **rows) if rows else 0,
         "resumed_from": str(resumed_from) if resumed_from else None,
         "first": history[0] if history else None,
         "last": history[-1] if history else None,

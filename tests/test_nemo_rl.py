@@ -242,7 +242,9 @@ def test_the_job_trains_converts_and_publishes_a_loadable_checkpoint(settings, b
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
     assert metrics["steps"] == 6 and metrics["trainer"] == "nemo_rl" and metrics["training_info"]["total_steps"] == 6
     per_step = spec.train.grpo_batch_size // spec.train.grpo_num_generations
-    assert metrics["epochs"] == 6 * per_step / training_dataset["rows"]["grpo_prompts"]  # passes over the prompts
+    prompts = training_dataset["rows"]["grpo_prompts"]
+    assert metrics["epochs"] == 6 * per_step / prompts  # passes over the prompts
+    assert metrics["passes"] == (int(metrics["epochs"]) if prompts % per_step == 0 else 0)
     assert '"done": true' in out
 
 

@@ -300,7 +300,7 @@ def _learned(settings, version: str, model: str, base: str, table: str = "grpo")
     run = registry.start_run(f"eval {model}")
     assert registry.register(run.info.run_id, champion.path, tags={"base_version": base}) == model
     store = datasets.Output(settings.datasets_uri)
-    store.mark_learned(table, version, model, example_keys(store.resolve(version).read(table, EXAMPLE_COLUMNS[table]), table))
+    store.mark_learned(settings.model_name, table, version, model, example_keys(store.resolve(version).read(table, EXAMPLE_COLUMNS[table]), table))
 
 
 def test_a_rerun_with_late_traces_is_trained_on_without_the_examples_its_base_learned(settings, base_model, caplog):
@@ -393,19 +393,20 @@ def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(
     candidate = {"checkpoint": str(base_model), "algorithm": "grpo", "base_version": "1", "dataset_uri": hours[1]["uri"],
                  "dataset_version": hours[1]["version"], "more_datasets": [{"uri": hours[0]["uri"], "version": hours[0]["version"]}]}
     store = datasets.Output(settings.datasets_uri)
-    for epochs, model in ((0.5, "2"), (None, "3")):  # within its first pass, or not said: which rows it saw is unknown
+    for passes, model in ((0, "2"), (None, "3")):  # no pass over every row, or not said: which rows it saw is unknown
         run = registry.start_run(f"eval {model}")
-        result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": epochs}, "champion_version": "1",
-                  "comparison": {"candidate_accuracy": 0.5}}
-        assert register_candidate(settings, result) == model and store.learned("grpo") == {}
+        result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": 1.5, "passes": passes},
+                  "champion_version": "1", "comparison": {"candidate_accuracy": 0.5}}
+        assert register_candidate(settings, result) == model and store.learned(settings.model_name, "grpo") == {}
     run = registry.start_run("eval r1")
-    result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": 2.0}, "champion_version": "1",
-              "comparison": {"candidate_accuracy": 0.5}}
+    result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": 2.0, "passes": 2},
+              "champion_version": "1", "comparison": {"candidate_accuracy": 0.5}}
     assert register_candidate(settings, result) == "4" == register_candidate(settings, result)  # a retry: the same
     assert registry.lineage("4") == {"1", "4"} and registry.lineage("7") == set() == registry.lineage("path")
     assert registry.lineage("4", since=2) == {"4"}  # what is older than the models asked about is not walked
-    marks = store.learned("grpo")
-    assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned("dpo") == {}
+    marks = store.learned(settings.model_name, "grpo")
+    assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned(settings.model_name, "dpo") == {}
+    assert store.learned("another model", "grpo") == {}  # its v4 learned none of them
     ((uri, model),) = marks[datasets.interval_part(hours[1]["version"])]
     keys, version = datasets.read_keys(uri)
     assert (model, version) == ("4", hours[1]["version"])
@@ -439,6 +440,13 @@ def test_a_spec_written_before_left_out_is_read_without_what_it_named_trained_be
     old.pop("left_out")
     path.write_text(json.dumps(old))
     assert JobSpec.read(str(path)) == spec
+
+
+def test_only_rows_that_fill_whole_batches_pass_whole():
+    from ctpipe.jobspec import whole_passes
+
+    assert [whole_passes(2.0, 32, 16), whole_passes(2.9, 32, 16), whole_passes(0.5, 32, 16)] == [2, 2, 0]
+    assert [whole_passes(3.0, 33, 16), whole_passes(None, 32, 16), whole_passes(1.0, 0, 1), whole_passes(1.0, 7, 1)] == [0, 0, 0, 1]
 
 
 def test_example_keys_tell_examples_apart_by_every_column_and_message(settings):

@@ -22,7 +22,7 @@ def test_an_over_optimized_candidate_is_refused(settings, base_model, training_d
         "dataset_version": training_dataset["version"], "algorithm": "dpo", "base_version": champion.version,
         "run_dir": spec.run_dir,
     }
-    # Judged (and, passing, registered: the record task's), the candidate's training holds its versions
+    # Judged (and, passing, registered: the release task's), the candidate's training holds its versions
     # from retention no more; another run's still does.
     store, until = datasets.Output(Path(training_dataset["uri"]).parent), datetime.now(timezone.utc) + timedelta(days=1)
     for run in (Path(spec.run_dir).name, "manual__another"):

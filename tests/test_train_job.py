@@ -33,7 +33,10 @@ def test_training_changes_the_weights_and_reports_progress(settings, base_model,
     assert any(not torch.equal(after[k], before[k]) for k in before)
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
     assert metrics["steps"] == 4 and metrics["first"]["loss"] is not None
-    assert metrics["epochs"] > 0  # the trainer's passes over the rows: the gate records a full one as learned
+    assert metrics["epochs"] > 0  # the trainer's; and the passes over every row, which the gate records as learned
+    rows = json.loads((Path(spec.run_dir) / "rows.json").read_text())
+    assert rows["per_batch"] == (spec.train.grpo_batch_size // spec.train.grpo_num_generations if algorithm == "grpo" else 1)
+    assert metrics["passes"] == (int(metrics["epochs"]) if rows["rows"] % rows["per_batch"] == 0 else 0)
     assert not list(Path(spec.run_dir).glob(".tmp-*"))
 
 
@@ -114,12 +117,13 @@ def test_a_run_trained_to_the_end_but_not_published_is_published_without_more_tr
 ):
     spec, _ = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
     published = weights(spec.checkpoint_dir)
-    epochs = json.loads((Path(spec.run_dir) / "metrics.json").read_text())["epochs"]
+    first = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
     shutil.rmtree(spec.checkpoint_dir)  # as if the job died between its last save and publishing
     again, progress = run_job(settings, base_model, training_dataset, "dpo", "republish", steps=4, save_steps=2)
     assert [p for p in progress if "loss" in p] == [] and progress[-1]["done"]
     metrics = json.loads((Path(spec.run_dir) / "metrics.json").read_text())
-    assert metrics["steps"] == 4 and len(metrics["history"]) == 4 and metrics["epochs"] == epochs > 0
+    assert metrics["steps"] == 4 and len(metrics["history"]) == 4
+    assert (metrics["epochs"], metrics["passes"]) == (first["epochs"], first["passes"]) and first["epochs"] > 0
     import torch
 
     assert all(torch.equal(published[k], v) for k, v in weights(again.checkpoint_dir).items())

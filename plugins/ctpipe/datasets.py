@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -623,24 +624,25 @@ class Output:
         found = self.fs.glob(f"{self.root}/{marks}/{interval_part(version)}-*")
         return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
 
-    def mark_learned(self, table: str, version: str, model_version: str, keys: np.ndarray) -> None:
-        """Record that registry version ``model_version`` learned the examples of ``version``'s ``table``
-        (their :func:`ctpipe.jobspec.example_keys`): a run from it, or from a model descending from
-        it, trains on a later version of the interval (a re-run with late traces, which holds them too)
-        without them. The keys are kept, not the version's name alone: retention may remove the version."""
-        self.fs.makedirs(f"{self.root}/_learned/{table}", exist_ok=True)
-        self.write_text(f"{self.root}/_learned/{table}/{version}.v{model_version}",
-                        base64.b64encode(keys.astype("<u8").tobytes()).decode())
+    def mark_learned(self, model: str, table: str, version: str, model_version: str, keys: np.ndarray) -> None:
+        """Record that version ``model_version`` of registered model ``model`` learned the examples of
+        ``version``'s ``table`` (their :func:`ctpipe.jobspec.example_keys`): a run from it, or from a
+        model descending from it, trains on a later version of the interval (a re-run with late traces,
+        which holds them too) without them. The keys are kept, not the version's name alone: retention
+        may remove the version. Another model trained from the same store numbers its versions too."""
+        folder = f"{self.root}/_learned/{quote(model, safe='')}/{table}"
+        self.fs.makedirs(folder, exist_ok=True)
+        self.write_text(f"{folder}/{version}.v{model_version}", base64.b64encode(keys.astype("<u8").tobytes()).decode())
 
-    def learned(self, table: str) -> dict[str, list[tuple[str, str]]]:
-        """The records of :meth:`mark_learned` of ``table``, one listing: (its URI, the model version) of
-        each, by the interval (:func:`interval_part`) of the version it is of."""
-        found: dict[str, list[tuple[str, str]]] = {}
-        for path in entries(self.fs, f"{self.root}/_learned/{table}"):
+    def learned(self, model: str, table: str) -> dict[str, list[tuple[str, str]]]:
+        """The records of :meth:`mark_learned` of ``model``'s ``table``, one listing: (its URI, the model
+        version) of each, by the interval (:func:`interval_part`) of the version it is of."""
+        folder, found = f"_learned/{quote(model, safe='')}/{table}", {}
+        for path in entries(self.fs, f"{self.root}/{folder}"):
             name = path.rstrip("/").rpartition("/")[2]
-            version, _, model = name.rpartition(".v")
-            if version and model:
-                found.setdefault(interval_part(version), []).append((self.uri_of(f"_learned/{table}/{name}"), model))
+            version, _, model_version = name.rpartition(".v")
+            if version and model_version:
+                found.setdefault(interval_part(version), []).append((self.uri_of(f"{folder}/{name}"), model_version))
         return found
 
     def hold(self, run: str, versions: list[str], until: datetime) -> None:

@@ -181,6 +181,13 @@ def example_keys(rows: pa.Table, table: str) -> np.ndarray:
     return first
 
 
+def whole_passes(epochs: float | None, rows: int, per_batch: int) -> int:
+    """The passes a run made over every one of its ``rows``, given its trainer's ``epochs``: a GRPO
+    sampler (TRL's, NeMo-RL's) takes ``per_batch`` prompts at a time and drops a short last batch
+    each pass, other rows each time it shuffles, so only rows that fill whole batches pass whole."""
+    return int(epochs or 0) if rows and rows % per_batch == 0 else 0
+
+
 def learned(uris: list[str]) -> dict[str, np.ndarray]:
     """The keys of the examples learned before that ``uris`` hold (:attr:`JobSpec.left_out`), by the
     interval each is of. A file removed since (retention, past the interval's age) leaves those rows

@@ -324,7 +324,7 @@ def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, ba
     from ctpipe.jobspec import EXAMPLE_COLUMNS, learned, training_data
     from ctpipe.registry import Registry
 
-    marks = datasets.Output(s.datasets_uri).learned(table)
+    marks = datasets.Output(s.datasets_uri).learned(s.model_name, table)
     intervals = {datasets.interval_part(m.version) for m in chosen} & set(marks)
     models = {model for i in intervals for _, model in marks[i] if model.isdigit()}
     lineage = Registry(s).lineage(base_version, since=min(map(int, models))) if models else set()
@@ -469,7 +469,8 @@ def publish_checkpoint(spec_path: str) -> dict:
         "dataset_uri": spec.dataset_uri,
         "more_datasets": [d.model_dump() for d in spec.more_datasets],
         "steps": metrics["steps"],
-        "epochs": metrics.get("epochs"),  # passes over the rows: a full one, and register_candidate records them
+        "epochs": metrics.get("epochs"),
+        "passes": metrics.get("passes"),  # over every row: with one, register_candidate records them as learned
         "first": metrics["first"],
         "last": metrics["last"],
         "curve": curve(metrics.get("history") or []),
@@ -638,11 +639,12 @@ def register_candidate(s: Settings, result: dict) -> str:
         },
     )
     # What it learned, for the runs from it (see _learned_before); a retried task writes the same. A run
-    # that stopped within its first pass over the rows saw some of them, which the trainer's shuffle
-    # does not say: none is recorded, and a re-run of their intervals trains on all of them again.
-    if (cand.get("epochs") or 0) < 1:
-        log.warning("v%s trained %s passes over its rows: none is recorded as learned (a later version of their "
-                    "intervals is trained on whole)", version, cand.get("epochs") or "an unknown number of")
+    # that made no pass over every row (it stopped within one; GRPO's sampler dropped a short batch) saw
+    # some of them, which the trainer's shuffle does not say: none is recorded, and a re-run of their
+    # intervals trains on all of them again.
+    if not cand.get("passes"):
+        log.warning("v%s made no pass over every row it trained on (%s epochs): none is recorded as learned (a later "
+                    "version of their intervals is trained on whole)", version, cand.get("epochs"))
         return version
     table = table_of(cand["algorithm"])
     trained_on = [(cand["dataset_uri"], cand.get("dataset_version")),
@@ -655,5 +657,5 @@ def register_candidate(s: Settings, result: dict) -> str:
                 log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
                             "later version of its interval is trained on whole", v, store.uri, version)
                 continue
-            store.mark_learned(table, v, version, example_keys(rows, table))
+            store.mark_learned(s.model_name, table, v, version, example_keys(rows, table))
     return version

@@ -220,7 +220,7 @@ def _records_before(store: Output, cutoff: datetime, held: set[str]) -> list[str
     records = [(path, name) for path in entries(store.fs, f"{store.root}/_listed")
                if (name := path.rstrip("/").rpartition("/")[2])]
     read = {interval_part(v) for v in held}
-    for table in entries(store.fs, f"{store.root}/_learned"):
+    for table in (table for model in entries(store.fs, f"{store.root}/_learned") for table in entries(store.fs, model)):
         records += [(path, name) for path in entries(store.fs, table)
                     if (name := interval_part(path.rstrip("/").rpartition("/")[2])) not in read]
     return sorted(path for path, name in records

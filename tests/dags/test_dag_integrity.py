@@ -43,6 +43,12 @@ def test_every_dag_has_tags_retries_and_docs(dagbag):
                 assert t.retries >= 1, f"{dag.dag_id}.{t.task_id} has no retries"
 
 
+def test_the_versions_a_training_read_are_released_once_judged_whatever_the_deploy_does(dagbag):
+    release = dagbag.dags["eval_and_deploy"].get_task("release")
+    assert release.upstream_task_ids == {"evaluate", "register", "keep_champion"}  # not the deploy: it may fail
+    assert release.trigger_rule == "none_failed_min_one_success"  # a branch skipped; a register failed: kept
+
+
 def test_assets_chain_the_dags(dagbag):
     from ctpipe.assets import CHECKPOINT, TRAINING_DATASET
 
