@@ -300,7 +300,8 @@ def _learned(settings, version: str, model: str, base: str, table: str = "grpo")
     run = registry.start_run(f"eval {model}")
     assert registry.register(run.info.run_id, champion.path, tags={"base_version": base}) == model
     store = datasets.Output(settings.datasets_uri)
-    store.mark_learned(settings.model_name, table, version, model, example_keys(store.resolve(version).read(table, EXAMPLE_COLUMNS[table]), table))
+    rows = store.resolve(version).read(table, EXAMPLE_COLUMNS[table])
+    store.mark_learned(settings.model_name, table, version, model, example_keys(rows, table))
 
 
 def test_a_rerun_with_late_traces_is_trained_on_without_the_examples_its_base_learned(settings, base_model, caplog):
