@@ -104,7 +104,7 @@ with DAG(
         # its training read, whatever the deploy does. A register that failed keeps them for its retry.
         from ctpipe.pipeline import release_datasets
 
-        release_datasets(result["candidate"])
+        release_datasets(settings(), result["candidate"])
 
     result = evaluate()
     registered = register(result)

@@ -29,7 +29,7 @@ def test_an_over_optimized_candidate_is_refused(settings, base_model, training_d
         store.hold(run, [training_dataset["version"]], until)
     result = evaluate_candidate(settings, candidate, "eval collapse", alpha=0.05, min_gain=0.0)
     assert len(list((Path(training_dataset["uri"]).parent / "_in_use").iterdir())) == 2
-    release_datasets(result["candidate"])
+    release_datasets(settings, result["candidate"])
     assert store.held(datetime.now(timezone.utc)) == ({training_dataset["version"]}, [])
     assert [p.name for p in (Path(training_dataset["uri"]).parent / "_in_use").iterdir()] == ["manual__another"]
     cmp = result["comparison"]

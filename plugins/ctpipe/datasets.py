@@ -478,7 +478,13 @@ def interval_part(version: str) -> str:
 def read_keys(uri: str) -> tuple[np.ndarray, str]:
     """(the example keys of a record of :meth:`Output.mark_learned`, the dataset version it is of)."""
     fs, path = filesystem(uri)
-    return np.frombuffer(base64.b64decode(fs.cat_file(path)), "<u8"), path.rpartition("/")[2].rpartition(".v")[0]
+    return np.frombuffer(base64.b64decode(fs.cat_file(path)), "<u8"), _learned_by(path.rpartition("/")[2])[0]
+
+
+def _learned_by(name: str) -> tuple[str, str]:
+    """(the dataset version, the model version) a record of :meth:`Output.mark_learned` is named after."""
+    version, _, model_version = name.rpartition(".v")
+    return version, model_version
 
 
 def _interval_of(version: str) -> tuple[str, str]:
@@ -612,18 +618,6 @@ class Output:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
 
-    def _mark(self, marks: str, version: str, run_id: str, exclusive: bool = False) -> None:
-        """Write ``version``'s mark under ``<out>/<marks>/``: the run that wrote it, and when (see
-        :meth:`write_text` for ``exclusive``)."""
-        self.fs.makedirs(f"{self.root}/{marks}", exist_ok=True)
-        self.write_text(f"{self.root}/{marks}/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n",
-                        exclusive=exclusive)
-
-    def _alike(self, marks: str, version: str) -> list[str]:
-        """The other versions of ``version``'s interval that have a mark under ``<out>/<marks>/``."""
-        found = self.fs.glob(f"{self.root}/{marks}/{interval_part(version)}-*")
-        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
-
     def mark_learned(self, model: str, table: str, version: str, model_version: str, keys: np.ndarray) -> None:
         """Record that version ``model_version`` of registered model ``model`` learned the examples of
         ``version``'s ``table`` (their :func:`ctpipe.jobspec.example_keys`): a run from it, or from a
@@ -640,7 +634,7 @@ class Output:
         folder, found = f"_learned/{quote(model, safe='')}/{table}", {}
         for path in entries(self.fs, f"{self.root}/{folder}"):
             name = path.rstrip("/").rpartition("/")[2]
-            version, _, model_version = name.rpartition(".v")
+            version, model_version = _learned_by(name)
             if version and model_version:
                 found.setdefault(interval_part(version), []).append((self.uri_of(f"{folder}/{name}"), model_version))
         return found
@@ -707,13 +701,16 @@ class Output:
 
     def announced_alike(self, version: str) -> list[str]:
         """The other versions of ``version``'s interval announced (of another code version, or config)."""
-        return self._alike("_announced", version)
+        found = self.fs.glob(f"{self.root}/_announced/{interval_part(version)}-*")
+        return sorted(name for name in (path.rsplit("/", 1)[-1] for path in found) if name != version)
 
     def mark_announced(self, version: str, run_id: str, again: bool = False) -> str | None:
         """Mark ``version`` announced by ``run_id``: with ``again``, over the mark a run left; else only
         where no mark is, returning the run whose mark is there when one is (it came meanwhile)."""
+        self.fs.makedirs(f"{self.root}/_announced", exist_ok=True)
+        path, text = f"{self.root}/_announced/{version}", f"{run_id}\n{datetime.now(timezone.utc).isoformat()}\n"
         try:
-            self._mark("_announced", version, run_id, exclusive=not again)
+            self.write_text(path, text, exclusive=not again)
         except FileExistsError:
             return (self.announced_by(version) or ("another run",))[0]
         return None

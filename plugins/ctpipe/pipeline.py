@@ -358,14 +358,6 @@ def longest_training(s: Settings) -> timedelta:
     return 2 * timedelta(seconds=(1 + t.max_preemptions) * t.timeout_s + backoffs)
 
 
-def _by_store(found: list[tuple[str, str]]) -> dict[datasets.Output, list[str]]:
-    """Versions (their folders' URIs, and names) by the store each is in."""
-    stores: dict[str, list[str]] = {}
-    for uri, version in found:
-        stores.setdefault(uri.rstrip("/").rpartition("/")[0], []).append(version)
-    return {datasets.Output(root): versions for root, versions in stores.items()}
-
-
 def _versions_param(versions: list[str]) -> str:
     """Dataset versions as one MLflow param: all of them, or, past MLflow's 6,000 characters (a
     long backfill's), how many."""
@@ -387,8 +379,8 @@ def prepare_training(s: Settings, params: dict[str, Any], triggered_by: list[dic
                                                                         base_version)
     run_dir = run_dir_for(s, dag_run_id)
     until = datetime.now(timezone.utc) + longest_training(s) + _GATE_WAIT
-    for store, versions in _by_store([(m.uri, m.version) for m in (manifest, *others)]).items():
-        store.hold(run_dir.name, versions, until)
+    # In the store they were found in, as the records of what was learned (and so the gate's).
+    datasets.Output(s.datasets_uri).hold(run_dir.name, [m.version for m in (manifest, *others)], until)
     try:
         spec = JobSpec(
             algorithm=algorithm,
@@ -590,13 +582,11 @@ def _answer_test(s: Settings, checkpoints: dict[str, Path], test, max_new_tokens
     return flags, engine, why
 
 
-def release_datasets(candidate: dict) -> None:
+def release_datasets(s: Settings, candidate: dict) -> None:
     """End the hold of the versions the candidate's training read (see prepare_training): judged, and
     what it learned recorded where it was registered, none of them is read again."""
     if candidate.get("run_dir"):
-        trained_on = [candidate["dataset_uri"], *(d["uri"] for d in candidate.get("more_datasets") or [])]
-        for store in _by_store([(uri, "") for uri in trained_on]):
-            store.release(Path(candidate["run_dir"]).name)
+        datasets.Output(s.datasets_uri).release(Path(candidate["run_dir"]).name)
 
 
 def evaluation_record(result: dict, registered_version: str | None, rollout: dict | None) -> dict:
@@ -646,16 +636,16 @@ def register_candidate(s: Settings, result: dict) -> str:
         log.warning("v%s made no pass over every row it trained on (%s epochs): none is recorded as learned (a later "
                     "version of their intervals is trained on whole)", version, cand.get("epochs"))
         return version
-    table = table_of(cand["algorithm"])
-    trained_on = [(cand["dataset_uri"], cand.get("dataset_version")),
-                  *((d["uri"], d["version"]) for d in cand.get("more_datasets") or [])]
-    for store, versions in _by_store([(uri, v) for uri, v in trained_on if v]).items():
-        for v in versions:
-            try:
-                rows = store.resolve(v).read(table, EXAMPLE_COLUMNS[table])
-            except (datasets.DatasetNotFound, FileNotFoundError):
-                log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
-                            "later version of its interval is trained on whole", v, store.uri, version)
-                continue
-            store.mark_learned(s.model_name, table, v, version, example_keys(rows, table))
+    # In the store the versions were found in, where _learned_before looks.
+    table, store = table_of(cand["algorithm"]), datasets.Output(s.datasets_uri)
+    for v in [cand.get("dataset_version"), *(d["version"] for d in cand.get("more_datasets") or [])]:
+        if not v:
+            continue
+        try:
+            rows = store.resolve(v).read(table, EXAMPLE_COLUMNS[table])
+        except (datasets.DatasetNotFound, FileNotFoundError):
+            log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
+                        "later version of its interval is trained on whole", v, store.uri, version)
+            continue
+        store.mark_learned(s.model_name, table, v, version, example_keys(rows, table))
     return version
