@@ -11,8 +11,8 @@ re-run with late traces, another config). The version `LATEST` names is always
 kept, and so is one published within a day, and one a training run holds (its
 job reads it again after a preemption, and its gate after that) until the
 candidate is judged. With neither set, it has no schedule, and a manual run is
-skipped, saying so, as is a run before anything is published. `ctpipe prune` does the same
-from a shell, with `--dry-run` to see what would go.
+skipped, saying so, as is a run before anything is published. `ctpipe prune`
+does the same from a shell, with `--dry-run` to see what would go.
 """
 
 from __future__ import annotations
