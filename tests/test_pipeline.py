@@ -301,7 +301,7 @@ def _learned(settings, version: str, model: str, base: str, table: str = "grpo")
     assert registry.register(run.info.run_id, champion.path, tags={"base_version": base}) == model
     store = datasets.Output(settings.datasets_uri)
     rows = store.resolve(version).read(table, EXAMPLE_COLUMNS[table])
-    store.mark_learned(settings.model_name, table, version, model, example_keys(rows, table))
+    store.mark_learned(settings.model_name, table, version, model, run.info.run_id, example_keys(rows, table))
 
 
 def test_a_rerun_with_late_traces_is_trained_on_without_the_examples_its_base_learned(settings, base_model, caplog):
@@ -330,7 +330,7 @@ def test_a_rerun_with_late_traces_is_trained_on_without_the_examples_its_base_le
     assert (first["rows"]["grpo_prompts"], second["rows"]["grpo_prompts"]) == (8, 12)
     spec_path = prepare_training(settings, PARAMS, [second], "r1")["spec_path"]  # from the champion, v3
     spec, manifests = load_job(spec_path)
-    assert [Path(uri).name for uri in spec.left_out] == [f"{first['version']}.v2"]
+    assert [Path(uri).name.rpartition(".")[0] for uri in spec.left_out] == [f"{first['version']}.v2"]
     assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 4
     assert "8 of the 12 grpo rows of 1 versions are left out: examples model v2 learned (base v3" in caplog.text
     # What the job reads, after each preemption too, retention keeps until the gate releases it.
@@ -403,16 +403,47 @@ def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(
     result = {"mlflow_run_id": run.info.run_id, "candidate": candidate | {"epochs": 2.0, "passes": 2},
               "champion_version": "1", "comparison": {"candidate_accuracy": 0.5}}
     assert register_candidate(settings, result) == "4" == register_candidate(settings, result)  # a retry: the same
-    assert registry.lineage("4") == {"1", "4"} and registry.lineage("7") == set() == registry.lineage("path")
-    assert registry.lineage("4", since=2) == {"4"}  # what is older than the models asked about is not walked
+    assert registry.lineage("4") == {"1": registry.client.get_model_version(settings.model_name, "1").run_id,
+                                     "4": run.info.run_id}
+    assert registry.lineage("7") == {} == registry.lineage("path")
+    assert registry.lineage("4", since=2).keys() == {"4"}  # what is older than the models asked about is not walked
     marks = store.learned(settings.model_name, "grpo")
     assert list(marks) == [datasets.interval_part(hours[1]["version"])] and store.learned(settings.model_name, "dpo") == {}
     assert store.learned("another model", "grpo") == {}  # its v4 learned none of them
-    ((uri, model),) = marks[datasets.interval_part(hours[1]["version"])]
+    ((uri, model, run_id),) = marks[datasets.interval_part(hours[1]["version"])]
     keys, version = datasets.read_keys(uri)
-    assert (model, version) == ("4", hours[1]["version"])
+    assert (model, run_id, version) == ("4", run.info.run_id, hours[1]["version"])
     rows = store.resolve(version).read("grpo", EXAMPLE_COLUMNS["grpo"])
     assert sorted(keys.tolist()) == sorted(example_keys(rows, "grpo").tolist()) and len(set(keys.tolist())) == hours[1]["rows"]["grpo_prompts"] == 4
+
+
+def test_a_registry_begun_again_leaves_out_nothing_its_own_versions_did_not_learn(settings, base_model, tmp_path):
+    """A registry whose database was lost numbers its versions from 1 again: its v2 is not the v2 that
+    learned the first version's examples, and leaves none out. A record written before records named
+    their run is taken by its number, as it was."""
+    from ctpipe.jobspec import JobSpec
+    from ctpipe.pipeline import materialize_interval
+    from ctpipe.registry import Registry
+    from tests.conftest import T0, published_hour, training_traces
+
+    Registry(settings).ensure_champion(base_model)
+    first = published_hour(settings, 0, 16)
+    _learned(settings, first["version"], "2", "1")
+    again = settings.model_copy(update={"mlflow_tracking_uri": f"sqlite:///{tmp_path / 'begun-again.db'}"})
+    registry = Registry(again)
+    registry.ensure_champion(base_model)
+    champion = registry.champion()
+    assert registry.register(registry.start_run("eval").info.run_id, champion.path, tags={"base_version": "1"}) == "2"
+    registry.set_champion("2")
+    late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(seconds=900 + i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:24])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl")
+    second = materialize_interval(again, T0, T0 + timedelta(hours=1), "manual__rerun")
+    assert JobSpec.read(prepare_training(again, PARAMS, [second], "r1")["spec_path"]).left_out == []
+    (record,) = (Path(settings.datasets_uri) / "_learned" / settings.model_name / "grpo").iterdir()
+    record.rename(record.with_name(f"{first['version']}.v2"))
+    assert [Path(uri).name for uri in JobSpec.read(prepare_training(again, PARAMS, [second], "r2")["spec_path"]).left_out] \
+        == [f"{first['version']}.v2"]
 
 
 def test_a_registry_that_fails_fails_the_lineage_rather_than_cutting_it_short(settings, base_model, monkeypatch):

@@ -54,14 +54,14 @@ def test_versions_past_their_age_go_with_their_pointers_and_a_pruned_interval_is
     s, made = hours
     store = datasets.Output(s.datasets_dir)
     for m in made:  # what a model learned of them: of the first two, past the age, it goes too
-        store.mark_learned("a model/of ours", "grpo", m.version, "2", np.arange(3, dtype=np.uint64))
+        store.mark_learned("a model/of ours", "grpo", m.version, "2", "0a1b", np.arange(3, dtype=np.uint64))
     # A training run reads the second hour's (a backfill's, say), named in its job spec: it stays.
     store.hold("manual__train1", [made[1].version.rsplit("-", 1)[0] + "-0123456789"], T0 + 9 * DAY)
     # Two intervals ended more than a day before: T0+1h and T0+2h; the third ended at the cutoff.
     done = retention.prune(store, DAY, now=T0 + 3 * HOUR + DAY)
     assert done.removed == [made[0].version, made[1].version] and (done.aged, done.superseded) == (2, 0)
     assert sorted(p.name for p in (s.datasets_dir / "_learned" / "a%20model%2Fof%20ours" / "grpo").iterdir()) == \
-        [f"{m.version}.v2" for m in made[1:]]
+        [f"{m.version}.v2.0a1b" for m in made[1:]]
     assert done.pointers == 2 and done.kept == 2 and done.latest == made[-1].version and not done.failed
     assert _listed(s) == sorted(m.version for m in made[2:]) == sorted(_pointed(s))
     # The records of the files the runs listed go with the intervals past the age, whatever is kept.

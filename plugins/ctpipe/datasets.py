@@ -481,10 +481,12 @@ def read_keys(uri: str) -> tuple[np.ndarray, str]:
     return np.frombuffer(base64.b64decode(fs.cat_file(path)), "<u8"), _learned_by(path.rpartition("/")[2])[0]
 
 
-def _learned_by(name: str) -> tuple[str, str]:
-    """(the dataset version, the model version) a record of :meth:`Output.mark_learned` is named after."""
-    version, _, model_version = name.rpartition(".v")
-    return version, model_version
+def _learned_by(name: str) -> tuple[str, str, str]:
+    """(the dataset version, the model version, its MLflow run id) a record of
+    :meth:`Output.mark_learned` is named after; the run id "" in a record written before it was named."""
+    version, _, model = name.rpartition(".v")
+    model_version, _, run_id = model.partition(".")
+    return version, model_version, run_id
 
 
 def _interval_of(version: str) -> tuple[str, str]:
@@ -618,25 +620,30 @@ class Output:
         self.fs.makedirs(f"{self.root}/_sources", exist_ok=True)
         self.write_text(f"{self.root}/_sources/{self._source_key(start, end, config, files_digest)}", version + "\n")
 
-    def mark_learned(self, model: str, table: str, version: str, model_version: str, keys: np.ndarray) -> None:
-        """Record that version ``model_version`` of registered model ``model`` learned the examples of
-        ``version``'s ``table`` (their :func:`ctpipe.jobspec.example_keys`): a run from it, or from a
-        model descending from it, trains on a later version of the interval (a re-run with late traces,
-        which holds them too) without them. The keys are kept, not the version's name alone: retention
-        may remove the version. Another model trained from the same store numbers its versions too."""
+    def mark_learned(self, model: str, table: str, version: str, model_version: str, run_id: str,
+                     keys: np.ndarray) -> None:
+        """Record that version ``model_version`` of registered model ``model``, logged by MLflow run
+        ``run_id``, learned the examples of ``version``'s ``table`` (their
+        :func:`ctpipe.jobspec.example_keys`): a run from it, or from a model descending from it, trains
+        on a later version of the interval (a re-run with late traces, which holds them too) without
+        them. The keys are kept, not the version's name alone: retention may remove the version.
+        Another model trained from the same store numbers its versions too, and so does a registry
+        begun again (its database lost): the run id tells its v2 from the v2 that learned these."""
         folder = f"{self.root}/_learned/{quote(model, safe='')}/{table}"
         self.fs.makedirs(folder, exist_ok=True)
-        self.write_text(f"{folder}/{version}.v{model_version}", base64.b64encode(keys.astype("<u8").tobytes()).decode())
+        self.write_text(f"{folder}/{version}.v{model_version}.{run_id}",
+                        base64.b64encode(keys.astype("<u8").tobytes()).decode())
 
-    def learned(self, model: str, table: str) -> dict[str, list[tuple[str, str]]]:
+    def learned(self, model: str, table: str) -> dict[str, list[tuple[str, str, str]]]:
         """The records of :meth:`mark_learned` of ``model``'s ``table``, one listing: (its URI, the model
-        version) of each, by the interval (:func:`interval_part`) of the version it is of."""
+        version, its run id) of each, by the interval (:func:`interval_part`) of the version it is of."""
         folder, found = f"_learned/{quote(model, safe='')}/{table}", {}
         for path in entries(self.fs, f"{self.root}/{folder}"):
             name = path.rstrip("/").rpartition("/")[2]
-            version, model_version = _learned_by(name)
+            version, model_version, run_id = _learned_by(name)
             if version and model_version:
-                found.setdefault(interval_part(version), []).append((self.uri_of(f"{folder}/{name}"), model_version))
+                found.setdefault(interval_part(version), []).append(
+                    (self.uri_of(f"{folder}/{name}"), model_version, run_id))
         return found
 
     def hold(self, run: str, versions: list[str], until: datetime) -> None:

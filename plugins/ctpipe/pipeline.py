@@ -326,9 +326,12 @@ def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, ba
 
     marks = datasets.Output(s.datasets_uri).learned(s.model_name, table)
     intervals = {datasets.interval_part(m.version) for m in chosen} & set(marks)
-    models = {model for i in intervals for _, model in marks[i] if model.isdigit()}
-    lineage = Registry(s).lineage(base_version, since=min(map(int, models))) if models else set()
-    found = [(uri, model) for i in sorted(intervals) for uri, model in marks[i] if model in lineage]
+    models = {model for i in intervals for _, model, _ in marks[i] if model.isdigit()}
+    lineage = Registry(s).lineage(base_version, since=min(map(int, models))) if models else {}
+    # Its version number and its run: a registry begun again numbers from 1 again. A record written
+    # before records named the run has its number alone.
+    found = [(uri, model) for i in sorted(intervals) for uri, model, run in marks[i]
+             if model in lineage and run in ("", lineage[model])]
     if not found:
         return []
     keys = learned([uri for uri, _ in found])
@@ -647,5 +650,5 @@ def register_candidate(s: Settings, result: dict) -> str:
             log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
                         "later version of its interval is trained on whole", v, store.uri, version)
             continue
-        store.mark_learned(s.model_name, table, v, version, example_keys(rows, table))
+        store.mark_learned(s.model_name, table, v, version, result["mlflow_run_id"], example_keys(rows, table))
     return version

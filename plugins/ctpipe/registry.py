@@ -118,15 +118,15 @@ class Registry:
         log.info("registered %s version %s from %s", self.name, mv.version, source)
         return str(mv.version)
 
-    def lineage(self, version: str, since: int = 0) -> set[str]:
+    def lineage(self, version: str, since: int = 0) -> dict[str, str]:
         """``version`` and those it was trained from (each registered candidate's ``base_version`` tag),
-        back to the first, or to the first before version ``since``: a model is registered after the
-        one it was trained from, and each step back is a request to the registry, thousands of them
-        after a year of hourly promotions. None for a version the registry does not hold (a model
-        directory)."""
+        back to the first, or to the first before version ``since``, each with the MLflow run that
+        logged it: a model is registered after the one it was trained from, and each step back is a
+        request to the registry, thousands of them after a year of hourly promotions. None for a
+        version the registry does not hold (a model directory)."""
         from mlflow.exceptions import MlflowException
 
-        found: set[str] = set()
+        found: dict[str, str] = {}
         while version and version not in found and not (version.isdigit() and int(version) < since):
             try:
                 mv = self.client.get_model_version(self.name, version)
@@ -134,7 +134,7 @@ class Registry:
                 if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):  # no such version, "path"
                     break
                 raise
-            found.add(str(mv.version))
+            found[str(mv.version)] = mv.run_id or ""
             version = mv.tags.get("base_version")
         return found
 
