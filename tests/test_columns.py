@@ -774,6 +774,9 @@ OTEL_LINES = {
     "a chat session's message": otel_line(with_span({"name": "vertexai.send_message"})),
     "finish reasons on the span": otel_line(gen_ai__response__finish_reasons={"key": "gen_ai.response.finish_reasons",
                                                                              "value": {"arrayValue": {"values": [{"stringValue": "stop"}]}}}),
+    "finish reasons on the span, one filtered": otel_line(gen_ai__response__finish_reasons={
+        "key": "gen_ai.response.finish_reasons",
+        "value": {"arrayValue": {"values": [{"stringValue": "content_filter"}]}}}),
     "finish reasons of no strings": otel_line(gen_ai__response__finish_reasons={"key": "gen_ai.response.finish_reasons",
                                                                                "value": {"arrayValue": {"values": [{"intValue": "1"}]}}}),
     "an array the reader reads": otel_line(gen_ai__request__model={"key": "gen_ai.request.model",
@@ -1067,7 +1070,8 @@ def test_every_otlp_export_of_a_block_gets_the_same_answer_together_and_plain_on
                         "pydantic-ai's image part", "an embedding's operation", "a model named, no operation, no content",
                         "the Vercel AI SDK's span", "Google ADK's span", "Strands Agents' span", "OpenInference's span",
                         "Strands Agents' span, its provider named",
-                        "an answer a safety check stopped", "older names, a choice refused", "a failed call's span"}
+                        "an answer a safety check stopped", "older names, a choice refused", "a failed call's span",
+                        "finish reasons on the span, one filtered"}
     assert table.num_rows == len(index) and sum(names[i] == "two GenAI spans" for i in index.tolist()) == 2
     for name, raw in OTEL_REFUSED.items():
         assert columns.parse_otel_lines([OTEL_LINES["plain"], raw]) is None, name

@@ -260,13 +260,17 @@ def test_openllmetry_thinking_is_no_choice_and_a_text_completions_prompt_is_the_
      "output 0: the answer is a tool call, not text"),
     ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "content_filter", "parts": [
         {"type": "text", "content": "The answer"}]}]))], "output 0: the answer was stopped by the content filter"),
+    # A message without a finish reason of its own (AgentScope's Java instrumentation leaves a null out): the span's.
+    ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "partial bad"}]}])),
+      {"key": "gen_ai.response.finish_reasons", "value": any_value(["content_filter"])}],
+     "output 0: the answer was stopped by the content filter"),
     ([kv("gen_ai.completion.0.role", "assistant"), kv("gen_ai.completion.0.content", "Let me add."),
       kv("gen_ai.completion.0.tool_calls.0.name", "add")], "completion 0: the answer is a tool call, its text beside it no answer"),
     ([kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "tool_call", "parts": [
         {"type": "text", "content": "Let me add."}, {"type": "tool_call", "id": "c1", "name": "add"}]}]))],
      "output 0: the answer is a tool call, its text beside it no answer"),
 ], ids=["flattened filtered", "flattened tool call", "flattened refusal", "current tool call", "current filtered",
-        "flattened text and a tool call", "current text and a tool call"])
+        "current filtered on the span", "flattened text and a tool call", "current text and a tool call"])
 def test_an_otel_answer_that_is_no_text_answer_is_refused_saying_what_it_is(answer, detail):
     prompt = [kv("gen_ai.prompt.0.role", "user"), kv("gen_ai.prompt.0.content", "What is 2 plus 3?")]
     if "gen_ai.output.messages" in answer[0]["key"]:
@@ -2748,3 +2752,17 @@ def test_json_text_nested_too_deep_in_a_field_is_too_deeply_nested(doc, field):
     with pytest.raises(FormatError) as e:
         normalize({**doc, field: "[" * 100_000 + "]" * 100_000}, "auto")
     assert e.value.reason == "too_deeply_nested"
+
+
+@pytest.mark.parametrize("kind", [[], {}, 5], ids=["a list", "an object", "a number"])
+def test_a_part_whose_type_is_no_name_is_refused_naming_it(kind):
+    """Such a type ended the mapping with Python's own words ("TypeError: unhashable type: 'list'")."""
+    part = [{"type": kind, "text": "What is 2+2?", "content": "What is 2+2?"}]
+    semconv = otlp([kv("gen_ai.operation.name", "chat"), kv("gen_ai.input.messages", json.dumps([{"role": "user", "parts": part}])),
+                    kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "stop",
+                                                              "parts": [{"type": "text", "content": "4"}]}]))])
+    chat = {**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": part}]}}
+    for doc, fmt, where in ((semconv, "otel", "gen_ai.input.messages[0]"), (chat, "openai", "request.messages[0]")):
+        with pytest.raises(FormatError, match=re.escape(f"{where}: a part's type is {json.dumps(kind)}, not a name")) as e:
+            list(normalize(doc, fmt))
+        assert e.value.reason == "invalid_field"

@@ -25,10 +25,16 @@ def test_math_answers_are_compared_as_math(completion, reference, expected):
     ("$(1,2)$", "(1, 2)", 1.0), ("2", "(1, 2)", 0.0), ("\\boxed{2,3}", "3, 2", 1.0), ("2", "3, 2", 0.0),
     ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0), ("$x^2+2x+1$", "x^2+2x+1", 1.0),
     ("It is 1000.", "1,000", 1.0), ("\\boxed{[0, 1)}", "[0, 1)", 1.0), ("$\\frac{1}{2}$", "$\\frac{1}{2}$", 1.0),
+    ("\\boxed{-1,2}", "-1,2", 1.0), ("The roots are -1.2", "-1,2", 0.0), ("-1,2", "-1,2", 1.0),
+    ("The roots are -1,2", "-1,2", 1.0), ("\\boxed{2,3}", "2,3", 1.0), ("\\boxed{1,2,3}", "1,2,3", 1.0),
+    ("The answer is 2.3", "2,3", 0.0), ("1234", "1,234", 1.0), ("\\boxed{1,234}", "1234", 1.0),
+    ("1,234,567", "1234567", 1.0), ("1,5", "1.5", 1.0), ("\\boxed{1,5}", "1.5", 0.0),
 ])
 def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(completion, reference, expected):
     """As MATH-style sets keep their answers: read bare, math-verify took 2\\pi for 2, (1, 2) and 3, 2
-    for 2, and \\sqrt{3}/2 for nothing, so right answers were labeled 0 and wrong ones 1."""
+    for 2, -1,2 for -1.2, and \\sqrt{3}/2 for nothing, so right answers were labeled 0 and wrong ones 1
+    (a DPO pair chose "-1.2" over "\\boxed{-1,2}"). An answer alone of one comma may be a European
+    decimal: it is read both ways against a reference of one number."""
     assert math_reward(completion, reference) == expected
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import calendar
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
@@ -1171,6 +1171,16 @@ class _Attributes:
         match = _ok(pc.is_in(self.keys, value_set=pa.array(keys, pa.string())))
         return np.bincount(self.parents[match], minlength=self._owners) > 0
 
+    def holds(self, key: str, values: Iterable[str]) -> np.ndarray:
+        """Per owner, whether its value of ``key`` is an array holding any of the strings ``values``."""
+        items = self.values["arrayValue"].field("values")
+        hit = _ok(pc.is_in(pc.list_flatten(items).field("stringValue"), value_set=pa.array(sorted(values), pa.string())))
+        held = np.bincount(pc.list_parent_indices(items).to_numpy(zero_copy_only=False)[hit], minlength=len(items)) > 0
+        at = self.find(key)
+        found = np.zeros(len(at), bool)
+        found[at >= 0] = held[at[at >= 0]]
+        return found
+
     def get(self, key: str, kind: int) -> tuple[pa.Array, np.ndarray]:
         """(per owner, the value of ``key`` when it is of ``kind``, null otherwise; whether it is
         absent or of that kind)."""
@@ -1363,6 +1373,8 @@ def parse_otel_lines(lines: list[bytes]) -> tuple[pa.Table, np.ndarray] | None:
     for key in ("gen_ai.system", "gen_ai.provider.name"):
         sure &= ~_ok(pc.equal(attrs.get(key, _STRING)[0], formats.STRANDS))
     sure &= ~(flattened & attrs.has(_PASSED_ARRAYS[0]))  # its choices' finish reasons, where they have none
+    # A span's finish reason that is no answer (content_filter) stands for a message without its own.
+    sure &= ~attrs.holds(_PASSED_ARRAYS[0], formats.not_answers())
     vendor, model = (attrs.get(key, _STRING)[0] for key in ("gen_ai.system", "gen_ai.request.model"))
     sure &= ~(flattened & _ok(pc.and_kleene(pc.is_in(vendor, value_set=pa.array(formats.BEDROCK_SYSTEMS)),  # the reader's
                                             pc.match_substring_regex(model, f"^{formats.BEDROCK_CLAUDE}$"))))

@@ -547,6 +547,7 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
         if calls:
             raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call")
         return text
+    _typed(content, where)
     _media((p.get("type") for p in content), where)
     if tool := next((kind for p in content if tool_part(kind := p.get("type"))), None):
         if said:
@@ -563,6 +564,13 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
     if not all(isinstance(t, str) for t in texts):
         raise FormatError("invalid_field", f"{where}: a part of {_excerpt(content)} holds no text")
     return _join_parts(texts, said, joined)
+
+
+def _typed(parts: list, where: str) -> None:
+    """FormatError ``invalid_field`` for a part whose type is no name (a list, an object, a number)."""
+    if (kind := next((p["type"] for p in parts if isinstance(p, dict) and not isinstance(p.get("type"), str | None)),
+                     None)) is not None:
+        raise FormatError("invalid_field", f"{where}: a part's type is {_excerpt(kind)}, not a name")
 
 
 def _messages_of(messages: Any, where: str) -> Iterator[tuple[int, dict]]:
@@ -1724,6 +1732,7 @@ def _blocks(parts: Any, where: str) -> Any:
     it is."""
     if not isinstance(parts, list):
         return parts
+    _typed(parts, where)
     texts = sum(isinstance(p, dict) and p.get("type") == "text" for p in parts)
     out = []
     for p in parts:
@@ -1822,7 +1831,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
     to be a trace of its own."""
     if "gen_ai.input.messages" in a or "gen_ai.output.messages" in a:
         inputs = _structured(a.get("gen_ai.input.messages") or "[]", "gen_ai.input.messages")
-        outputs = _structured(a.get("gen_ai.output.messages") or "[]", "gen_ai.output.messages")
+        outputs = _span_finish(_structured(a.get("gen_ai.output.messages") or "[]", "gen_ai.output.messages"), a)
         messages = _system_instructions(a) + [_chat_message(m, f"{where}: gen_ai.input.messages[{i}]")
                                               for i, m in _messages_of(inputs, f"{where}: gen_ai.input.messages")]
         # Each message "represents a single output choice"; one that is no answer stands in its place.
@@ -1830,7 +1839,7 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
         return messages, answers or [(0, "")]
     if "gen_ai.prompt" in a or "gen_ai.completion" in a:  # older: JSON lists of {role, content}
         prompt = _structured(a.get("gen_ai.prompt") or "[]", "gen_ai.prompt")
-        completion = _structured(a.get("gen_ai.completion") or "[]", "gen_ai.completion")
+        completion = _span_finish(_structured(a.get("gen_ai.completion") or "[]", "gen_ai.completion"), a)
         if isinstance(prompt, list) and any(isinstance(m, str) for m in prompt):  # Spring AI 1.0's: texts alone
             raise FormatError("invalid_field", f"{where}: gen_ai.prompt holds texts without their roles (as Spring AI "
                                                "1.0 writes it): which role each has cannot be told")
@@ -1839,6 +1848,17 @@ def _otel_messages(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str
                               lambda m, at: _answer(m, at, m.get("finish_reason")))
         return messages, answers or [(0, "")]
     return _flattened(a, where)
+
+
+def _span_finish(outputs: Any, a: dict) -> Any:
+    """The output messages ``outputs``, each without a finish reason of its own given the span's of its
+    place (``gen_ai.response.finish_reasons``): a producer may leave the message's out (AgentScope's
+    Java instrumentation does where it is null), and a choice cut by a content filter is no answer."""
+    reasons = a.get("gen_ai.response.finish_reasons")
+    if not isinstance(outputs, list) or not isinstance(reasons, list):
+        return outputs
+    return [m | {"finish_reason": reasons[i]} if isinstance(m, dict) and m.get("finish_reason") is None and i < len(reasons)
+            else m for i, m in enumerate(outputs)]
 
 
 def _flattened(a: dict, where: str) -> tuple[list[dict], list[tuple[Any, str | FormatError]]] | None:

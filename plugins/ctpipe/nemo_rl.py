@@ -281,24 +281,27 @@ def write_train_data(grpo: pa.Table, out: Path) -> int:
     ResponseDataset holds one question a row, which its processor frames with one system prompt for
     all: a prompt of our table that holds more (a system message of its own, earlier turns) would be
     trained as another prompt than the one served, and two differing only in their system messages
-    as one. The math environment scores an answer with math-verify alone: against a reference it
-    reads no math from ("Rome"), every answer scores 0, and GRPO learns nothing from the prompt. Both
-    kinds are left out and counted in a warning; PipelineError when none is left (TRL's GRPO,
+    as one. The math environment scores an answer with math-verify alone, against
+    ``\boxed{<reference>}``: against a reference it reads no math from ("Rome"), every answer scores 0,
+    and GRPO learns nothing from the prompt; one it reads otherwise than the labels do (a time, a
+    unit after a space; see :func:`ctpipe.rewards.boxed_reference`) scores right answers 0. Both
+    kinds are left out and counted in a warning, and a reference math-verify misreads (``1½``) is
+    written as it reads it (``3/2``); PipelineError when none is left (TRL's GRPO,
     train.grpo_trainer=trl, takes whole chats and the verifier that labeled the version)."""
-    from ctpipe.rewards import math_reward
+    from ctpipe.rewards import boxed_reference
 
     @functools.cache
-    def math(answer: str) -> bool:  # a plain number without asking math-verify, half a millisecond an answer
-        return bool(_PLAIN_NUMBER.fullmatch(answer)) or math_reward(answer, answer) == 1.0
+    def math(answer: str) -> str | None:  # a plain number without asking math-verify, half a millisecond an answer
+        return answer if _PLAIN_NUMBER.fullmatch(answer) else boxed_reference(answer)
 
     rows = grpo.to_pylist()
     lines, chats, texts = [], 0, 0
     for r in rows:
         # The math environment wraps the answer in \boxed{...}: a number that is not a string scores 0 silently.
-        answer = str(r["answer"])
+        answer = math(str(r["answer"]))
         if [m["role"] for m in r["prompt"]] != ["user"]:
             chats += 1
-        elif not math(answer):
+        elif answer is None:
             texts += 1
         else:
             lines.append(json.dumps({INPUT_KEY: r["prompt"][0]["content"], OUTPUT_KEY: answer}))
@@ -306,8 +309,9 @@ def write_train_data(grpo: pa.Table, out: Path) -> int:
         log.warning("%d of the %d GRPO prompts hold more than a question (a system message of their own, earlier "
                     "turns), which NeMo-RL's ResponseDataset cannot: left out", chats, len(rows))
     if texts:
-        log.warning("%d of the %d GRPO prompts have a reference answer that is no math (as 'Rome'), which NeMo-RL's "
-                    "math environment scores 0 whatever the answer: left out", texts, len(rows))
+        log.warning("%d of the %d GRPO prompts have a reference answer that is no math (as 'Rome'), or one NeMo-RL's "
+                    "math environment reads otherwise than the labels do (a time, a unit after a space): left out",
+                    texts, len(rows))
     if rows and not lines:
         raise PipelineError(f"none of the {len(rows)} GRPO prompts is a question alone with an answer of math, which "
                             f"NeMo-RL's ResponseDataset and math environment take ({chats} hold more than a question, "

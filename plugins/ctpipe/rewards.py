@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -49,9 +49,10 @@ def reward_gap(high, low):
 
 
 # An answer written alone as bare LaTeX or an expression (2\pi, \frac{\sqrt{3}}{2}, 2x+1, 5!, as
-# MATH-style sets keep their references) or as numbers in brackets or a list ((1, 2), [0, 1), 3, 2):
-# math-verify reads such math only between delimiters, and read bare, 2\pi is 2, 2x+1 is 2, (1, 2) is 2
-# and \sqrt{2} is nothing. It must hold a number or a command of math (not \text): between delimiters
+# MATH-style sets keep their references) or as numbers in brackets or a list ((1, 2), [0, 1), 3, 2,
+# -1,2): math-verify reads such math only between delimiters, and read bare, 2\pi is 2, 2x+1 is 2,
+# (1, 2) is 2, -1,2 is -1.2 (where \boxed{-1,2} is the list) and \sqrt{2} is nothing. Between
+# delimiters it reads 1,234 as a thousand and more, as bare. It must hold a number or a command of math (not \text): between delimiters
 # "{Paris}" is the product of five variables. Not a sentence: a worked answer ("So x = \frac{1}{2}.")
 # is math-verify's to read as text, which finds its answer in it, where between delimiters the whole
 # of it would be one expression. A sentence has a word of two letters or more outside the braces of
@@ -63,7 +64,10 @@ def reward_gap(high, low):
 _LATEX_MARK = re.compile(r"[\\{}^]")
 _EXPRESSION = re.compile(r"\d(?![eE][+-]?\d)[A-Za-z](?![A-Za-z])|[A-Za-z]\s*[-+*<>]\s*[\w(]|[\w)]\s*[-+*<>]\s*[A-Za-z](?![A-Za-z])"
                          r"|\d\s*!|\d\s*:\s*\d(?!\d)")
-_NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s)[\s\d.,()\[\]+-]*")
+_NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,)[\s\d.,()\[\]+-]*")
+# An answer alone that may be a European decimal (1,5) as well as a list: either reading of it counts
+# against the reference, whose own reading (a list) decides which it holds.
+_DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
 _MATH = re.compile(r"\d|\\(?!(?:text|mathrm|textbf|mbox)\b)[A-Za-z]+")
 _DELIMITED = re.compile(r"\$|\\[(\[]|\\boxed")
 _WORDING = re.compile(r"\\(?:text\w*|mathrm|mbox|operatorname|begin|end)\s*\{[^{}]*\}")  # what such a command holds
@@ -238,34 +242,65 @@ def math_reward(completion: str, reference: str) -> float | None:
     said = pair and _pair_reward(completion, pair)
     if said is not None:
         return said
-    # The CPU limit is a signal's timer, which only the main thread may set: elsewhere (a caller's
-    # thread) math-verify runs without one. Past it, the answer gives no verifiable signal: it was not
-    # found wrong.
+    return _limited(_math_reward, completion, reference)
+
+
+def _limited(compare: Callable[[str, str], Any], answer: str, reference: str) -> Any:
+    """``compare(answer, reference)``, or None past :data:`MATH_CPU_S` of CPU time. The limit is a
+    signal's timer, which only the main thread may set: elsewhere (a caller's thread) math-verify runs
+    without one. Past it, the answer gives no verifiable signal: it was not found wrong."""
     if threading.current_thread() is not threading.main_thread():
-        return _math_reward(completion, reference)
+        return compare(answer, reference)
     try:
         with _cpu_limited(MATH_CPU_S):
-            return _math_reward(completion, reference)
+            return compare(answer, reference)
     except _OutOfTime:
         log.warning("math-verify took more than %g s of CPU time to compare an answer with the reference %.200r: "
                     "no verifiable signal", MATH_CPU_S, reference)
         return None
 
 
+def _read(text: str) -> list:
+    """What math-verify reads from ``text``, bare LaTeX read as LaTeX (see above)."""
+    from math_verify import parse
+
+    return (_bare_latex(text) and parse(f"${text}$", parsing_timeout=None)) or parse(text, parsing_timeout=None)
+
+
+def boxed_reference(reference: str) -> str | None:
+    r"""``reference`` as NeMo-RL's math environment is to be given it, or None where it cannot score
+    answers as :func:`math_reward` does. It reads ``oxed{<reference>}`` as LaTeX, and the forms
+    math-verify misreads (see :func:`_plain`) scored every right answer 0 (``1½`` against
+    ``rac{3}{2}``, ``1e-05`` against ``0.00001``): the reference is written as math-verify reads
+    them, and kept where its boxed reading is the one math_reward takes. Not kept: a time or a ratio
+    (math_reward's own rule), a unit after a space (``5 m/s`` is a product there), text ("Rome").
+
+    >>> boxed_reference("1½"), boxed_reference("`42`"), boxed_reference("4:30"), boxed_reference("Rome")
+    ('3/2', '42', None, None)
+    """
+    return None if _PAIR_REFERENCE.fullmatch(reference.strip()) else _limited(_boxed_reference, reference, reference)
+
+
+def _boxed_reference(reference: str, _: str) -> str | None:
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    plain = _plain(reference.strip())
+    gold, boxed = _read(plain), parse(f"\\boxed{{{plain}}}", [LatexExtractionConfig()], parsing_timeout=None)
+    agree = gold and boxed and verify(gold, boxed, timeout_seconds=None) and verify(boxed, gold, timeout_seconds=None)
+    return plain if agree else None
+
+
 def _math_reward(completion: str, reference: str) -> float | None:
     from math_verify import parse, verify
-
-    def read(text: str) -> list:
-        return (_bare_latex(text) and parse(f"${text}$", parsing_timeout=None)) or parse(text, parsing_timeout=None)
 
     def same(answer: list) -> bool:
         return bool(answer) and verify(gold, answer, timeout_seconds=None)
 
-    gold = read(_plain(reference.strip()))
+    gold = _read(_plain(reference.strip()))
     if not gold:
         return None
     completion = _plain(completion.strip())
-    if same(read(completion)):
+    if same(_read(completion)) or (_DECIMAL_COMMA.fullmatch(completion) and same(parse(completion, parsing_timeout=None))):
         return 1.0
     # Read as text, a sentence gives its last number: a tuple, an expression or LaTeX it ends in
     # ("The answer is (1, 2).", "So x = \frac{\sqrt{3}}{2}.") is read as the answer alone would be.
