@@ -2762,7 +2762,17 @@ def test_a_part_whose_type_is_no_name_is_refused_naming_it(kind):
                     kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "finish_reason": "stop",
                                                               "parts": [{"type": "text", "content": "4"}]}]))])
     chat = {**OPENAI, "request": {**OPENAI["request"], "messages": [{"role": "user", "content": part}]}}
-    for doc, fmt, where in ((semconv, "otel", "gen_ai.input.messages[0]"), (chat, "openai", "request.messages[0]")):
+    responses = {"request": {**RESPONSES_REQUEST, "input": [{"role": "user", "content": part}]}, "response": RESPONSES_RESPONSE}
+    anthropic = {"model": "claude-sonnet-4-5", "max_tokens": 512, "messages": [{"role": "user", "content": part}]}
+    answer = {"id": "msg_01", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "4"}],
+              "stop_reason": "end_turn", "usage": {"input_tokens": 15, "output_tokens": 30}}
+    cases = [(semconv, "gen_ai.input.messages[0]"), (chat, "request.messages[0]"), (responses, "request.input[0]"),
+             ({**HELICONE, "provider": "ANTHROPIC", "request_body": anthropic, "response_body": answer}, "request_body.messages[0]"),
+             ({**HELICONE, "provider": "ANTHROPIC", "request_body": {**anthropic, "messages": [{"role": "user", "content": "Hi"}],
+                                                                    "system": part}, "response_body": answer}, "request_body.system"),
+             ({**HELICONE, "provider": "ANTHROPIC", "request_body": {**anthropic, "messages": [{"role": "user", "content": "Hi"}]},
+               "response_body": {**answer, "content": part}}, "response msg_01: content")]
+    for doc, where in cases:
         with pytest.raises(FormatError, match=re.escape(f"{where}: a part's type is {json.dumps(kind)}, not a name")) as e:
-            list(normalize(doc, fmt))
+            list(normalize(doc, "auto"))
         assert e.value.reason == "invalid_field"

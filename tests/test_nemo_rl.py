@@ -148,7 +148,7 @@ def test_a_prompt_whose_answer_is_no_math_is_left_out_of_response_dataset_jsonl(
     grpo = pa.Table.from_pylist([{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in [
         ("Capital of Italy?", "Rome"), ("Half of one?", "\\frac{1}{2}"), ("Six times seven?", "42"), ("Symbol of gold?", "Au"),
         ("One and a half?", "1½"), ("A third?", "0.\\overline{3}"), ("Speed?", "5 m/s"), ("Half past four?", "4:30"),
-        ("Roots of x^2 - x - 2?", "-1,2"),
+        ("Roots of x^2 - x - 2?", "-1,2"), ("An eighth, in percent?", "12.5%"),
     ]], schema=GRPO_SCHEMA)
     assert nemo_rl.write_train_data(grpo, tmp_path / "t.jsonl") == 5
     # Written as math-verify reads them: boxed as given, right answers scored 0 (\boxed{1½} is not 3/2).
@@ -163,7 +163,7 @@ def test_a_prompt_whose_answer_is_no_math_is_left_out_of_response_dataset_jsonl(
                         pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()))
     right = ["0.5", "\\boxed{42}", "\\boxed{\\frac{3}{2}}", "\\boxed{\\frac{1}{3}}", "\\boxed{-1,2}"]
     assert [score(["\\boxed{" + a + "}"], [r])[0] for a, r in zip(written, right)] == [1.0] * 5
-    assert "4 of the 9 GRPO prompts have a reference answer that is no math (as 'Rome'), or one NeMo-RL's" in caplog.text
+    assert "5 of the 10 GRPO prompts have a reference answer that is no math (as 'Rome'), or one NeMo-RL's" in caplog.text
     with pytest.raises(PipelineError, match=r"none of the 1 GRPO prompts .* \(0 hold more than a question, 1 have answers of "
                                             r"text\); train.grpo_trainer='trl' takes them"):
         nemo_rl.write_train_data(grpo.slice(0, 1), tmp_path / "u.jsonl")

@@ -29,6 +29,11 @@ def test_math_answers_are_compared_as_math(completion, reference, expected):
     ("The roots are -1,2", "-1,2", 1.0), ("\\boxed{2,3}", "2,3", 1.0), ("\\boxed{1,2,3}", "1,2,3", 1.0),
     ("The answer is 2.3", "2,3", 0.0), ("1234", "1,234", 1.0), ("\\boxed{1,234}", "1234", 1.0),
     ("1,234,567", "1234567", 1.0), ("1,5", "1.5", 1.0), ("\\boxed{1,5}", "1.5", 0.0),
+    # A number of thousands, or any, before a unit: read bare, as before (between delimiters, a list of products).
+    ("\\boxed{1000}", "1,000 dollars", 1.0), ("1,000 dollars", "1000", 1.0), ("\\boxed{2500}", "2,500 J", 1.0),
+    ("\\boxed{2000}", "2,000 cm^2", 1.0), ("2500 J", "2,500 J", 1.0), ("0,5 kg", "0.5", 1.0),
+    # A full stop after bare LaTeX: not part of it (2\\pi. read as 2).
+    ("\\boxed{2}", "2\\pi.", 0.0), ("\\boxed{2\\pi}", "2\\pi.", 1.0), ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}.", 1.0),
 ])
 def test_a_reference_of_bare_latex_or_bracketed_numbers_is_read_as_latex(completion, reference, expected):
     """As MATH-style sets keep their answers: read bare, math-verify took 2\\pi for 2, (1, 2) and 3, 2

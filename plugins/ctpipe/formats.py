@@ -449,6 +449,8 @@ def _a_part(kind: Any) -> bool:
 
 
 def _media(kinds: Iterable[Any], where: str, media: Iterable[Any] = MEDIA_PARTS) -> None:
+    kinds = list(kinds)
+    _typed(kinds, where)
     for kind in kinds:
         if kind in media:
             raise FormatError("non_text_content", f"{where} holds a part of type {kind}, which a text dataset cannot hold")
@@ -547,7 +549,6 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
         if calls:
             raise FormatError("no_text_answer", f"{where}: the answer holds a tool's call")
         return text
-    _typed(content, where)
     _media((p.get("type") for p in content), where)
     if tool := next((kind for p in content if tool_part(kind := p.get("type"))), None):
         if said:
@@ -566,10 +567,10 @@ def _text(content: Any, where: str, said: bool = False, joined: str | None = Non
     return _join_parts(texts, said, joined)
 
 
-def _typed(parts: list, where: str) -> None:
-    """FormatError ``invalid_field`` for a part whose type is no name (a list, an object, a number)."""
-    if (kind := next((p["type"] for p in parts if isinstance(p, dict) and not isinstance(p.get("type"), str | None)),
-                     None)) is not None:
+def _typed(kinds: Iterable[Any], where: str) -> None:
+    """FormatError ``invalid_field`` for a part's type that is no name (a list, an object, a number),
+    which the readers' sets of kinds cannot hold."""
+    if (kind := next((k for k in kinds if not isinstance(k, str | None)), None)) is not None:
         raise FormatError("invalid_field", f"{where}: a part's type is {_excerpt(kind)}, not a name")
 
 
@@ -1147,11 +1148,14 @@ def _anthropic_request(body: dict, where: str) -> dict:
     messages = body.get("messages") if isinstance(body.get("messages"), list) else []
     for i, m in enumerate(messages):
         blocks = m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []
-        kinds = {b.get("type") for b in blocks if isinstance(b, dict)}
+        kinds = [b.get("type") for b in blocks if isinstance(b, dict)]
+        _typed(kinds, f"{where}.messages[{i}]")
         _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
                       f"{where}.messages[{i}]")
         _media(kinds, f"{where}.messages[{i}]")  # here, where its place is its own
     system = body.get("system")
+    if isinstance(system, list):
+        _typed((b.get("type") for b in system if isinstance(b, dict)), f"{where}.system")
     return {**body, "messages": _prefilled([{"role": "system", "content": system}, *messages] if system else messages)}
 
 
@@ -1160,6 +1164,7 @@ def _anthropic_response(body: dict) -> dict:
     model's is), for :func:`from_openai`. Its prompt's count is of all its input tokens: Anthropic
     counts those read from or written to its prompt cache apart, OpenAI's count holds them."""
     blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
+    _typed((b.get("type") for b in blocks), f"response {body.get('id')}: content")
     texts = [b for b in blocks if b.get("type") == "text"]
     # One answer in blocks: cited words are blocks of their own within its sentences, joined as they are.
     said = "".join(b["text"] for b in texts) if all(isinstance(b.get("text"), str) for b in texts) else texts
@@ -1732,7 +1737,7 @@ def _blocks(parts: Any, where: str) -> Any:
     it is."""
     if not isinstance(parts, list):
         return parts
-    _typed(parts, where)
+    _typed((p.get("type") for p in parts if isinstance(p, dict)), where)
     texts = sum(isinstance(p, dict) and p.get("type") == "text" for p in parts)
     out = []
     for p in parts:

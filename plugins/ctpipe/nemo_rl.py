@@ -275,7 +275,7 @@ def config_yaml(config: MasterConfig) -> str:
 
 
 def write_train_data(grpo: pa.Table, out: Path) -> int:
-    """Our GRPO table (its ``prompt`` and ``answer`` columns) as ResponseDataset JSONL: the user's question
+    r"""Our GRPO table (its ``prompt`` and ``answer`` columns) as ResponseDataset JSONL: the user's question
     and the reference answer, as a string; the number of rows written.
 
     ResponseDataset holds one question a row, which its processor frames with one system prompt for

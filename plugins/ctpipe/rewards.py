@@ -51,8 +51,9 @@ def reward_gap(high, low):
 # An answer written alone as bare LaTeX or an expression (2\pi, \frac{\sqrt{3}}{2}, 2x+1, 5!, as
 # MATH-style sets keep their references) or as numbers in brackets or a list ((1, 2), [0, 1), 3, 2,
 # -1,2): math-verify reads such math only between delimiters, and read bare, 2\pi is 2, 2x+1 is 2,
-# (1, 2) is 2, -1,2 is -1.2 (where \boxed{-1,2} is the list) and \sqrt{2} is nothing. Between
-# delimiters it reads 1,234 as a thousand and more, as bare. It must hold a number or a command of math (not \text): between delimiters
+# (1, 2) is 2, -1,2 is -1.2 (where \boxed{-1,2} is the list) and \sqrt{2} is nothing. A number of
+# thousands (1,234) is read bare, as before a unit (1,000 dollars, which between delimiters is a list
+# of products). It must hold a number or a command of math (not \text): between delimiters
 # "{Paris}" is the product of five variables. Not a sentence: a worked answer ("So x = \frac{1}{2}.")
 # is math-verify's to read as text, which finds its answer in it, where between delimiters the whole
 # of it would be one expression. A sentence has a word of two letters or more outside the braces of
@@ -64,7 +65,7 @@ def reward_gap(high, low):
 _LATEX_MARK = re.compile(r"[\\{}^]")
 _EXPRESSION = re.compile(r"\d(?![eE][+-]?\d)[A-Za-z](?![A-Za-z])|[A-Za-z]\s*[-+*<>]\s*[\w(]|[\w)]\s*[-+*<>]\s*[A-Za-z](?![A-Za-z])"
                          r"|\d\s*!|\d\s*:\s*\d(?!\d)")
-_NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,)[\s\d.,()\[\]+-]*")
+_NUMBERS_LISTED = re.compile(r"[\s\d.,()\[\]+-]*(?:[()\[\]]|,\s|,(?!\d{3}(?!\d)))[\s\d.,()\[\]+-]*")
 # An answer alone that may be a European decimal (1,5) as well as a list: either reading of it counts
 # against the reference, whose own reading (a list) decides which it holds.
 _DECIMAL_COMMA = re.compile(r"[+-]?\d+,\d+")
@@ -261,19 +262,22 @@ def _limited(compare: Callable[[str, str], Any], answer: str, reference: str) ->
 
 
 def _read(text: str) -> list:
-    """What math-verify reads from ``text``, bare LaTeX read as LaTeX (see above)."""
+    """What math-verify reads from ``text``, bare LaTeX read as LaTeX (see above), without a unit after
+    it or a full stop: between delimiters they are part of the expression (2\\pi. was 2)."""
     from math_verify import parse
 
-    return (_bare_latex(text) and parse(f"${text}$", parsing_timeout=None)) or parse(text, parsing_timeout=None)
+    bare = _bare_latex(text) and _UNIT.sub("", text).strip().removesuffix(".")
+    return (bare and parse(f"${bare}$", parsing_timeout=None)) or parse(text, parsing_timeout=None)
 
 
 def boxed_reference(reference: str) -> str | None:
     r"""``reference`` as NeMo-RL's math environment is to be given it, or None where it cannot score
-    answers as :func:`math_reward` does. It reads ``oxed{<reference>}`` as LaTeX, and the forms
+    answers as :func:`math_reward` does. It reads ``\boxed{<reference>}`` as LaTeX, and the forms
     math-verify misreads (see :func:`_plain`) scored every right answer 0 (``1½`` against
-    ``rac{3}{2}``, ``1e-05`` against ``0.00001``): the reference is written as math-verify reads
-    them, and kept where its boxed reading is the one math_reward takes. Not kept: a time or a ratio
-    (math_reward's own rule), a unit after a space (``5 m/s`` is a product there), text ("Rome").
+    ``\frac{3}{2}``, ``1e-05`` against ``0.00001``): the reference is written as math-verify reads
+    them, and kept where boxed answers stating it score there as math_reward scores them. Not kept:
+    a time or a ratio (math_reward's own rule), a unit after a space (``5 m/s`` is a product there),
+    a percent of a decimal (``12.5%``: \boxed{12.5} is wrong there), text ("Rome").
 
     >>> boxed_reference("1½"), boxed_reference("`42`"), boxed_reference("4:30"), boxed_reference("Rome")
     ('3/2', '42', None, None)
@@ -282,12 +286,28 @@ def boxed_reference(reference: str) -> str | None:
 
 
 def _boxed_reference(reference: str, _: str) -> str | None:
-    from math_verify import LatexExtractionConfig, parse, verify
+    import sympy
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    plain = _plain(reference.strip())
-    gold, boxed = _read(plain), parse(f"\\boxed{{{plain}}}", [LatexExtractionConfig()], parsing_timeout=None)
-    agree = gold and boxed and verify(gold, boxed, timeout_seconds=None) and verify(boxed, gold, timeout_seconds=None)
-    return plain if agree else None
+    plain = _plain(reference.strip()).strip()
+    gold = _read(plain)
+    if not gold or isinstance(gold[0], str):
+        return None
+    # Scored as NeMo-RL's math environment scores (HFVerifyWorker: math_metric with the reference
+    # boxed, read as LaTeX, and the answer read as an expression or LaTeX; here without its wall-clock
+    # alarms), against boxed answers stating the reference, the text the labels read of it and the
+    # expression (an answer in a box is read alike; how each reads a bare one is its own): kept where
+    # each scores as it is labeled. Equal expressions are not enough: verify compares the texts read
+    # too, and the labels take 12.5 as 12.5%, which NeMo-RL, whose boxed reading keeps "12.5%", does not.
+    boxed = parse(f"\\boxed{{{plain}}}", [LatexExtractionConfig()], parsing_timeout=None)
+    scored = []
+    for answer in sorted({f"\\boxed{{{text}}}" for text in (plain, str(gold[-1]), sympy.latex(gold[0]))}):
+        read = parse(answer, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=None)
+        theirs = bool(boxed and read) and verify(boxed, read, timeout_seconds=None)
+        if theirs != (_math_reward(answer, reference) == 1.0):
+            return None
+        scored.append(theirs)
+    return plain if any(scored) else None
 
 
 def _math_reward(completion: str, reference: str) -> float | None:
@@ -300,7 +320,8 @@ def _math_reward(completion: str, reference: str) -> float | None:
     if not gold:
         return None
     completion = _plain(completion.strip())
-    if same(_read(completion)) or (_DECIMAL_COMMA.fullmatch(completion) and same(parse(completion, parsing_timeout=None))):
+    if same(_read(completion)) or (_DECIMAL_COMMA.fullmatch(_UNIT.sub("", completion).strip())
+                                   and same(parse(completion, parsing_timeout=None))):
         return 1.0
     # Read as text, a sentence gives its last number: a tuple, an expression or LaTeX it ends in
     # ("The answer is (1, 2).", "So x = \frac{\sqrt{3}}{2}.") is read as the answer alone would be.
