@@ -284,7 +284,8 @@ def write_train_data(grpo: pa.Table, out: Path) -> int:
     as one. The math environment scores an answer with math-verify alone, against
     ``\boxed{<reference>}``: against a reference it reads no math from ("Rome"), every answer scores 0,
     and GRPO learns nothing from the prompt; one it reads otherwise than the labels do (a time, a
-    unit after a space; see :func:`ctpipe.rewards.boxed_reference`) scores right answers 0. Both
+    unit after a space, a percent of a decimal; see :func:`ctpipe.rewards.boxed_reference`) scores
+    right answers 0. Both
     kinds are left out and counted in a warning, and a reference math-verify misreads (``1½``) is
     written as it reads it (``3/2``); PipelineError when none is left (TRL's GRPO,
     train.grpo_trainer=trl, takes whole chats and the verifier that labeled the version)."""
@@ -310,7 +311,8 @@ def write_train_data(grpo: pa.Table, out: Path) -> int:
                     "turns), which NeMo-RL's ResponseDataset cannot: left out", chats, len(rows))
     if texts:
         log.warning("%d of the %d GRPO prompts have a reference answer that is no math (as 'Rome'), or one NeMo-RL's "
-                    "math environment reads otherwise than the labels do (a time, a unit after a space): left out",
+                    "math environment reads otherwise than the labels do (a time, a unit after a space, a percent "
+                    "of a decimal): left out",
                     texts, len(rows))
     if rows and not lines:
         raise PipelineError(f"none of the {len(rows)} GRPO prompts is a question alone with an answer of math, which "

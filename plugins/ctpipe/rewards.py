@@ -243,18 +243,18 @@ def math_reward(completion: str, reference: str) -> float | None:
     said = pair and _pair_reward(completion, pair)
     if said is not None:
         return said
-    return _limited(_math_reward, completion, reference)
+    return _limited(reference, _math_reward, completion, reference)
 
 
-def _limited(compare: Callable[[str, str], Any], answer: str, reference: str) -> Any:
-    """``compare(answer, reference)``, or None past :data:`MATH_CPU_S` of CPU time. The limit is a
-    signal's timer, which only the main thread may set: elsewhere (a caller's thread) math-verify runs
-    without one. Past it, the answer gives no verifiable signal: it was not found wrong."""
+def _limited(reference: str, work: Callable[..., Any], *args: str) -> Any:
+    """``work(*args)``, math-verify's with ``reference``, or None past :data:`MATH_CPU_S` of CPU time.
+    The limit is a signal's timer, which only the main thread may set: elsewhere (a caller's thread)
+    math-verify runs without one. Past it, the answer gives no verifiable signal: it was not found wrong."""
     if threading.current_thread() is not threading.main_thread():
-        return compare(answer, reference)
+        return work(*args)
     try:
         with _cpu_limited(MATH_CPU_S):
-            return compare(answer, reference)
+            return work(*args)
     except _OutOfTime:
         log.warning("math-verify took more than %g s of CPU time to compare an answer with the reference %.200r: "
                     "no verifiable signal", MATH_CPU_S, reference)
@@ -282,10 +282,10 @@ def boxed_reference(reference: str) -> str | None:
     >>> boxed_reference("1½"), boxed_reference("`42`"), boxed_reference("4:30"), boxed_reference("Rome")
     ('3/2', '42', None, None)
     """
-    return None if _PAIR_REFERENCE.fullmatch(reference.strip()) else _limited(_boxed_reference, reference, reference)
+    return None if _PAIR_REFERENCE.fullmatch(reference.strip()) else _limited(reference, _boxed_reference, reference)
 
 
-def _boxed_reference(reference: str, _: str) -> str | None:
+def _boxed_reference(reference: str) -> str | None:
     import sympy
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
