@@ -62,6 +62,26 @@ def test_an_interval_to_build_that_is_none_is_named(params, start, end, said):
     assert str(e.value).startswith(said)
 
 
+def test_a_scheduled_run_s_pendulum_interval_is_built_after_the_hour_before(settings):
+    """Airflow gives a scheduled run's data interval as pendulum's DateTime, whose arithmetic loses the
+    zone: the check of the hours before (their late files) compared a naive time with an aware one,
+    and every scheduled run after a built hour failed with a TypeError."""
+    import pendulum
+
+    from ctpipe.pipeline import interval_to_build, materialize_interval
+    from tests.conftest import T0
+
+    hours = [pendulum.instance(T0) + timedelta(hours=h) for h in range(3)]
+    for h in range(2):
+        write_traces(settings.traces_dir, [trace(h, at=hours[h] + timedelta(seconds=1))], at=hours[h])
+        start, end = interval_to_build({}, hours[h], hours[h + 1])
+        assert type(start) is type(end) is datetime and (start, end) == (hours[h], hours[h + 1])
+        assert materialize_interval(settings, start, end, f"scheduled__{h}")["traces_in"] == 1
+    # Given pendulum's times itself, as a caller other than the DAG may.
+    write_traces(settings.traces_dir, [trace(2, at=hours[2] + timedelta(seconds=1))], at=hours[2])
+    assert materialize_interval(settings, hours[2], hours[2] + timedelta(hours=1), "scheduled__2")["traces_in"] == 1
+
+
 def test_the_form_s_interval_comes_before_the_run_s():
     from datetime import datetime, timezone
 
@@ -429,7 +449,9 @@ def test_a_registry_begun_again_leaves_out_nothing_its_own_versions_did_not_lear
     Registry(settings).ensure_champion(base_model)
     first = published_hour(settings, 0, 16)
     _learned(settings, first["version"], "2", "1")
-    again = settings.model_copy(update={"mlflow_tracking_uri": f"sqlite:///{tmp_path / 'begun-again.db'}"})
+    # Its own registry under another home (a SQLite store and its artifacts), the same traces and store.
+    again = settings.model_copy(update={"home": tmp_path / "again", "dataset_store": settings.datasets_uri,
+                                        "trace_source": str(settings.traces_dir)})
     registry = Registry(again)
     registry.ensure_champion(base_model)
     champion = registry.champion()

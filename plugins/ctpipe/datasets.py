@@ -432,6 +432,14 @@ class Staging:
         return manifest
 
 
+def utc(t: datetime) -> datetime:
+    """An interval's bound ``t`` in UTC, as the standard library's datetime. Airflow gives a run's data
+    interval as pendulum's, whose arithmetic loses the zone: ``start - 3 * (end - start)`` is naive,
+    and comparing it with an aware time failed every scheduled run whose earlier hours were built."""
+    t = t.astimezone(timezone.utc)
+    return datetime(t.year, t.month, t.day, t.hour, t.minute, t.second, t.microsecond, tzinfo=timezone.utc)
+
+
 def version_name(start: datetime, end: datetime, digest: str) -> str:
     """A version's name: its interval (UTC) and the start of the digest of what makes it. Years of four
     digits, 0999 too (strftime's %Y writes 999), so that names sort as their intervals do."""

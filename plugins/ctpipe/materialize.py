@@ -66,7 +66,7 @@ from ctpipe import arith, columns, dedup, eval_sets, formats, pii, rewards, sour
 from ctpipe.config import DatasetConfig, RewardConfig, TaskConfig
 from ctpipe.datasets import (
     CODE_VERSION, DPO_SCHEMA, GRPO_SCHEMA, MESSAGES, QUARANTINE_SCHEMA, TRACES_SCHEMA, Manifest, Output, Staging,
-    dpo_pairs, version_name,
+    dpo_pairs, utc, version_name,
 )
 from ctpipe.keyset import KeySet
 from ctpipe.sources import RAW_CHARS, RAW_KEPT
@@ -1947,7 +1947,7 @@ def materialize(
 
     NoTraces, saying what was read, when the interval has no trace; SourceError when the source does not exist.
     """
-    start, end = start.astimezone(timezone.utc), end.astimezone(timezone.utc)
+    start, end = utc(start), utc(end)
     if end <= start:
         raise ValueError(f"interval end {end.isoformat()} is not after start {start.isoformat()}")
     lag = dataset.partition_lag()

@@ -86,7 +86,7 @@ def interval_to_build(params: dict[str, Any], start: datetime | None, end: datet
                                "trigger form"))
     if why := unfinished(end):
         raise PipelineError(f"{names[1]}={why}")
-    return start, end
+    return datasets.utc(start), datasets.utc(end)
 
 
 # How far a worker's clock may lag the scheduler's: a scheduled run begins right after its interval ends.
