@@ -111,3 +111,17 @@ def test_a_null_feedback_or_scores_is_none_as_a_missing_one_is():
                                                                    if k not in ("feedback", "scores")}):
         for rec in (convert(record), decode(json.dumps(record))):
             assert (rec.feedback.thumb, rec.feedback.rating, rec.scores) == (None, None, [])
+
+
+def test_a_field_of_the_wrong_type_is_refused_naming_its_value():
+    """The field alone was named ("Expected `int`, got `str` - at `usage.prompt_tokens`"): which value
+    was wrong was in the raw record only."""
+    doc = {"trace_id": "t1", "start_time": "2026-11-22T10:00:00+00:00", "end_time": "2026-11-22T10:00:01+00:00",
+           "model": {"name": "m", "version": "v"}, "messages": [{"role": "user", "content": "hi"}], "completion": "yo",
+           "usage": {"prompt_tokens": "five", "completion_tokens": 1, "total_tokens": 2}, "latency_ms": 1}
+    for read in (lambda d: decode(json.dumps(d)), convert):
+        with pytest.raises(InvalidTrace, match="^invalid_field: Expected `int`, got `str` - at `usage.prompt_tokens`: 'five'$"):
+            read(doc)
+        long = {**doc, "usage": None, "messages": [{"role": "user", "content": ["x" * 200]}]}
+        with pytest.raises(InvalidTrace, match=r"at `messages\[0\].content`: \['x{75}\.\.\.$"):
+            read(long)

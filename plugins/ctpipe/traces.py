@@ -233,8 +233,27 @@ def _whole_characters(rec: TraceRecord) -> TraceRecord:
 _NOT_TEXT = re.compile(r"`\$\.messages\[(\d+)\]\.((?:additional_kwargs\.)?(?:tool_calls|function_call)|invalid_tool_calls|audio)`")
 
 
-def _validation_error(e: msgspec.ValidationError) -> InvalidTrace:
+_AT = re.compile(r" - at `\$([^`]*)`$")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _value_at(doc: Any, path: str) -> str | None:
+    """The value at ``path`` (msgspec's ``.usage.prompt_tokens``, ``.messages[0].content``) of ``doc``,
+    as the quarantine's detail quotes it; None where there is none."""
+    for key, index in _STEP.findall(path):
+        try:
+            doc = doc[key] if key else doc[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return None
+    shown = repr(doc)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _validation_error(e: msgspec.ValidationError, doc: Any = None) -> InvalidTrace:
+    """InvalidTrace of msgspec's refusal of ``doc``, naming the field and, where it has one, its value."""
     text = str(e)
+    if (at := _AT.search(text)) and not text.startswith("Object missing") and (value := _value_at(doc, at[1])):
+        text = f"{text}: {value}"
     if found := _NOT_TEXT.search(text):
         return InvalidTrace("non_text_content" if found[2] == "audio" else "tool_call_in_prompt",
                             f"`messages[{found[1]}]` holds {found[2]}, which the dataset's messages (text only) cannot hold")
@@ -281,7 +300,11 @@ def decode(line: bytes | str) -> TraceRecord:
     except msgspec.ValidationError as e:
         if line.lstrip()[:1] not in (b"{", "{"):
             raise InvalidTrace("not_an_object", "expected a JSON object") from None
-        raise _validation_error(e) from None
+        try:  # the line again, for the value refused (a line our decoder reads, read whole)
+            doc = msgspec.json.decode(line)
+        except (msgspec.DecodeError, RecursionError):
+            doc = None
+        raise _validation_error(e, doc) from None
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         loads(line)  # raises with the precise reason
         raise
@@ -309,7 +332,7 @@ def convert(doc: dict) -> TraceRecord:
     try:
         return _whole_characters(_consistent(msgspec.convert(_finite(doc), TraceRecord)))
     except msgspec.ValidationError as e:
-        raise _validation_error(e) from None
+        raise _validation_error(e, doc) from None
 
 
 def partition_dir(root: Path, ts: datetime) -> Path:
