@@ -123,5 +123,6 @@ def test_a_field_of_the_wrong_type_is_refused_naming_its_value():
         with pytest.raises(InvalidTrace, match="^invalid_field: Expected `int`, got `str` - at `usage.prompt_tokens`: 'five'$"):
             read(doc)
         long = {**doc, "usage": None, "messages": [{"role": "user", "content": ["x" * 200]}]}
-        with pytest.raises(InvalidTrace, match=r"at `messages\[0\].content`: \['x{75}\.\.\.$"):
+        with pytest.raises(InvalidTrace, match=r"at `messages\[0\].content`: \['x+\.\.\.x+") as e:  # cut
             read(long)
+        assert len(str(e.value).partition("content`: ")[2]) <= 80

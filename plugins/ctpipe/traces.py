@@ -39,6 +39,7 @@ import functools
 import json
 import math
 import re
+import reprlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -234,6 +235,8 @@ _NOT_TEXT = re.compile(r"`\$\.messages\[(\d+)\]\.((?:additional_kwargs\.)?(?:too
 
 
 _AT = re.compile(r" - at `\$([^`]*)`$")
+_SHOWN = reprlib.Repr()  # Python 3.11's takes its limits as attributes
+_SHOWN.maxstring = _SHOWN.maxother = 80
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
 
@@ -245,7 +248,7 @@ def _value_at(doc: Any, path: str) -> str | None:
             doc = doc[key] if key else doc[int(index)]
         except (KeyError, IndexError, TypeError):
             return None
-    shown = repr(doc)
+    shown = _SHOWN.repr(doc)  # a value of megabytes is not copied whole to be cut
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
