@@ -1149,7 +1149,6 @@ def _anthropic_request(body: dict, where: str) -> dict:
     for i, m in enumerate(messages):
         blocks = m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []
         kinds = [b.get("type") for b in blocks if isinstance(b, dict)]
-        _typed(kinds, f"{where}.messages[{i}]")
         _no_tool_call(next((f"a block of type {k}" for k in ("tool_use", "tool_result") if k in kinds), None),
                       f"{where}.messages[{i}]")
         _media(kinds, f"{where}.messages[{i}]")  # here, where its place is its own

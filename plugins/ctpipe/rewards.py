@@ -289,8 +289,8 @@ def _boxed_reference(reference: str) -> str | None:
     import sympy
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-    plain = _plain(reference.strip()).strip()
-    gold = _read(plain)
+    plain = _plain(reference.strip())
+    gold, plain = _read(plain), plain.strip()
     if not gold or isinstance(gold[0], str):
         return None
     # Scored as NeMo-RL's math environment scores (HFVerifyWorker: math_metric with the reference
@@ -307,21 +307,24 @@ def _boxed_reference(reference: str) -> str | None:
     for answer in sorted({f"\\boxed{{{text}}}" for text in (plain, str(gold[-1]), sympy.latex(gold[0]))}):
         read = parse(answer, [ExprExtractionConfig(), LatexExtractionConfig()], parsing_timeout=None)
         theirs = bool(boxed and read) and verify(boxed, read, timeout_seconds=None)
-        if theirs != (_math_reward(answer, reference) == 1.0):
+        if theirs != (_scored(answer, gold) == 1.0):
             return None
         scored.append(theirs)
     return plain if any(scored) else None
 
 
 def _math_reward(completion: str, reference: str) -> float | None:
+    gold = _read(_plain(reference.strip()))
+    return _scored(completion, gold) if gold else None
+
+
+def _scored(completion: str, gold: list) -> float:
+    """1.0 when ``completion`` states the answer math-verify read as ``gold`` (of a reference), else 0.0."""
     from math_verify import parse, verify
 
     def same(answer: list) -> bool:
         return bool(answer) and verify(gold, answer, timeout_seconds=None)
 
-    gold = _read(_plain(reference.strip()))
-    if not gold:
-        return None
     completion = _plain(completion.strip())
     if same(_read(completion)) or (_DECIMAL_COMMA.fullmatch(_UNIT.sub("", completion).strip())
                                    and same(parse(completion, parsing_timeout=None))):

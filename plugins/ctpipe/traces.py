@@ -252,7 +252,7 @@ def _value_at(doc: Any, path: str) -> str | None:
     return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
-def _validation_error(e: msgspec.ValidationError, doc: Any = None) -> InvalidTrace:
+def _validation_error(e: msgspec.ValidationError, doc: Any) -> InvalidTrace:
     """InvalidTrace of msgspec's refusal of ``doc``, naming the field and, where it has one, its value."""
     text = str(e)
     if (at := _AT.search(text)) and not text.startswith("Object missing") and (value := _value_at(doc, at[1])):
