@@ -398,6 +398,56 @@ def test_examples_learned_of_one_interval_leave_out_no_row_of_another(settings, 
     assert "8 of the 12 grpo rows of 1 versions are left out" in caplog.text
 
 
+def test_versions_of_intervals_sharing_time_train_their_shared_examples_once(settings, base_model, capsys):
+    """A form's run of 10:00:08-11:00:04 holds traces of the hours 10:00-11:00 and 11:00-12:00: a run
+    of train on the three trains each example the hours hold once, where it trained those of the
+    form's version twice; the hours themselves share no time, and ask the same questions again."""
+    from ctpipe.jobspec import learned, load_job, training_data
+    from ctpipe.pipeline import materialize_interval
+    from tests.conftest import T0, published_hour
+
+    hours = [published_hour(settings, h, 16) for h in range(2)]
+    form = materialize_interval(settings, T0 + timedelta(seconds=8), T0 + timedelta(hours=1, seconds=4), "manual__1")
+    assert [v["rows"]["grpo_prompts"] for v in (*hours, form)] == [8, 8, 6]  # 4 of the first hour's, 2 of the next's
+    params = PARAMS | {"base_checkpoint": str(base_model)}
+    spec, manifests = load_job(prepare_training(settings, params, [hours[0], form, hours[1]], "r1")["spec_path"])
+    assert [m.version for m in manifests] == [hours[0]["version"], form["version"], hours[1]["version"]]
+    capsys.readouterr()
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 8 + 8
+    assert "6 grpo rows are trained on once, not twice: versions of intervals sharing time hold them both" \
+        in capsys.readouterr().out
+    # Asked for, as the count of what was learned before is: all of them.
+    assert training_data(manifests, "grpo", repeats=True).num_rows == 8 + 6 + 8
+    spec, manifests = load_job(prepare_training(settings, params | {"algorithm": "dpo"}, [hours[0], form, hours[1]],
+                                                "r2")["spec_path"])
+    assert training_data(manifests, "dpo").num_rows == 8 + 8
+
+
+def test_examples_learned_of_an_interval_leave_out_the_rows_of_one_sharing_time_with_it(settings, base_model, caplog):
+    """What a model learned of the hour 10:00-11:00 leaves out the rows of a form's run of
+    10:00:08-11:00:04 that are the same examples; its traces written late, new questions, are
+    trained on. Retention keeps those records while a run holds the form's version."""
+    from ctpipe.jobspec import learned, load_job, training_data
+    from ctpipe.pipeline import materialize_interval
+    from ctpipe.registry import Registry
+    from tests.conftest import T0, published_hour, training_traces
+
+    caplog.set_level("INFO", "ctpipe.pipeline")
+    Registry(settings).ensure_champion(base_model)
+    first = published_hour(settings, 0, 16)
+    _learned(settings, first["version"], "2", "1")
+    Registry(settings).set_champion("2")
+    late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(minutes=30, seconds=i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:24])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl")
+    form = materialize_interval(settings, T0 + timedelta(seconds=8), T0 + timedelta(hours=1, seconds=4), "manual__1")
+    assert form["rows"]["grpo_prompts"] == 4 + 4
+    spec, manifests = load_job(prepare_training(settings, PARAMS, [form], "r1")["spec_path"])
+    assert [Path(uri).name.rpartition(".")[0] for uri in spec.left_out] == [f"{first['version']}.v2"]
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 4
+    assert "4 of the 8 grpo rows of 1 versions are left out: examples model v2 learned" in caplog.text
+
+
 def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(settings, base_model):
     import shutil
 

@@ -157,6 +157,21 @@ def test_what_was_just_published_or_is_being_copied_in_is_kept_whatever_its_inte
     assert _listed(s) == sorted([copying.name, made[1].version, made[3].version, "20261118T000000-20261118T010000-0123456789"])
 
 
+def test_what_was_learned_of_intervals_sharing_time_with_a_held_version_is_kept(hours):
+    """A run on a form's version of 10:30-11:30 leaves out, after each preemption too, what its base
+    learned of the hours 10:00-11:00 and 11:00-12:00: their records stay while it holds the version."""
+    s, made = hours
+    store = datasets.Output(s.datasets_dir)
+    for m in made:
+        store.mark_learned("m", "grpo", m.version, "2", "0a1b", np.arange(3, dtype=np.uint64))
+    form = datasets.version_name(T0 + 30 * MINUTE, T0 + 90 * MINUTE, "0123456789")
+    store.hold("manual__train1", [form], T0 + 9 * DAY)
+    done = retention.prune(store, DAY, now=T0 + 3 * HOUR + DAY)
+    assert done.removed == [made[0].version, made[1].version]
+    assert sorted(p.name for p in (s.datasets_dir / "_learned" / "m" / "grpo").iterdir()) == \
+        [f"{m.version}.v2.0a1b" for m in made]
+
+
 def test_versions_a_training_run_holds_are_kept_until_it_releases_them_or_its_time_is_up(hours, caplog):
     s, made = hours
     store, now = datasets.Output(s.datasets_dir), T0 + 3 * HOUR + DAY

@@ -483,6 +483,32 @@ def interval_part(version: str) -> str:
     return version.rsplit("-", 1)[0]
 
 
+def sharing_time(intervals: list[str], others: list[str]) -> list[list[int]]:
+    """For each of ``intervals`` (each an :func:`interval_part`), the indices of ``others`` whose
+    intervals share some time with it, in order; a name that says no interval shares none. Sorted by
+    start, as a year's hours against a year's hours would take a while pair by pair.
+
+    >>> sharing_time(["20261122T100000-20261122T110000"], ["20261122T090000-20261122T100000",
+    ...     "20261122T105000-20261122T120000", "20261122T100000-20261122T110000", "v-deleted"])
+    [[1, 2]]
+    """
+    def bounds(names: list[str]) -> np.ndarray:
+        said = [interval_named(name, version=False) or (datetime.min, datetime.min) for name in names]
+        return np.array([[(t.replace(tzinfo=None) - datetime.min).total_seconds() for t in interval]
+                         for interval in said], dtype=np.int64).reshape(-1, 2)
+
+    theirs = bounds(others)
+    order = np.argsort(theirs[:, 0], kind="stable")
+    starts, ends = theirs[order, 0], theirs[order, 1]
+    longest = int((ends - starts).max(initial=0))
+    found = []
+    for start, end in bounds(intervals).tolist():
+        # Only those starting within the longest interval's length before it can reach it.
+        first, past = np.searchsorted(starts, start - longest, "right"), np.searchsorted(starts, end, "left")
+        found.append(sorted(order[first:past][ends[first:past] > start].tolist()))
+    return found
+
+
 def read_keys(uri: str) -> tuple[np.ndarray, str]:
     """(the example keys of a record of :meth:`Output.mark_learned`, the dataset version it is of)."""
     fs, path = filesystem(uri)

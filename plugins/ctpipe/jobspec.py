@@ -134,21 +134,37 @@ def _manifest(ref: DatasetRef, table: str) -> Manifest:
 
 
 def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None,
-                  leave_out: dict[str, np.ndarray] | None = None) -> pa.Table:
+                  leave_out: dict[str, np.ndarray] | None = None, *, repeats: bool = False) -> pa.Table:
     """The rows of ``table`` in every version of ``manifests`` (as :func:`load_job` gives them), in
     their order, each read where its manifest was found; but those whose :func:`example_keys` are
-    among ``leave_out``'s for the version's interval (:func:`learned`)."""
+    among ``leave_out``'s for an interval sharing time with the version's (:func:`learned`), and,
+    unless ``repeats``, those an earlier version of an interval sharing time with its holds too. A
+    form's run of 03:17-04:05 and the hour 04:00-05:00 hold the same traces, trained on once, as one
+    version of both would hold them once; hours that share no time ask the same questions again."""
     import numpy as np
     import pyarrow as pa
 
-    from ctpipe.datasets import interval_part
+    from ctpipe.datasets import interval_part, sharing_time
 
-    tables = []
-    for m in manifests:
+    intervals, leave_out = [interval_part(m.version) for m in manifests], leave_out or {}
+    learned_keys, learned_of = list(leave_out.values()), sharing_time(intervals, list(leave_out))
+    sharing = [] if repeats else sharing_time(intervals, intervals)
+    earlier = [[j for j in sharing[i] if j < i] if sharing else [] for i in range(len(manifests))]
+    needed = {j for found in earlier for j in found}  # versions a later one is checked against
+    none = np.empty(0, np.uint64)
+    tables, kept, repeated = [], {}, 0
+    for i, m in enumerate(manifests):
         rows = m.read(table, columns)
-        if (learned := (leave_out or {}).get(interval_part(m.version))) is not None:
-            rows = rows.filter(pa.array(~np.isin(example_keys(rows, table), learned)))
+        if learned_of[i] or earlier[i] or i in needed:
+            keys = example_keys(rows, table)
+            known = np.isin(keys, np.concatenate([none, *(learned_keys[j] for j in learned_of[i])]))
+            again = np.isin(keys, np.concatenate([none, *(kept[j] for j in earlier[i])])) & ~known
+            repeated += int(again.sum())
+            rows, kept[i] = rows.filter(pa.array(~(known | again))), keys[~(known | again)]
         tables.append(rows)
+    if repeated:
+        print(f"{repeated} {table} rows are trained on once, not twice: versions of intervals sharing time hold "
+              "them both", flush=True)
     try:
         return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:

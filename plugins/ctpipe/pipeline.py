@@ -316,16 +316,18 @@ def _to_train_on(s: Settings, params: dict[str, Any], triggered_by: list[dict] |
 
 
 def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, base_version: str) -> list[str]:
-    """The records of the examples of ``chosen``'s intervals that the base model learned, or a model it
-    descends from (:meth:`datasets.Output.mark_learned`): a re-run with late traces holds them and the
-    late ones, and they are not trained on again. Examples a candidate the gate refused, or one rolled
-    back, learned are no model's in the lineage, and are. NothingToPublish when ``chosen`` holds no
-    other row of ``table``."""
+    """The records of the examples of intervals sharing time with ``chosen``'s that the base model
+    learned, or a model it descends from (:meth:`datasets.Output.mark_learned`): a re-run with late
+    traces holds them and the late ones, as a form's run of 03:17-04:05 holds some of the hour
+    04:00-05:00's, and they are not trained on again. Examples a candidate the gate refused, or one
+    rolled back, learned are no model's in the lineage, and are. NothingToPublish when ``chosen``
+    holds no other row of ``table``."""
     from ctpipe.jobspec import EXAMPLE_COLUMNS, learned, training_data
     from ctpipe.registry import Registry
 
     marks = datasets.Output(s.datasets_uri).learned(s.model_name, table)
-    intervals = {datasets.interval_part(m.version) for m in chosen} & set(marks)
+    of_chosen, named = [datasets.interval_part(m.version) for m in chosen], list(marks)
+    intervals = {named[j] for sharing in datasets.sharing_time(of_chosen, named) for j in sharing}
     models = {model for i in intervals for _, model, _ in marks[i] if model.isdigit()}
     lineage = Registry(s).lineage(base_version, since=min(map(int, models))) if models else {}
     # Its version number and its run: a registry begun again numbers from 1 again. A record written
@@ -335,9 +337,9 @@ def _learned_before(s: Settings, chosen: list[datasets.Manifest], table: str, ba
     if not found:
         return []
     keys = learned([uri for uri, _ in found])
-    marked = [m for m in chosen if datasets.interval_part(m.version) in keys]
+    marked = [m for m, sharing in zip(chosen, datasets.sharing_time(of_chosen, list(keys))) if sharing]
     rows = sum(m.files[table]["rows"] for m in marked)
-    left = training_data(marked, table, EXAMPLE_COLUMNS[table], keys).num_rows
+    left = training_data(marked, table, EXAMPLE_COLUMNS[table], keys, repeats=True).num_rows
     models = ", ".join(f"v{model}" for model in sorted({m for _, m in found}, key=int))
     if not left and len(marked) == len(chosen):
         raise NothingToPublish(f"every {table} row of {', '.join(m.version for m in chosen)} is an example model "

@@ -26,7 +26,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from ctpipe.datasets import Output, entries, interval_named, interval_part
+from ctpipe.datasets import Output, entries, interval_named, interval_part, sharing_time
 from ctpipe.errors import EmptyStore
 
 log = logging.getLogger(__name__)
@@ -216,13 +216,15 @@ def _remove(fs, paths: dict[str, str], recursive: bool = False, look_again: bool
 
 def _records_before(store: Output, cutoff: datetime, held: set[str]) -> list[str]:
     """The ``_listed/`` records and ``_learned/`` examples of the intervals that ended before ``cutoff``;
-    but the examples of an interval a ``held`` version is of, which its training job reads again."""
+    but the examples of an interval sharing time with a ``held`` version's, which its training job
+    reads again."""
     records = [(path, name) for path in entries(store.fs, f"{store.root}/_listed")
                if (name := path.rstrip("/").rpartition("/")[2])]
-    read = {interval_part(v) for v in held}
-    for table in (table for model in entries(store.fs, f"{store.root}/_learned") for table in entries(store.fs, model)):
-        records += [(path, name) for path in entries(store.fs, table)
-                    if (name := interval_part(path.rstrip("/").rpartition("/")[2])) not in read]
+    learned = [(path, interval_part(path.rstrip("/").rpartition("/")[2]))
+               for model in entries(store.fs, f"{store.root}/_learned") for table in entries(store.fs, model)
+               for path in entries(store.fs, table)]
+    read = sharing_time([name for _, name in learned], [interval_part(v) for v in held])
+    records += [record for record, sharing in zip(learned, read) if not sharing]
     return sorted(path for path, name in records
                   if (interval := interval_named(name, version=False)) and interval[1] < cutoff)
 
