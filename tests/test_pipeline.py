@@ -414,8 +414,8 @@ def test_versions_of_intervals_sharing_time_train_their_shared_examples_once(set
     assert [m.version for m in manifests] == [hours[0]["version"], form["version"], hours[1]["version"]]
     capsys.readouterr()
     assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 8 + 8
-    assert "6 grpo rows are trained on once, not twice: versions of intervals sharing time hold them both" \
-        in capsys.readouterr().out
+    assert "6 grpo rows are left out: a version before theirs, of an interval sharing time with theirs, gives the " \
+        "same examples" in capsys.readouterr().out
     # Asked for, as the count of what was learned before is: all of them.
     assert training_data(manifests, "grpo", repeats=True).num_rows == 8 + 6 + 8
     spec, manifests = load_job(prepare_training(settings, params | {"algorithm": "dpo"}, [hours[0], form, hours[1]],
@@ -446,6 +446,44 @@ def test_examples_learned_of_an_interval_leave_out_the_rows_of_one_sharing_time_
     assert [Path(uri).name.rpartition(".")[0] for uri in spec.left_out] == [f"{first['version']}.v2"]
     assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 4
     assert "4 of the 8 grpo rows of 1 versions are left out: examples model v2 learned" in caplog.text
+
+
+def test_a_record_holds_the_examples_its_version_gave_the_run_not_those_learned_of_another_interval(
+    settings, base_model
+):
+    """v2 learned the hour 10:00-11:00. A form's run of 10:59-11:00:04 holds a question asked late in
+    that hour, new, and two asked again at 11:00, which v2 learned of 10:00: v3, trained on it from v2,
+    learned the new one alone, and a run from v3 on the hour 11:00-12:00, which shares time with the
+    form's and not with 10:00's, trains on those two again."""
+    from ctpipe.jobspec import learned, load_job, training_data
+    from ctpipe.pipeline import materialize_interval, register_candidate
+    from ctpipe.registry import Registry
+    from tests.conftest import T0, published_hour, training_traces
+
+    registry = Registry(settings)
+    registry.ensure_champion(base_model)
+    first = published_hour(settings, 0, 16)
+    _learned(settings, first["version"], "2", "1")
+    registry.set_champion("2")
+    late = [trace(900 + i, t["messages"][0]["content"], t["completion"], at=T0 + timedelta(minutes=59, seconds=30 + i),
+                  feedback=t["feedback"]) for i, t in enumerate(training_traces()[16:18])]
+    write_traces(settings.traces_dir, late, name="part-late.jsonl")
+    next_hour = published_hour(settings, 1, 16)
+    form = materialize_interval(settings, T0 + timedelta(minutes=59), T0 + timedelta(hours=1, seconds=4), "manual__1")
+    assert form["rows"]["grpo_prompts"] == 1 + 2
+    job = prepare_training(settings, PARAMS, [form], "r1")
+    spec, manifests = load_job(job["spec_path"])
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 1
+    run = registry.start_run("eval 3")
+    candidate = {"checkpoint": str(base_model), "algorithm": "grpo", "base_version": "2", "dataset_uri": form["uri"],
+                 "dataset_version": form["version"], "more_datasets": [], "run_dir": job["run_dir"], "epochs": 1.0,
+                 "passes": 1}
+    assert register_candidate(settings, {"mlflow_run_id": run.info.run_id, "candidate": candidate,
+                                         "champion_version": "2", "comparison": {"candidate_accuracy": 0.5}}) == "3"
+    registry.set_champion("3")
+    spec, manifests = load_job(prepare_training(settings, PARAMS, [next_hour], "r2")["spec_path"])
+    assert [Path(uri).name.rpartition(".")[0] for uri in spec.left_out] == [f"{form['version']}.v3"]
+    assert training_data(manifests, "grpo", leave_out=learned(spec.left_out)).num_rows == 8
 
 
 def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(settings, base_model):

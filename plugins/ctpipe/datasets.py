@@ -485,12 +485,12 @@ def interval_part(version: str) -> str:
 
 def sharing_time(intervals: list[str], others: list[str]) -> list[list[int]]:
     """For each of ``intervals`` (each an :func:`interval_part`), the indices of ``others`` whose
-    intervals share some time with it, in order; a name that says no interval shares none. Sorted by
-    start, as a year's hours against a year's hours would take a while pair by pair.
+    intervals share some time with it, in order; a name that says no interval, those of the same name.
+    Sorted by start, as a year's hours against a year's hours would take a while pair by pair.
 
-    >>> sharing_time(["20261122T100000-20261122T110000"], ["20261122T090000-20261122T100000",
-    ...     "20261122T105000-20261122T120000", "20261122T100000-20261122T110000", "v-deleted"])
-    [[1, 2]]
+    >>> sharing_time(["20261122T100000-20261122T110000", "legacy"], ["20261122T090000-20261122T100000",
+    ...     "20261122T105000-20261122T120000", "20261122T100000-20261122T110000", "legacy"])
+    [[1, 2], [3]]
     """
     def bounds(names: list[str]) -> np.ndarray:
         said = [interval_named(name, version=False) or (datetime.min, datetime.min) for name in names]
@@ -501,11 +501,16 @@ def sharing_time(intervals: list[str], others: list[str]) -> list[list[int]]:
     order = np.argsort(theirs[:, 0], kind="stable")
     starts, ends = theirs[order, 0], theirs[order, 1]
     longest = int((ends - starts).max(initial=0))
+    unnamed: dict[str, list[int]] = {}  # of an empty interval, found by name alone
+    for j, name in enumerate(others):
+        if theirs[j, 0] == theirs[j, 1]:
+            unnamed.setdefault(name, []).append(j)
     found = []
-    for start, end in bounds(intervals).tolist():
+    for name, (start, end) in zip(intervals, bounds(intervals).tolist()):
         # Only those starting within the longest interval's length before it can reach it.
         first, past = np.searchsorted(starts, start - longest, "right"), np.searchsorted(starts, end, "left")
-        found.append(sorted(order[first:past][ends[first:past] > start].tolist()))
+        found.append(sorted(order[first:past][ends[first:past] > start].tolist()) if start < end
+                     else unnamed.get(name, []))
     return found
 
 
@@ -659,8 +664,8 @@ class Output:
         """Record that version ``model_version`` of registered model ``model``, logged by MLflow run
         ``run_id``, learned the examples of ``version``'s ``table`` (their
         :func:`ctpipe.jobspec.example_keys`): a run from it, or from a model descending from it, trains
-        on a later version of the interval (a re-run with late traces, which holds them too) without
-        them. The keys are kept, not the version's name alone: retention may remove the version.
+        on a version of an interval sharing time with ``version``'s (a re-run with late traces, which
+        holds them too) without them. The keys are kept, not the version's name alone: retention may remove the version.
         Another model trained from the same store numbers its versions too, and so does a registry
         begun again (its database lost): the run id tells its v2 from the v2 that learned these."""
         folder = f"{self.root}/_learned/{quote(model, safe='')}/{table}"

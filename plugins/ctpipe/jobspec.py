@@ -53,8 +53,9 @@ class JobSpec(BaseModel):
         "while train's run before went on (a backfill's hours), labeled with the same reward config.")
     left_out: list[str] = Field(
         default=[], description="Examples learned before (files of their keys, each of a version of one interval: "
-        "see datasets.Output.mark_learned), by the base checkpoint or the models it descends from: the rows of the "
-        "same intervals that they hold are not trained on again (a re-run with late traces holds them too).")
+        "see datasets.Output.mark_learned), by the base checkpoint or the models it descends from: the rows of "
+        "intervals sharing time with theirs that they hold are not trained on again (a re-run with late traces "
+        "holds them too).")
     run_dir: str = Field(description="Unique per DAG run; a retry of the run reuses it and resumes.")
     max_steps: int = Field(ge=1)
     learning_rate: float = Field(gt=0)
@@ -135,14 +136,27 @@ def _manifest(ref: DatasetRef, table: str) -> Manifest:
 
 def training_data(manifests: list[Manifest], table: str, columns: list[str] | None = None,
                   leave_out: dict[str, np.ndarray] | None = None, *, repeats: bool = False) -> pa.Table:
-    """The rows of ``table`` in every version of ``manifests`` (as :func:`load_job` gives them), in
-    their order, each read where its manifest was found; but those whose :func:`example_keys` are
-    among ``leave_out``'s for an interval sharing time with the version's (:func:`learned`), and,
-    unless ``repeats``, those an earlier version of an interval sharing time with its holds too. A
-    form's run of 03:17-04:05 and the hour 04:00-05:00 hold the same traces, trained on once, as one
-    version of both would hold them once; hours that share no time ask the same questions again."""
-    import numpy as np
+    """The rows of :func:`training_parts`, together."""
     import pyarrow as pa
+
+    try:
+        return pa.concat_tables(training_parts(manifests, table, columns, leave_out, repeats=repeats),
+                                promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        versions = ", ".join(m.version for m in manifests)
+        raise PipelineError(f"the {table} tables of dataset versions {versions} do not combine: {e}") from None
+
+
+def training_parts(manifests: list[Manifest], table: str, columns: list[str] | None = None,
+                   leave_out: dict[str, np.ndarray] | None = None, *, repeats: bool = False) -> list[pa.Table]:
+    """The rows of ``table`` each version of ``manifests`` (as :func:`load_job` gives them) gives a
+    run, read where its manifest was found: but those whose :func:`example_keys` are among
+    ``leave_out``'s of an interval sharing time with the version's (:func:`learned`), and, unless
+    ``repeats``, those whose example a version before it in the list, of an interval sharing time
+    with its, gives. Versions are matched by example, not by time: a form's run of 03:17-04:05 and
+    the hour 04:00-05:00 hold the same traces, and an example they both hold is trained on once,
+    wherever in their intervals it was asked. Hours that share no time ask the same questions again."""
+    import numpy as np
 
     from ctpipe.datasets import interval_part, sharing_time
 
@@ -160,16 +174,12 @@ def training_data(manifests: list[Manifest], table: str, columns: list[str] | No
             known = np.isin(keys, np.concatenate([none, *(learned_keys[j] for j in learned_of[i])]))
             again = np.isin(keys, np.concatenate([none, *(kept[j] for j in earlier[i])])) & ~known
             repeated += int(again.sum())
-            rows, kept[i] = rows.filter(pa.array(~(known | again))), keys[~(known | again)]
+            rows, kept[i] = rows.filter(~(known | again)), keys[~(known | again)]
         tables.append(rows)
     if repeated:
-        print(f"{repeated} {table} rows are trained on once, not twice: versions of intervals sharing time hold "
-              "them both", flush=True)
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-        versions = ", ".join(m.version for m in manifests)
-        raise PipelineError(f"the {table} tables of dataset versions {versions} do not combine: {e}") from None
+        print(f"{repeated} {table} rows are left out: a version before theirs, of an interval sharing time with "
+              "theirs, gives the same examples", flush=True)
+    return tables
 
 
 EXAMPLE_COLUMNS = {"grpo": ["prompt", "answer"], "dpo": ["prompt", "chosen", "rejected"]}  # what makes a row one example

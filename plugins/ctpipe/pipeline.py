@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from ctpipe import arith, datasets
 from ctpipe.config import ALGORITHMS, Settings
 from ctpipe.errors import NothingToPublish, PipelineError
-from ctpipe.jobspec import METRICS_FILE, DatasetRef, JobSpec, table_of
+from ctpipe.jobspec import METRICS_FILE, SPEC_FILE, DatasetRef, JobSpec, table_of
 from ctpipe.preemption import backoff_seconds
 
 if TYPE_CHECKING:
@@ -617,7 +617,7 @@ def _ci(ci: tuple[float, float]) -> str:
 
 def register_candidate(s: Settings, result: dict) -> str:
     """Register a passing candidate as a new model version (not yet serving)."""
-    from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys
+    from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys, learned, training_parts
     from ctpipe.registry import Registry
 
     cand = result["candidate"]
@@ -639,18 +639,27 @@ def register_candidate(s: Settings, result: dict) -> str:
     # intervals trains on all of them again.
     if not cand.get("passes"):
         log.warning("v%s made no pass over every row it trained on (%s epochs): none is recorded as learned (a later "
-                    "version of their intervals is trained on whole)", version, cand.get("epochs"))
+                    "version of an interval sharing time with theirs is trained on whole)", version, cand.get("epochs"))
         return version
-    # In the store the versions were found in, where _learned_before looks.
-    table, store = table_of(cand["algorithm"]), datasets.Output(s.datasets_uri)
-    for v in [cand.get("dataset_version"), *(d["version"] for d in cand.get("more_datasets") or [])]:
-        if not v:
-            continue
+    # In the store the versions were found in, where _learned_before looks; in the job's order, each with
+    # the rows it gave the run (training_parts). A row left out as learned of another interval is that
+    # interval's: recorded again as this one's, it would leave out the same question asked again in an
+    # interval sharing time with this one and not with that one.
+    table, store, found = table_of(cand["algorithm"]), datasets.Output(s.datasets_uri), []
+    for v in [*(d["version"] for d in cand.get("more_datasets") or []), cand.get("dataset_version")]:
         try:
-            rows = store.resolve(v).read(table, EXAMPLE_COLUMNS[table])
-        except (datasets.DatasetNotFound, FileNotFoundError):
+            found += [store.resolve(v)] if v else []
+        except datasets.DatasetNotFound:
             log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
-                        "later version of its interval is trained on whole", v, store.uri, version)
-            continue
-        store.mark_learned(s.model_name, table, v, version, result["mlflow_run_id"], example_keys(rows, table))
+                        "later version of an interval sharing time with its is trained on whole", v, store.uri, version)
+    spec = Path(cand.get("run_dir") or ".") / SPEC_FILE
+    left_out = JobSpec.read(spec).left_out if cand.get("run_dir") and spec.is_file() else []
+    try:
+        parts = training_parts(found, table, EXAMPLE_COLUMNS[table], learned(left_out))
+    except FileNotFoundError as e:  # a part removed by hand: the job read it
+        log.warning("a dataset version v%s trained on lost a part (%s): none of its examples is recorded as learned",
+                    version, e)
+        return version
+    for m, rows in zip(found, parts):
+        store.mark_learned(s.model_name, table, m.version, version, result["mlflow_run_id"], example_keys(rows, table))
     return version
