@@ -93,8 +93,9 @@ def test_a_local_folder_is_listed_as_fsspec_finds_it_and_a_changed_file_gets_ano
     # fsspec's find lists a link to a folder as a file, which no read could open.
     links = (f"{src}/linked", f"{src}/e f/up")
     expected = sorted([p for p in fsspec.filesystem("file").find(str(src)) if p not in links] + [f"{src}/linked/h.jsonl"])
-    assert list(found) == [p for p in expected if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-    assert f"{src}/.hidden/d.jsonl" in list(found) and f"{src}/e f/g.jsonl" in list(found)
+    assert list(found) == [p for p in expected if not any(part.startswith((".", "_"))
+                                                          for part in p[len(str(src)):].split("/"))]
+    assert f"{src}/.hidden/d.jsonl" not in list(found) and f"{src}/e f/g.jsonl" in list(found)
     file = f"{src}/c.parquet"
     key = sources.file_key(fs, file)
     assert sources.file_key(fs, file) == key
@@ -122,6 +123,26 @@ def test_the_manifests_of_a_langfuse_export_are_not_read(tmp_path, protocol):
     assert {f[len(root):]: why for f, why in skipped.items()} == {"/p/manifests/": sources._LANGFUSE_MANIFESTS_NOT_READ}
     # each file's size as listed, in the same order: a local one's, and none for an object's
     assert list(found.sizes()) == ([9, 9, 9] if protocol == "file" else [None, None, None])
+
+
+@pytest.mark.parametrize("protocol", ["file", "memory"])
+def test_a_writers_uncommitted_attempts_and_a_tables_log_are_not_read(tmp_path, protocol):
+    """Spark and Hive write a job's attempts under _temporary/ and .hive-staging_*/ and move them
+    into place on commit; Delta keeps its log in _delta_log/: none of them is the source's data, as
+    Spark and pyarrow read sources. A hidden source given itself is read."""
+    import ctpipe.sources as sources
+
+    fs = fsspec.filesystem(protocol)
+    root = str(tmp_path / "src") if protocol == "file" else f"/hidden-{tmp_path.name}"
+    for path in ("date=2026-11-22/hour=10/part-0.jsonl", "date=2026-11-22/hour=10/_temporary/0/attempt_1/part-0.jsonl",
+                 "date=2026-11-22/hour=10/.hive-staging_hive_2026/-ext-10000/part-0.jsonl",
+                 "_delta_log/00000000000000000000.json", "date=2026-11-22/hour=10/_SUCCESS", "_hidden/a.jsonl"):
+        fs.makedirs(f"{root}/{path.rsplit('/', 1)[0]}", exist_ok=True)
+        fs.pipe(f"{root}/{path}", b'{"n": 1}\n')
+    url = root if protocol == "file" else f"memory://{root}"
+    _, found, skipped = sources.list_files(url)
+    assert [f[len(root):] for f in found] == ["/date=2026-11-22/hour=10/part-0.jsonl"] and not skipped
+    assert [f[len(root):] for f in sources.list_files(f"{url}/_hidden")[1]] == ["/_hidden/a.jsonl"]
 
 
 def test_an_object_name_holding_a_nul_is_listed_whole():

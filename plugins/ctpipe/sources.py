@@ -492,12 +492,17 @@ _BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): 
 _LANGFUSE_MANIFESTS_NOT_READ = "the manifests of Langfuse's export runs (beside its scores/): not records"
 
 
+# Files and folders passed over, as Spark and pyarrow pass them over: markers (_SUCCESS), a writer's
+# attempts not committed (_temporary/, .hive-staging_*/), a table's log (_delta_log/).
+_HIDDEN = (".", "_")
+
+
 def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
              skipped: dict[str, str]) -> Iterator[tuple[str, list[str], dict | None]]:
     """(folder, the names of files in it that come one after another, their details on an object
     store) under ``folder`` (ending in "/"), at any depth, in the order of their paths: a folder "a/"
-    comes after a file "a.jsonl". The folders ``keep`` refuses are not listed; local entries that
-    cannot be read go to ``skipped``, with why (see :func:`_unreadable`).
+    comes after a file "a.jsonl", but :data:`_HIDDEN` ones. The folders ``keep`` refuses are not listed; local entries that cannot be
+    read go to ``skipped``, with why (see :func:`_unreadable`).
 
     A local folder is listed with ``os.scandir``: fsspec's ``find`` made a dict of details of each
     file, 2.4 s and 172 MB for 200,000 files. A link to a local folder is followed (``find`` lists it
@@ -520,21 +525,19 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
             return
         names = []
         for e in listed:
-            hidden = e.name.startswith((".", "_"))
-            if not hidden and (why := _unreadable(e)):
+            if e.name.startswith(_HIDDEN):
+                continue
+            if why := _unreadable(e):
                 skipped[e.path] = why
                 continue
-            try:
-                names.append(e.name + "/" if e.is_dir() else e.name)
-            except OSError:  # a hidden link loop: passed over as the hidden are
-                pass
+            names.append(e.name + "/" if e.is_dir() else e.name)  # known: _unreadable asked
         names.sort()
     else:
         infos, here = {}, folder.rstrip("/")
         for info in fs.ls(here, detail=True):
             full = info["name"].rstrip("/")
-            if full != here:  # a store's marker of the folder itself
-                name = full.rsplit("/", 1)[-1]
+            name = full.rsplit("/", 1)[-1]
+            if full != here and not name.startswith(_HIDDEN):  # not a store's marker of the folder itself
                 infos[name + "/" if info["type"] == "directory" else name] = info
         names = sorted(infos)
     run: list[str] = []
@@ -547,7 +550,7 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
                 skipped[folder + name] = _LANGFUSE_MANIFESTS_NOT_READ
                 continue
             yield from _listing(fs, folder + name, keep, seen, skipped)
-        elif not name.startswith((".", "_")):
+        else:
             run.append(name)
     if run:
         yield folder, run, infos
