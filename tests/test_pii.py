@@ -261,14 +261,34 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
     pieces = ["password", "PassWord", "passwd", "api_key", "X-API-KEY", "client-secret", "authorization", "session",
               "Bearer", "sk-", "hf_", "=", ":", '"', "'", " ", "\u00a0", "\u2003", "\u3000", "\t", "\n", "\u200b",
               "\u212a", "token", "access", "7", "x", "é", "密码", "Passwort", "JWT_SECRET", "sessionid", "Sig", "：", "İ", "ſ",
-              "\\", "<", ">", "pwd", "_pass", "Passphrase", "--password"]
+              "\\", "<", ">", "pwd", "_pass", "Passphrase", "--password", "sk-abcdefgh12345678", "task-", "xoxo",
+              "-u", "-p", "admin:", "sshpass", "hf_hub_download", "SG.", "abcdefghijklmnopqrst", "eyJhbGciOi", "."]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))) for _ in range(20000)]
-    python = [any(h in t for h in pii._SECRET_HINTS) or pii._LABELLED_AT.search(t) is not None for t in texts]
+    python = [pii._SECRETS_GATE_AT.search(t) is not None or pii._LABELLED_AT.search(t) is not None for t in texts]
     assert pc.match_substring_regex(pa.array(texts), pii.SECRETS_GATE).to_pylist() == python
-    assert 2000 < sum(python) < 18000
+    assert 1000 < sum(python) < 18000
     labelled = ["password\u00a0= 'hunter2x'", "API_KEY\u2003: abcdefghij1234567890abc"]
     assert pii.scrub_array(pa.array(labelled), Counter(), repeats=False).to_pylist() == [
         "password\u00a0= '<SECRET>'", "API_KEY\u2003: <SECRET>"] == [scrub(t) for t in labelled]
+
+
+@pytest.mark.parametrize("text", ["a task-specific head", "risk-free", "xoxo", "from hf_hub_download import x",
+                                  "git push -u origin main", "the bearer of bad news", "SG. and NZ.", "eyJ"])
+def test_a_word_that_begins_a_key_s_form_is_no_hint(text):
+    """Each text holding one was scanned whole by the secrets' pattern: some 6 ms a completion of 7 KB."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    assert pc.match_substring_regex(pa.array([text]), pii.PRECHECK).to_pylist() == [False]
+
+
+def test_a_command_line_s_password_after_any_space_is_scrubbed_in_a_column_as_alone():
+    import pyarrow as pa
+
+    texts = ["curl\u00a0-u admin:S3cr3t!pass", "curl\u3000-u admin:S3cr3t!pass", "mysql\u2003-u root\u00a0-pS3cr3t!pass",
+             "curl -u admin:S3cr3t!pass"]
+    scrubbed = pii.scrub_array(pa.array(texts), Counter(), repeats=False).to_pylist()
+    assert scrubbed == [scrub(t) for t in texts] and all(t.endswith("<SECRET>") for t in scrubbed)
 
 
 @pytest.mark.parametrize("text, scrubbed", [
