@@ -559,17 +559,19 @@ def test_every_text_published_is_scrubbed_and_labels_read_the_texts_as_written(t
     (tmp_path / "a.jsonl").write_bytes(lines(
         trace(1, "Who is the contact?", "bob@example.org", reference_answer="bob@example.org", scores=scored),
         trace(2, "What is 4111 1111 1111 1110 plus 1?", "4111 1111 1111 1111", reference_answer="4111 1111 1111 1111"),
+        trace(3, "Whose account?", "Jo's", reference_answer="DE89 3704 0044 0532 0130 00 (Jo, SSN 536-22-1234)"),
     ))
     m = run(tmp_path / "a.jsonl", tmp_path / "out", reward=RewardConfig(verifier="exact"))
-    one, two = table(m, "traces")
+    one, two, three = table(m, "traces")
+    assert three["reference_answer"] == "<IBAN> (Jo, SSN <SSN>)"  # no math answer is either
     assert one["reference_answer"] == one["completion"] == "<EMAIL>"
     assert one["scores"] == [{"name": "judge <EMAIL>", "value": 1.0, "label": "call <PHONE>", "source": "eval"},
                              {"name": "judge", "value": 0.5, "label": None, "source": "by <EMAIL>"}]
     assert two["completion"] == "<CARD>" and two["reference_answer"] == "4111 1111 1111 1111"
     assert two["verifiable_reward"] == 1.0
-    assert sorted(r["answer"] for r in table(m, "grpo")) == ["4111 1111 1111 1111", "<EMAIL>"]
+    assert sorted(r["answer"] for r in table(m, "grpo")) == ["4111 1111 1111 1111", "<EMAIL>", "<IBAN> (Jo, SSN <SSN>)"]
     published = json.dumps([table(m, name) for name in ("traces", "grpo", "dpo", "quarantine")], default=str)
-    assert "@example" not in published and "415-555" not in published
+    assert "@example" not in published and "415-555" not in published and "3704" not in published
     assert published.replace("4111 1111 1111 1110", "").count("4111") == 2  # the reference, and the GRPO answer
 
 

@@ -272,6 +272,38 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
         "password\u00a0= '<SECRET>'", "API_KEY\u2003: <SECRET>"] == [scrub(t) for t in labelled]
 
 
+@pytest.mark.parametrize("text, scrubbed", [
+    ("カード番号：４１１１　１１１１　１１１１　１１１１", "カード番号：<CARD>"), ("電話：０９０　１２３４　５６７８", "電話：<PHONE>"),
+    ("電話：（０３）１２３４－５６７８", "電話：<PHONE>"), ("TEL：＋８１　９０－１２３４－５６７８", "TEL：<PHONE>"),
+    ("手机：＋８６　１３８　００１３　８０００", "手机：<PHONE>"), ("card 4111\u20071111\u20071111\u20071111", "card <CARD>"),
+    ("ｔａｒｏ．ｙａｍａｄａ＠ｅｘａｍｐｌｅ．ｃｏ．ｊｐ", "<EMAIL>"), ("見て．jane@x.org", "見て．<EMAIL>"),
+    ("１．５ and ２０２６／１１／２２", "１．５ and ２０２６／１１／２２"),
+])
+def test_numbers_and_addresses_in_full_width_forms_are_scrubbed(text, scrubbed):
+    """As a Chinese or Japanese input method writes them: full-width signs and ideographic spaces."""
+    assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize("text", ["result: +1.23456789", "What is +1.23456789 times 2?", "+37.7749 -122.4194",
+                                  "ISO 6709: +40.6894-074.0447/", "Score went +5.5 -3.25 +4.125 -1.0625"])
+def test_signed_decimals_are_no_phone_numbers(text):
+    assert scrub(text) == text
+
+
+@pytest.mark.parametrize("text", ["+1.415.555.0100", "+49.30.1234567", "+1 415 555 0100", "+7 (916) 123-45-67"])
+def test_international_numbers_in_dots_or_groups_are_still_phones(text):
+    assert scrub(text) == "<PHONE>"
+
+
+def test_without_numbers_ibans_and_named_social_security_numbers_are_scrubbed_all_the_same():
+    """A reference answer keeps its cards' and phones' numbers, which a math answer may look like."""
+    found = Counter()
+    text = "DE89 3704 0044 0532 0130 00 (SSN 536-22-1234, phone +1 415 555 0100, 4111 1111 1111 1111)"
+    assert scrub(text, found, numbers=False) == "<IBAN> (SSN <SSN>, phone +1 415 555 0100, 4111 1111 1111 1111)"
+    assert found == {"iban": 1, "ssn": 1}
+    assert scrub("The answer is 536-22-1234", numbers=False) == "The answer is 536-22-1234"
+
+
 @pytest.mark.parametrize("text", ["a task-specific head", "risk-free", "xoxo", "from hf_hub_download import x",
                                   "git push -u origin main", "the bearer of bad news", "SG. and NZ.", "eyJ"])
 def test_a_word_that_begins_a_key_s_form_is_no_hint(text):

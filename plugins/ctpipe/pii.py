@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 # JSON, "\njane@x.org" is a new line and then the address. Not a method call (q@k.transpose(...)).
 # A full-width "＠" is how Chinese and Japanese text writes it. A mark that combines with the letter
 # before it (decomposed é, the vowel signs of Devanagari) is part of a word, which \w alone is not.
-# An apostrophe may join a local part's words (o'brien@).
+# An apostrophe may join a local part's words (o'brien@), and a full-width dot, as a Japanese input
+# method in full-width mode writes (ｔａｒｏ．ｙａｍａｄａ＠).
 _ATS = ("@", "＠", "%40", "\\u0040")
 _AT = "(?:" + "|".join(map(re.escape, _ATS)) + ")"
 _MARKS = "".join(c for c in map(chr, range(0x300, 0x10000)) if unicodedata.category(c) in ("Mn", "Mc", "Me"))
@@ -38,8 +39,8 @@ _CJK = ("\u1100-\u11ff\u2e80-\u2fdf\u3040-\u30ff\u3100-\u318f\u31a0-\u31ff\u3400
 # underscore that begins one: Markdown's italics, _jane@x.org_; not after each of a word's, which
 # scanned a snake_case word again from each), not by an apostrophe, which quotes it ('jane@x.org'),
 # nor as a URL's user (ssh://git@github.com/...).
-_LOCAL_AT = (rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.%+-])|(?<=_)(?<![\w{_MARKS}.%+-]_))"
-             rf"(?!['_])[\w{_MARKS}.%+'-]+" + _AT)
+_LOCAL_AT = (rf"(?<!\\)(?<!://)(?:(?<=\\[nrtbf])|(?<![\w{_MARKS}.．%+-])|(?<=_)(?<![\w{_MARKS}.．%+-]_))"
+             rf"(?!['_])[\w{_MARKS}.．%+'-]+" + _AT)
 # A domain's labels hold no "_" (self.lm_head), and it is no object's attribute (x@self.weight.T) nor an
 # scp path (git@github.com:org/repo.git); its top-level domain is a real one (see _address). Its dots
 # may be full-width ones, as a Japanese input method in full-width mode writes all of it (ｔａｒｏ＠ｘ．ｊｐ).
@@ -51,10 +52,12 @@ _EMAIL = re.compile(_LOCAL_AT + rf"(?:[^\W_]|[{_MARKS}.．-])+[.．](?P<tld>(?:[
 # no spaces after a URL), backtracking tried every split of the run at its digits, quadratic in its
 # length (400,000 characters took 42 s).
 _URL_CREDENTIALS = re.compile(r"(?<=://)(?:[^\s:/@]*+:[^\s/@]++|[^\s:/@\d]*+\d[^\s:/@]*+)(?=@)")
-# Spaces a number is written with: a plain one, and the no-break and thin ones of French typography
-# and of text copied from the web. Dashes: hyphens, en dash, minus sign, full-width hyphen-minus.
-_SPACES = " \u00a0\u2009\u202f"
+# Spaces a number is written with: a plain one, the no-break and thin ones of French typography and
+# of text copied from the web, a figure space, and the ideographic one of Chinese and Japanese text.
+# Dashes: hyphens, en dash, minus sign, full-width hyphen-minus.
+_SPACES = " \u00a0\u2007\u2009\u202f\u3000"
 _DASH = "\u2010-\u2013\u2212\uff0d"
+_WIDE = "＋（）．／"  # read as ASCII's (see _AS_ASCII)
 # A card's digits come in groups of four (Amex's and Diners' 4-6-5 and 4-6-4), or bare; a group
 # after a space, a dash or a dot (or two spaces), or all after slashes (a slash before a card is
 # another number's: 2184/4111 1111 1111 1111; not a path's folders, /4111/1111/1111/1111/). Not a
@@ -196,7 +199,7 @@ _SECRET_STARTS = (
     rf"[{_W}](?:-u|--user)[{_W}]+[^{_W}:]+:", rf"[{_W}]-u[{_W}]*[^{_W}]+[{_W}]+-p", rf"\bsshpass[{_W}]+-p",
     rf"[{_W}]--password[{_W}]")
 # 9+ digits close together: a phone or card may be here (up to three between two: 030 / 1234 5678).
-_MANY_DIGITS = re.compile(rf"\d(?:[().+/{_SPACES}{_DASH}-]{{0,3}}\d){{8}}")
+_MANY_DIGITS = re.compile(rf"\d(?:[().+/{_WIDE}{_SPACES}{_DASH}-]{{0,3}}\d){{8}}")
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
 # the case-blind labels at every character, the most of a suspect's scrubbing.
 SECRETS_GATE = "|".join([*_SECRET_STARTS, _LABELLED])
@@ -332,7 +335,8 @@ def luhn(digits: str) -> bool:
 def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, numbers: bool = True) -> str:
     """``text`` with e-mail addresses, phone and card numbers and keys/tokens replaced; counts into ``found``.
     ``secrets`` says whether the text passes :data:`SECRETS_GATE`, where a caller asked RE2 already;
-    without ``numbers``, phone and card numbers are kept.
+    without ``numbers``, phone and card numbers are kept (a math answer may look like one; no math
+    answer is an IBAN, or a number a text calls a social security number).
 
     >>> c = Counter(); scrub("mail a.b@example.com or +1 415-555-0100, card 4111 1111 1111 1111", c)
     'mail <EMAIL> or <PHONE>, card <CARD>'
@@ -349,12 +353,12 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
         if "://" in text:  # the user and password of a URL, before its host is read as an address's domain
             text = _URL_CREDENTIALS.sub(lambda m: _counted(counts, "secret", "<SECRET>"), text)
         text = _EMAIL.sub(_address(counts), text)
-    return _numbers(text, counts) if numbers else text
+    return _numbers(text, counts, numbers)
 
 
 # Top-level domains of private networks, which the public list leaves out: addresses all the same.
 _PRIVATE_TLDS = frozenset({"local", "internal", "corp", "lan", "home", "intranet", "localdomain", "private"})
-_CJK_RUN = re.compile(f"[{_CJK}]*")
+_CJK_RUN = re.compile(f"[{_CJK}．]*")  # a full-width dot ends their sentences too
 _CJK_TLD_CHARS = 6  # the longest top-level domain in those scripts (ファッション)
 # A domain no code's object is named like (example.com, uni.ac.uk): what runs on past it with no
 # space (jane@example.com.Thanks, jane@example.com.谢谢) or a "(" after it (jane@example.com(work))
@@ -495,6 +499,10 @@ def _iban(counts: Counter):
     return replace
 
 
+# Signed decimals, which an international number's plus sign and separators take in: +1.23456789,
+# a point's coordinates (+37.7749 -122.4194, ISO 6709's +40.6894-074.0447), scores (+4.125 -1.0625).
+# A number with one dot after its country code alone (+33.123456789) is taken for one of them.
+_SIGNED_DECIMALS = re.compile(rf"\+\d+\.\d+(?:[{_SPACES}]*[{_DASH}+-]\d+\.\d+)*")
 # A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
 _LIST_GOES_ON = re.compile(rf"([{_SPACES}])\d+(?=\1\d|[{_SPACES}]*(?:[\n,;.)\]]|\Z))")
 
@@ -505,7 +513,7 @@ def _phone(counts: Counter):
     dump's 00 11 22 33 44 55), where a number after another one (415-555-0132 24 hours) is not."""
     def replace(m: re.Match) -> str:
         goes_on = _LIST_GOES_ON.match(m.string, m.end())
-        if goes_on and goes_on[1] in m.group():
+        if (goes_on and goes_on[1] in m.group()) or _SIGNED_DECIMALS.fullmatch(m.group()):
             return m.group()
         n = len(_DIGIT.findall(m.group()))
         return _counted(counts, "phone", "<PHONE>") if 9 <= n <= 15 else m.group()
@@ -519,22 +527,26 @@ def _phone(counts: Counter):
 # text, minus scanning all of it twice. The
 # gate (nine digits close together somewhere) is made of those characters too, so it is asked of the
 # runs as well.
-_NUMBER_RUNS = re.compile(rf"[\d().+/{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
+_NUMBER_RUNS = re.compile(rf"[\d().+/{_WIDE}{_SPACES}{_DASH}-]{{8,}}")  # no card or phone number is shorter
 _DIGIT = re.compile(r"\d")
 # The digits of every script as ASCII's, one character for one: the patterns' ranges ([2-9]) are ASCII's,
-# and Chinese and Japanese text writes numbers in full-width digits (４１５-５５５-０１００).
-_ASCII_DIGITS = {c: 48 + unicodedata.digit(chr(c)) for c in range(0x80, 0x20000) if unicodedata.category(chr(c)) == "Nd"}
+# and Chinese and Japanese text writes numbers in full-width digits (４１５-５５５-０１００), and the
+# signs among them full-width too (＋８１, （０３）).
+_AS_ASCII = {c: 48 + unicodedata.digit(chr(c)) for c in range(0x80, 0x20000) if unicodedata.category(chr(c)) == "Nd"}
+_AS_ASCII.update({ord(c): ord(unicodedata.normalize("NFKC", c)) for c in _WIDE})
 
 
-def _numbers(text: str, counts: Counter) -> str:
-    """``text`` with IBANs, social security numbers, card numbers, then phone numbers, replaced, when
-    it has nine digits close together."""
+def _numbers(text: str, counts: Counter, cards_and_phones: bool = True) -> str:
+    """``text`` with IBANs, social security numbers, card numbers, then phone numbers (but, without
+    ``cards_and_phones``, neither of these two), replaced, when it has nine digits close together."""
     runs = list(_NUMBER_RUNS.finditer(text))
     if not any(_MANY_DIGITS.search(run.group()) for run in runs):
         return text
     out = _IBAN.sub(_iban(counts), text)  # letters and all: in no run
     if any(hint in out for hint in _SSN_HINTS) and _SSN_NAMED.search(out):
         out = _SSN.sub(_ssn(counts), out)
+    if not cards_and_phones:
+        return out
     for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):
         if out != text:  # the runs found again only where one changed the text
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
@@ -562,7 +574,7 @@ def _sub_as_written(pattern: re.Pattern, replace, text: str) -> str:
     matches, a match not replaced, a match's end kept: a card's expiry) as written."""
     if text.isascii():
         return pattern.sub(replace, text)
-    plain = text.translate(_ASCII_DIGITS)
+    plain = text.translate(_AS_ASCII)
     out, done = [], 0
     for m in pattern.finditer(plain):
         new = replace(m)
