@@ -665,8 +665,8 @@ class Output:
         ``run_id``, learned the examples of ``version``'s ``table`` (their
         :func:`ctpipe.jobspec.example_keys`): a run from it, or from a model descending from it, trains
         on a version of an interval sharing time with ``version``'s (a re-run with late traces, which
-        holds them too) without them. The keys are kept, not the version's name alone: retention may remove the version.
-        Another model trained from the same store numbers its versions too, and so does a registry
+        holds them too) without them. The keys are kept, not the version's name alone: retention may
+        remove the version. Another model trained from the same store numbers its versions too, and so does a registry
         begun again (its database lost): the run id tells its v2 from the v2 that learned these."""
         folder = f"{self.root}/_learned/{quote(model, safe='')}/{table}"
         self.fs.makedirs(folder, exist_ok=True)
