@@ -262,7 +262,8 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
               "Bearer", "sk-", "hf_", "=", ":", '"', "'", " ", "\u00a0", "\u2003", "\u3000", "\t", "\n", "\u200b",
               "\u212a", "token", "access", "7", "x", "é", "密码", "Passwort", "JWT_SECRET", "sessionid", "Sig", "：", "İ", "ſ",
               "\\", "<", ">", "pwd", "_pass", "Passphrase", "--password", "sk-abcdefgh12345678", "task-", "xoxo",
-              "-u", "-p", "admin:", "sshpass", "hf_hub_download", "SG.", "abcdefghijklmnopqrst", "eyJhbGciOi", "."]
+              "-u", "-p", "admin:", "sshpass", "hf_hub_download", "SG.", "abcdefghijklmnopqrst", "eyJhbGciOi", ".",
+              "\\n", "キーは", "ghp_a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1", "Bearer abcdefghij0123456789"]
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8))) for _ in range(20000)]
     python = [pii._SECRETS_GATE_AT.search(t) is not None or pii._LABELLED_AT.search(t) is not None for t in texts]
     assert pc.match_substring_regex(pa.array(texts), pii.SECRETS_GATE).to_pylist() == python
@@ -277,6 +278,8 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
     ("電話：（０３）１２３４－５６７８", "電話：<PHONE>"), ("TEL：＋８１　９０－１２３４－５６７８", "TEL：<PHONE>"),
     ("手机：＋８６　１３８　００１３　８０００", "手机：<PHONE>"), ("card 4111\u20071111\u20071111\u20071111", "card <CARD>"),
     ("ｔａｒｏ．ｙａｍａｄａ＠ｅｘａｍｐｌｅ．ｃｏ．ｊｐ", "<EMAIL>"), ("見て．jane@x.org", "見て．<EMAIL>"),
+    ("第1．taro@example.com", "第1．<EMAIL>"), ("連絡先はtaro@example.jp．よろしく", "連絡先は<EMAIL>．よろしく"),
+    ("メールはｔａｒｏ＠ｅｘａｍｐｌｅ．ｊｐ．よろしく", "メールは<EMAIL>．よろしく"),
     ("１．５ and ２０２６／１１／２２", "１．５ and ２０２６／１１／２２"),
 ])
 def test_numbers_and_addresses_in_full_width_forms_are_scrubbed(text, scrubbed):
@@ -284,15 +287,28 @@ def test_numbers_and_addresses_in_full_width_forms_are_scrubbed(text, scrubbed):
     assert scrub(text) == scrubbed
 
 
-@pytest.mark.parametrize("text", ["result: +1.23456789", "What is +1.23456789 times 2?", "+37.7749 -122.4194",
-                                  "ISO 6709: +40.6894-074.0447/", "Score went +5.5 -3.25 +4.125 -1.0625"])
-def test_signed_decimals_are_no_phone_numbers(text):
+@pytest.mark.parametrize("text", ["+37.7749 -122.4194", "ISO 6709: +40.6894-074.0447/", "Score went +5.5 -3.25 +4.125 -1.0625"])
+def test_signed_decimals_one_after_another_are_no_phone_numbers(text):
     assert scrub(text) == text
 
 
-@pytest.mark.parametrize("text", ["+1.415.555.0100", "+49.30.1234567", "+1 415 555 0100", "+7 (916) 123-45-67"])
+@pytest.mark.parametrize("text", ["+1.415.555.0100", "+49.30.1234567", "+1 415 555 0100", "+7 (916) 123-45-67",
+                                  "+1.4155550100", "+44.2079460958"])  # the last two EPP's and WHOIS's form
 def test_international_numbers_in_dots_or_groups_are_still_phones(text):
     assert scrub(text) == "<PHONE>"
+
+
+@pytest.mark.parametrize("text", ['{"content":"my key:\\nsk-proj-abcDEF1234567890abcdefXYZ"}',
+                                  "APIキーはsk-proj-abcDEF1234567890abcdefXYZ", "我的token是ghp_" + "a1" * 18,
+                                  "密钥AKIAABCDEFGHIJ123456", "GITHUB_TOKEN_ghp_" + "a1" * 18, '"auth":"\\nBearer abcdefghij0123456789xyz"'])
+def test_a_key_run_into_by_text_or_after_an_escaped_new_line_is_scrubbed(text):
+    """Chinese and Japanese text runs into a key with no space, as a name does; a raw line escapes the
+    new line before it. Neither is a word's start, where keys were looked for."""
+    import pyarrow as pa
+
+    scrubbed = pii.scrub_array(pa.array([text]), Counter(), repeats=False).to_pylist()
+    assert scrubbed == [scrub(text)] and "<SECRET>" in scrubbed[0] and "a1a1" not in scrubbed[0] \
+        and "XYZ" not in scrubbed[0] and "123456" not in scrubbed[0]
 
 
 def test_without_numbers_ibans_and_named_social_security_numbers_are_scrubbed_all_the_same():
@@ -302,6 +318,9 @@ def test_without_numbers_ibans_and_named_social_security_numbers_are_scrubbed_al
     assert scrub(text, found, numbers=False) == "<IBAN> (SSN <SSN>, phone +1 415 555 0100, 4111 1111 1111 1111)"
     assert found == {"iban": 1, "ssn": 1}
     assert scrub("The answer is 536-22-1234", numbers=False) == "The answer is 536-22-1234"
+    # nine digits bare after the label are an answer's: only those in groups are a number
+    assert scrub("ssn_count = 123456789", numbers=False) == "ssn_count = 123456789"
+    assert scrub("SSN: 536221234") == "SSN: <SSN>"
 
 
 @pytest.mark.parametrize("text", ["a task-specific head", "risk-free", "xoxo", "from hf_hub_download import x",

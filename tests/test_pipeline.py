@@ -497,10 +497,13 @@ def test_a_registered_candidate_records_the_examples_it_learned_and_its_lineage(
 
     registry = Registry(settings)
     registry.ensure_champion(base_model)
-    hours = [published_hour(settings, h, 8) for h in range(2)]
-    shutil.rmtree(hours[0]["uri"])  # pruned meanwhile: said, and the other recorded
+    hours = [published_hour(settings, h, 8) for h in range(3)]
+    shutil.rmtree(hours[0]["uri"])  # pruned meanwhile: said, and the others recorded
+    for part in Path(hours[2]["uri"]).glob("grpo/*.parquet"):  # a part removed by hand: that version alone left out
+        part.unlink()
     candidate = {"checkpoint": str(base_model), "algorithm": "grpo", "base_version": "1", "dataset_uri": hours[1]["uri"],
-                 "dataset_version": hours[1]["version"], "more_datasets": [{"uri": hours[0]["uri"], "version": hours[0]["version"]}]}
+                 "dataset_version": hours[1]["version"],
+                 "more_datasets": [{"uri": hours[h]["uri"], "version": hours[h]["version"]} for h in (0, 2)]}
     store = datasets.Output(settings.datasets_uri)
     for passes, model in ((0, "2"), (None, "3")):  # no pass over every row, or not said: which rows it saw is unknown
         run = registry.start_run(f"eval {model}")

@@ -129,19 +129,22 @@ def test_the_manifests_of_a_langfuse_export_are_not_read(tmp_path, protocol):
 def test_a_writers_uncommitted_attempts_and_a_tables_log_are_not_read(tmp_path, protocol):
     """Spark and Hive write a job's attempts under _temporary/ and .hive-staging_*/ and move them
     into place on commit; Delta keeps its log in _delta_log/: none of them is the source's data, as
-    Spark and pyarrow read sources. A hidden source given itself is read."""
+    Spark reads sources; a partition of a column named with a "_" is. A hidden source given itself
+    is read."""
     import ctpipe.sources as sources
 
     fs = fsspec.filesystem(protocol)
     root = str(tmp_path / "src") if protocol == "file" else f"/hidden-{tmp_path.name}"
     for path in ("date=2026-11-22/hour=10/part-0.jsonl", "date=2026-11-22/hour=10/_temporary/0/attempt_1/part-0.jsonl",
                  "date=2026-11-22/hour=10/.hive-staging_hive_2026/-ext-10000/part-0.jsonl",
-                 "_delta_log/00000000000000000000.json", "date=2026-11-22/hour=10/_SUCCESS", "_hidden/a.jsonl"):
+                 "_delta_log/00000000000000000000.json", "date=2026-11-22/hour=10/_SUCCESS", "_hidden/a.jsonl",
+                 "date=2026-11-22/hour=11/_region=eu/part-0.jsonl"):
         fs.makedirs(f"{root}/{path.rsplit('/', 1)[0]}", exist_ok=True)
         fs.pipe(f"{root}/{path}", b'{"n": 1}\n')
     url = root if protocol == "file" else f"memory://{root}"
     _, found, skipped = sources.list_files(url)
-    assert [f[len(root):] for f in found] == ["/date=2026-11-22/hour=10/part-0.jsonl"] and not skipped
+    assert [f[len(root):] for f in found] == ["/date=2026-11-22/hour=10/part-0.jsonl",
+                                              "/date=2026-11-22/hour=11/_region=eu/part-0.jsonl"] and not skipped
     assert [f[len(root):] for f in sources.list_files(f"{url}/_hidden")[1]] == ["/_hidden/a.jsonl"]
 
 

@@ -140,10 +140,16 @@ _GIVES = "[:=：]"  # a full-width colon in Chinese and Japanese text
 _LABELLED = (rf"(?i:(?:{_KEY_LABELS}|authorization|{_PASSWORDS}){_Q}?{_WHITE}*{_GIVES}"
              rf"|(?:{_KEY_LABELS}|{_PASSWORDS}){_WHITE}+{_IS}\b|<(?:{_PASSWORDS})>)")
 _LABELLED_AT = re.compile(_LABELLED.replace(_KEY_LABELS, _KEY_LABELS_AT).replace(rf"{_IS}\b", _IS_AT))
+# A key begins after no ASCII letter or digit (task-, disk- hold no key), or after a raw line's
+# escaped new line or tab (\nsk-...), not where a word begins: Chinese and Japanese text runs into it
+# (APIキーはsk-...), and so do names (GITHUB_TOKEN_ghp_...).
+_KEY_AT = r"(?:(?<=\\[nrtbf])|(?<![A-Za-z0-9]))"
+# The same, where RE2 asks, which has no lookbehind: the character before taken in.
+_KEY_AFTER = r"(?:^|[^A-Za-z0-9]|\\[nrtbf])"
 # A key's digit is looked for in its first 256 characters: looked for to the end of a run from every
 # label in it, a run of labels ("sk-sk-sk-...", "token=token=...") took time quadratic in its length.
 _SECRET = re.compile(
-    r"\b(?:sk-(?=[\w-]{0,255}\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    _KEY_AT + r"(?:sk-(?=[\w-]{0,255}\d)[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}"
     r"|AIza[A-Za-z0-9_-]{35}|eyJ[A-Za-z0-9_-]{8,}\.[\w-]{8,}\.[\w-]{8,}|hf_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}"
     r"|npm_[A-Za-z0-9]{36}|whsec_[A-Za-z0-9+/=]{24,}|SG\.[A-Za-z0-9_-]{16,}\.[\w-]{16,}|ya29\.[A-Za-z0-9_-]{20,}"
@@ -151,7 +157,7 @@ _SECRET = re.compile(
     # Webhooks' URLs, their slashes escaped too (JSON as PHP's json_encode writes it, in a message)
     r"|hooks\.slack\.com\\*/services\\*/(?:[A-Za-z0-9]|\\*/)+|discord(?:app)?\.com\\*/api\\*/webhooks\\*/\d+\\*/[\w-]+"
     r"|(?<=/bot)[0-9]+:[\w-]{30,}"  # a Telegram bot's token in its API's URL
-    rf"|(?P<keep>\b(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization){_Q}?\s*{_GIVES}\s*{_Q}?(?i:basic|token|bearer)[ \t]+"
+    rf"|(?P<keep>{_KEY_AT}(?:Bearer|bearer|BEARER)[ \t]+|(?i:authorization){_Q}?\s*{_GIVES}\s*{_Q}?(?i:basic|token|bearer)[ \t]+"
     rf"|(?i:{_KEY_LABELS_AT}){_Q}?\s*{_GIVES}\s*{_Q}?)"
     r"(?=[A-Za-z0-9._~+/=#!@$%^&*:-]{0,255}\d)[A-Za-z0-9._~+/=#!@$%^*:-](?:[A-Za-z0-9._~+/=#!@$%^*:-]|&(?!\w+=)){19,}"
     # A key said in a sentence (my API key is 3f9a..., base64's + / = too): a token alone, with twelve
@@ -184,20 +190,20 @@ _SECRET = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
 # Where _SECRET may match: each of its forms' start, as long as the shortest it takes, in the syntax
-# RE2 and Python's re read alike (Python's \b made ASCII's, as RE2's is). A word alone let through
-# everyday texts ("sk-" is in task- and risk-, "xox" in xoxo, "hf_" in hf_hub_download, " -u" in git
-# push -u), each then scanned whole by _SECRET: 6 ms a completion of 7 KB.
+# RE2 and Python's re read alike (Python's \b made ASCII's, as RE2's is; a key's start _KEY_AT's). A
+# word alone let through everyday texts ("sk-" is in task- and risk-, "xox" in xoxo, "hf_" in
+# hf_hub_download, " -u" in git push -u), each then scanned whole by _SECRET: 6 ms a completion of 7 KB.
 _W = _WHITE[1:-1]  # Python's \s, written out: RE2's is ASCII's alone
+_KEY_FORMS = (
+    r"sk-[A-Za-z0-9_-]{16}", r"[sr]k_(?:live|test)_[A-Za-z0-9]{16}", r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    r"gh[pousr]_[A-Za-z0-9]{30}", r"github_pat_[A-Za-z0-9_]{22}", r"xox[abeprs]-[A-Za-z0-9-]{10}", r"xapp-[A-Za-z0-9-]{10}",
+    r"AIza[A-Za-z0-9_-]{35}", r"eyJ[A-Za-z0-9_-]{8,}\.", r"hf_[A-Za-z0-9]{30}", r"glpat-[A-Za-z0-9_-]{20}",
+    r"npm_[A-Za-z0-9]{36}", r"whsec_[A-Za-z0-9+/=]{24}", r"SG\.[A-Za-z0-9_-]{16,}\.", r"ya29\.[A-Za-z0-9_-]{20}",
+    r"dckr_pat_[A-Za-z0-9_-]{20}", r"(?:Bearer|bearer|BEARER)[ \t]+[A-Za-z0-9._~+/=#!@$%^&*:-]{20}")
 _SECRET_STARTS = (
-    r"\bsk-[A-Za-z0-9_-]{16}", r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16}", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}",
-    r"\bgh[pousr]_[A-Za-z0-9]{30}", r"\bgithub_pat_[A-Za-z0-9_]{22}", r"\bxox[abeprs]-[A-Za-z0-9-]{10}",
-    r"\bxapp-[A-Za-z0-9-]{10}", r"\bAIza[A-Za-z0-9_-]{35}", r"\beyJ[A-Za-z0-9_-]{8,}\.", r"\bhf_[A-Za-z0-9]{30}",
-    r"\bglpat-[A-Za-z0-9_-]{20}", r"\bnpm_[A-Za-z0-9]{36}", r"\bwhsec_[A-Za-z0-9+/=]{24}", r"\bSG\.[A-Za-z0-9_-]{16,}\.",
-    r"\bya29\.[A-Za-z0-9_-]{20}", r"\bdckr_pat_[A-Za-z0-9_-]{20}", r"hooks\.slack\.com\\*/services",
-    r"discord(?:app)?\.com\\*/api", r"/bot[0-9]+:", "PRIVATE KEY",
-    r"\b(?:Bearer|bearer|BEARER)[ \t]+[A-Za-z0-9._~+/=#!@$%^&*:-]{20}",
-    rf"[{_W}](?:-u|--user)[{_W}]+[^{_W}:]+:", rf"[{_W}]-u[{_W}]*[^{_W}]+[{_W}]+-p", rf"\bsshpass[{_W}]+-p",
-    rf"[{_W}]--password[{_W}]")
+    *(_KEY_AFTER + form for form in _KEY_FORMS), r"hooks\.slack\.com\\*/services", r"discord(?:app)?\.com\\*/api",
+    r"/bot[0-9]+:", "PRIVATE KEY", rf"[{_W}](?:-u|--user)[{_W}]+[^{_W}:]+:", rf"[{_W}]-u[{_W}]*[^{_W}]+[{_W}]+-p",
+    rf"\bsshpass[{_W}]+-p", rf"[{_W}]--password[{_W}]")
 # 9+ digits close together: a phone or card may be here (up to three between two: 030 / 1234 5678).
 _MANY_DIGITS = re.compile(rf"\d(?:[().+/{_WIDE}{_SPACES}{_DASH}-]{{0,3}}\d){{8}}")
 # Whether the secrets' pattern may match, in RE2 for a column's suspects at once: Python's re tried
@@ -358,7 +364,8 @@ def scrub(text: str, found: Counter | None = None, secrets: bool | None = None, 
 
 # Top-level domains of private networks, which the public list leaves out: addresses all the same.
 _PRIVATE_TLDS = frozenset({"local", "internal", "corp", "lan", "home", "intranet", "localdomain", "private"})
-_CJK_RUN = re.compile(f"[{_CJK}．]*")  # a full-width dot ends their sentences too
+# A full-width dot ends their sentences too, and a list's number (第1．).
+_CJK_RUN = re.compile(rf"(?:[{_CJK}．]|\d+．)*")
 _CJK_TLD_CHARS = 6  # the longest top-level domain in those scripts (ファッション)
 # A domain no code's object is named like (example.com, uni.ac.uk): what runs on past it with no
 # space (jane@example.com.Thanks, jane@example.com.谢谢) or a "(" after it (jane@example.com(work))
@@ -408,7 +415,9 @@ def _ending(m: re.Match) -> tuple[str, str] | None:
         return address, ""
     head = address[:-len(tld) - 1]
     plain = head if head.isascii() else unicodedata.normalize("NFKC", head)
-    return (head, address[len(head):]) if _PLAIN_DOMAIN.search(plain.lower()) else None
+    # A full-width dot ends a Chinese or Japanese sentence (taro@example.jp．よろしく): no code's.
+    ended = address[-len(tld) - 1] == "．" and _a_tld(re.split("[.．]", head)[-1])
+    return (head, address[len(head):]) if ended or _PLAIN_DOMAIN.search(plain.lower()) else None
 
 
 def _counted(counts: Counter, kind: str, placeholder: str) -> str:
@@ -474,11 +483,13 @@ _IBAN = re.compile(r"[A-Z](?<!\w[A-Z])[A-Z]\d{2}(?:[A-Z0-9]{11,30}|(?:[ \xa0][A-
 _LAST_GROUP = re.compile(r"[ \xa0][A-Z0-9]{1,4}\Z")
 
 
-def _ssn(counts: Counter):
+def _ssn(counts: Counter, bare: bool = True):
+    """The replacement of an :data:`_SSN` match; without ``bare``, of one in groups alone (a reference
+    answer's nine digits are an answer: ssn_count = 123456789)."""
     from stdnum.us import ssn
 
     def replace(m: re.Match) -> str:
-        if not ssn.is_valid(re.sub(r"\D", "", m["bare"] or m["number"])):
+        if (m["bare"] and not bare) or not ssn.is_valid(re.sub(r"\D", "", m["bare"] or m["number"])):
             return m.group()
         return (m["label"] or "") + _counted(counts, "ssn", "<SSN>")
 
@@ -499,10 +510,10 @@ def _iban(counts: Counter):
     return replace
 
 
-# Signed decimals, which an international number's plus sign and separators take in: +1.23456789,
-# a point's coordinates (+37.7749 -122.4194, ISO 6709's +40.6894-074.0447), scores (+4.125 -1.0625).
-# A number with one dot after its country code alone (+33.123456789) is taken for one of them.
-_SIGNED_DECIMALS = re.compile(rf"\+\d+\.\d+(?:[{_SPACES}]*[{_DASH}+-]\d+\.\d+)*")
+# Signed decimals one after another, which an international number's plus sign and separators take
+# in: a point's coordinates (+37.7749 -122.4194, ISO 6709's +40.6894-074.0447), scores (+4.125
+# -1.0625). One alone (+1.23456789) is EPP's and WHOIS's form of a phone number (+1.4155550100).
+_SIGNED_DECIMALS = re.compile(rf"\+\d+\.\d+(?:[{_SPACES}]*[{_DASH}+-]\d+\.\d+)+")
 # A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
 _LIST_GOES_ON = re.compile(rf"([{_SPACES}])\d+(?=\1\d|[{_SPACES}]*(?:[\n,;.)\]]|\Z))")
 
@@ -544,7 +555,7 @@ def _numbers(text: str, counts: Counter, cards_and_phones: bool = True) -> str:
         return text
     out = _IBAN.sub(_iban(counts), text)  # letters and all: in no run
     if any(hint in out for hint in _SSN_HINTS) and _SSN_NAMED.search(out):
-        out = _SSN.sub(_ssn(counts), out)
+        out = _SSN.sub(_ssn(counts, bare=cards_and_phones), out)
     if not cards_and_phones:
         return out
     for pattern, replace in ((_CARD, _card(counts)), (_PHONE, _phone(counts))):

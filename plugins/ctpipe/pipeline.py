@@ -615,6 +615,18 @@ def _ci(ci: tuple[float, float]) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _readable(m: datasets.Manifest, table: str, by: str) -> bool:
+    from ctpipe.jobspec import EXAMPLE_COLUMNS
+
+    try:
+        m.read(table, EXAMPLE_COLUMNS[table])
+        return True
+    except FileNotFoundError as e:
+        log.warning("dataset version %s lost a part (%s): its examples are not recorded as learned by v%s",
+                    m.version, e, by)
+        return False
+
+
 def register_candidate(s: Settings, result: dict) -> str:
     """Register a passing candidate as a new model version (not yet serving)."""
     from ctpipe.jobspec import EXAMPLE_COLUMNS, example_keys, learned, training_parts
@@ -653,13 +665,18 @@ def register_candidate(s: Settings, result: dict) -> str:
             log.warning("dataset version %s is gone from %s: its examples are not recorded as learned by v%s, and a "
                         "later version of an interval sharing time with its is trained on whole", v, store.uri, version)
     spec = Path(cand.get("run_dir") or ".") / SPEC_FILE
-    left_out = JobSpec.read(spec).left_out if cand.get("run_dir") and spec.is_file() else []
+    if cand.get("run_dir") and spec.is_file():
+        left_out = JobSpec.read(spec).left_out
+    else:
+        left_out = []
+        log.warning("the job spec of v%s's run is gone (%s): each version's rows are recorded as learned whole, "
+                    "those left out as learned of another interval too", version, spec)
+    keys = learned(left_out)
     try:
-        parts = training_parts(found, table, EXAMPLE_COLUMNS[table], learned(left_out))
-    except FileNotFoundError as e:  # a part removed by hand: the job read it
-        log.warning("a dataset version v%s trained on lost a part (%s): none of its examples is recorded as learned",
-                    version, e)
-        return version
+        parts = training_parts(found, table, EXAMPLE_COLUMNS[table], keys)
+    except FileNotFoundError:  # a part removed by hand since the job read it: that version is left out, said
+        found = [m for m in found if _readable(m, table, version)]
+        parts = training_parts(found, table, EXAMPLE_COLUMNS[table], keys)
     for m, rows in zip(found, parts):
         store.mark_learned(s.model_name, table, m.version, version, result["mlflow_run_id"], example_keys(rows, table))
     return version

@@ -492,16 +492,18 @@ _BEDROCK_BODIES_NOT_READ = "the bodies Bedrock's log keeps apart (over 100 KB): 
 _LANGFUSE_MANIFESTS_NOT_READ = "the manifests of Langfuse's export runs (beside its scores/): not records"
 
 
-# Files and folders passed over, as Spark and pyarrow pass them over: markers (_SUCCESS), a writer's
-# attempts not committed (_temporary/, .hive-staging_*/), a table's log (_delta_log/).
-_HIDDEN = (".", "_")
+def _hidden(name: str) -> bool:
+    """Whether a file or folder is passed over, as Spark passes it over: a marker (_SUCCESS), a
+    writer's attempts not committed (_temporary/, .hive-staging_*/), a table's log (_delta_log/); but
+    a partition whose column's name begins with "_" (_region=eu/)."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)
 
 
 def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
              skipped: dict[str, str]) -> Iterator[tuple[str, list[str], dict | None]]:
     """(folder, the names of files in it that come one after another, their details on an object
     store) under ``folder`` (ending in "/"), at any depth, in the order of their paths: a folder "a/"
-    comes after a file "a.jsonl", but :data:`_HIDDEN` ones. The folders ``keep`` refuses are not listed; local entries that cannot be
+    comes after a file "a.jsonl", but :func:`_hidden` ones. The folders ``keep`` refuses are not listed; local entries that cannot be
     read go to ``skipped``, with why (see :func:`_unreadable`).
 
     A local folder is listed with ``os.scandir``: fsspec's ``find`` made a dict of details of each
@@ -525,7 +527,7 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
             return
         names = []
         for e in listed:
-            if e.name.startswith(_HIDDEN):
+            if _hidden(e.name):
                 continue
             if why := _unreadable(e):
                 skipped[e.path] = why
@@ -537,7 +539,7 @@ def _listing(fs, folder: str, keep: Callable[[str], bool], seen: set,
         for info in fs.ls(here, detail=True):
             full = info["name"].rstrip("/")
             name = full.rsplit("/", 1)[-1]
-            if full != here and not name.startswith(_HIDDEN):  # not a store's marker of the folder itself
+            if full != here and not _hidden(name):  # not a store's marker of the folder itself
                 infos[name + "/" if info["type"] == "directory" else name] = info
         names = sorted(infos)
     run: list[str] = []
