@@ -103,12 +103,13 @@ def test_numbers_scrubbed_run_by_run_as_in_the_whole_text():
         if not pii._MANY_DIGITS.search(text):
             return text
 
-        return pii._PHONE.sub(pii._phone(counts), pii._CARD.sub(pii._card(counts), text))
+        text = pii._PHONE.sub(pii._phone(counts), pii._CARD.sub(pii._card(counts), text))
+        return pii._PHONE_LABEL.sub(pii._labelled_phone(counts), text)
 
     rng = random.Random(0)
     pieces = ["4111 1111 1111 1111", "4111-1111-1111-1111", "+1 415-555-0100", "(030) 1234 5678", "030 1234 5678",
               "12345678", "123456789", "5555555555554444", "٣٣٣٣٣٣٣٣٣", "a", "x", "-", " ", "(", ")", "+", ".", "1", "22",
-              "4444", "word", "\n", "_", "\\n", "0", "07700", "–", ":", ",", "手机", "1-800-555-0100", "０３-１２３４"]
+              "4444", "word", "\n", "_", "\\n", "0", "07700", "–", ":", ",", "手机", "1-800-555-0100", "０３-１２３４", "Phone", "tel"]
     changed = 0
     for _ in range(20000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 12)))
@@ -285,6 +286,18 @@ def test_the_secrets_gate_reads_alike_in_re2_and_python():
 def test_numbers_and_addresses_in_full_width_forms_are_scrubbed(text, scrubbed):
     """As a Chinese or Japanese input method writes them: full-width signs and ideographic spaces."""
     assert scrub(text) == scrubbed
+
+
+@pytest.mark.parametrize("text, scrubbed", [
+    ("Phone: 4155550100", "Phone: <PHONE>"), ('{"phone":"4155550100"}', '{"phone":"<PHONE>"}'), ("Tel. 4155550100", "Tel. <PHONE>"),
+    ("mobile number: 9876543210", "mobile number: <PHONE>"), ("電話：09012345678", "電話：<PHONE>"), ("FAX 4155550100", "FAX <PHONE>"),
+    ("WhatsApp: +4917612345678", "WhatsApp: <PHONE>"),
+    # no label, or the label of something else
+    ("The answer is 4155550100", None), ("telephone_count = 123456789", None), ("hotel 123456789", None), ("phone: 415", None),
+    ("phones sold: 123456789", None), ("Phone count: 123456789", None),
+])
+def test_a_bare_number_after_a_phone_s_label_is_a_phone(text, scrubbed):
+    assert scrub(text) == (scrubbed or text)
 
 
 @pytest.mark.parametrize("text", ["+37.7749 -122.4194", "ISO 6709: +40.6894-074.0447/", "Score went +5.5 -3.25 +4.125 -1.0625"])

@@ -514,6 +514,20 @@ def _iban(counts: Counter):
 # in: a point's coordinates (+37.7749 -122.4194, ISO 6709's +40.6894-074.0447), scores (+4.125
 # -1.0625). One alone (+1.23456789) is EPP's and WHOIS's form of a phone number (+1.4155550100).
 _SIGNED_DECIMALS = re.compile(rf"\+\d+\.\d+(?:[{_SPACES}]*[{_DASH}+-]\d+\.\d+)+")
+# A bare number after a phone's label (Phone: 4155550100, {"phone":"4155550100"}, mobile number:
+# 9876543210, 電話：09012345678), which tells it from other numbers as nothing else does (see _PHONE):
+# the label a word of its own, a short word (number, no.) and some punctuation between.
+_PHONE_LABELS = tuple(form for word in ("telephone", "telefon", "phone", "tel", "mobile", "fax", "whatsapp")
+                      for form in (word, word.capitalize(), word.upper())) + ("WhatsApp", "電話", "电话", "手机", "手機")
+_PHONE_LABEL = re.compile(rf"(?<![A-Za-z])(?:{'|'.join(_PHONE_LABELS)})(?:[ _-]?(?i:number|no\.?|num|nr\.?|#))?"
+                          r"[^\w\n]{0,4}?(?P<number>\+?\d{9,15})(?!\d)")
+
+
+def _labelled_phone(counts: Counter):
+    """The replacement of a :data:`_PHONE_LABEL` match: its label, and a phone's placeholder."""
+    return lambda m: m.group()[:m.start("number") - m.start()] + _counted(counts, "phone", "<PHONE>")
+
+
 # A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
 _LIST_GOES_ON = re.compile(rf"([{_SPACES}])\d+(?=\1\d|[{_SPACES}]*(?:[\n,;.)\]]|\Z))")
 
@@ -562,6 +576,8 @@ def _numbers(text: str, counts: Counter, cards_and_phones: bool = True) -> str:
         if out != text:  # the runs found again only where one changed the text
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
         out = _in_runs(out, runs, pattern, replace)
+    if any(label in out for label in _PHONE_LABELS):
+        out = _PHONE_LABEL.sub(_labelled_phone(counts), out)
     return out
 
 
