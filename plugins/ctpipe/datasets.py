@@ -58,7 +58,7 @@ from ctpipe.sources import filesystem, reachable
 
 log = logging.getLogger(__name__)
 
-CODE_VERSION = "37"  # bumped whenever the same input and config would give other tables
+CODE_VERSION = "38"  # bumped whenever the same input and config would give other tables
 LATEST = "LATEST"
 # A staged version this old is of a run that will never publish it (killed by SIGKILL, its node lost
 # to a spot reclaim): the next run removes it. Far past any run's length, so none is removed under it.
