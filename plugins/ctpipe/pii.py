@@ -523,9 +523,16 @@ _PHONE_LABEL = re.compile(rf"(?<![A-Za-z])(?:{'|'.join(_PHONE_LABELS)})(?:[ _-]?
                           r"[^\w\n]{0,4}?(?P<number>\+?\d{9,15})(?!\d)")
 
 
-def _labelled_phone(counts: Counter):
-    """The replacement of a :data:`_PHONE_LABEL` match: its label, and a phone's placeholder."""
-    return lambda m: m.group()[:m.start("number") - m.start()] + _counted(counts, "phone", "<PHONE>")
+def _after_labels(text: str, counts: Counter) -> str:
+    """``text`` with the numbers of :data:`_PHONE_LABEL`'s matches replaced, looked for only in the
+    runs of number characters and the 32 characters before each (a label and what comes between
+    are shorter): over the whole of a long text it was a quarter of its numbers' scrubbing."""
+    out, done = [], 0
+    for run in _NUMBER_RUNS.finditer(text):
+        for m in _PHONE_LABEL.finditer(text, max(run.start() - 32, done), run.end()):
+            out += [text[done:m.start("number")], _counted(counts, "phone", "<PHONE>")]
+            done = m.end()
+    return "".join(out + [text[done:]]) if out else text
 
 
 # A number after a separator, then the separator and a digit again, or the line's end (not 9-17, 2nd).
@@ -577,7 +584,7 @@ def _numbers(text: str, counts: Counter, cards_and_phones: bool = True) -> str:
             runs, text = list(_NUMBER_RUNS.finditer(out)), out
         out = _in_runs(out, runs, pattern, replace)
     if any(label in out for label in _PHONE_LABELS):
-        out = _PHONE_LABEL.sub(_labelled_phone(counts), out)
+        out = _after_labels(out, counts)
     return out
 
 
